@@ -1,0 +1,76 @@
+"""`nsq-reference-broker` / `python -m reference_broker`: parse nsqd's flags, listen, run until a signal."""
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import threading
+
+from .http_api import HTTPServer
+from .nsqd import NSQD
+from .options import Options, parse_options
+from .tcp_server import TCPServer
+
+log = logging.getLogger("nsqd")
+_LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR, 5: logging.CRITICAL}
+
+
+def listen(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    listener = socket.create_server((host.strip("[]") or "0.0.0.0", int(port)), backlog=1024)
+    return listener
+
+
+class Broker:
+    """The running broker: NSQD plus its TCP and HTTP listeners."""
+
+    def __init__(self, options: Options):
+        self.nsqd = NSQD(options)
+        tcp_listener = listen(options.tcp_address)
+        self.nsqd.tcp_port = tcp_listener.getsockname()[1]
+        self.tcp = TCPServer(self.nsqd, tcp_listener)
+        self.http = None
+        if options.http_address:  # an empty --http-address turns HTTP off
+            http_listener = listen(options.http_address)
+            self.nsqd.http_port = http_listener.getsockname()[1]
+            self.http = HTTPServer(self.nsqd, http_listener)
+
+    def start(self) -> None:
+        self.nsqd.start()
+        self.tcp.start()
+        log.info("TCP: listening on %s:%d", *self.tcp.listener.getsockname()[:2])
+        if self.http:
+            self.http.start()
+            log.info("HTTP: listening on %s:%d", *self.http.listener.getsockname()[:2])
+
+    def stop(self) -> None:
+        log.info("TCP: closing %s:%d", *self.tcp.listener.getsockname()[:2])
+        self.tcp.close()
+        if self.http:
+            self.http.close()
+        self.nsqd.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_options(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(stream=sys.stderr, level=_LOG_LEVELS[options.log_level],
+                        format=f"{options.log_prefix}%(asctime)s.%(msecs)03d %(levelname)s: %(message)s",
+                        datefmt="%Y/%m/%d %H:%M:%S")
+    try:
+        broker = Broker(options)
+    except OSError as error:
+        print(f"nsq-reference-broker: listen failed: {error}", file=sys.stderr)
+        return 1
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    log.info("nsqd v1.3.0 (reference broker) starting, node-id %d", options.node_id)
+    broker.start()
+    stopping.wait()
+    broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
