@@ -9,11 +9,10 @@ import threading
 
 from .http_api import HTTPServer
 from .nsqd import NSQD
-from .options import Options, parse_options
+from .options import PYTHON_LOG_LEVELS, Options, parse_options
 from .tcp_server import TCPServer
 
 log = logging.getLogger("nsqd")
-_LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR, 5: logging.CRITICAL}
 
 
 def listen(address: str) -> socket.socket:
@@ -54,7 +53,7 @@ class Broker:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_options(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(stream=sys.stderr, level=_LOG_LEVELS[options.log_level],
+    logging.basicConfig(stream=sys.stderr, level=PYTHON_LOG_LEVELS[options.log_level],
                         format=f"{options.log_prefix}%(asctime)s.%(msecs)03d %(levelname)s: %(message)s",
                         datefmt="%Y/%m/%d %H:%M:%S")
     try:

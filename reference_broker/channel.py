@@ -48,6 +48,7 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        self.global_msg_count = 0  # deliveries; nsqd master's name, with no topology match ever (H-STATS-08)
 
     # -- queue ------------------------------------------------------------------------------------------
 
@@ -129,6 +130,7 @@ class Channel:
                 if client.sample_rate and random.randrange(100) > client.sample_rate:
                     continue
                 message.attempts += 1  # C-12
+                self.global_msg_count += 1
                 message.client_id = client.id
                 message.delivery_ts = now
                 message.pri = now + client.pump_msg_timeout

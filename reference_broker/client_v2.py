@@ -50,7 +50,7 @@ class ConnectionReader:
             self._sock.settimeout(timeout)
             try:
                 data = self._sock.recv(_RECV_SIZE)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError as error:
                 raise ConnectionClosed(str(error)) from None

@@ -15,6 +15,6 @@ class Message:
         self.delivery_ts = 0  # monotonic ns of the current delivery: TOUCH's cap (D-13)
         self.pri = 0  # monotonic ns deadline while in flight or deferred
 
-    def copy(self) -> "Message":
+    def copy(self) -> Message:
         """Each channel gets its own instance of a topic's message (D-35), same ID and timestamp (C-11)."""
         return Message(self.id, self.body, self.timestamp, self.deferred)

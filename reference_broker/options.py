@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import logging
 import re
 import socket
 import zlib
@@ -95,6 +96,7 @@ class Options:
     statsd_interval: int = 60 * SECOND
     statsd_mem_stats: bool = True
     statsd_udp_packet_size: int = 508
+    statsd_exclude_ephemeral: bool = False
     e2e_processing_latency_window_time: int = 10 * 60 * SECOND
     e2e_processing_latency_percentiles: list = dataclasses.field(default_factory=list)
     tls_cert: str = ""
@@ -156,6 +158,7 @@ _FLAGS: dict[str, tuple[str, object]] = {
     "statsd-interval": ("statsd_interval", parse_duration),
     "statsd-mem-stats": ("statsd_mem_stats", parse_bool),
     "statsd-udp-packet-size": ("statsd_udp_packet_size", int),
+    "statsd-exclude-ephemeral": ("statsd_exclude_ephemeral", parse_bool),
     "e2e-processing-latency-window-time": ("e2e_processing_latency_window_time", parse_duration),
     "tls-cert": ("tls_cert", str),
     "tls-key": ("tls_key", str),
@@ -169,17 +172,24 @@ _FLAGS: dict[str, tuple[str, object]] = {
 }
 # Repeatable flags: each occurrence appends.
 _LIST_FLAGS = {
-    "lookupd-tcp-address": "nsqlookupd_tcp_addresses",
-    "auth-http-address": "auth_http_addresses",
-    "e2e-processing-latency-percentile": "e2e_processing_latency_percentiles",
-    "enable-experiment": "experiments",
+    "lookupd-tcp-address": ("nsqlookupd_tcp_addresses", str),
+    "auth-http-address": ("auth_http_addresses", str),
+    "e2e-processing-latency-percentile": ("e2e_processing_latency_percentiles", float),
+    "enable-experiment": ("experiments", str),
 }
 _LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
 _TLS_REQUIRED = {"false": 0, "true": 1, "tcp-https": 2}
-_BOOL_FLAGS = {"deflate", "snappy", "statsd-mem-stats"}
+_BOOL_FLAGS = {"deflate", "snappy", "statsd-mem-stats", "statsd-exclude-ephemeral"}
 
-# GET /config/:opt names that differ from the flag name with dashes turned into underscores.
-CONFIG_NAME_ALIASES = {"id": "node_id"}
+# H-CFG-01: GET /config/:opt knows flag-backed options only, by config name: the flag name with dashes
+# turned into underscores, except where nsqd's `cfg` tag renames it.
+_CONFIG_NAME_ALIASES = {"id": "node_id", "deflate": "deflate_enabled", "snappy": "snappy_enabled",
+                        "enable_experiment": "experiments"}
+_NOT_FLAGS = {"queue_scan_interval", "queue_scan_refresh_interval", "queue_scan_dirty_percent", "client_timeout"}
+CONFIG_NAMES = {**{name: name for name in Options.__dataclass_fields__
+                   if name not in _NOT_FLAGS and name not in _CONFIG_NAME_ALIASES.values()},
+                **_CONFIG_NAME_ALIASES}
+PYTHON_LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR, 5: logging.CRITICAL}
 
 
 def parse_log_level(text: str) -> int:
@@ -206,9 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
         if flag in _BOOL_FLAGS:
             kwargs.update(nargs="?", const=True)
         parser.add_argument(f"--{flag}", f"-{flag}", **kwargs)
-    for flag, name in _LIST_FLAGS.items():
-        parser.add_argument(f"--{flag}", f"-{flag}", dest=name, action="append", default=argparse.SUPPRESS,
-                            metavar="VALUE", help="(repeatable)")
+    for flag, (name, parse) in _LIST_FLAGS.items():
+        parser.add_argument(f"--{flag}", f"-{flag}", dest=name, type=parse, action="append",
+                            default=argparse.SUPPRESS, metavar="VALUE", help="(repeatable)")
     parser.add_argument("--log-level", "-log-level", dest="log_level", type=parse_log_level,
                         default=argparse.SUPPRESS, help="debug, info, warn, error or fatal (default info)")
     parser.add_argument("--verbose", "-verbose", dest="verbose", type=parse_bool, nargs="?", const=True,

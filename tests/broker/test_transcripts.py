@@ -11,7 +11,8 @@ import pathlib
 
 import pytest
 
-from .conftest import running_broker
+from reference_broker.launcher import running_broker
+
 from .recorded import replay
 
 TRANSCRIPTS = pathlib.Path(__file__).parents[2] / "fixtures" / "transcripts.jsonl"

@@ -1,0 +1,63 @@
+"""Start the reference broker as a real process on free loopback ports and wait until it listens.
+
+For the project's own tests and benchmarks; the conformance suite has its own launcher, since it never
+imports this package."""
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+_LISTENING = re.compile(r"(TCP|HTTP): listening on ([\d.]+):(\d+)")
+
+
+@dataclass
+class RunningBroker:
+    host: str
+    tcp_port: int
+    http_port: int
+    process: subprocess.Popen
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def tcp_address(self) -> tuple[str, int]:
+        return self.host, self.tcp_port
+
+
+@contextlib.contextmanager
+def running_broker(*flags: str, startup_timeout: float = 15.0):
+    """`python -m reference_broker` with nsqd's `flags`; stopped with SIGTERM on exit."""
+    with tempfile.TemporaryDirectory(prefix="nsqd-data-") as data_path:
+        argv = [sys.executable, "-m", "reference_broker", "--tcp-address=127.0.0.1:0",
+                "--http-address=127.0.0.1:0", f"--data-path={data_path}", *flags]
+        process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        log: list[str] = []
+        ports: dict[str, int] = {}
+        ready = threading.Event()
+
+        def drain() -> None:
+            for line in process.stderr:
+                log.append(line)
+                match = _LISTENING.search(line)
+                if match:
+                    ports[match.group(1)] = int(match.group(3))
+                    if len(ports) == 2:
+                        ready.set()
+            ready.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        try:
+            if not ready.wait(startup_timeout) or len(ports) != 2:
+                raise RuntimeError("reference broker did not start:\n" + "".join(log))
+            yield RunningBroker("127.0.0.1", ports["TCP"], ports["HTTP"], process, log)
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
