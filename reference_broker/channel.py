@@ -127,7 +127,7 @@ class Channel:
                 if message is None:
                     break
                 # D-45: a sampled-out message leaves the channel for good.
-                if client.sample_rate and random.randrange(100) > client.sample_rate:
+                if client.pump_sample_rate and random.randrange(100) > client.pump_sample_rate:
                     continue
                 message.attempts += 1  # C-12
                 self.global_msg_count += 1

@@ -107,12 +107,13 @@ class ClientV2:
         self.sock = sock
         self._wsock = sock.dup()  # its own timeout: the write deadline (C-31)
         self.reader = ConnectionReader(sock)
-        self.remote_address = "%s:%d" % sock.getpeername()[:2]
+        self.remote_ip, remote_port = sock.getpeername()[:2]
+        self.remote_address = f"{self.remote_ip}:{remote_port}"
         self.connect_ts = int(time.time())
         self.state = STATE_INIT
         self.channel = None
         # ID-01: until IDENTIFY, client_id and hostname are the remote IP.
-        self.client_id_label = self.hostname = sock.getpeername()[0]
+        self.client_id_label = self.hostname = self.remote_ip
         self.user_agent = ""
         self.topology_region = self.topology_zone = ""
         self.heartbeat_interval = options.default_heartbeat_interval
@@ -134,7 +135,8 @@ class ClientV2:
         self.finish_count = 0
         self.requeue_count = 0
         self.pub_counts: dict[str, int] = {}
-        self.authorizations = None
+        self.auth_state = None  # the auth server's answer (P-AUTH-08), re-asked once expired
+        self.auth_secret = ""
         # The output path.
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -147,6 +149,10 @@ class ClientV2:
         self._closed = False
         self.reader_ident = threading.get_ident()
         self._pump = threading.Thread(target=self._pump_loop, name=f"pump-{client_id}", daemon=True)
+
+    @property
+    def has_authorizations(self) -> bool:
+        return bool(self.auth_state and self.auth_state.authorizations)
 
     def __repr__(self) -> str:
         return f"<client {self.id} {self.remote_address}>"

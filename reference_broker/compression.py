@@ -41,6 +41,8 @@ class SnappyWriter:
         self._started = False
 
     def __call__(self, data: bytes) -> bytes:
+        if not data:
+            return b""
         framed = bytes(cramjam.snappy.compress(data))
         if self._started:
             return framed[len(_SNAPPY_STREAM_IDENTIFIER):]

@@ -6,15 +6,19 @@ read, action, counters. The first failing check wins, so the order is part of th
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 from . import wire
+from .auth import AuthError, query_any_authd
 from .channel import ChannelError, ChannelFullError
 from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, ConnectionClosed
 from .nsqd import VERSION
 from .options import MS
 from .topic import TopicExiting
 from .wire import ClientError, FatalClientError, go_quote
+
+log = logging.getLogger("nsqd")
 
 _INT64 = 1 << 63
 _UINT64 = 1 << 64
@@ -178,10 +182,41 @@ class ProtocolV2:
             raise FatalClientError("E_BAD_BODY", f"AUTH body too big {size} > {self.options.max_body_size}")
         if size <= 0:
             raise FatalClientError("E_BAD_BODY", f"AUTH invalid body size {size}")
-        self._read_body(size, "E_BAD_BODY", "AUTH failed to read body")
-        if self.client.authorizations:
+        secret = self._read_body(size, "E_BAD_BODY", "AUTH failed to read body")
+        client = self.client
+        if client.has_authorizations:
             raise FatalClientError("E_INVALID", "AUTH already set")  # P-AUTH-04
-        raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")  # P-AUTH-05
+        if not self.options.auth_enabled:
+            raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")  # P-AUTH-05
+        client.auth_secret = secret.decode("utf-8", "surrogateescape")
+        try:
+            client.auth_state = query_any_authd(self.options, client.remote_ip, client.auth_secret)
+        except AuthError as error:
+            log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client, error)
+            raise FatalClientError("E_AUTH_FAILED", "AUTH failed") from None  # P-AUTH-06
+        if not client.has_authorizations:
+            raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")  # P-AUTH-07
+        response = {"identity": client.auth_state.identity, "identity_url": client.auth_state.identity_url,
+                    "permission_count": len(client.auth_state.authorizations)}  # P-AUTH-08
+        client.send_frame(wire.FRAME_TYPE_RESPONSE, json.dumps(response, separators=(",", ":")).encode())
+        return None
+
+    def _check_auth(self, verb: str, topic_name: str, channel_name: str = "") -> None:
+        """P-AUTH-09..12: only SUB and the publish commands ask, and only when auth is enabled."""
+        if not self.options.auth_enabled:
+            return
+        client = self.client
+        if not client.has_authorizations:
+            raise FatalClientError("E_AUTH_FIRST", f"AUTH required before {verb}")
+        if client.auth_state.expired:  # P-AUTH-12
+            try:
+                client.auth_state = query_any_authd(self.options, client.remote_ip, client.auth_secret)
+            except AuthError as error:
+                log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client, error)
+                raise FatalClientError("E_AUTH_FAILED", "AUTH failed") from None
+        if not client.auth_state.is_allowed(topic_name, channel_name):
+            raise FatalClientError("E_UNAUTHORIZED", f"AUTH failed for {verb} on {go_quote(topic_name.encode())} "
+                                                     f"{go_quote(channel_name.encode())}")  # P-AUTH-10
 
     # -- SUB (P-SUB) ----------------------------------------------------------------------------------
 
@@ -198,6 +233,7 @@ class ProtocolV2:
             raise FatalClientError("E_BAD_TOPIC", f"SUB topic name {go_quote(topic_name)} is not valid")
         if not wire.is_valid_name(channel_name):
             raise FatalClientError("E_BAD_CHANNEL", f"SUB channel name {go_quote(channel_name)} is not valid")
+        self._check_auth("SUB", topic_name.decode(), channel_name.decode())  # P-SUB-05
         for attempt in range(2):  # P-SUB-07: one retry when racing an exiting ephemeral topic/channel
             topic = self.nsqd.get_topic(topic_name.decode())
             channel = topic.get_channel(channel_name.decode())
@@ -322,6 +358,7 @@ class ProtocolV2:
             raise FatalClientError("E_INVALID", "PUB insufficient number of parameters")
         topic_name = self._topic_name("PUB", params[0], "E_BAD_TOPIC")
         body = self._read_message_body("PUB")
+        self._check_auth("PUB", topic_name)
         self._publish("PUB", "E_PUB_FAILED", topic_name, [body])
         return wire.OK
 
@@ -337,6 +374,7 @@ class ProtocolV2:
             raise FatalClientError("E_INVALID", f"DPUB timeout {parsed} out of range "
                                                 f"0-{self.options.max_req_timeout // MS}")
         body = self._read_message_body("DPUB")
+        self._check_auth("DPUB", topic_name)
         self._publish("DPUB", "E_DPUB_FAILED", topic_name, [body], delay)
         return wire.OK
 
@@ -346,6 +384,7 @@ class ProtocolV2:
             raise FatalClientError("E_INVALID", "MPUB insufficient number of parameters")
         # P-MPUB-02: nsqd writes the code twice in this one message.
         topic_name = self._topic_name("MPUB", params[0], "E_BAD_TOPIC E_BAD_TOPIC")
+        self._check_auth("MPUB", topic_name)
         topic = self.nsqd.get_topic(topic_name)  # P-MPUB-05: created before the body is validated
         size = self._read_size("E_BAD_BODY", "MPUB failed to read body size")
         if size <= 0:

@@ -103,8 +103,12 @@ def client_stats(client: ClientV2, topic_filter: str) -> dict:
         "snappy": client.snappy,
         "user_agent": client.user_agent,
     }
-    if client.authorizations:
+    if client.has_authorizations:  # omitempty, as these three are in nsqd
         stats["authed"] = True
+    if client.auth_state and client.auth_state.identity:
+        stats["auth_identity"] = client.auth_state.identity
+    if client.auth_state and client.auth_state.identity_url:
+        stats["auth_identity_url"] = client.auth_state.identity_url
     stats["topology_zone"] = client.topology_zone
     stats["topology_region"] = client.topology_region
     # H-STATS-10: nsqd's loop stops after the first matching topic, so there is at most one entry.

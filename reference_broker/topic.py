@@ -35,7 +35,7 @@ class Topic:
     def new_messages(self, bodies: list[bytes], deferred: int = 0) -> list[Message]:
         timestamp = time.time_ns()
         return [Message(message_id, body, timestamp, deferred)
-                for message_id, body in zip(self._guids.new_ids(len(bodies)), bodies)]
+                for message_id, body in zip(self._guids.new_ids(len(bodies)), bodies, strict=False)]
 
     def put_messages(self, messages: list[Message]) -> None:
         with self.lock:

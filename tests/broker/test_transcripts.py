@@ -13,20 +13,17 @@ import pytest
 
 from reference_broker.launcher import running_broker
 
-from .recorded import replay
+from .recorded import nsqwire, replay
 
 TRANSCRIPTS = pathlib.Path(__file__).parents[2] / "fixtures" / "transcripts.jsonl"
 DEFAULT_SHARDS = 4
-# AUTH against an auth server comes with its own issue; until then this broker answers E_AUTH_DISABLED.
-NOT_YET = {"auth"}
 
 
 def _groups() -> list[tuple[str, list[str], list[dict]]]:
     by_set: dict[str, list[dict]] = {}
     for line in TRANSCRIPTS.read_text().splitlines():
         transcript = json.loads(line)
-        if transcript["flagset"] not in NOT_YET:
-            by_set.setdefault(transcript["flagset"], []).append(transcript)
+        by_set.setdefault(transcript["flagset"], []).append(transcript)
     groups = []
     for flagset, transcripts in by_set.items():
         shards = DEFAULT_SHARDS if flagset == "default" else 1
@@ -46,15 +43,27 @@ def brokers():
     """One broker per group, started on first use and kept for the group's transcripts (file order)."""
     started: dict[str, object] = {}
     stack = []
+    authds = []
+
     def get(group: str):
         if group not in started:
-            context = running_broker(*_FLAGS[group])
+            flags = list(_FLAGS[group])
+            if nsqwire.authd_addr_from_flags(flags):
+                # The recorded fake auth server, on a free port instead of the recorded 24160.
+                authd = nsqwire.FakeAuthd("127.0.0.1", 0).start()
+                authds.append(authd)
+                flags = [f for f in flags if not f.startswith("--auth-http-address=")]
+                flags.append("--auth-http-address=127.0.0.1:%d" % authd.srv.server_address[1])
+            context = running_broker(*flags)
             started[group] = context.__enter__()
             stack.append(context)
         return started[group]
+
     yield get
     for context in reversed(stack):
         context.__exit__(None, None, None)
+    for authd in authds:
+        authd.stop()
 
 
 @pytest.mark.parametrize("group,transcript", [

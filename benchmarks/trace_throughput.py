@@ -1,0 +1,188 @@
+"""Trace-analysis throughput: generate a >= 1 GB seeded trace, analyse it with Spark on local[2],
+and parse the same file with dpkt (whole file) and scapy (a bounded sample, extrapolated).
+
+    python -m benchmarks.trace_throughput                 # 1 GB, writes bench-results/trace.json
+    python -m benchmarks.trace_throughput --size 200MB    # quicker
+
+The analysis is checked against the generator's truth, so a fast wrong answer does not count.
+Memory: the peak resident size of this process plus its descendants (JVM, Python workers) is
+sampled from /proc every 0.2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import tempfile
+import threading
+import time
+
+from spark_analysis.cli import parse_size
+
+TRUTH_KEYS = ("totals", "topics")
+
+
+class PeakMemory:
+    """Peak summed RSS of a process tree, sampled from /proc."""
+
+    def __init__(self, root_pid: int, interval: float = 0.2):
+        self.root_pid, self.interval = root_pid, interval
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not self._stop.wait(self.interval):
+            parents, rss = {}, {}
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/stat") as handle:
+                        fields = handle.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                parents[int(pid)] = int(fields[1])
+                rss[int(pid)] = int(fields[21]) * page
+            tree, frontier = {self.root_pid}, [self.root_pid]
+            while frontier:
+                parent = frontier.pop()
+                children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+                tree.update(children)
+                frontier += children
+            self.peak_bytes = max(self.peak_bytes, sum(rss.get(pid, 0) for pid in tree))
+
+
+def timed(function, *args, **kwargs):
+    started = time.perf_counter()
+    result = function(*args, **kwargs)
+    return result, time.perf_counter() - started
+
+
+def dpkt_pass(path: str) -> dict:
+    """Bare TCP pass: every packet decoded to its TCP payload."""
+    import dpkt
+
+    packets = payload = 0
+    with open(path, "rb") as handle:
+        for _ts, frame in dpkt.pcap.Reader(handle):
+            ip = dpkt.ethernet.Ethernet(frame).data
+            if isinstance(ip, dpkt.ip.IP) and isinstance(ip.data, dpkt.tcp.TCP):
+                packets += 1
+                payload += len(ip.data.data)
+    return {"packets": packets, "payload_bytes": payload}
+
+
+def scapy_pass(path: str, sample_packets: int) -> dict:
+    """scapy dissects ~1e4 packets/s, so it parses only the first ``sample_packets`` packets."""
+    from scapy.layers.inet import TCP
+    from scapy.utils import PcapReader
+
+    packets = payload = 0
+    with PcapReader(path) as reader:
+        for packet in reader:
+            if TCP in packet:
+                payload += len(bytes(packet[TCP].payload))
+            packets += 1
+            if packets >= sample_packets:
+                break
+        sample_end = reader.f.tell()
+    return {"packets": packets, "payload_bytes": payload, "sample_file_bytes": sample_end}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=parse_size, default=parse_size("1GB"))
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--scapy-sample", type=int, default=20_000, help="packets scapy parses (default 20000)")
+    parser.add_argument("--workdir", default=None, help="where the trace goes (default: a temp dir, deleted)")
+    parser.add_argument("--output", default="bench-results/trace.json")
+    args = parser.parse_args(argv)
+
+    from spark_analysis.analysis import run_analysis, spark_session
+    from spark_analysis.generate import generate
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix="nsq-trace-bench-")
+    os.makedirs(workdir, exist_ok=True)
+    trace = os.path.join(workdir, "bench.pcap")
+    try:
+        print(f"generating {args.size / 1e9:.2f} GB (seed {args.seed}) -> {trace}", flush=True)
+        truth, generate_seconds = timed(generate, trace, args.size, seed=args.seed)
+        size = os.path.getsize(trace)
+        print(f"  {size / 1e6:,.0f} MB in {generate_seconds:.1f} s = {size / 1e6 / generate_seconds:.0f} MB/s",
+              flush=True)
+
+        with PeakMemory(os.getpid()) as memory:
+            started = time.perf_counter()
+            spark = spark_session(args.master, shuffle_partitions=4)
+            session_seconds = time.perf_counter() - started
+            print(f"analysing on {args.master}", flush=True)
+            summary, analysis_seconds = timed(run_analysis, spark, [trace], os.path.join(workdir, "out"),
+                                              report=False, step=lambda m: print(f"  {m}", flush=True))
+            spark.stop()
+        mismatches = [key for key in TRUTH_KEYS if _comparable(summary[key]) != _comparable(truth[key])]
+        end_to_end = session_seconds + analysis_seconds
+        messages = summary["totals"]["deliveries"]
+
+        print("dpkt: whole file", flush=True)
+        dpkt_result, dpkt_seconds = timed(dpkt_pass, trace)
+        print(f"scapy: first {args.scapy_sample:,} packets", flush=True)
+        scapy_result, scapy_seconds = timed(scapy_pass, trace, args.scapy_sample)
+
+        result = {
+            "trace": {"bytes": size, "seed": args.seed, "packets": dpkt_result["packets"],
+                      "deliveries": messages, "published": summary["totals"]["messages_published"]},
+            "generator": {"seconds": round(generate_seconds, 2), "mb_per_s": round(size / 1e6 / generate_seconds, 1)},
+            "spark_analysis": {
+                "master": args.master, "session_start_seconds": round(session_seconds, 2),
+                "analysis_seconds": round(analysis_seconds, 2), "end_to_end_seconds": round(end_to_end, 2),
+                "mb_per_s": round(size / 1e6 / end_to_end, 1),
+                "mb_per_s_excluding_session_start": round(size / 1e6 / analysis_seconds, 1),
+                "messages_per_s": round(messages / end_to_end),
+                "peak_rss_mb_all_processes": round(memory.peak_bytes / 1e6),
+                "summary_matches_truth": not mismatches, "mismatched_sections": mismatches},
+            "dpkt_tcp_pass": {"seconds": round(dpkt_seconds, 2), "mb_per_s": round(size / 1e6 / dpkt_seconds, 1),
+                              "packets_per_s": round(dpkt_result["packets"] / dpkt_seconds)},
+            "scapy_tcp_pass": {"sampled_packets": scapy_result["packets"],
+                               "sampled_bytes": scapy_result["sample_file_bytes"],
+                               "seconds": round(scapy_seconds, 2),
+                               "mb_per_s_extrapolated": round(scapy_result["sample_file_bytes"] / 1e6 / scapy_seconds,
+                                                              1),
+                               "note": "scapy parses a bounded sample (the first packets); MB/s is over that sample"},
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "target_mb_per_s": 100,
+        }
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+    with open(args.output, "w") as handle:
+        json.dump(result, handle, indent=1)
+    print(json.dumps(result, indent=1))
+    return 0 if not mismatches else 1
+
+
+def _comparable(section: dict) -> dict:
+    """Truth and summary agree on counts; names of connections exist only in the truth."""
+    text = json.dumps(section, sort_keys=True)
+    data = json.loads(text)
+    for topic in data.values() if isinstance(data, dict) else []:
+        for channel in topic.get("channels", {}).values() if isinstance(topic, dict) else []:
+            channel.pop("consumer_connections", None)
+            channel.pop("consumer_ports", None)
+    return data
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

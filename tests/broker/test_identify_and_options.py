@@ -1,0 +1,55 @@
+"""IDENTIFY's JSON decoding and nsqd's flags, as nsqd's Go decoding and flag package treat them."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from reference_broker.options import MS, SECOND, parse_duration, parse_options
+from reference_broker.protocol_v2 import decode_identify
+
+
+@pytest.mark.parametrize("body,field,value", [
+    (b'{"Feature_Negotiation":true}', "feature_negotiation", True),  # section 3.1: keys case-insensitive
+    (b'{"MSG_TIMEOUT":5000}', "msg_timeout", 5000),
+    (b'{"unknown":1,"heartbeat_interval":1000}', "heartbeat_interval", 1000),
+    (b'{"client_id":null}', "client_id", ""),  # a null leaves the zero value
+    (b"null", "hostname", ""),
+    (b"{}", "sample_rate", 0),
+])
+def test_identify_decoding_accepts(body, field, value):
+    assert decode_identify(body)[field] == value
+
+
+@pytest.mark.parametrize("body", [
+    b'{"heartbeat_interval":"abc"}', b'{"msg_timeout":1000.5}', b'{"msg_timeout":1e3}', b"[]",
+    b"{", b'{"sample_rate":2147483648}', b'{"snappy":1}', b'{"client_id":5}',
+])
+def test_identify_decoding_rejects(body):
+    # section 3.1: E_BAD_BODY IDENTIFY failed to decode JSON body
+    assert decode_identify(body) is None
+
+
+@pytest.mark.parametrize("text,nanoseconds", [
+    ("100ms", 100 * MS), ("60s", 60 * SECOND), ("15m", 900 * SECOND), ("1h", 3600 * SECOND),
+    ("1m30s", 90 * SECOND), ("1.5s", 1500 * MS), ("0", 0),
+])
+def test_go_durations(text, nanoseconds):
+    assert parse_duration(text) == nanoseconds
+
+
+def test_flags_use_nsqd_names_and_defaults():
+    options = parse_options(["--max-rdy-count=50", "-msg-timeout", "2s", "--snappy=false", "--deflate"])
+    assert (options.max_rdy_count, options.msg_timeout, options.snappy_enabled, options.deflate_enabled) == (
+        50, 2 * SECOND, False, True)
+    assert parse_options([]).max_msg_size == 1048576 and parse_options([]).mem_queue_size == 10000
+
+
+@pytest.mark.parametrize("flag", ["--bogus", "--msg-timeout=10", "--max-rdy-count=x", "--node-id=2000",
+                                  "--snappy=maybe"])
+def test_a_bad_flag_is_one_line_and_exit_status_2(flag):
+    result = subprocess.run([sys.executable, "-m", "reference_broker", flag], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

@@ -1,0 +1,50 @@
+"""The nsqpcap data source, tested the way Spark tests its own Python data sources."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import PCAPS
+from pyspark.errors import AnalysisException
+from pyspark.testing import assertDataFrameEqual
+
+
+def load(spark, paths, **options):
+    reader = spark.read.format("nsqpcap")
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load(paths)
+
+
+def test_one_partition_per_file_and_byte_ranges_for_large_files(spark):
+    files = [str(PCAPS / "compressed.pcap"), str(PCAPS / "transcripts.pcap")]
+    assert load(spark, files).rdd.getNumPartitions() == 2
+    # compressed.pcap is 204,366 bytes: 4 ranges of 64 KiB; transcripts.pcap 1,937,784 bytes: 30
+    assert load(spark, files, splitBytes=65536).rdd.getNumPartitions() == 4 + 30
+
+
+def test_byte_range_splits_read_exactly_the_same_rows(spark):
+    path = str(PCAPS / "transcripts.pcap")
+    whole = load(spark, path)
+    assertDataFrameEqual(load(spark, path, splitBytes=100_000), whole)
+    assert whole.count() == 8155 and whole.where("error IS NOT NULL").count() == 0
+
+
+def test_directory_and_glob_paths(spark):
+    by_glob = load(spark, str(PCAPS / "c*.pcap"))
+    assertDataFrameEqual(by_glob, load(spark, str(PCAPS / "compressed.pcap")))
+    assert load(spark, str(PCAPS)).select("file").distinct().count() == 3
+
+
+def test_truncated_file_is_a_counted_error_row(spark, tmp_path):
+    path = tmp_path / "cut.pcap"
+    path.write_bytes((PCAPS / "compressed.pcap").read_bytes()[:100_000])
+    errors = load(spark, str(path)).where("error IS NOT NULL").select("error").collect()
+    assert [row.error for row in errors] == ["pcap_truncated_record"]
+
+
+@pytest.mark.parametrize("options,message", [({}, "no such capture file"),
+                                             ({"splitBytes": "lots"}, "splitBytes must be an integer")])
+def test_bad_options_fail_with_a_clear_message(spark, tmp_path, options, message):
+    path = str(tmp_path / "missing.pcap") if not options else str(PCAPS / "compressed.pcap")
+    with pytest.raises(AnalysisException, match=message):
+        load(spark, path, **options).count()
