@@ -1,0 +1,187 @@
+"""FIN, REQ, TOUCH (nsqd-behavior.md 2.8-2.10, 4.3)."""
+
+import time
+
+import pytest
+
+from conformance import wire
+
+requirement = pytest.mark.requirement
+UNKNOWN_ID = "0123456789abcdef"
+
+
+def one_in_flight(nsq, topic, body=b"m", fields=None):
+    conn = nsq.connect()
+    if fields:
+        conn.identify(fields)
+    conn.subscribe(topic, "c", ready=1)
+    conn.publish(topic, body)
+    return conn, conn.expect_message(body, attempts=1)
+
+
+@requirement("NSQ-FIN-001")
+@pytest.mark.parametrize("line, verb", [(f"FIN {UNKNOWN_ID}", "FIN"), (f"REQ {UNKNOWN_ID} 0", "REQ"),
+                                        (f"TOUCH {UNKNOWN_ID}", "TOUCH")], ids=["FIN", "REQ", "TOUCH"])
+def test_settlement_before_sub_is_fatal(nsq, line, verb):
+    """(P-FIN-01, P-REQ-01, P-TOUCH-01; rec-0145, rec-0151, rec-0158)"""
+    conn = nsq.connect()
+    conn.send(line.encode() + b"\n")
+    conn.expect_error("E_INVALID", f"cannot {verb} in current state")
+
+
+@requirement("NSQ-FIN-002")
+@pytest.mark.parametrize("line, text", [
+    ("FIN", "FIN insufficient number of params"), (f"REQ {UNKNOWN_ID}", "REQ insufficient number of params"),
+    ("REQ 0123 0", "invalid message ID"), ("TOUCH", "TOUCH insufficient number of params"),
+    ("TOUCH 0123", "invalid message ID"), ("FIN 0123456789abcdef0", "invalid message ID")],
+    ids=["fin-no-id", "req-no-timeout", "req-short-id", "touch-no-id", "touch-short-id", "fin-17-bytes"])
+def test_malformed_settlement_is_fatal(nsq, line, text):
+    """(P-FIN-02, P-FIN-03, P-REQ-02, P-REQ-03, P-TOUCH-02; rec-0146, rec-0152, rec-0153, rec-0159, rec-0160)"""
+    conn = nsq.connect()
+    conn.subscribe(nsq.topic(), "c")
+    conn.send(line.encode() + b"\n")
+    conn.expect_error("E_INVALID", text)
+
+
+@requirement("NSQ-FIN-003")
+def test_non_hex_id_reaches_the_lookup(nsq):
+    """16 bytes that are not hex pass the length check: non-fatal 'not in flight' (P-FIN-03, X-14; rec-0147)."""
+    conn = nsq.connect()
+    conn.subscribe(nsq.topic(), "c")
+    conn.send(b"FIN zzzzzzzzzzzzzzzz\n")
+    conn.expect_error("E_FIN_FAILED", "FIN zzzzzzzzzzzzzzzz failed ID not in flight", fatal=False)
+
+
+@requirement("NSQ-FIN-003")
+def test_fin_is_silent_and_only_once(nsq):
+    """FIN succeeds with no response; a second FIN of the same ID is 'not in flight' (P-FIN-06; rec-0149)."""
+    conn, message = one_in_flight(nsq, nsq.topic())
+    message_id = message.message_id.decode()
+    conn.command("FIN", message_id)
+    conn.expect_silence(0.3, what="FIN has no response (P-FIN-06)")
+    conn.command("FIN", message_id)
+    conn.expect_error("E_FIN_FAILED", f"FIN {message_id} failed ID not in flight", fatal=False)
+
+
+@requirement("NSQ-FIN-004")
+@pytest.mark.parametrize("line, verb", [("FIN %s", "FIN"), ("REQ %s 0", "REQ"), ("TOUCH %s", "TOUCH")],
+                         ids=["FIN", "REQ", "TOUCH"])
+def test_settling_another_clients_message(nsq, line, verb):
+    """B on the same channel settles A's in-flight message: 'client does not own message', non-fatal;
+    A's FIN then works (P-FIN-05, P-REQ-06, P-TOUCH-03, D-10; rec-0148, rec-0155, rec-0161)."""
+    topic = nsq.topic()
+    owner, message = one_in_flight(nsq, topic, b"mine")
+    other = nsq.connect()
+    other.subscribe(topic, "c")
+    message_id = message.message_id.decode()
+    other.send((line % message_id).encode() + b"\n")
+    other.expect_error(f"E_{verb}_FAILED", f"{verb} {message_id} failed client does not own message",
+                       fatal=False)
+    owner.command("FIN", message_id)
+    owner.expect_silence(0.3)
+
+
+@requirement("NSQ-FIN-004")
+def test_fin_from_another_channel(nsq):
+    """(D-10; rec-0150)"""
+    topic = nsq.topic()
+    owner, message = one_in_flight(nsq, topic, b"x")
+    other = nsq.connect()
+    other.subscribe(topic, "c2")
+    message_id = message.message_id.decode()
+    other.command("FIN", message_id)
+    other.expect_error("E_FIN_FAILED", f"FIN {message_id} failed ID not in flight", fatal=False)
+
+
+@requirement("NSQ-REQ-001")
+def test_req_with_empty_timeout_is_immediate(nsq):
+    """'REQ <id> ' (P-REQ-04; rec-0154)"""
+    conn, message = one_in_flight(nsq, nsq.topic(), b"r")
+    conn.send(b"REQ " + message.message_id + b" \n")
+    again = conn.expect_message(b"r", attempts=2, timeout=1.0)
+    nsq.verify.equal("same ID", message.message_id, again.message_id)
+
+
+@requirement("NSQ-REQ-001")
+def test_req_zero_goes_to_the_tail(nsq):
+    """Two messages, REQ 0 the first: 'second' comes next, then 'first' with attempts 2 (D-20; rec-0156)."""
+    topic = nsq.topic()
+    conn = nsq.connect()
+    conn.send(wire.encode_command("PUB", topic, body=b"first") + wire.encode_command("PUB", topic, body=b"second"))
+    conn.expect_response(b"OK")
+    conn.expect_response(b"OK")
+    conn.subscribe(topic, "c", ready=1)
+    first = conn.expect_message(b"first", attempts=1)
+    conn.command("REQ", first.message_id.decode(), 0)
+    second = conn.expect_message(b"second", attempts=1)
+    conn.command("FIN", second.message_id.decode())
+    again = conn.expect_message(b"first", attempts=2)
+    nsq.verify.equal("same ID and timestamp", (first.message_id, first.timestamp),
+                     (again.message_id, again.timestamp))
+
+
+@requirement("NSQ-REQ-002", "NSQ-HTTP-008")
+def test_req_with_delay_defers(nsq):
+    """REQ 1000: deferred_count 1, redelivered with attempts 2 after >= 1 s (D-21; rec-0157 observed ~1.0 s)."""
+    topic = nsq.topic()
+    nsq.fresh_channel(topic, "c")
+    conn, message = one_in_flight(nsq, topic, b"later")
+    conn.command("REQ", message.message_id.decode(), 1000)
+    start = time.monotonic()
+    conn.expect_silence(0.2)
+    channel = nsq.http.channel_stats(topic, "c")
+    nsq.verify.equal("(in_flight_count, deferred_count) after REQ 1000", (0, 1),
+                     (channel["in_flight_count"], channel["deferred_count"]))
+    conn.expect_message(b"later", attempts=2, timeout=5)
+    nsq.within("REQ 1000 redelivery", nsq.elapsed_since(start), 0.95, 2.6)
+
+
+@requirement("NSQ-REQ-003")
+def test_req_above_max_is_clamped(nsq):
+    """REQ 2 x max-req-timeout is accepted silently. With a short max (nsqd-tight: 5 s) the redelivery
+    is timed: after ~max, not 2 x max (P-REQ-05, D-23; rec-0242 observed 4.7 s after the stats call)."""
+    maximum = nsq.limits["max_req_timeout_ms"] / 1000
+    topic = nsq.topic()
+    timed = maximum <= 10
+    if timed:
+        nsq.fresh_channel(topic, "c")
+    conn, message = one_in_flight(nsq, topic, b"clamp")
+    conn.command("REQ", message.message_id.decode(), int(maximum * 2000))
+    start = time.monotonic()
+    if not timed:
+        conn.expect_silence(1.0, what="REQ above the max is accepted silently and deferred (P-REQ-05)")
+        return
+    conn.expect_message(b"clamp", attempts=2, timeout=maximum + 6)
+    nsq.within("clamped REQ redelivery", nsq.elapsed_since(start), maximum - 0.05, maximum + 2.5)
+
+
+@requirement("NSQ-TOUCH-001")
+def test_touch_extends_the_timeout(nsq):
+    """msg_timeout 2000, TOUCH at 1.5 s, nothing redelivered by 3 s, FIN then succeeds (P-TOUCH-04; rec-0162)."""
+    topic = nsq.topic()
+    nsq.fresh_channel(topic, "c")
+    conn, message = one_in_flight(nsq, topic, b"touch", {"msg_timeout": 2000})
+    nsq.wait(1.5, "three quarters of msg_timeout")
+    conn.command("TOUCH", message.message_id.decode())
+    conn.expect_silence(1.5, what="no timeout: TOUCH reset the deadline")
+    conn.command("FIN", message.message_id.decode())
+    conn.expect_silence(0.3, what="FIN of the touched message succeeds")
+
+
+@requirement("NSQ-TOUCH-001")
+def test_touch_cannot_pass_max_msg_timeout(nsq):
+    """msg_timeout 2000, TOUCH every second: still redelivered ~max-msg-timeout after delivery
+    (D-13; rec-0243 with max 5 s). Needs a profile whose max-msg-timeout is <= 10 s."""
+    maximum = nsq.limits["max_msg_timeout_ms"] / 1000
+    if maximum > 10:
+        pytest.skip(f"max-msg-timeout {maximum:g} s is too long to observe; run with --profile nsqd-tight")
+    topic = nsq.topic()
+    nsq.fresh_channel(topic, "c")
+    conn, message = one_in_flight(nsq, topic, b"cap", {"msg_timeout": 2000})
+    delivered = time.monotonic()
+    while nsq.elapsed_since(delivered) < maximum - 1:
+        nsq.wait(1.0, "then TOUCH again")
+        conn.command("TOUCH", message.message_id.decode())
+    conn.expect_message(b"cap", attempts=2, timeout=6)
+    nsq.within("redelivery despite TOUCHes, measured from delivery", nsq.elapsed_since(delivered),
+               maximum - 0.05, maximum + 2.5)

@@ -1,0 +1,279 @@
+"""The HTTP API (nsqd-behavior.md 6). Every case needs --http-target (UNSUPPORTED without it)."""
+
+import pytest
+
+from conformance import wire
+from conformance.client import quote
+
+requirement = pytest.mark.requirement
+NSQ_CONTENT_TYPE = "nsq; version=1.0"
+
+
+@pytest.fixture
+def http(nsq):
+    nsq.require("http")
+    return nsq.http
+
+
+def expect(nsq, response, status: int, message: str | None = None, body: bytes | None = None):
+    """Status and JSON error code are required (H-01); header details are nsqd's (soft)."""
+    nsq.verify.equal("HTTP status", status, response.status)
+    if message is not None:
+        nsq.verify.equal("HTTP error body (H-01)", {"message": message}, response.json())
+        nsq.verify.soft_equal("error Content-Type (H-01)", "application/json; charset=utf-8",
+                              response.headers.get("content-type"))
+    if body is not None:
+        nsq.verify.equal("HTTP body", body, response.body)
+    if status != 404 or message != "NOT_FOUND":
+        nsq.verify.soft_equal("X-NSQ-Content-Type header (H-01, H-02)", NSQ_CONTENT_TYPE,
+                              response.headers.get("x-nsq-content-type"))
+
+
+@requirement("NSQ-HTTP-001")
+def test_ping(nsq, http):
+    """200 'OK', plain text, no X-NSQ-Content-Type (H-03; rec-0203)."""
+    response = http.get("/ping")
+    nsq.verify.equal("GET /ping", (200, b"OK"), (response.status, response.body))
+    nsq.verify.soft_equal("no X-NSQ-Content-Type on /ping (H-03)", None, response.headers.get("x-nsq-content-type"))
+
+
+@requirement("NSQ-HTTP-001")
+def test_info(nsq, http):
+    """JSON with version and the limits in the profile (H-EP:/info; rec-0204: max_heartbeat_interval in ns)."""
+    response = http.get("/info")
+    expect(nsq, response, 200)
+    info = response.json()
+    nsq.verify.that("/info has a version", isinstance(info.get("version"), str), "a version string", info)
+    nsq.verify.soft_equal("/info max_heartbeat_interval (ns)", nsq.limits["max_heartbeat_interval_ms"] * 10**6,
+                          info.get("max_heartbeat_interval"))
+    nsq.verify.soft_equal("/info tcp_port", nsq.target.tcp[1], info.get("tcp_port"))
+
+
+@requirement("NSQ-HTTP-002")
+def test_unknown_path_and_wrong_method(nsq, http):
+    """404 NOT_FOUND; POST /stats and PUT /ping are 405 with an Allow header (H-04; rec-0205)."""
+    expect(nsq, http.get("/not_found"), 404, "NOT_FOUND")
+    for method, path in (("POST", "/stats"), ("PUT", "/ping")):
+        response = http.request(method, path, b"")
+        expect(nsq, response, 405, "METHOD_NOT_ALLOWED")
+        nsq.verify.soft_equal(f"Allow header of {method} {path}", "GET, OPTIONS", response.headers.get("allow"))
+
+
+@requirement("NSQ-HTTP-003")
+def test_pub_argument_checks(nsq, http):
+    """MSG_EMPTY is checked before the topic, then MISSING_ARG_TOPIC, INVALID_TOPIC (H-PUB-02/03; rec-0209)."""
+    expect(nsq, http.post("/pub", b""), 400, "MSG_EMPTY")
+    expect(nsq, http.post(f"/pub?topic={nsq.topic()}", b""), 400, "MSG_EMPTY")
+    expect(nsq, http.post("/pub", b"x"), 400, "MISSING_ARG_TOPIC")
+    expect(nsq, http.post("/pub?topic=a!b", b"x"), 400, "INVALID_TOPIC")
+
+
+@requirement("NSQ-HTTP-003")
+def test_pub_publishes_and_only_post_is_routed(nsq, http):
+    """POST /pub -> 200 OK and the message is consumable over TCP; GET/PUT -> 405 (H-PUB-07/08; rec-0212)."""
+    topic = nsq.topic()
+    expect(nsq, http.post(f"/pub?topic={topic}", b"via http"), 200, body=b"OK")
+    for method in ("GET", "PUT"):
+        expect(nsq, http.request(method, f"/pub?topic={topic}", b"x"), 405, "METHOD_NOT_ALLOWED")
+    conn = nsq.connect()
+    conn.subscribe(topic, "c", ready=1)
+    conn.expect_message(b"via http", attempts=1)
+
+
+@requirement("NSQ-HTTP-003")
+def test_pub_size_limit(nsq, http):
+    """max-msg-size bytes -> 200; +1 -> 413 MSG_TOO_BIG (H-PUB-01; rec-0244)."""
+    maximum = nsq.limits["max_msg_size"]
+    topic = nsq.topic()
+    expect(nsq, http.post(f"/pub?topic={topic}", b"m" * maximum), 200, body=b"OK")
+    expect(nsq, http.post(f"/pub?topic={topic}", b"m" * (maximum + 1)), 413, "MSG_TOO_BIG")
+
+
+@requirement("NSQ-HTTP-004")
+def test_pub_defer_range(nsq, http):
+    """-1, abc and max+1 -> 400 INVALID_DEFER (the topic is created anyway); max and 0 -> 200
+    (H-PUB-04/05; rec-0210, rec-0246)."""
+    maximum = nsq.limits["max_req_timeout_ms"]
+    topic = nsq.topic()
+    expect(nsq, http.post(f"/pub?topic={topic}&defer=-1", b"x"), 400, "INVALID_DEFER")
+    nsq.verify.that("topic created before the defer check (H-PUB-04)", http.stats(topic) is not None,
+                    "topic exists", "missing")
+    for bad in ("abc", maximum + 1):
+        expect(nsq, http.post(f"/pub?topic={topic}&defer={bad}", b"x"), 400, "INVALID_DEFER")
+    for good in (maximum, 0):
+        expect(nsq, http.post(f"/pub?topic={topic}&defer={good}", b"x"), 200, body=b"OK")
+    nsq.verify.equal("topic message_count", 2, http.stats(topic)["message_count"])
+
+
+@requirement("NSQ-HTTP-005")
+def test_mpub_text_mode(nsq, http):
+    """Split on \\n, \\r kept, empty lines skipped; empty bodies are 200 and publish nothing (H-MPUB-04; rec-0215)."""
+    topic = nsq.topic()
+    expect(nsq, http.post(f"/mpub?topic={topic}", b"one\r\ntwo\r\n\n\nthree\n"), 200, body=b"OK")
+    expect(nsq, http.post(f"/mpub?topic={topic}", b""), 200, body=b"OK")
+    expect(nsq, http.post(f"/mpub?topic={topic}", b"\n\n"), 200, body=b"OK")
+    conn = nsq.connect()
+    conn.subscribe(topic, "c", ready=5)
+    bodies = sorted(frame.body for frame in conn.expect_messages(3))
+    nsq.verify.equal("text /mpub members", [b"one\r", b"three", b"two\r"], bodies)
+    conn.expect_silence(0.3)
+
+
+@requirement("NSQ-HTTP-005")
+def test_mpub_binary_mode(nsq, http):
+    """binary=yes and binary=1 are binary; errors are 413 BAD_BODY / BAD_MESSAGE (H-MPUB-03/05; rec-0213, rec-0214)."""
+    topic = nsq.topic()
+    expect(nsq, http.post("/mpub", b"a\nb"), 400, "MISSING_ARG_TOPIC")
+    expect(nsq, http.post("/mpub?topic=a!b", b"a"), 400, "INVALID_TOPIC")
+    binary = wire.mpub_body([b"y1", b"y2"])  # [count][size][bytes]...: no total size word, unlike TCP
+    expect(nsq, http.post(f"/mpub?topic={topic}&binary=yes", binary), 200, body=b"OK")
+    expect(nsq, http.post(f"/mpub?topic={topic}&binary=1", wire.mpub_body([b"y3"])), 200, body=b"OK")
+    expect(nsq, http.post(f"/mpub?topic={topic}&binary=true", b""), 413, "BAD_BODY")
+    expect(nsq, http.post(f"/mpub?topic={topic}&binary=true", b"\x00\x00\x00\x00"), 413, "BAD_BODY")
+    expect(nsq, http.post(f"/mpub?topic={topic}&binary=true", b"\x00\x00\x00\x01\x00\x00\x00\x00"), 413,
+           "BAD_MESSAGE")
+    nsq.verify.equal("published by binary /mpub", 3, http.stats(topic)["message_count"])
+
+
+@requirement("NSQ-HTTP-005")
+def test_mpub_size_limits(nsq, http):
+    """Body > max-body-size -> 413 BODY_TOO_BIG; a line > max-msg-size -> 413 MSG_TOO_BIG (H-MPUB-01/04; rec-0245)."""
+    topic = nsq.topic()
+    expect(nsq, http.post(f"/mpub?topic={topic}", b"b" * (nsq.limits["max_body_size"] + 1)), 413, "BODY_TOO_BIG")
+    expect(nsq, http.post(f"/mpub?topic={topic}", b"ok\n" + b"l" * (nsq.limits["max_msg_size"] + 1) + b"\n"),
+           413, "MSG_TOO_BIG")
+
+
+@requirement("NSQ-HTTP-006")
+def test_topic_create_delete_empty(nsq, http):
+    """(H-EP:/topic/*, X-27: delete does not validate names; rec-0217, rec-0218, rec-0219)"""
+    topic = nsq.topic()
+    expect(nsq, http.post("/topic/create"), 400, "MISSING_ARG_TOPIC")
+    expect(nsq, http.post("/topic/create?topic=a!b"), 400, "INVALID_TOPIC")
+    expect(nsq, http.post("/topic/empty?topic=a$b"), 400, "INVALID_TOPIC")
+    expect(nsq, http.post(f"/topic/empty?topic={topic}"), 404, "TOPIC_NOT_FOUND")
+    expect(nsq, http.post(f"/topic/delete?topic={topic}"), 404, "TOPIC_NOT_FOUND")
+    expect(nsq, http.post("/topic/delete?topic=a!b"), 404, "TOPIC_NOT_FOUND")
+    for _ in range(2):  # idempotent
+        expect(nsq, http.post(f"/topic/create?topic={topic}"), 200, body=b"")
+    expect(nsq, http.post(f"/pub?topic={topic}", b"x"), 200, body=b"OK")
+    expect(nsq, http.post(f"/topic/empty?topic={topic}"), 200, body=b"")
+    nsq.verify.equal("depth after /topic/empty", 0, http.stats(topic)["depth"])
+    expect(nsq, http.post(f"/topic/delete?topic={topic}"), 200, body=b"")
+    nsq.verify.equal("topic after /topic/delete", None, http.stats(topic))
+
+
+@requirement("NSQ-HTTP-007")
+def test_channel_endpoint_argument_order(nsq, http):
+    """INVALID_REQUEST, MISSING_ARG_TOPIC, INVALID_ARG_TOPIC, MISSING_ARG_CHANNEL, INVALID_ARG_CHANNEL,
+    then TOPIC_NOT_FOUND; create is idempotent (H-EP:/channel/create; rec-0221, rec-0223)."""
+    topic = nsq.topic()
+    expect(nsq, http.post("/channel/create?topic=%zz"), 400, "INVALID_REQUEST")
+    expect(nsq, http.post("/channel/create"), 400, "MISSING_ARG_TOPIC")
+    expect(nsq, http.post("/channel/create?topic=a!b&channel=c"), 400, "INVALID_ARG_TOPIC")
+    expect(nsq, http.post(f"/channel/create?topic={topic}"), 400, "MISSING_ARG_CHANNEL")
+    expect(nsq, http.post(f"/channel/empty?topic={topic}"), 400, "MISSING_ARG_CHANNEL")
+    expect(nsq, http.post(f"/channel/create?topic={topic}&channel=a!b"), 400, "INVALID_ARG_CHANNEL")
+    expect(nsq, http.post(f"/channel/create?topic={topic}&channel=c"), 404, "TOPIC_NOT_FOUND")
+    expect(nsq, http.post(f"/topic/create?topic={topic}"), 200, body=b"")
+    for _ in range(2):
+        expect(nsq, http.post(f"/channel/create?topic={topic}&channel=c"), 200, body=b"")
+    nsq.verify.that("channel in /stats", http.channel_stats(topic, "c") is not None, "present", "missing")
+
+
+@requirement("NSQ-HTTP-007")
+def test_channel_delete_and_empty_codes(nsq, http):
+    """(H-EP:/channel/delete, /channel/empty; rec-0222, rec-0223)"""
+    topic = nsq.topic()
+    expect(nsq, http.post(f"/channel/delete?topic={topic}&channel=c"), 404, "TOPIC_NOT_FOUND")
+    expect(nsq, http.post(f"/topic/create?topic={topic}"), 200, body=b"")
+    expect(nsq, http.post(f"/channel/delete?topic={topic}&channel=c"), 404, "CHANNEL_NOT_FOUND")
+    expect(nsq, http.post(f"/channel/empty?topic={topic}&channel=c"), 404, "CHANNEL_NOT_FOUND")
+    expect(nsq, http.post(f"/channel/create?topic={topic}&channel=c"), 200, body=b"")
+    expect(nsq, http.post(f"/channel/empty?topic={topic}&channel=c"), 200, body=b"")
+    expect(nsq, http.post(f"/channel/delete?topic={topic}&channel=c"), 200, body=b"")
+    nsq.verify.equal("channel after /channel/delete", None, http.channel_stats(topic, "c"))
+
+
+@requirement("NSQ-HTTP-008")
+def test_stats_filters(nsq, http):
+    """A missing topic gives topics null; a channel filter keeps only that channel; a missing channel gives []
+    (H-STATS-04/05; rec-0225)."""
+    topic = nsq.topic()
+    expect(nsq, http.post(f"/topic/create?topic={topic}"), 200, body=b"")
+    for channel in ("c1", "c2"):
+        expect(nsq, http.post(f"/channel/create?topic={topic}&channel={channel}"), 200, body=b"")
+    missing = http.get(f"/stats?format=json&topic={quote(topic + '-missing')}").json()
+    nsq.verify.equal("topics for a missing topic (H-STATS-04)", None, missing["topics"])
+    filtered = http.get(f"/stats?format=json&topic={topic}&channel=c2").json()["topics"]
+    nsq.verify.equal("channels with channel=c2", ["c2"],
+                     [channel["channel_name"] for channel in filtered[0]["channels"]])
+    nope = http.get(f"/stats?format=json&topic={topic}&channel=nope").json()["topics"]
+    nsq.verify.equal("topics with a missing channel (H-STATS-05)", [], nope)
+
+
+@requirement("NSQ-HTTP-008")
+def test_stats_counters(nsq, http):
+    """message_count, depth, in_flight_count, requeue_count after PUB x2, one delivery, one REQ 0
+    (H-STATS-07/08/11)."""
+    topic = nsq.topic()
+    conn = nsq.connect()
+    conn.subscribe(topic, "c", ready=1)
+    conn.publish(topic, b"s1")
+    conn.publish(topic, b"s2")
+    first = conn.expect_message(b"s1")
+    conn.command("RDY", 0)
+    conn.command("REQ", first.message_id.decode(), 0)
+    conn.expect_silence(0.2)
+    stats = http.stats(topic)
+    channel = stats["channels"][0]
+    nsq.verify.equal("topic message_count", 2, stats["message_count"])
+    nsq.verify.equal("channel (message_count, depth, in_flight_count, requeue_count, client_count)",
+                     (2, 2, 0, 1, 1), (channel["message_count"], channel["depth"], channel["in_flight_count"],
+                                       channel["requeue_count"], channel["client_count"]))
+
+
+@requirement("NSQ-HTTP-009")
+def test_query_string_rules_and_removed_endpoints(nsq, http):
+    """%zz -> 400 INVALID_REQUEST; topic=a&topic=b publishes to a; /put, /create_topic -> 404 (H-07, H-09;
+    rec-0207, rec-0208)."""
+    first, second = nsq.topic(), nsq.topic()
+    expect(nsq, http.post("/pub?topic=%zz", b"x"), 400, "INVALID_REQUEST")
+    expect(nsq, http.post(f"/pub?topic={first}&topic={second}", b"x"), 200, body=b"OK")
+    nsq.verify.equal("(first topic exists, second topic exists)", (True, False),
+                     (http.stats(first) is not None, http.stats(second) is not None))
+    expect(nsq, http.post(f"/put?topic={first}", b"x"), 404, "NOT_FOUND")
+    expect(nsq, http.post(f"/create_topic?topic={first}"), 404, "NOT_FOUND")
+
+
+@requirement("NSQ-HTTP-010")
+def test_config_endpoint(nsq, http):
+    """GET values under config names; node_id is not one; PUT log_level WARN -> 3, bad -> 400, empty -> 413;
+    other options are not settable; POST -> 405. The original log level is restored (H-CFG-01..03;
+    rec-0228, rec-0229)."""
+    expect(nsq, http.get("/config/max_msg_size"), 200, body=str(nsq.limits["max_msg_size"]).encode())
+    expect(nsq, http.get("/config/max_rdy_count"), 200, body=str(nsq.limits["max_rdy_count"]).encode())
+    expect(nsq, http.get("/config/node_id"), 400, "INVALID_OPTION")
+    original = http.get("/config/log_level")
+    expect(nsq, original, 200)
+    levels = {b"1": b"debug", b"2": b"info", b"3": b"warn", b"4": b"error", b"5": b"fatal"}
+    try:
+        expect(nsq, http.request("PUT", "/config/log_level", b"WARN"), 200, body=b"3")
+        expect(nsq, http.request("PUT", "/config/log_level", b"bad"), 400, "INVALID_VALUE")
+        expect(nsq, http.request("PUT", "/config/log_level", b""), 413, "INVALID_VALUE")
+        expect(nsq, http.request("PUT", "/config/mem_queue_size", b"5"), 400, "INVALID_OPTION")
+        expect(nsq, http.request("POST", "/config/log_level", b"x"), 405, "METHOD_NOT_ALLOWED")
+    finally:
+        http.request("PUT", "/config/log_level", levels.get(original.body, b"info"))
+
+
+@requirement("NSQ-HTTP-011")
+def test_stats_text_format(nsq, http):
+    """(H-STATS-01; rec-0002, rec-0227)"""
+    topic = nsq.topic()
+    nsq.connect().publish(topic, b"x")
+    response = http.get(f"/stats?format=text&include_mem=false&topic={topic}")
+    expect(nsq, response, 200)
+    text = response.body.decode("utf-8", "replace")
+    nsq.verify.that("text stats start with 'nsqd v'", text.startswith("nsqd v"), "nsqd v...", text[:80])
+    nsq.verify.that("text stats list the topic", f"[{topic}" in text, f"[{topic} ...", text[:400])

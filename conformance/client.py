@@ -1,0 +1,479 @@
+"""The suite's test connection: send bytes, expect frames with deadlines, record a transcript.
+
+Every expectation goes through a :class:`Verifier`. A broken MUST raises :class:`Mismatch` (the case
+FAILs); a detail that only has to match nsqd's wording (error text after a correct code) is recorded
+as a soft mismatch and the case goes on (NON-STRICT, see ``plugin.py``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from conformance import wire
+from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
+
+
+class Mismatch(AssertionError):
+    """A required behaviour differs: requirement, expected, actual."""
+
+    def __init__(self, what: str, expected, actual):
+        super().__init__(f"{what}\n  expected: {_show(expected)}\n  actual:   {_show(actual)}")
+        self.what, self.expected, self.actual = what, expected, actual
+
+
+def _show(value) -> str:
+    return value.describe() if hasattr(value, "describe") else str(value)
+
+
+class Unsupported(Exception):
+    """The target does not offer an optional capability the case needs (TLS, snappy, HTTP, ...)."""
+
+
+class HarnessError(Exception):
+    """The suite could not do its part (e.g. connect); the case is an ERROR, not a FAIL."""
+
+
+@dataclass
+class SoftMismatch:
+    what: str
+    expected: object
+    actual: object
+
+    def __str__(self) -> str:
+        return f"{self.what}\n  expected: {_show(self.expected)}\n  actual:   {_show(self.actual)}"
+
+
+@dataclass
+class Verifier:
+    soft_mismatches: list[SoftMismatch] = field(default_factory=list)
+
+    def equal(self, what: str, expected, actual) -> None:
+        if expected != actual:
+            raise Mismatch(what, expected, actual)
+
+    def that(self, what: str, condition: bool, expected, actual) -> None:
+        if not condition:
+            raise Mismatch(what, expected, actual)
+
+    def soft_equal(self, what: str, expected, actual) -> None:
+        if expected != actual:
+            self.soft_mismatches.append(SoftMismatch(what, expected, actual))
+
+
+class Closed(Exception):
+    """The server closed the connection (EOF or reset)."""
+
+
+class Connection:
+    """One TCP connection to the target, speaking V2 with deadlines.
+
+    Heartbeats are answered with NOP and skipped unless a case reads raw frames; message frames
+    that arrive while a response is awaited are kept for later ``expect_message`` calls (C-13).
+    """
+
+    def __init__(self, name: str, address: tuple[str, int], transcript: Transcript, verifier: Verifier,
+                 time_scale: float, send_magic: bool = True):
+        self.name = name
+        self.transcript = transcript
+        self.verify = verifier
+        self.time_scale = time_scale
+        try:
+            self.sock = socket.create_connection(address, timeout=5 * time_scale)
+        except OSError as exc:
+            raise HarnessError(f"cannot connect to {address[0]}:{address[1]}: {exc}") from exc
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transcript.endpoints[name] = Endpoint(self.sock.getsockname()[:2], self.sock.getpeername()[:2])
+        transcript.note(f"connected {self.sock.getsockname()[1]} -> {address[1]}", name)
+        self.frames = wire.FrameDecoder()
+        self.commands = wire.CommandDecoder()
+        self.inbox: deque[wire.Frame] = deque()  # frames read but not yet consumed
+        self.heartbeats = 0
+        self.closed = False
+        self._encoder = None
+        self._decoder = None
+        if send_magic:
+            self.send(wire.MAGIC_V2)
+
+    # ---- sending -------------------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        lines = self._describe_sent(data)
+        on_wire = self._encoder.encode(data) if self._encoder else data
+        self.transcript.record(self.name, CLIENT_TO_SERVER, lines, on_wire)
+        try:
+            self.sock.sendall(on_wire)
+        except OSError as exc:
+            raise Mismatch("the connection accepts the client's bytes", "write succeeds",
+                           f"write failed: {exc}") from exc
+
+    def command(self, name: str, *params, body: bytes | None = None) -> None:
+        self.send(wire.encode_command(name, *params, body=body))
+
+    def _describe_sent(self, data: bytes) -> list[str]:
+        try:
+            commands = self.commands.feed(data)
+        except wire.ProtocolViolation as exc:
+            return [f"raw {data[:80]!r}{'...' if len(data) > 80 else ''} ({exc.reason})"]
+        lines = [command.describe() for command in commands]
+        if self.commands.magic is not None and self.commands.offset <= 4 and data[:4] == self.commands.magic:
+            lines.insert(0, f"MAGIC {self.commands.magic!r}")
+        if self.commands.pending:
+            lines.append(f"(+{self.commands.pending} bytes of an unfinished command)")
+        return lines or [f"raw {data[:80]!r}"]
+
+    def shutdown_write(self) -> None:
+        self.transcript.note("client half-closes (SHUT_WR)", self.name)
+        self.sock.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transcript.endpoints[self.name].closed_by_client = True
+            self.transcript.note("client closes", self.name)
+        self.sock.close()
+
+    def start_tls(self, timeout: float) -> None:
+        """Client side of the TLS upgrade right after the IDENTIFY response (ID-31). The suite
+        checks the protocol, not the certificate, so it does not verify the server's."""
+        import ssl
+
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        self.sock.settimeout(timeout * self.time_scale)
+        try:
+            self.sock = context.wrap_socket(self.sock)
+        except (OSError, ssl.SSLError) as exc:
+            raise Mismatch("the TLS handshake after IDENTIFY succeeds (ID-31)", "a TLS session", str(exc)) from exc
+        self.transcript.note(f"TLS established ({self.sock.version()})", self.name)
+
+    def upgrade(self, kind: str, level: int = 6) -> None:
+        """Switch both directions to deflate or snappy right after the IDENTIFY response (ID-30)."""
+        if kind == "deflate":
+            self._encoder, self._decoder = wire.DeflateStreamEncoder(level), wire.DeflateStreamDecoder()
+        elif kind == "snappy":
+            self._encoder = wire.SnappyStreamEncoder()
+            self._decoder = wire.SnappyStreamDecoder(verify_checksums=True)
+        else:
+            raise ValueError(kind)
+        self.transcript.note(f"upgrade to {kind}", self.name)
+
+    # ---- receiving -----------------------------------------------------------------------------
+    def _read_more(self, deadline: float) -> None:
+        """Read once from the socket and decode; raises Closed on EOF/reset, TimeoutError at deadline."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        self.sock.settimeout(remaining)
+        try:
+            data = self.sock.recv(262144)
+        except TimeoutError:
+            raise TimeoutError from None
+        except OSError as exc:  # reset counts as a close (C-19: "reset or EOF")
+            self._mark_closed(f"connection reset ({exc.__class__.__name__})")
+            raise Closed from exc
+        if not data:
+            self._mark_closed("server closed the connection (EOF)")
+            raise Closed
+        plain = self._decoder.feed(data) if self._decoder else data
+        try:
+            frames = self.frames.feed(plain)
+        except wire.ProtocolViolation as exc:
+            self.transcript.record(self.name, SERVER_TO_CLIENT,
+                                   [frame.describe() for frame in exc.frames] + [f"UNDECODABLE: {exc}"], data)
+            raise Mismatch("every frame is [size][type][data] with a known type (C-06, C-07)",
+                           "decodable frames", str(exc)) from exc
+        lines = [frame.describe() for frame in frames] or [f"({len(plain)} bytes of a partial frame)"]
+        self.transcript.record(self.name, SERVER_TO_CLIENT, lines, data)
+        for frame in frames:
+            if frame.is_heartbeat:
+                self.heartbeats += 1
+        self.inbox.extend(frames)
+
+    def _mark_closed(self, how: str) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transcript.endpoints[self.name].closed_by_server = True
+            self.transcript.note(how, self.name)
+
+    def raw_frame(self, timeout: float = 3.0) -> wire.Frame:
+        """The next frame of any kind, heartbeats included."""
+        deadline = time.monotonic() + timeout * self.time_scale
+        while not self.inbox:
+            try:
+                self._read_more(deadline)
+            except TimeoutError:
+                raise Mismatch("a frame arrives", f"a frame within {timeout * self.time_scale:.1f} s",
+                               "nothing") from None
+            except Closed:
+                raise Mismatch("a frame arrives", "a frame", "the server closed the connection") from None
+        return self.inbox.popleft()
+
+    def next_frame(self, timeout: float = 3.0, kinds=(wire.FRAME_RESPONSE, wire.FRAME_ERROR)) -> wire.Frame:
+        """The next frame of one of ``kinds``, answering heartbeats with NOP; other frames stay queued."""
+        deadline = time.monotonic() + timeout * self.time_scale
+        while True:
+            for frame in list(self.inbox):
+                if frame.is_heartbeat:
+                    self.inbox.remove(frame)
+                    self.command("NOP")
+                elif frame.frame_type in kinds:
+                    self.inbox.remove(frame)
+                    return frame
+            try:
+                self._read_more(deadline)
+            except TimeoutError:
+                wanted = "/".join(wire.FRAME_TYPE_NAMES[kind] for kind in kinds)
+                raise Mismatch(f"a {wanted} frame arrives", f"within {timeout * self.time_scale:.1f} s",
+                               "nothing arrived") from None
+            except Closed:
+                wanted = "/".join(wire.FRAME_TYPE_NAMES[kind] for kind in kinds)
+                raise Mismatch(f"a {wanted} frame arrives", f"a {wanted} frame",
+                               "the server closed the connection") from None
+
+    def expect_response(self, data: bytes, timeout: float = 3.0) -> None:
+        frame = self.next_frame(timeout)
+        self.verify.equal("response frame", _summary(wire.Frame(wire.FRAME_RESPONSE, data)), _summary(frame))
+
+    def expect_json_response(self, timeout: float = 3.0) -> dict:
+        frame = self.next_frame(timeout)
+        self.verify.that("response frame with a JSON object", frame.frame_type == wire.FRAME_RESPONSE
+                         and frame.data.startswith(b"{"), "RESPONSE {...}", _summary(frame))
+        try:
+            return json.loads(frame.data)
+        except ValueError as exc:
+            raise Mismatch("the response is valid JSON", "JSON", f"{frame.data!r}: {exc}") from exc
+
+    def expect_error(self, code: str, text: str | None = None, fatal: bool = True, timeout: float = 3.0) -> None:
+        """An error frame with ``code`` (MUST); ``text`` is nsqd's exact wording (SHOULD, soft);
+        fatal errors are followed by a close with no further frame (C-23)."""
+        frame = self.next_frame(timeout)
+        self.verify.that("error frame with the right code (C-08)",
+                         frame.frame_type == wire.FRAME_ERROR and frame.error_code == code,
+                         f"ERROR {code} ...", _summary(frame))
+        if text is not None:
+            self.verify.soft_equal("error text as nsqd words it", f"{code} {text}", frame.data.decode(
+                "utf-8", "replace"))
+        if fatal:
+            self.expect_close(what="a fatal error is followed by a close (C-23)")
+        else:
+            self.expect_open()
+
+    def expect_message(self, body: bytes | None = None, attempts: int | None = None,
+                       timeout: float = 3.0) -> wire.Frame:
+        frame = self.next_frame(timeout, kinds=(wire.FRAME_MESSAGE, wire.FRAME_ERROR))
+        self.verify.that("a message frame arrives", frame.frame_type == wire.FRAME_MESSAGE,
+                         "MESSAGE", _summary(frame))
+        if body is not None:
+            self.verify.equal("message body", body, frame.body)
+        if attempts is not None:
+            self.verify.equal("message attempts (C-12)", attempts, frame.attempts)
+        return frame
+
+    def expect_messages(self, count: int, timeout: float = 3.0) -> list[wire.Frame]:
+        return [self.expect_message(timeout=timeout) for _ in range(count)]
+
+    def expect_close(self, within: float = 3.0, what: str = "the server closes the connection") -> None:
+        deadline = time.monotonic() + within * self.time_scale
+        while True:
+            unexpected = [frame for frame in self.inbox if not frame.is_heartbeat]
+            if unexpected:
+                raise Mismatch(what + " with no further frame (C-25)", "close",
+                               _summary(unexpected[0]))
+            self.inbox.clear()
+            try:
+                self._read_more(deadline)
+            except Closed:
+                return
+            except TimeoutError:
+                raise Mismatch(what, f"close within {within * self.time_scale:.1f} s",
+                               "connection still open") from None
+
+    def expect_silence(self, seconds: float, what: str = "nothing arrives and the connection stays open") -> None:
+        """No response, error or message frame for ``seconds``; heartbeats are answered."""
+        deadline = time.monotonic() + seconds * self.time_scale
+        while True:
+            for frame in list(self.inbox):
+                if frame.is_heartbeat:
+                    self.inbox.remove(frame)
+                    self.command("NOP")
+                else:
+                    raise Mismatch(what, "silence", _summary(frame))
+            try:
+                self._read_more(deadline)
+            except TimeoutError:
+                return
+            except Closed:
+                raise Mismatch(what, "connection open", "the server closed the connection") from None
+
+    def poll(self, seconds: float) -> list[wire.Frame]:
+        """Whatever response/error/message frames arrive within ``seconds`` (heartbeats answered);
+        raises Mismatch if the server closes the connection."""
+        deadline = time.monotonic() + seconds * self.time_scale
+        while not any(not frame.is_heartbeat for frame in self.inbox):
+            try:
+                self._read_more(deadline)
+            except TimeoutError:
+                break
+            except Closed:
+                raise Mismatch("the connection stays open", "open", "the server closed the connection") from None
+        frames = []
+        for frame in list(self.inbox):
+            self.inbox.remove(frame)
+            if frame.is_heartbeat:
+                self.command("NOP")
+            else:
+                frames.append(frame)
+        return frames
+
+    def expect_open(self) -> None:
+        """Prove the connection is still usable: NOP is silent (P-NOP-01), so a round trip of an
+        invalid-free command is needed; a FIN of an unknown ID answers non-fatally only when
+        subscribed, so the probe is a silence window instead."""
+        self.expect_silence(0.2, what="the connection stays open after a non-fatal error (C-23)")
+
+    # ---- compound helpers ----------------------------------------------------------------------
+    def identify(self, fields: dict, timeout: float = 3.0) -> dict | None:
+        """IDENTIFY; with feature_negotiation returns the JSON response and, when the server agreed to
+        deflate or snappy, switches this connection to it and expects the upgrade's OK (ID-30)."""
+        keys = {key.lower(): value for key, value in fields.items()}  # keys match case-insensitively
+        self.command("IDENTIFY", body=wire.identify_body(fields))
+        if not keys.get("feature_negotiation"):
+            self.expect_response(b"OK", timeout)
+            return None
+        if not (keys.get("deflate") or keys.get("snappy") or keys.get("tls_v1")):
+            return self.expect_json_response(timeout)
+        # Compressed bytes may follow the JSON frame at once: read exactly one frame, no more.
+        frame = self._read_one_frame_exactly(timeout)
+        self.verify.that("IDENTIFY response", frame.frame_type == wire.FRAME_RESPONSE and
+                         frame.data.startswith(b"{"), "RESPONSE {...}", _summary(frame))
+        response = json.loads(frame.data)
+        if response.get("tls_v1"):  # ID-30: TLS first, then compression, one OK after each
+            self.start_tls(timeout)
+            self.expect_response(b"OK", timeout)
+        for kind in ("deflate", "snappy"):
+            if response.get(kind):
+                self.upgrade(kind, response.get("deflate_level", 6))
+                self.expect_response(b"OK", timeout)
+        return response
+
+    def _read_one_frame_exactly(self, timeout: float) -> wire.Frame:
+        deadline = time.monotonic() + timeout * self.time_scale
+        header = self._recv_exactly(8, deadline)
+        size = int.from_bytes(header[:4], "big")
+        data = self._recv_exactly(size - 4, deadline) if size >= 4 else b""
+        frame = self.frames.feed(header + data)[0]
+        self.transcript.record(self.name, SERVER_TO_CLIENT, [frame.describe()], header + data)
+        return frame
+
+    def _recv_exactly(self, count: int, deadline: float) -> bytes:
+        chunks = b""
+        while len(chunks) < count:
+            self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            try:
+                data = self.sock.recv(count - len(chunks))
+            except TimeoutError:
+                raise Mismatch("IDENTIFY response arrives", "a frame", "nothing within the deadline") from None
+            except OSError as exc:
+                raise Mismatch("IDENTIFY response arrives", "a frame", f"connection error {exc}") from None
+            if not data:
+                raise Mismatch("IDENTIFY response arrives", "a frame", "the server closed the connection")
+            chunks += data
+        return chunks
+
+    def subscribe(self, topic: str, channel: str, ready: int | None = None) -> None:
+        self.command("SUB", topic, channel)
+        self.expect_response(b"OK")
+        if ready is not None:
+            self.command("RDY", ready)
+
+    def publish(self, topic: str, body: bytes) -> None:
+        self.command("PUB", topic, body=body)
+        self.expect_response(b"OK")
+
+
+def _summary(frame: wire.Frame) -> str:
+    return frame.describe()
+
+
+@dataclass
+class HttpResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self):
+        try:
+            return json.loads(self.body)
+        except ValueError as exc:
+            raise Mismatch("the HTTP body is JSON", "JSON", f"{self.body[:200]!r}") from exc
+
+
+class HttpClient:
+    """One request per connection to the target's HTTP port, recorded in the transcript."""
+
+    def __init__(self, address: tuple[str, int] | None, transcript: Transcript, time_scale: float):
+        self.address = address
+        self.transcript = transcript
+        self.time_scale = time_scale
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict | None = None) -> HttpResponse:
+        """One HTTP/1.1 request. The body is written in full even if the server answers early
+        (H-PUB-01: 413 before reading), and a write error still lets the response be read."""
+        if self.address is None:
+            raise Unsupported("the target has no HTTP API (no --http-target)")
+        body = body or b""
+        self.transcript.record("HTTP", CLIENT_TO_SERVER, [f"{method} {path}" + (
+            f" [{len(body)} bytes] {body[:80]!r}" if body else "")])
+        head = [f"{method} {path} HTTP/1.1", f"Host: {self.address[0]}:{self.address[1]}",
+                f"Content-Length: {len(body)}", "Connection: close"]
+        head += [f"{key}: {value}" for key, value in (headers or {}).items()]
+        try:
+            sock = socket.create_connection(self.address, timeout=10 * self.time_scale)
+        except OSError as exc:
+            raise HarnessError(f"HTTP {method} {path}: cannot connect: {exc}") from exc
+        try:
+            try:
+                sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+            except OSError:
+                pass  # the server may answer and close before reading an oversized body
+            raw = http.client.HTTPResponse(sock, method=method)
+            raw.begin()
+            response = HttpResponse(raw.status, {key.lower(): value for key, value in raw.getheaders()},
+                                    raw.read())
+        except (OSError, http.client.HTTPException) as exc:
+            raise HarnessError(f"HTTP {method} {path} failed: {exc!r}") from exc
+        finally:
+            sock.close()
+        self.transcript.record("HTTP", SERVER_TO_CLIENT, [f"{response.status} {response.body[:200]!r}"])
+        return response
+
+    def post(self, path: str, body: bytes | None = b"") -> HttpResponse:
+        return self.request("POST", path, body)
+
+    def get(self, path: str) -> HttpResponse:
+        return self.request("GET", path)
+
+    def stats(self, topic: str) -> dict:
+        """The JSON stats of one topic (None when it does not exist)."""
+        document = self.get(f"/stats?format=json&topic={quote(topic)}").json()
+        topics = document.get("topics") or []
+        return next((entry for entry in topics if entry.get("topic_name") == topic), None)
+
+    def channel_stats(self, topic: str, channel: str) -> dict | None:
+        topic_stats = self.stats(topic)
+        if topic_stats is None:
+            return None
+        return next((entry for entry in topic_stats.get("channels") or []
+                     if entry.get("channel_name") == channel), None)
+
+
+def quote(name: str) -> str:
+    """URL-encode a topic or channel name; '#' must become %23 (H-08)."""
+    from urllib.parse import quote as url_quote
+    return url_quote(name, safe="")

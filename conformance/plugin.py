@@ -1,0 +1,334 @@
+"""pytest plugin of the conformance suite: options, the target, graded verdicts, baseline, reports.
+
+Verdicts (set in ``pytest_runtest_makereport``, the way pytest's skipping plugin sets xfail):
+PASS; FAIL = a MUST is broken; NON-STRICT = only a SHOULD (or nsqd's exact wording) is broken,
+FAIL under ``--strict``; UNSUPPORTED = an optional capability is missing; ERROR = harness trouble.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conformance.catalogue import requirements
+from conformance.client import Connection, HarnessError, HttpClient, Mismatch, Unsupported, Verifier, quote
+from conformance.target import EmbeddedBroker, Profile, TargetError, check_reachable, parse_address
+from conformance.transcript import Transcript
+
+PASS, FAIL, NON_STRICT, UNSUPPORTED, ERROR = "PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "ERROR"
+VERDICTS = (PASS, FAIL, NON_STRICT, UNSUPPORTED, ERROR)
+_TEST_STATUS = {
+    PASS: ("passed", ".", ("PASS", {"green": True})),
+    FAIL: ("failed", "F", ("FAIL", {"red": True})),
+    NON_STRICT: ("non-strict", "N", ("NON-STRICT", {"yellow": True})),
+    UNSUPPORTED: ("unsupported", "U", ("UNSUPPORTED", {"blue": True})),
+    ERROR: ("error", "E", ("ERROR", {"red": True})),
+}
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("nsq-conformance", "NSQ conformance suite")
+    group.addoption("--target", help="HOST:PORT of a running broker's TCP port (default: spawn the "
+                    "embedded reference broker)")
+    group.addoption("--http-target", help="HOST:PORT of that broker's HTTP API (without it, HTTP cases are "
+                    "UNSUPPORTED)")
+    group.addoption("--profile", help="profile name (nsqd-defaults, nsqd-tight) or path to a .toml")
+    # pytest owns --strict; `python -m conformance --strict` maps to this.
+    group.addoption("--nsq-strict", action="store_true", default=False,
+                    help="NON-STRICT verdicts count as FAIL")
+    group.addoption("--baseline", help="file of expected failures, one case id per line ('#' comments)")
+    group.addoption("--time-scale", type=float, help="stretch every wait and deadline by this factor")
+    group.addoption("--reports-dir", help="where JSON/HTML reports and pcaps go")
+    group.addoption("--requirement", action="append", default=[], metavar="PREFIX",
+                    help="run only cases checking a requirement ID starting with PREFIX (repeatable)")
+    parser.addini("nsq_profile", "default profile", default="nsqd-defaults")
+    parser.addini("nsq_time_scale", "default time scale", default="1.0")
+    parser.addini("nsq_reports_dir", "default reports directory", default="reports/conformance")
+
+
+@dataclass
+class Settings:
+    profile: Profile
+    tcp: tuple[str, int] | None
+    http: tuple[str, int] | None
+    strict: bool
+    time_scale: float
+    reports_dir: Path
+    baseline: dict[str, str]
+
+
+def _settings(config) -> Settings:
+    option = config.getoption
+    try:
+        profile = Profile.load(option("--profile") or config.getini("nsq_profile"))
+        tcp = parse_address(option("--target"), "--target") if option("--target") else None
+        http = parse_address(option("--http-target"), "--http-target") if option("--http-target") else None
+    except TargetError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if http and not tcp:
+        raise pytest.UsageError("--http-target needs --target")
+    time_scale = option("--time-scale") or float(config.getini("nsq_time_scale"))
+    if time_scale <= 0:
+        raise pytest.UsageError("--time-scale must be > 0")
+    baseline_path = option("--baseline")
+    return Settings(profile, tcp, http, option("--nsq-strict"), time_scale,
+                    Path(option("--reports-dir") or config.getini("nsq_reports_dir")),
+                    load_baseline(Path(baseline_path)) if baseline_path else {})
+
+
+def load_baseline(path: Path) -> dict[str, str]:
+    """``case-id  # why`` per line; the reason is kept for the report."""
+    if not path.is_file():
+        raise pytest.UsageError(f"--baseline {path}: no such file")
+    baseline = {}
+    for line in path.read_text().splitlines():
+        case_id, _, reason = line.partition("#")
+        if case_id.strip():
+            baseline[case_id.strip()] = reason.strip()
+    return baseline
+
+
+def in_baseline(nodeid: str, baseline: dict[str, str]) -> bool:
+    return any(nodeid == entry or nodeid.endswith("/" + entry) for entry in baseline)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "requirement(*ids): the catalogue requirement IDs a case checks")
+    config.nsq_settings = _settings(config)
+    if not hasattr(config, "workerinput"):  # report writers run on the controller only (xdist)
+        from conformance.report.collector import ResultCollector
+        config.pluginmanager.register(ResultCollector(config), "nsq-results")
+
+
+def pytest_report_header(config):
+    settings = config.nsq_settings
+    where = f"{settings.tcp[0]}:{settings.tcp[1]}" if settings.tcp else "embedded reference broker"
+    http = f"{settings.http[0]}:{settings.http[1]}" if settings.http else (
+        "embedded" if not settings.tcp else "none (HTTP cases UNSUPPORTED)")
+    return [f"nsq target: {where}  http: {http}",
+            f"nsq profile: {settings.profile.name} ({settings.profile.description}); time scale "
+            f"{settings.time_scale:g}; strict {settings.strict}"]
+
+
+def case_requirements(item) -> list[str]:
+    return [requirement_id for marker in item.iter_markers("requirement") for requirement_id in marker.args]
+
+
+def pytest_collection_modifyitems(config, items):
+    catalogue = requirements()
+    for item in items:
+        ids = case_requirements(item)
+        if not ids:
+            raise pytest.UsageError(f"{item.nodeid} has no @pytest.mark.requirement(...)")
+        unknown = [requirement_id for requirement_id in ids if requirement_id not in catalogue]
+        if unknown:
+            raise pytest.UsageError(f"{item.nodeid} names unknown requirements {unknown}")
+    prefixes = config.getoption("--requirement")
+    if prefixes:
+        selected = [item for item in items
+                    if any(i.startswith(p) for i in case_requirements(item) for p in prefixes)]
+        config.hook.pytest_deselected(items=[item for item in items if item not in selected])
+        items[:] = selected
+
+
+# ---- the target ----------------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    profile: Profile
+    tcp: tuple[str, int]
+    http: tuple[str, int] | None
+    time_scale: float
+
+
+@pytest.fixture(scope="session")
+def nsq_target(pytestconfig):
+    settings = pytestconfig.nsq_settings
+    if settings.tcp:
+        try:
+            check_reachable(settings.tcp, "--target")
+        except TargetError as exc:
+            pytest.exit(str(exc), returncode=2)
+        yield Target(settings.profile, settings.tcp, settings.http, settings.time_scale)
+        return
+    worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
+    settings.reports_dir.mkdir(parents=True, exist_ok=True)
+    broker = EmbeddedBroker(settings.profile, settings.reports_dir / f"broker-{worker}.log")
+    try:
+        broker.start()
+    except TargetError as exc:
+        pytest.exit(str(exc), returncode=2)
+    try:
+        yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale)
+    finally:
+        broker.stop()
+
+
+_sequence = iter(range(1, 1 << 30))
+
+
+class Case:
+    """What a case works with: connections, HTTP, unique names, scaled waits, the verifier."""
+
+    def __init__(self, target: Target, name: str):
+        self.target = target
+        self.profile = target.profile
+        self.limits = target.profile.limits
+        self.time_scale = target.time_scale
+        self.transcript = Transcript()
+        self.verify = Verifier()
+        self.http = HttpClient(target.http, self.transcript, target.time_scale)
+        self._connections: list[Connection] = []
+        self._topics: list[str] = []
+        # Unique per process, case and run: the target may be shared and is never assumed fresh.
+        self._prefix = f"cf{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
+
+    def connect(self, magic: bool = True) -> Connection:
+        name = chr(ord("A") + len(self._connections))
+        connection = Connection(name, self.target.tcp, self.transcript, self.verify, self.time_scale,
+                                send_magic=magic)
+        self._connections.append(connection)
+        return connection
+
+    def topic(self, suffix: str = "", length: int | None = None) -> str:
+        """A fresh topic name for this case (padded to ``length`` characters including ``suffix``),
+        deleted over HTTP, when available, afterwards."""
+        name = f"{self._prefix}{len(self._topics)}"
+        name = name + "a" * ((length or 0) - len(name) - len(suffix)) + suffix
+        self._topics.append(name)
+        return name
+
+    def seconds(self, seconds: float) -> float:
+        return seconds * self.time_scale
+
+    def wait(self, seconds: float, why: str) -> None:
+        self.transcript.note(f"wait {self.seconds(seconds):.2f} s: {why}")
+        time.sleep(self.seconds(seconds))
+
+    def require(self, capability: str) -> None:
+        if capability == "http" and self.target.http is None:
+            raise Unsupported("the target has no HTTP API configured (--http-target)")
+        if not self.profile.capabilities.get(capability, False):
+            raise Unsupported(f"profile {self.profile.name} says the target does not offer {capability}")
+
+    def fresh_channel(self, topic: str, channel: str) -> None:
+        """Create topic and channel over HTTP, then wait out nsqd's 5 s channel-list refresh (D-14)
+        so that timeouts and deferrals on them are not late by up to 5 s."""
+        self.require("http")
+        self.verify.equal("POST /topic/create", 200, self.http.post(f"/topic/create?topic={quote(topic)}").status)
+        self.verify.equal("POST /channel/create", 200, self.http.post(
+            f"/channel/create?topic={quote(topic)}&channel={quote(channel)}").status)
+        self.wait(5.2, "nsqd scans a new channel only after its 5 s channel-list refresh (D-14)")
+
+    def elapsed_since(self, start: float) -> float:
+        """Seconds since ``start`` (a ``time.monotonic()``), divided by the time scale."""
+        return (time.monotonic() - start) / self.time_scale
+
+    def within(self, what: str, elapsed: float, low: float, high: float) -> None:
+        """A timing check: strict lower bound, generous upper bound, both stated (unscaled seconds)."""
+        self.verify.that(f"{what} (tolerance {low:g}..{high:g} s)", low <= elapsed <= high,
+                         f"{low:g}..{high:g} s", f"{elapsed:.3f} s")
+
+    def close(self) -> None:
+        for connection in self._connections:
+            connection.close()
+        if self.target.http:
+            for topic in self._topics:
+                try:
+                    self.http.post(f"/topic/delete?topic={quote(topic)}")
+                except HarnessError:
+                    pass
+
+
+@pytest.fixture
+def nsq(nsq_target, request):
+    name = re.sub(r"[^a-zA-Z0-9_-]", "", request.node.name.removeprefix("test_"))[:24]
+    case = Case(nsq_target, name)
+    request.node.nsq_case = case
+    yield case
+    case.close()
+
+
+# ---- verdicts ------------------------------------------------------------------------------------
+
+def _verdict(item, call) -> tuple[str, str]:
+    case: Case | None = getattr(item, "nsq_case", None)
+    catalogue = requirements()
+    levels = {catalogue[i].level for i in case_requirements(item)}
+    strict = item.config.nsq_settings.strict
+    if call.excinfo is None:
+        if case and case.verify.soft_mismatches:
+            message = "\n".join(str(mismatch) for mismatch in case.verify.soft_mismatches)
+            return (FAIL if strict else NON_STRICT), message
+        return PASS, ""
+    error = call.excinfo.value
+    if isinstance(error, (Unsupported, pytest.skip.Exception)):
+        return UNSUPPORTED, str(error)
+    if isinstance(error, AssertionError):
+        # MAY marks an optional capability: absent -> UNSUPPORTED, present but wrong -> FAIL.
+        if levels - {"SHOULD"} or strict:
+            return FAIL, str(error)
+        return NON_STRICT, str(error)
+    if isinstance(error, (HarnessError, pytest.fail.Exception)):
+        return ERROR, str(error)
+    return ERROR, f"{type(error).__name__}: {error}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown" or (call.when == "setup" and call.excinfo is None):
+        return report
+    verdict, message = _verdict(item, call)
+    case: Case | None = getattr(item, "nsq_case", None)
+    ids = case_requirements(item)
+    pcap = None
+    settings = item.config.nsq_settings
+    if case and verdict in (FAIL, ERROR) and case.transcript.endpoints:
+        pcap = settings.reports_dir / "pcap" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid) + ".pcap")
+        case.transcript.write_pcap(pcap)
+    report.nsq = {
+        "verdict": verdict,
+        "message": message,
+        "requirements": ids,
+        "doc": (item.function.__doc__ or "").strip() if hasattr(item, "function") else "",
+        "transcript": case.transcript.as_dicts() if case else [],
+        "pcap": str(pcap) if pcap else None,
+        "baseline": in_baseline(item.nodeid, settings.baseline),
+    }
+    properties = [("verdict", verdict), ("requirements", " ".join(ids)),
+                  ("levels", " ".join(requirements()[i].level for i in ids))]
+    report.user_properties += properties
+    item.user_properties += properties  # junitxml writes the teardown report's copy (JUnit <property>)
+    if case:
+        report.sections.append(("nsq transcript", case.transcript.render()))
+    if verdict == UNSUPPORTED:
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"UNSUPPORTED: {message}")
+    elif verdict == NON_STRICT:
+        report.outcome = "passed"
+        report.sections.append(("nsq non-strict", message))
+    elif verdict == PASS:
+        report.outcome = "passed"
+    else:
+        report.outcome = "failed"
+        if call.excinfo and isinstance(call.excinfo.value, (Mismatch, HarnessError)):
+            # The requirement, expected and actual say it all; the harness traceback would not help.
+            in_case = [e for e in call.excinfo.traceback if Path(e.path).parent.name == "cases"]
+            entry = in_case[-1] if in_case else None
+            where = f"{item.nodeid}" + (f" (at {Path(entry.path).name}:{entry.lineno + 1})" if entry else "")
+            report.longrepr = "\n".join([where, *(f"{i} [{requirements()[i].level}] {requirements()[i].text}"
+                                                   for i in ids), message])
+    return report
+
+
+def pytest_report_teststatus(report, config):
+    verdict = getattr(report, "nsq", {}).get("verdict")
+    if verdict and report.when in ("setup", "call") and not (report.when == "setup" and verdict == PASS):
+        return _TEST_STATUS[verdict]
+    return None

@@ -1,0 +1,134 @@
+"""What the suite runs against: a profile (limits and capabilities) and an address, either given
+(`--target`) or an embedded reference broker spawned as a subprocess (never imported)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+_LISTENING = re.compile(r"(TCP|HTTP): listening on ([\d.]+):(\d+)")
+
+
+class TargetError(Exception):
+    """A target or profile problem the user must fix; reported as one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    broker_flags: tuple[str, ...]
+    limits: dict
+    capabilities: dict
+
+    def limit(self, name: str) -> int:
+        return self.limits[name]
+
+    @classmethod
+    def load(cls, name_or_path: str) -> Profile:
+        path = Path(name_or_path)
+        if not path.suffix:
+            path = PROFILES_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.toml")))
+            raise TargetError(f"unknown profile {name_or_path!r} (shipped: {known}; or give a .toml path)")
+        try:
+            document = tomllib.loads(path.read_text())
+            return cls(path.stem, document.get("description", ""), tuple(document.get("broker_flags", [])),
+                       dict(document["limits"]), dict(document["capabilities"]))
+        except (tomllib.TOMLDecodeError, KeyError) as exc:
+            raise TargetError(f"profile {path}: {exc}") from exc
+
+
+def parse_address(text: str, option: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise TargetError(f"{option} must be HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def check_reachable(address: tuple[str, int], option: str) -> None:
+    try:
+        socket.create_connection(address, timeout=3).close()
+    except OSError as exc:
+        raise TargetError(f"{option} {address[0]}:{address[1]} is unreachable: {exc.strerror or exc}") from exc
+
+
+class EmbeddedBroker:
+    """`python -m reference_broker` on free loopback ports, with the profile's flags."""
+
+    def __init__(self, profile: Profile, log_path: Path | None = None, command: list[str] | None = None):
+        self.profile = profile
+        self.log_path = log_path
+        self.command = command or [sys.executable, "-m", "reference_broker"]
+        self.tcp_address: tuple[str, int] | None = None
+        self.http_address: tuple[str, int] | None = None
+        self._process: subprocess.Popen | None = None
+        self._data_path: str | None = None
+        self._log_lines: list[str] = []
+        self._found = threading.Event()
+
+    def start(self, timeout: float = 20.0) -> EmbeddedBroker:
+        self._data_path = tempfile.mkdtemp(prefix="nsq-conformance-")
+        argv = [*self.command, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+                f"--data-path={self._data_path}", *self.profile.broker_flags]
+        try:
+            self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.PIPE, text=True, errors="replace")
+        except OSError as exc:
+            raise TargetError(f"cannot start the embedded broker ({' '.join(argv)}): {exc}") from exc
+        threading.Thread(target=self._drain, daemon=True, name="broker-log").start()
+        deadline = time.monotonic() + timeout
+        while not self._found.wait(0.05):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = "; ".join(line.strip() for line in self._log_lines[-3:]) or "no output"
+                raise TargetError(f"the embedded broker did not start ({' '.join(argv)}): {tail}")
+        return self
+
+    def _drain(self) -> None:
+        log = self.log_path.open("w") if self.log_path else None
+        try:
+            for line in self._process.stderr:
+                self._log_lines.append(line)
+                del self._log_lines[:-50]
+                if log:
+                    log.write(line)
+                    log.flush()
+                for kind, host, port in _LISTENING.findall(line):
+                    if kind == "TCP":
+                        self.tcp_address = (host, int(port))
+                    else:
+                        self.http_address = (host, int(port))
+                if self.tcp_address and self.http_address:
+                    self._found.set()
+        finally:
+            if log:
+                log.close()
+
+    def stop(self) -> None:
+        if self._process and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        if self._data_path:
+            shutil.rmtree(self._data_path, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

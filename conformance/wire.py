@@ -1,0 +1,488 @@
+"""The project's reading of the NSQ TCP protocol V2: pure codecs over bytes, both directions.
+
+No sockets, no threads. The suite's test client and ``spark_analysis`` (which decodes reassembled
+pcap streams, possibly gigabytes of them) both use this module, so a frame means the same thing to
+both. The decoders are incremental (``feed`` keeps partial input) and work per frame or per command,
+never per byte: offsets move with ``struct.unpack_from`` and ``bytes.find`` over one buffer.
+
+Behaviour IDs (``C-06`` ...) refer to ``nsqd-behavior.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass
+
+import cramjam
+
+MAGIC_V2 = b"  V2"  # C-01: 20 20 56 32
+
+FRAME_RESPONSE, FRAME_ERROR, FRAME_MESSAGE = 0, 1, 2  # C-07
+FRAME_TYPE_NAMES = {FRAME_RESPONSE: "response", FRAME_ERROR: "error", FRAME_MESSAGE: "message"}
+
+HEARTBEAT = b"_heartbeat_"  # C-26
+
+# C-18: these commands carry a 4-byte size and a body after the line.
+BODY_COMMANDS = frozenset({b"IDENTIFY", b"AUTH", b"PUB", b"DPUB", b"MPUB"})
+
+MESSAGE_HEADER_SIZE = 26  # C-09: 8 timestamp + 2 attempts + 16 id
+MESSAGE_ID_SIZE = 16
+
+# nsqd reads command lines through a 16 KiB bufio.Reader; a longer line cannot be a command (C-19).
+DEFAULT_MAX_LINE = 16 * 1024
+# Far above any configurable nsqd limit; only guards the decoders against garbage sizes.
+DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
+DEFAULT_MAX_BODY_SIZE = 256 * 1024 * 1024
+
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_FRAME_HEADER = struct.Struct(">Ii")
+_MESSAGE_HEADER = struct.Struct(">qH16s")
+
+
+class ProtocolViolation(ValueError):
+    """Input that no conformant peer sends and that cannot be decoded further.
+
+    ``frames`` (or ``commands``) holds what was decoded in the same ``feed`` call before the bad
+    bytes, and ``offset`` is the stream offset of the bad bytes, so a caller can record both.
+    The decoder that raised is finished: later ``feed`` calls raise again.
+    """
+
+    def __init__(self, reason: str, offset: int = 0, decoded: list | None = None):
+        super().__init__(f"{reason} (at stream offset {offset})")
+        self.reason = reason
+        self.offset = offset
+        self.decoded = decoded or []
+
+    @property
+    def frames(self) -> list[Frame]:
+        return self.decoded
+
+    @property
+    def commands(self) -> list[Command]:
+        return self.decoded
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One server -> client frame (C-06)."""
+
+    frame_type: int
+    data: bytes
+
+    @property
+    def is_heartbeat(self) -> bool:
+        return self.frame_type == FRAME_RESPONSE and self.data == HEARTBEAT
+
+    @property
+    def error_code(self) -> str | None:
+        """The leading machine code of an error frame (C-08), e.g. ``E_INVALID``; None otherwise."""
+        if self.frame_type != FRAME_ERROR:
+            return None
+        return self.data.split(b" ", 1)[0].decode("ascii", "replace")
+
+    @property
+    def error_text(self) -> str | None:
+        """The human text after the code of an error frame (C-08); None for other frames."""
+        if self.frame_type != FRAME_ERROR:
+            return None
+        parts = self.data.split(b" ", 1)
+        return parts[1].decode("utf-8", "replace") if len(parts) == 2 else ""
+
+    def _message_header(self) -> tuple[int, int, bytes]:
+        if self.frame_type != FRAME_MESSAGE:
+            raise AttributeError("only message frames have a message header")
+        return _MESSAGE_HEADER.unpack_from(self.data)
+
+    @property
+    def timestamp(self) -> int:
+        """Publish time in nanoseconds since the epoch (C-09)."""
+        return self._message_header()[0]
+
+    @property
+    def attempts(self) -> int:
+        return self._message_header()[1]
+
+    @property
+    def message_id(self) -> bytes:
+        return self._message_header()[2]
+
+    @property
+    def body(self) -> bytes:
+        if self.frame_type != FRAME_MESSAGE:
+            raise AttributeError("only message frames have a body")
+        return self.data[MESSAGE_HEADER_SIZE:]
+
+    def encode(self) -> bytes:
+        return encode_frame(self.frame_type, self.data)
+
+    def describe(self) -> str:
+        """One human line, as used in transcripts and reports."""
+        if self.frame_type == FRAME_MESSAGE:
+            return (f"MESSAGE id={self.message_id.decode('ascii', 'replace')} attempts={self.attempts} "
+                    f"ts={self.timestamp} body={_preview(self.body)}")
+        name = FRAME_TYPE_NAMES.get(self.frame_type, f"type{self.frame_type}").upper()
+        return f"{name} {_preview(self.data)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One client -> server command: the line split on single spaces (C-15) and an optional body."""
+
+    name: bytes
+    params: tuple[bytes, ...]
+    body: bytes | None = None
+
+    @property
+    def messages(self) -> list[bytes]:
+        """The messages of an MPUB body (P-MPUB-02 framing: count, then size + bytes each)."""
+        if self.name != b"MPUB" or self.body is None:
+            raise AttributeError("only MPUB commands carry a message list")
+        return parse_mpub_body(self.body)
+
+    def encode(self) -> bytes:
+        return encode_command(self.name, *self.params, body=self.body)
+
+    def describe(self) -> str:
+        line = b" ".join((self.name, *self.params)).decode("utf-8", "replace") or "(empty line)"
+        if self.body is None:
+            return line
+        if self.name == b"MPUB":
+            try:
+                return f"{line} [{len(self.body)} bytes, {len(self.messages)} messages]"
+            except ProtocolViolation:
+                pass
+        return f"{line} [{len(self.body)} bytes] {_preview(self.body)}"
+
+
+def _preview(data: bytes, limit: int = 120) -> str:
+    text = repr(data[:limit])[2:-1]
+    return text + (f"... (+{len(data) - limit} bytes)" if len(data) > limit else "")
+
+
+class FrameDecoder:
+    """Incremental decoder of the server -> client stream (after the client's magic)."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
+        self._buffer = bytearray()
+        self._consumed = 0
+        self._max_frame_size = max_frame_size
+        self._failure: ProtocolViolation | None = None
+
+    @property
+    def pending(self) -> int:
+        """Bytes held back because they do not yet form a whole frame."""
+        return len(self._buffer)
+
+    @property
+    def offset(self) -> int:
+        """Stream offset of the first byte not yet decoded."""
+        return self._consumed
+
+    def feed(self, data: bytes) -> list[Frame]:
+        if self._failure is not None:
+            raise ProtocolViolation(f"decoder already failed: {self._failure.reason}", self._failure.offset)
+        buffer = self._buffer
+        buffer += data
+        view = memoryview(buffer)
+        end = len(buffer)
+        position = 0
+        frames: list[Frame] = []
+        try:
+            while end - position >= 8:
+                size, frame_type = _FRAME_HEADER.unpack_from(view, position)
+                if size < 4 or size > self._max_frame_size:  # C-06: size counts the type field
+                    raise self._fail(f"frame size {size} out of range", position, frames)
+                if frame_type not in FRAME_TYPE_NAMES:  # C-07
+                    raise self._fail(f"unknown frame type {frame_type}", position, frames)
+                if end - position < 4 + size:
+                    break
+                frame_data = bytes(view[position + 8:position + 4 + size])
+                if frame_type == FRAME_MESSAGE and len(frame_data) < MESSAGE_HEADER_SIZE:  # C-09
+                    raise self._fail(f"message frame of {len(frame_data)} bytes < 26", position, frames)
+                frames.append(Frame(frame_type, frame_data))
+                position += 4 + size
+        finally:
+            view.release()
+            del buffer[:position]
+            self._consumed += position
+        return frames
+
+    def _fail(self, reason: str, position: int, frames: list[Frame]) -> ProtocolViolation:
+        self._failure = ProtocolViolation(reason, self._consumed + position, frames)
+        return self._failure
+
+
+class CommandDecoder:
+    """Incremental decoder of the client -> server stream, starting with the 4-byte magic (C-01).
+
+    One ``\\r`` right before ``\\n`` is stripped (C-14); parameters are split on single spaces, so
+    two spaces give an empty parameter (C-15). A body command's 4-byte size is read as int32 (C-18).
+    """
+
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE, max_body_size: int = DEFAULT_MAX_BODY_SIZE):
+        self.magic: bytes | None = None
+        self._buffer = bytearray()
+        self._consumed = 0
+        self._max_line = max_line
+        self._max_body_size = max_body_size
+        self._failure: ProtocolViolation | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    @property
+    def offset(self) -> int:
+        return self._consumed
+
+    def feed(self, data: bytes) -> list[Command]:
+        if self._failure is not None:
+            raise ProtocolViolation(f"decoder already failed: {self._failure.reason}", self._failure.offset)
+        buffer = self._buffer
+        buffer += data
+        position = 0
+        commands: list[Command] = []
+        try:
+            if self.magic is None:
+                if len(buffer) < 4:
+                    return commands
+                self.magic = bytes(buffer[:4])
+                position = 4
+                if self.magic != MAGIC_V2:  # C-02, C-05
+                    raise self._fail(f"bad magic {self.magic!r}", 0, commands)
+            end = len(buffer)
+            while position < end:
+                newline = buffer.find(b"\n", position, position + self._max_line)
+                if newline < 0:
+                    if end - position >= self._max_line:  # C-19
+                        raise self._fail(f"command line longer than {self._max_line} bytes", position,
+                                         commands)
+                    break
+                line_end = newline - 1 if newline > position and buffer[newline - 1] == 0x0D else newline
+                name, *params = bytes(buffer[position:line_end]).split(b" ")
+                body = None
+                next_position = newline + 1
+                if name in BODY_COMMANDS:
+                    if end - next_position < 4:
+                        break
+                    (size,) = _I32.unpack_from(buffer, next_position)
+                    if size < 0 or size > self._max_body_size:
+                        raise self._fail(f"{name.decode()} body size {size} out of range", next_position,
+                                         commands)
+                    if end - next_position - 4 < size:
+                        break
+                    body = bytes(buffer[next_position + 4:next_position + 4 + size])
+                    next_position += 4 + size
+                commands.append(Command(name, tuple(params), body))
+                position = next_position
+        finally:
+            del buffer[:position]
+            self._consumed += position
+        return commands
+
+    def _fail(self, reason: str, position: int, commands: list[Command]) -> ProtocolViolation:
+        self._failure = ProtocolViolation(reason, self._consumed + position, commands)
+        return self._failure
+
+
+# ---------------------------------------------------------------------------------------------
+# Compression layers (ID-33 deflate, ID-34 snappy framing format), both directions.
+# ---------------------------------------------------------------------------------------------
+
+class DeflateStreamDecoder:
+    """Raw DEFLATE (RFC 1951, no zlib header) as negotiated by IDENTIFY (ID-33)."""
+
+    def __init__(self):
+        self._inflater = zlib.decompressobj(-15)
+
+    def feed(self, data: bytes) -> bytes:
+        try:
+            return self._inflater.decompress(data)
+        except zlib.error as exc:
+            raise ProtocolViolation(f"deflate: {exc}") from exc
+
+
+class DeflateStreamEncoder:
+    """Raw DEFLATE with a sync flush after every ``encode`` so the peer can decode at once."""
+
+    def __init__(self, level: int = 6):
+        self._deflater = zlib.compressobj(level, zlib.DEFLATED, -15)
+
+    def encode(self, data: bytes) -> bytes:
+        return self._deflater.compress(data) + self._deflater.flush(zlib.Z_SYNC_FLUSH)
+
+
+SNAPPY_STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
+_SNAPPY_MAX_CHUNK = 65536
+_SNAPPY_CHUNK_HEADER = struct.Struct("<I")
+
+
+def _crc32c_table() -> tuple[int, ...]:
+    table = []
+    for index in range(256):
+        crc = index
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), as the snappy framing format checksums each chunk."""
+    crc = 0xFFFFFFFF
+    table = _CRC32C_TABLE
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def snappy_masked_crc(data: bytes) -> int:
+    crc = crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+class SnappyStreamDecoder:
+    """The snappy framing format (ID-34): stream identifier, then compressed (0x00) and
+    uncompressed (0x01) chunks; padding and skippable chunks are ignored.
+
+    ``verify_checksums`` checks every chunk's CRC-32C. The suite's client turns it on; it is off by
+    default because the CRC runs in pure Python and bulk trace decoding cannot afford it.
+    """
+
+    def __init__(self, verify_checksums: bool = False):
+        self._buffer = bytearray()
+        self._verify = verify_checksums
+        self._seen_identifier = False
+
+    def feed(self, data: bytes) -> bytes:
+        buffer = self._buffer
+        buffer += data
+        out = bytearray()
+        position = 0
+        end = len(buffer)
+        try:
+            while end - position >= 4:
+                (header,) = _SNAPPY_CHUNK_HEADER.unpack_from(buffer, position)
+                chunk_type, length = header & 0xFF, header >> 8
+                if end - position - 4 < length:
+                    break
+                start = position + 4
+                position = start + length
+                if chunk_type == 0xFF:
+                    if buffer[start:position] != b"sNaPpY":
+                        raise ProtocolViolation("snappy: bad stream identifier")
+                    self._seen_identifier = True
+                elif chunk_type in (0x00, 0x01):
+                    if not self._seen_identifier:
+                        raise ProtocolViolation("snappy: data chunk before the stream identifier")
+                    if length < 4:
+                        raise ProtocolViolation("snappy: data chunk shorter than its checksum")
+                    payload = memoryview(buffer)[start + 4:position]
+                    try:
+                        plain = bytes(cramjam.snappy.decompress_raw(payload)) if chunk_type == 0 \
+                            else bytes(payload)
+                    except cramjam.DecompressionError as exc:
+                        raise ProtocolViolation(f"snappy: {exc}") from exc
+                    finally:
+                        payload.release()
+                    if self._verify:
+                        (expected,) = _SNAPPY_CHUNK_HEADER.unpack_from(buffer, start)
+                        if snappy_masked_crc(plain) != expected:
+                            raise ProtocolViolation("snappy: chunk checksum mismatch")
+                    out += plain
+                elif 0x02 <= chunk_type <= 0x7F:
+                    raise ProtocolViolation(f"snappy: reserved unskippable chunk 0x{chunk_type:02x}")
+                # 0x80..0xfe: skippable and padding chunks carry nothing for us.
+        finally:
+            del buffer[:position]
+        return bytes(out)
+
+
+class SnappyStreamEncoder:
+    """Writes the stream identifier once, then each input as compressed chunks of <= 64 KiB
+    (or uncompressed ones where compression does not help)."""
+
+    def __init__(self):
+        self._started = False
+
+    def encode(self, data: bytes) -> bytes:
+        out = bytearray()
+        if not self._started:
+            out += SNAPPY_STREAM_IDENTIFIER
+            self._started = True
+        for start in range(0, len(data), _SNAPPY_MAX_CHUNK):
+            piece = data[start:start + _SNAPPY_MAX_CHUNK]
+            compressed = bytes(cramjam.snappy.compress_raw(piece))
+            chunk_type, payload = (0x00, compressed) if len(compressed) < len(piece) else (0x01, piece)
+            out += _SNAPPY_CHUNK_HEADER.pack(chunk_type | (len(payload) + 4) << 8)
+            out += _SNAPPY_CHUNK_HEADER.pack(snappy_masked_crc(piece))
+            out += payload
+        return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoders (the suite builds valid input with these; invalid input is written by hand).
+# ---------------------------------------------------------------------------------------------
+
+def _as_bytes(value: bytes | str | int) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode()
+
+
+def encode_command(name: bytes | str, *params: bytes | str | int, body: bytes | None = None) -> bytes:
+    """``NAME p1 p2\\n`` (C-14, C-15), plus ``[4-byte BE size][body]`` when a body is given (C-18)."""
+    line = b" ".join((_as_bytes(name), *(_as_bytes(param) for param in params))) + b"\n"
+    if body is None:
+        return line
+    return line + _U32.pack(len(body)) + body
+
+
+def encode_frame(frame_type: int, data: bytes) -> bytes:
+    """``[size][type][data]`` with size = 4 + len(data) (C-06)."""
+    return _FRAME_HEADER.pack(4 + len(data), frame_type) + data
+
+
+def encode_message(timestamp: int, attempts: int, message_id: bytes, body: bytes) -> bytes:
+    """The data of a message frame (C-09)."""
+    return _MESSAGE_HEADER.pack(timestamp, attempts, message_id) + body
+
+
+def mpub_body(messages: list[bytes]) -> bytes:
+    """MPUB body: ``[4-byte count]`` then ``[4-byte size][bytes]`` per message (P-MPUB-02)."""
+    parts = [_U32.pack(len(messages))]
+    for message in messages:
+        parts.append(_U32.pack(len(message)))
+        parts.append(message)
+    return b"".join(parts)
+
+
+def parse_mpub_body(body: bytes) -> list[bytes]:
+    if len(body) < 4:
+        raise ProtocolViolation("MPUB body shorter than its message count")
+    (count,) = _I32.unpack_from(body, 0)
+    if count < 0:
+        raise ProtocolViolation(f"MPUB message count {count} is negative")
+    messages = []
+    position = 4
+    for index in range(count):
+        if len(body) - position < 4:
+            raise ProtocolViolation(f"MPUB message({index}) size missing", position)
+        (size,) = _I32.unpack_from(body, position)
+        position += 4
+        if size < 0 or len(body) - position < size:
+            raise ProtocolViolation(f"MPUB message({index}) body size {size} out of range", position)
+        messages.append(body[position:position + size])
+        position += size
+    return messages
+
+
+def identify_body(fields: dict) -> bytes:
+    """The JSON body of IDENTIFY (section 3.1)."""
+    return json.dumps(fields, separators=(",", ":")).encode()
