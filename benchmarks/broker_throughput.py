@@ -140,6 +140,14 @@ def _create_channel(address) -> None:
     sock.close()
 
 
+def _peak_rss_mib(pid: int) -> float:
+    """The broker's high-water mark of resident memory (VmHWM), in MiB."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError("no VmHWM in /proc status")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000, help="messages per phase (default 1M)")
@@ -155,8 +163,10 @@ def main() -> None:
                           for i in range(args.publishers)]
         publish = _run_phase(publisher, args.publishers, publish_shares, broker.tcp_address)
         total = publish["messages"]
+        peak_after_publish = _peak_rss_mib(broker.process.pid)
         shared_total = (multiprocessing.Value("q", 0), total)
         consume = _run_phase(consumer, args.consumers, [shared_total] * args.consumers, broker.tcp_address)
+        peak = _peak_rss_mib(broker.process.pid)
 
     report = {
         "benchmark": "reference_broker throughput",
@@ -164,6 +174,7 @@ def main() -> None:
         "load": {"mpub_batch": BATCH, "body_bytes": BODY_SIZE, "rdy": RDY, "pipeline_window": PIPELINE_WINDOW},
         "publish": publish,
         "consume": consume,
+        "broker_peak_rss_mib": {"holding_all_messages": peak_after_publish, "end": peak},
         "targets": {"publish_msgs_per_second": 250_000, "consume_msgs_per_second": 80_000},
     }
     output = pathlib.Path(args.output)
@@ -171,6 +182,7 @@ def main() -> None:
     output.write_text(json.dumps(report, indent=2) + "\n")
     print(f"publish: {publish['msgs_per_second']:>9,} msgs/s  ({publish['messages']:,} in {publish['seconds']} s)")
     print(f"consume: {consume['msgs_per_second']:>9,} msgs/s  ({consume['messages']:,} in {consume['seconds']} s)")
+    print(f"broker peak RSS: {peak} MiB ({total:,} messages held at once)")
     print(f"written to {output}")
 
 
