@@ -216,13 +216,14 @@ class Case:
         if not self.profile.capabilities.get(capability, False):
             raise Unsupported(f"profile {self.profile.name} says the target does not offer {capability}")
 
-    def fresh_channel(self, topic: str, channel: str) -> None:
-        """Create topic and channel over HTTP, then wait out nsqd's 5 s channel-list refresh (D-14)
+    def fresh_channel(self, topic: str, *channels: str) -> None:
+        """Create topic and channels over HTTP, then wait out nsqd's 5 s channel-list refresh (D-14)
         so that timeouts and deferrals on them are not late by up to 5 s."""
         self.require("http")
         self.verify.equal("POST /topic/create", 200, self.http.post(f"/topic/create?topic={quote(topic)}").status)
-        self.verify.equal("POST /channel/create", 200, self.http.post(
-            f"/channel/create?topic={quote(topic)}&channel={quote(channel)}").status)
+        for channel in channels:
+            self.verify.equal("POST /channel/create", 200, self.http.post(
+                f"/channel/create?topic={quote(topic)}&channel={quote(channel)}").status)
         self.wait(5.2, "nsqd scans a new channel only after its 5 s channel-list refresh (D-14)")
 
     def elapsed_since(self, start: float) -> float:

@@ -102,7 +102,10 @@ def test_mpub_member_too_big(nsq):
     """(P-MPUB-02; rec-0237)"""
     maximum = nsq.limits["max_msg_size"]
     conn = nsq.connect()
-    conn.command("MPUB", nsq.topic(), body=wire.mpub_body([b"a", b"b" * (maximum + 1)]))
+    body = wire.mpub_body([b"a", b"b" * (maximum + 1)])
+    # declare the whole body but send only up to the oversized member's size and a few bytes: nsqd stops
+    # reading there and closes with the rest unread (RST)
+    conn.send(f"MPUB {nsq.topic()}\n".encode() + len(body).to_bytes(4, "big") + body[:4 + 5 + 4 + 16])
     conn.expect_error("E_BAD_MESSAGE", f"MPUB message too big {maximum + 1} > {maximum}")
 
 
