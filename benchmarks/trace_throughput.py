@@ -120,16 +120,26 @@ def main(argv=None) -> int:
         print(f"generating {args.size / 1e9:.2f} GB (seed {args.seed}) -> {trace}", flush=True)
         truth, generate_seconds = timed(generate, trace, args.size, seed=args.seed)
         size = os.path.getsize(trace)
-        print(f"  {size / 1e6:,.0f} MB in {generate_seconds:.1f} s = {size / 1e6 / generate_seconds:.0f} MB/s",
-              flush=True)
+        print(
+            f"  {size / 1e6:,.0f} MB in {generate_seconds:.1f} s = {size / 1e6 / generate_seconds:.0f} MB/s",
+            flush=True,
+        )
 
         with PeakMemory(os.getpid()) as memory:
             started = time.perf_counter()
             spark = spark_session(args.master, shuffle_partitions=4)
             session_seconds = time.perf_counter() - started
             print(f"analysing on {args.master}", flush=True)
-            summary, analysis_seconds = timed(run_analysis, spark, [trace], os.path.join(workdir, "out"),
-                                              report=False, step=lambda m: print(f"  {m}", flush=True))
+            phases: list[tuple[str, float]] = []
+
+            def step(message: str):
+                phases.append((message, time.perf_counter()))
+                print(f"  {message}", flush=True)
+
+            summary, analysis_seconds = timed(
+                run_analysis, spark, [trace], os.path.join(workdir, "out"), report=False, step=step
+            )
+            phases.append(("end", time.perf_counter()))
             spark.stop()
         mismatches = [key for key in TRUTH_KEYS if _comparable(summary[key]) != _comparable(truth[key])]
         end_to_end = session_seconds + analysis_seconds
@@ -141,26 +151,49 @@ def main(argv=None) -> int:
         scapy_result, scapy_seconds = timed(scapy_pass, trace, args.scapy_sample)
 
         result = {
-            "trace": {"bytes": size, "seed": args.seed, "packets": dpkt_result["packets"],
-                      "deliveries": messages, "published": summary["totals"]["messages_published"]},
-            "generator": {"seconds": round(generate_seconds, 2), "mb_per_s": round(size / 1e6 / generate_seconds, 1)},
+            "trace": {
+                "bytes": size,
+                "seed": args.seed,
+                "packets": dpkt_result["packets"],
+                "deliveries": messages,
+                "published": summary["totals"]["messages_published"],
+            },
+            "generator": {
+                "seconds": round(generate_seconds, 2),
+                "mb_per_s": round(size / 1e6 / generate_seconds, 1),
+            },
             "spark_analysis": {
-                "master": args.master, "session_start_seconds": round(session_seconds, 2),
-                "analysis_seconds": round(analysis_seconds, 2), "end_to_end_seconds": round(end_to_end, 2),
+                "master": args.master,
+                "session_start_seconds": round(session_seconds, 2),
+                "analysis_seconds": round(analysis_seconds, 2),
+                "end_to_end_seconds": round(end_to_end, 2),
                 "mb_per_s": round(size / 1e6 / end_to_end, 1),
                 "mb_per_s_excluding_session_start": round(size / 1e6 / analysis_seconds, 1),
                 "messages_per_s": round(messages / end_to_end),
+                "phase_seconds": {
+                    name: round(end - start, 2) for (name, start), (_, end) in zip(phases, phases[1:], strict=False)
+                },
                 "peak_rss_mb_all_processes": round(memory.peak_bytes / 1e6),
-                "summary_matches_truth": not mismatches, "mismatched_sections": mismatches},
-            "dpkt_tcp_pass": {"seconds": round(dpkt_seconds, 2), "mb_per_s": round(size / 1e6 / dpkt_seconds, 1),
-                              "packets_per_s": round(dpkt_result["packets"] / dpkt_seconds)},
-            "scapy_tcp_pass": {"sampled_packets": scapy_result["packets"],
-                               "sampled_bytes": scapy_result["sample_file_bytes"],
-                               "seconds": round(scapy_seconds, 2),
-                               "mb_per_s_extrapolated": round(scapy_result["sample_file_bytes"] / 1e6 / scapy_seconds,
-                                                              1),
-                               "note": "scapy parses a bounded sample (the first packets); MB/s is over that sample"},
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+                "summary_matches_truth": not mismatches,
+                "mismatched_sections": mismatches,
+            },
+            "dpkt_tcp_pass": {
+                "seconds": round(dpkt_seconds, 2),
+                "mb_per_s": round(size / 1e6 / dpkt_seconds, 1),
+                "packets_per_s": round(dpkt_result["packets"] / dpkt_seconds),
+            },
+            "scapy_tcp_pass": {
+                "sampled_packets": scapy_result["packets"],
+                "sampled_bytes": scapy_result["sample_file_bytes"],
+                "seconds": round(scapy_seconds, 2),
+                "mb_per_s_extrapolated": round(scapy_result["sample_file_bytes"] / 1e6 / scapy_seconds, 1),
+                "note": "scapy parses a bounded sample (the first packets); MB/s is over that sample",
+            },
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+            },
             "target_mb_per_s": 100,
         }
     finally:
@@ -174,14 +207,14 @@ def main(argv=None) -> int:
 
 
 def _comparable(section: dict) -> dict:
-    """Truth and summary agree on counts; names of connections exist only in the truth."""
-    text = json.dumps(section, sort_keys=True)
-    data = json.loads(text)
-    for topic in data.values() if isinstance(data, dict) else []:
-        for channel in topic.get("channels", {}).values() if isinstance(topic, dict) else []:
+    """The counts of ``totals`` or ``topics``: consumer names exist only in the truth, ports only in
+    the summary."""
+    counts = json.loads(json.dumps(section))
+    for topic in counts.values():
+        for channel in topic.get("channels", {}).values() if isinstance(topic, dict) else ():
             channel.pop("consumer_connections", None)
             channel.pop("consumer_ports", None)
-    return data
+    return counts
 
 
 if __name__ == "__main__":

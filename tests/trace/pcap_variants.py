@@ -18,7 +18,7 @@ def records(path) -> list[tuple[int, bytes]]:
     out, offset = [], 24
     while offset < len(data):
         seconds, micros, included, _ = struct.unpack_from("<IIII", data, offset)
-        out.append((seconds * 10**9 + micros * 1000, data[offset + 16:offset + 16 + included]))
+        out.append((seconds * 10**9 + micros * 1000, data[offset + 16 : offset + 16 + included]))
         offset += 16 + included
     return out
 
@@ -35,6 +35,7 @@ def write_pcap(path, frames, linktype=1, nanoseconds=False, big_endian=False):
 
 def write_pcapng(path, frames, linktype=1):
     """One section, one interface with nanosecond resolution (if_tsresol = 9), Enhanced Packet Blocks."""
+
     def block(block_type, body):
         body += b"\0" * (-len(body) % 4)
         return struct.pack("<II", block_type, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
@@ -44,8 +45,12 @@ def write_pcapng(path, frames, linktype=1):
         options = struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0)
         handle.write(block(1, struct.pack("<HHI", linktype, 0, 262144) + options))
         for ts_ns, frame in frames:
-            handle.write(block(6, struct.pack("<IIIII", 0, ts_ns >> 32, ts_ns & 0xFFFFFFFF, len(frame), len(frame))
-                               + frame))
+            handle.write(
+                block(
+                    6,
+                    struct.pack("<IIIII", 0, ts_ns >> 32, ts_ns & 0xFFFFFFFF, len(frame), len(frame)) + frame,
+                )
+            )
 
 
 def to_ipv6(frames):
@@ -56,8 +61,9 @@ def to_ipv6(frames):
         header_length = (ip[0] & 0x0F) * 4
         total = struct.unpack_from(">H", ip, 2)[0]
         segment = ip[header_length:total]
-        addresses = [ipaddress.IPv6Address("2001:db8::" + str(ipaddress.IPv4Address(ip[i:i + 4]))).packed
-                     for i in (12, 16)]
+        addresses = [
+            ipaddress.IPv6Address("2001:db8::" + str(ipaddress.IPv4Address(ip[i : i + 4]))).packed for i in (12, 16)
+        ]
         header = struct.pack(">IHBB", 6 << 28, len(segment), 6, 64) + addresses[0] + addresses[1]
         out.append((ts_ns, frame[:12] + b"\x86\xdd" + header + segment))
     return out
@@ -65,8 +71,10 @@ def to_ipv6(frames):
 
 def to_linux_sll2(frames):
     """Ethernet -> Linux cooked v2 (link type 276): 20-byte header with the protocol first."""
-    return [(ts, frame[12:14] + b"\0\0" + struct.pack(">IHBB", 1, 1, 0, 6) + frame[6:12] + b"\0\0" + frame[14:])
-            for ts, frame in frames]
+    return [
+        (ts, frame[12:14] + b"\0\0" + struct.pack(">IHBB", 1, 1, 0, 6) + frame[6:12] + b"\0\0" + frame[14:])
+        for ts, frame in frames
+    ]
 
 
 def split_by_time(frames, parts: int) -> list[list]:

@@ -7,23 +7,31 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PCAPS, REPO
+from trace_helpers import PCAPS, REPO
 
 from spark_analysis.analysis import run_analysis
 
 
 def nsq_trace(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "spark_analysis", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "spark_analysis", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+    )
 
 
-@pytest.mark.parametrize("args,message", [
-    (["analyze", "pcaps/compressed.pcap"], "the following arguments are required: --out"),
-    (["analyze", "pcaps/compressed.pcap", "--out", "x", "--nsq-port", "99999"], "invalid port '99999'"),
-    (["generate", "--size", "lots", "-o", "x.pcap"], "invalid size 'lots'"),
-    (["analyze", "nowhere.pcap", "--out", "x"], "no such capture file: nowhere.pcap"),
-    (["frobnicate"], "invalid choice: 'frobnicate'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["analyze", "pcaps/compressed.pcap"], "the following arguments are required: --out"),
+        (["analyze", "pcaps/compressed.pcap", "--out", "x", "--nsq-port", "99999"], "invalid port '99999'"),
+        (["generate", "--size", "lots", "-o", "x.pcap"], "invalid size 'lots'"),
+        (["analyze", "nowhere.pcap", "--out", "x"], "no such capture file: nowhere.pcap"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
 def test_bad_flags_give_one_line_and_exit_status_2(args, message):
     result = nsq_trace(*args, timeout=60)
     assert result.returncode == 2
@@ -41,12 +49,12 @@ def test_analyze_end_to_end_with_a_corrupt_file_among_good_ones(tmp_path):
     summary = (out / "summary.json").read_text()
     assert '"pcap_truncated_record": 1' in summary
     html = (out / "report.html").read_text()
-    assert html.count("<img src=\"data:image/png;base64,") == 7
-    assert "P-FIN-04" in html
+    assert html.count('<img src="data:image/png;base64,') == 7
+    assert "<td>NSQ-FIN-003</td>" in html
 
 
 def test_report_names_violations_by_requirement_id(spark, tmp_path):
     summary = run_analysis(spark, [str(PCAPS / "compressed.pcap")], str(tmp_path), report=True)
     html = (tmp_path / "report.html").read_text()
-    assert summary["violations"] == {"P-FIN-04": 2}
-    assert re.search(r"<td>P-FIN-04</td><td>2</td><td>FIN of an ID that is not in flight", html)
+    assert summary["violations"] == {"NSQ-FIN-003": 2}
+    assert re.search(r"<td>NSQ-FIN-003</td><td>2</td><td>MUST: FIN settles silently.*P-FIN-04", html)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import PCAPS
 from pyspark.errors import AnalysisException
 from pyspark.testing import assertDataFrameEqual
+from trace_helpers import PCAPS
 
 
 def load(spark, paths, **options):
@@ -42,9 +42,26 @@ def test_truncated_file_is_a_counted_error_row(spark, tmp_path):
     assert [row.error for row in errors] == ["pcap_truncated_record"]
 
 
-@pytest.mark.parametrize("options,message", [({}, "no such capture file"),
-                                             ({"splitBytes": "lots"}, "splitBytes must be an integer")])
+@pytest.mark.parametrize(
+    "options,message",
+    [({}, "no such capture file"), ({"splitBytes": "lots"}, "splitBytes must be an integer")],
+)
 def test_bad_options_fail_with_a_clear_message(spark, tmp_path, options, message):
     path = str(tmp_path / "missing.pcap") if not options else str(PCAPS / "compressed.pcap")
     with pytest.raises(AnalysisException, match=message):
         load(spark, path, **options).count()
+
+
+def test_payload_references_point_at_the_same_bytes(spark):
+    from spark_analysis.pcapfile import read_payloads
+
+    path = str(PCAPS / "compressed.pcap")
+    copied = load(spark, path).orderBy("offset").collect()
+    referenced = load(spark, path, payload="reference").orderBy("offset").collect()
+    assert all(row.payload is None for row in referenced)
+    assert read_payloads(
+        [r.file for r in referenced],
+        [r.payload_offset for r in referenced],
+        [r.payload_length for r in referenced],
+    ) == [bytes(r.payload) for r in copied]
+    assert sum(len(r.payload) for r in copied) > 100_000

@@ -6,8 +6,8 @@ import struct
 
 import pyarrow as pa
 import pytest
-from conftest import PCAPS
 from pcap_variants import records, to_ipv6, to_linux_sll2, write_pcap, write_pcapng
+from trace_helpers import PCAPS
 
 from spark_analysis.pcapfile import PACKET_SCHEMA, ByteRange, read_range, split_file
 
@@ -23,15 +23,18 @@ def frames():
 
 def segments(table):
     ok = table.filter(pa.compute.is_null(table.column("error")))
-    return list(zip(*(ok.column(c).to_pylist() for c in ("ts_ns", "sport", "dport", "seq", "flags", "payload"))))
+    return list(
+        zip(*(ok.column(c).to_pylist() for c in ("ts_ns", "sport", "dport", "seq", "flags", "payload")), strict=False)
+    )
 
 
 def test_recorded_pcap_yields_one_row_per_tcp_segment(frames):
     table = walk(PCAPS / "compressed.pcap")
     assert table.num_rows == len(frames) == 739
     assert table.column("error").null_count == table.num_rows
-    assert set(table.column("flow").to_pylist()) == {f"127.0.0.1 24150|127.0.0.1 {port}" for port in
-                                                     (59706, 59710, 59718)}
+    assert set(table.column("flow").to_pylist()) == {
+        f"127.0.0.1 24150|127.0.0.1 {port}" for port in (59706, 59710, 59718)
+    }
 
 
 @pytest.mark.parametrize("nanoseconds,big_endian", [(False, True), (True, False), (True, True)])
@@ -66,8 +69,9 @@ def test_bsd_null_loopback(frames, tmp_path):
 def test_byte_ranges_partition_the_records_exactly(split):
     path = PCAPS / "compressed.pcap"
     pieces = [walk(path, r.start, r.end) for r in split_file(str(path), split)]
-    assert [row for piece in pieces for row in piece.column("offset").to_pylist()] == \
-        walk(path).column("offset").to_pylist()
+    assert [row for piece in pieces for row in piece.column("offset").to_pylist()] == walk(path).column(
+        "offset"
+    ).to_pylist()
 
 
 @pytest.mark.parametrize("cut,error", [(24 + 8, "pcap_truncated_record"), (204366 - 100, "pcap_truncated_record")])
@@ -78,8 +82,14 @@ def test_truncated_pcap_gives_a_named_error_row(tmp_path, cut, error):
     assert [e for e in table.column("error").to_pylist() if e] == [error]
 
 
-@pytest.mark.parametrize("content,error", [(b"", "capture_empty"), (b"GET / HTTP/1.1\r\n", "capture_bad_magic"),
-                                           (b"\xd4\xc3\xb2\xa1\x02\x00", "capture_truncated_header")])
+@pytest.mark.parametrize(
+    "content,error",
+    [
+        (b"", "capture_empty"),
+        (b"GET / HTTP/1.1\r\n", "capture_bad_magic"),
+        (b"\xd4\xc3\xb2\xa1\x02\x00", "capture_truncated_header"),
+    ],
+)
 def test_not_a_capture_gives_a_named_error_row(tmp_path, content, error):
     path = tmp_path / "bad.pcap"
     path.write_bytes(content)

@@ -20,8 +20,13 @@ def seg(ts, direction, seq, payload=b"", flags=PSH):
 
 def test_out_of_order_retransmitted_and_overlapping_segments():
     isn = (1 << 32) - 3  # sequence numbers wrap during the stream
-    segments = [seg(1, "c2s", isn, flags=SYN), seg(5, "c2s", isn + 1 + 4, b"EFGH"), seg(3, "c2s", isn + 1, b"ABCD"),
-                seg(6, "c2s", isn + 1, b"ABCD"), seg(7, "c2s", isn + 1 + 2, b"CDEFxy")]
+    segments = [
+        seg(1, "c2s", isn, flags=SYN),
+        seg(5, "c2s", isn + 1 + 4, b"EFGH"),
+        seg(3, "c2s", isn + 1, b"ABCD"),
+        seg(6, "c2s", isn + 1, b"ABCD"),
+        seg(7, "c2s", isn + 1 + 2, b"CDEFxy"),
+    ]
     [conn] = reassemble("f", segments, PORTS)
     stream = conn.c2s
     # Policy: lowest sequence number first; placed bytes are never overwritten, so the later
@@ -41,8 +46,13 @@ def test_missing_bytes_become_an_explicit_gap():
 
 
 def test_new_syn_starts_a_new_connection_and_retransmitted_syn_does_not():
-    segments = [seg(1, "c2s", 10, flags=SYN), seg(2, "c2s", 10, flags=SYN), seg(3, "c2s", 11, b"a"),
-                seg(9, "c2s", 5000, flags=SYN), seg(10, "c2s", 5001, b"b")]
+    segments = [
+        seg(1, "c2s", 10, flags=SYN),
+        seg(2, "c2s", 10, flags=SYN),
+        seg(3, "c2s", 11, b"a"),
+        seg(9, "c2s", 5000, flags=SYN),
+        seg(10, "c2s", 5001, b"b"),
+    ]
     conns = reassemble("f", segments, PORTS)
     assert [(c.epoch, c.c2s.chunks[0][1]) for c in conns] == [(0, b"a"), (1, b"b")]
 
@@ -59,41 +69,99 @@ def message(msg_id: bytes, attempts=1) -> bytes:
 def decoded(segments) -> list[tuple]:
     [conn] = reassemble("f", segments, PORTS)
     table = decode_connection(conn, PORTS)
-    return [(r["kind"], r["name"], r["msg_id"]) for r in table.to_pylist() if r["kind"] not in ("connection",
-                                                                                                "inflight")]
+    return [
+        (r["kind"], r["name"], r["msg_id"]) for r in table.to_pylist() if r["kind"] not in ("connection", "inflight")
+    ]
 
 
 def test_decoding_resumes_after_a_gap_at_the_next_frame():
     frames = [message(b"%016x" % i) for i in range(3)]
-    server = [seg(1, "s2c", 0, flags=SYNACK), seg(2, "s2c", 1, frames[0]),
-              seg(4, "s2c", 1 + len(frames[0]) + len(frames[1]), frames[2])]   # frames[1] not captured
+    server = [
+        seg(1, "s2c", 0, flags=SYNACK),
+        seg(2, "s2c", 1, frames[0]),
+        seg(4, "s2c", 1 + len(frames[0]) + len(frames[1]), frames[2]),
+    ]  # frames[1] not captured
     client = [seg(0, "c2s", 500, flags=SYN), seg(1, "c2s", 501, wire.MAGIC_V2 + b"SUB t c\nRDY 5\n")]
     rows = decoded(server + client)
     assert [r for r in rows if r[0] in ("frame", "gap", "error")] == [
-        ("frame", "message", "0000000000000000"), ("gap", "gap", None), ("frame", "message", "0000000000000002")]
+        ("frame", "message", "0000000000000000"),
+        ("gap", "gap", None),
+        ("frame", "message", "0000000000000002"),
+    ]
 
 
 def test_capture_started_mid_connection_resyncs_both_directions():
     tail = message(b"%016x" % 9)
-    server = [seg(5, "s2c", 1000, tail[7:] + message(b"%016x" % 10))]   # starts inside a frame
-    client = [seg(6, "c2s", 2000, b"0000009\nFIN 000000000000000a\nNOP\n")]   # starts inside a FIN line
+    server = [seg(5, "s2c", 1000, tail[7:] + message(b"%016x" % 10))]  # starts inside a frame
+    client = [seg(6, "c2s", 2000, b"0000009\nFIN 000000000000000a\nNOP\n")]  # starts inside a FIN line
     rows = decoded(server + client)
     assert ("frame", "message", "000000000000000a") in rows
-    assert [r for r in rows if r[0] == "command"] == [("command", "FIN", "000000000000000a"),
-                                                      ("command", "NOP", None)]
+    assert [r for r in rows if r[0] == "command"] == [
+        ("command", "FIN", "000000000000000a"),
+        ("command", "NOP", None),
+    ]
     assert sum(1 for r in rows if r[:2] == ("error", "undecodable_bytes")) == 2
 
 
 def test_pairs_answers_in_command_order_and_fin_failures_by_id():
-    client = [seg(0, "c2s", 10, flags=SYN), seg(1, "c2s", 11, wire.MAGIC_V2 + wire.encode_command(
-        "PUB", "t", body=b"x") + wire.encode_command("PUB", "bad!", body=b"y") + b"FIN 00000000000000ff\n")]
-    server = [seg(0, "s2c", 50, flags=SYNACK), seg(2, "s2c", 51, wire.encode_frame(0, b"OK") + wire.encode_frame(
-        1, b"E_FIN_FAILED FIN 00000000000000ff failed ID not in flight") + wire.encode_frame(1, b"E_BAD_TOPIC x"))]
+    client = [
+        seg(0, "c2s", 10, flags=SYN),
+        seg(
+            1,
+            "c2s",
+            11,
+            wire.MAGIC_V2
+            + wire.encode_command("PUB", "t", body=b"x")
+            + wire.encode_command("PUB", "bad!", body=b"y")
+            + b"FIN 00000000000000ff\n",
+        ),
+    ]
+    server = [
+        seg(0, "s2c", 50, flags=SYNACK),
+        seg(
+            2,
+            "s2c",
+            51,
+            wire.encode_frame(0, b"OK")
+            + wire.encode_frame(1, b"E_FIN_FAILED FIN 00000000000000ff failed ID not in flight")
+            + wire.encode_frame(1, b"E_BAD_TOPIC x"),
+        ),
+    ]
     [conn] = reassemble("f", client + server, PORTS)
     table = decode_connection(conn, PORTS)
     rows = [r for r in table.to_pylist() if r["kind"] in ("command", "publish", "violation")]
     assert [(r["kind"], r["name"], r["status"], r["code"]) for r in rows] == [
-        ("command", "PUB", "ok", None), ("publish", "PUB", "ok", None),
-        ("command", "PUB", "error", "E_BAD_TOPIC"), ("publish", "PUB", "error", None),
-        ("command", "FIN", "failed", "E_FIN_FAILED"), ("violation", "P-FIN-04", None, None)]
+        ("command", "PUB", "ok", None),
+        ("publish", "PUB", "ok", None),
+        ("command", "PUB", "error", "E_BAD_TOPIC"),
+        ("publish", "PUB", "error", None),
+        ("command", "FIN", "failed", "E_FIN_FAILED"),
+        ("violation", "NSQ-FIN-003", None, None),
+    ]
     assert isinstance(table, pa.Table)
+
+
+def test_every_violation_names_a_requirement_of_the_catalogue():
+    from conformance.catalogue import requirements
+    from spark_analysis.violations import REQUIREMENT_OF
+
+    catalogue = requirements()
+    for behaviour, requirement in REQUIREMENT_OF.items():
+        assert behaviour in catalogue[requirement].source, (behaviour, requirement)
+
+
+def test_tls_after_identify_is_reported_as_opaque():
+    identify = wire.encode_command("IDENTIFY", body=wire.identify_body({"feature_negotiation": True, "tls_v1": True}))
+    client = [seg(0, "c2s", 10, flags=SYN), seg(1, "c2s", 11, wire.MAGIC_V2 + identify + b"\x16\x03\x01\x02\x00")]
+    server = [
+        seg(0, "s2c", 50, flags=SYNACK),
+        seg(2, "s2c", 51, wire.encode_frame(0, b'{"tls_v1":true,"snappy":false}') + b"\x16\x03\x03\x00\x7a"),
+    ]
+    [conn] = reassemble("f", client + server, PORTS)
+    rows = decode_connection(conn, PORTS).to_pylist()
+    assert [(r["direction"], r["name"]) for r in rows if r["kind"] == "error"] == [
+        ("s2c", "tls_opaque"),
+        ("c2s", "tls_opaque"),
+    ]
+    assert [r["name"] for r in rows if r["kind"] == "command"] == ["IDENTIFY"]
+    assert '"codec": "tls"' in [r for r in rows if r["kind"] == "connection"][0]["detail"]

@@ -4,8 +4,8 @@ exactly the same counts as the recorded truth. The variants are derived at test 
 from __future__ import annotations
 
 import pytest
-from conftest import PCAPS, load_truth, truth_mismatches
 from pcap_variants import records, split_by_time, to_ipv6, to_linux_sll2, write_pcap, write_pcapng
+from trace_helpers import PCAPS, load_truth, truth_mismatches
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,167 @@
+"""``nsq-trace``: analyse pcaps with Spark, generate seeded traces, capture live traffic.
+
+    nsq-trace analyze pcaps/workload-small.pcap --out reports/workload
+    nsq-trace generate --size 1GB --seed 7 -o big.pcap
+    nsq-trace capture --port 4150 -o out.pcap -- python my_producer.py
+
+Also runs under spark-submit: ``spark-submit spark_analysis/cli.py analyze ... --master yarn``.
+Bad flags give one line on stderr and exit status 2 (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+
+SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?I?B?)\s*", text.upper())
+    if not match or match.group(2) not in SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (examples: 500MB, 1GB, 64KiB)")
+    return int(float(match.group(1)) * SIZE_UNITS[match.group(2)])
+
+
+def parse_port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}")
+    return int(text)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints the whole usage on a bad flag; a one-line error is easier to act on."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="nsq-trace", description="NSQ trace capture, generation and Spark analysis")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
+
+    analyze = commands.add_parser("analyze", help="decode pcaps with Spark into tables, summary.json and a report")
+    analyze.add_argument("pcaps", nargs="+", help="pcap/pcapng files, directories or globs")
+    analyze.add_argument("--out", required=True, help="output directory")
+    analyze.add_argument(
+        "--master",
+        default=None,
+        help="Spark master (default: local[2]; under spark-submit, spark-submit's --master)",
+    )
+    analyze.add_argument(
+        "--nsq-port",
+        type=parse_port,
+        action="append",
+        dest="nsq_ports",
+        help="nsqd TCP port for connections seen without their start (repeatable; "
+        "default 4150; connections that send the V2 magic are found on any port)",
+    )
+    analyze.add_argument(
+        "--split-size",
+        type=parse_size,
+        default=None,
+        help="byte-range size for splitting large files (default 256MiB, 0 = per file)",
+    )
+    analyze.add_argument("--shuffle-partitions", type=int, default=4)
+    analyze.add_argument("--no-report", action="store_true", help="skip the HTML report")
+
+    generate = commands.add_parser("generate", help="write a seeded synthetic NSQ trace and its truth")
+    generate.add_argument("--size", type=parse_size, required=True, help="target size, e.g. 1GB")
+    generate.add_argument("--seed", type=int, default=7)
+    generate.add_argument("-o", "--output", required=True, help="pcap path; truth goes to <stem>.truth.json")
+    generate.add_argument(
+        "--drop-segments",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="drop this fraction of consumer segments from the capture (e.g. 0.001)",
+    )
+    generate.add_argument("--format", choices=("pcap", "pcapng"), default="pcap")
+
+    capture = commands.add_parser("capture", help="record the NSQ traffic of a command")
+    capture.add_argument("--port", type=parse_port, default=4150)
+    capture.add_argument("-o", "--output", required=True)
+    capture.add_argument("--interface", default="lo")
+    capture.add_argument("argv", nargs=argparse.REMAINDER, help="-- command to run while capturing")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "analyze":
+        return _analyze(parser, args)
+    if args.command == "generate":
+        from spark_analysis.generate import generate
+
+        truth = generate(
+            args.output,
+            args.size,
+            seed=args.seed,
+            drop_fraction=args.drop_segments,
+            file_format=args.format,
+            progress=True,
+        )
+        print(
+            f"wrote {args.output} ({truth['file']['bytes']:,} bytes, "
+            f"{truth['totals']['deliveries']:,} deliveries)"
+            f" and {truth['file']['truth']}"
+        )
+        return 0
+    from spark_analysis.capture import capture
+
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not command:
+        parser.error("capture needs a command after --")
+    return capture(args.port, args.output, command, interface=args.interface)
+
+
+def _analyze(parser, args) -> int:
+    from rich.console import Console
+
+    from spark_analysis.analysis import DEFAULT_NSQ_PORTS, run_analysis, spark_session
+    from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, expand_paths
+
+    files = expand_paths(args.pcaps)
+    missing = [path for path in files if not os.path.isfile(path)]
+    if not files or missing:
+        parser.error(f"no such capture file: {', '.join(missing or args.pcaps)}")
+    console = Console(stderr=True)
+    started = time.monotonic()
+
+    def step(message: str):
+        console.print(f"[bold cyan]{time.monotonic() - started:6.1f}s[/] {message}")
+
+    # spark-submit (which sets SPARK_ENV_LOADED) has already chosen the master.
+    master = args.master or (None if os.environ.get("SPARK_ENV_LOADED") else "local[2]")
+    step(
+        f"starting Spark ({master or 'from spark-submit'}) for {len(files)} file(s), "
+        f"{sum(os.path.getsize(p) for p in files) / 1e6:,.1f} MB"
+    )
+    spark = spark_session(master, args.shuffle_partitions)
+    try:
+        result = run_analysis(
+            spark,
+            files,
+            args.out,
+            frozenset(args.nsq_ports or DEFAULT_NSQ_PORTS),
+            DEFAULT_SPLIT_BYTES if args.split_size is None else args.split_size,
+            report=not args.no_report,
+            step=step,
+        )
+    finally:
+        spark.stop()
+    totals = result["totals"]
+    step(
+        f"done: {totals['tcp_connections_nsqd_tcp_port']} NSQ connections, {totals['messages_published']:,} "
+        f"published, {totals['deliveries']:,} deliveries, {sum(result['violations'].values())} violations, "
+        f"{sum(result['errors'].values())} capture/decode errors -> {args.out}/summary.json"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,736 @@
+"""NSQ decoding of reassembled connections into event rows, through ``conformance.wire``.
+
+One connection in, rows of ``EVENT_SCHEMA`` out: commands (client -> server), frames (server ->
+client), one ``publish`` row per published message, gaps, decode errors, and one ``connection`` row.
+The server stream is decoded first: its IDENTIFY response says whether both directions switch to
+snappy or deflate (ID-30, ID-33, ID-34) or to TLS (reported as opaque bytes).
+
+Resync: after a gap, or when the capture starts mid-connection, decoding restarts at the first
+offset that holds a plausible frame (server) or command line (client); skipped bytes are counted
+in an ``undecodable_bytes`` error row. A compressed stream cannot be resynchronised: after a gap in
+it the rest of that direction is reported as ``compressed_stream_gap``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import zlib
+
+import pyarrow as pa
+
+from conformance import wire
+from spark_analysis.reassembly import Connection, Gap, Stream
+from spark_analysis.violations import check_connection
+
+EVENT_SCHEMA = pa.schema(
+    [
+        ("conn_id", pa.string()),
+        ("client", pa.string()),
+        ("server", pa.string()),
+        ("client_port", pa.int32()),
+        ("server_port", pa.int32()),
+        ("ts_ns", pa.int64()),
+        ("direction", pa.string()),  # c2s | s2c | conn
+        ("kind", pa.string()),  # command | frame | publish | gap | error | violation | connection
+        ("name", pa.string()),  # verb, frame kind (message/heartbeat/response/error), error or requirement ID
+        ("topic", pa.string()),
+        ("channel", pa.string()),
+        ("msg_id", pa.string()),
+        ("attempts", pa.int32()),
+        ("msg_ts_ns", pa.int64()),  # message frames: the publish timestamp carried in the frame (C-09)
+        ("body_len", pa.int64()),
+        ("body_hash", pa.int64()),  # crc32 and adler32 of the body: joins publishes with deliveries
+        ("value", pa.int64()),  # RDY count, REQ timeout, DPUB defer, MPUB message count, gap length
+        ("status", pa.string()),  # commands: ok | failed | error | unanswered
+        ("code", pa.string()),  # error frames: E_*; commands: the error code they got
+        ("detail", pa.string()),
+        ("stream_offset", pa.int64()),
+    ]
+)
+
+# Commands that get exactly one response or error frame in command order (C-13).
+ANSWERED_COMMANDS = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
+# Non-fatal errors answer FIN/REQ/TOUCH by message ID, outside the response order (C-23, P-FIN-04).
+ID_ERRORS = {"E_FIN_FAILED": "FIN", "E_REQ_FAILED": "REQ", "E_TOUCH_FAILED": "TOUCH"}
+VERBS = (
+    b"IDENTIFY",
+    b"AUTH",
+    b"SUB",
+    b"PUB",
+    b"MPUB",
+    b"DPUB",
+    b"RDY",
+    b"FIN",
+    b"REQ",
+    b"TOUCH",
+    b"CLS",
+    b"NOP",
+)
+_COMMAND_START = re.compile(rb"(?:^|(?<=\n))(?:" + b"|".join(VERBS) + rb")(?:[ \n]|\r\n)")
+_FRAME_TYPE_FIELD = re.compile(rb"\x00\x00\x00[\x00\x01\x02]")
+_HEX_ID = re.compile(rb"[0-9a-f]{16}\Z")
+_KNOWN_RESPONSES = (b"OK", wire.HEARTBEAT, b"CLOSE_WAIT")
+_RESYNC_WINDOW = 1 << 20  # bytes kept while searching for a resync point
+_DETAIL_LIMIT = 300
+
+
+def body_hash(body: bytes) -> int:
+    value = (zlib.crc32(body) << 32) | zlib.adler32(body)
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class _Rows:
+    """Column lists of EVENT_SCHEMA for one connection."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.columns = {name: [] for name in EVENT_SCHEMA.names}
+        self.publish_command: dict[int, int] = {}  # publish row -> the PUB/MPUB/DPUB command row
+
+    def add(
+        self,
+        ts_ns,
+        direction,
+        kind,
+        name,
+        *,
+        topic=None,
+        channel=None,
+        msg_id=None,
+        attempts=None,
+        msg_ts_ns=None,
+        body_len=None,
+        body_hash=None,
+        value=None,
+        status=None,
+        code=None,
+        detail=None,
+        stream_offset=None,
+    ) -> int:
+        c = self.columns
+        c["ts_ns"].append(ts_ns)
+        c["direction"].append(direction)
+        c["kind"].append(kind)
+        c["name"].append(name)
+        c["topic"].append(topic)
+        c["channel"].append(channel)
+        c["msg_id"].append(msg_id)
+        c["attempts"].append(attempts)
+        c["msg_ts_ns"].append(msg_ts_ns)
+        c["body_len"].append(body_len)
+        c["body_hash"].append(body_hash)
+        c["value"].append(value)
+        c["status"].append(status)
+        c["code"].append(code)
+        c["detail"].append(
+            detail if detail is None or len(detail) <= _DETAIL_LIMIT or kind == "connection" else detail[:_DETAIL_LIMIT]
+        )
+        c["stream_offset"].append(stream_offset)
+        return len(c["ts_ns"]) - 1
+
+    def table(self) -> pa.Table:
+        count = len(self.columns["ts_ns"])
+        conn = self.conn
+        self.columns["conn_id"] = [conn.conn_id] * count
+        self.columns["client"] = [f"{conn.client[0]} {conn.client[1]}"] * count
+        self.columns["server"] = [f"{conn.server[0]} {conn.server[1]}"] * count
+        self.columns["client_port"] = [conn.client[1]] * count
+        self.columns["server_port"] = [conn.server[1]] * count
+        return pa.Table.from_pydict(self.columns, schema=EVENT_SCHEMA)
+
+
+class _Upgrade:
+    """What the server's IDENTIFY response switched on (ID-30)."""
+
+    def __init__(self):
+        self.codec: str | None = None  # snappy | deflate
+        self.tls = False
+        self.identify: dict = {}
+
+    @staticmethod
+    def decompressor(codec: str):
+        return wire.SnappyStreamDecoder() if codec == "snappy" else wire.DeflateStreamDecoder()
+
+
+def decode_connection(conn: Connection, nsq_ports: frozenset[int]) -> pa.Table:
+    rows = _Rows(conn)
+    c2s_start = _first_bytes(conn.c2s, 4)
+    # NSQ: the V2 magic (C-01), a known port, or a server that answers in NSQ frames (E_BAD_PROTOCOL
+    # after a bad magic, C-02; any frames when the capture started mid-connection).
+    is_nsq = c2s_start == wire.MAGIC_V2 or conn.server[1] in nsq_ports or _looks_like_nsq(conn.s2c)
+    upgrade = _Upgrade()
+    if is_nsq:
+        server = _ServerSide(rows, conn.s2c, upgrade)
+        server.run()
+        client = _ClientSide(rows, conn.c2s, upgrade)
+        client.run()
+        _pair_answers(rows)
+    close = _close_kind(conn)
+    if is_nsq:
+        check_connection(rows, client.identify, upgrade.identify, close)
+        topic, channel = client.subscription
+        if channel is not None:
+            _label_subscription(rows, topic, channel)
+    codec = "tls" if upgrade.tls else upgrade.codec or "plain"
+    rows.add(
+        conn.first_ts_ns,
+        "conn",
+        "connection",
+        "nsq" if is_nsq else "other",
+        status=close,
+        value=conn.packets,
+        detail=json.dumps(
+            {
+                "codec": codec,
+                "syn_seen": conn.c2s.syn_seen,
+                "last_ts_ns": conn.last_ts_ns,
+                "c2s_bytes": conn.c2s.length,
+                "s2c_bytes": conn.s2c.length,
+                "gaps": len(conn.c2s.gaps) + len(conn.s2c.gaps),
+                "retransmitted_bytes": conn.c2s.retransmitted_bytes + conn.s2c.retransmitted_bytes,
+                "conflicting_bytes": conn.c2s.conflicting_bytes + conn.s2c.conflicting_bytes,
+                "magic": c2s_start.decode("latin-1") if c2s_start else None,
+                "identify_request": json.dumps(client.identify) if is_nsq else None,
+                "identify_response": json.dumps(upgrade.identify) if upgrade.identify else None,
+            }
+        ),
+    )
+    return rows.table()
+
+
+def _first_bytes(stream: Stream, count: int) -> bytes:
+    if not stream.syn_seen or not stream.chunks or stream.chunks[0][0] != 0:
+        return b""
+    head = b""
+    for offset, data, _ in stream.chunks:
+        if offset != len(head):
+            break
+        head += data[: count - len(head)]
+        if len(head) >= count:
+            break
+    return head
+
+
+def _close_kind(conn: Connection) -> str:
+    """Who ended the connection: rst, the first FIN's sender, or still open at the capture's end."""
+    if conn.rst_seen:
+        return "rst"
+    client_fin, server_fin = conn.c2s.fin_ts_ns, conn.s2c.fin_ts_ns
+    if client_fin is None and server_fin is None:
+        return "open"
+    if server_fin is None or (client_fin is not None and client_fin <= server_fin):
+        return "client_fin"
+    return "server_fin"
+
+
+def _looks_like_nsq(stream: Stream) -> bool:
+    head = b"".join(data for _, data, _ in stream.chunks[:8])
+    if stream.syn_seen:
+        return _frame_start(head, 0) == 0
+    start = _frame_start(head, 0)
+    return start >= 0 and _frame_start(head, start + 4 + struct.unpack_from(">I", head, start)[0]) >= 0
+
+
+def _frame_start(buffer, start: int) -> int:
+    """First offset >= start holding a whole plausible frame followed by a plausible header (or the end)."""
+    for match in _FRAME_TYPE_FIELD.finditer(buffer, start + 4 if start + 4 <= len(buffer) else len(buffer)):
+        position = match.start() - 4
+        if position < start:
+            continue
+        size, frame_type = struct.unpack_from(">Ii", buffer, position)
+        end = position + 4 + size
+        if size < 4 or end > len(buffer) or size > wire.DEFAULT_MAX_FRAME_SIZE:
+            continue
+        data = bytes(buffer[position + 8 : end])
+        if frame_type == wire.FRAME_MESSAGE:
+            if size < 4 + wire.MESSAGE_HEADER_SIZE or not _HEX_ID.match(data[10:26]) or data[8:10] == b"\0\0":
+                continue
+        elif frame_type == wire.FRAME_RESPONSE:
+            if data not in _KNOWN_RESPONSES and not data.startswith(b"{"):
+                continue
+        elif not data.startswith(b"E_"):
+            continue
+        if end + 8 <= len(buffer):
+            next_size, next_type = struct.unpack_from(">Ii", buffer, end)
+            if next_size < 4 or next_type not in wire.FRAME_TYPE_NAMES:
+                continue
+        return position
+    return -1
+
+
+def _command_start(buffer, start: int) -> int:
+    match = _COMMAND_START.search(buffer, start)
+    return match.start() if match else -1
+
+
+class _Direction:
+    """Shared walk over a stream's chunks and gaps with resync and decompression."""
+
+    direction = ""
+
+    def __init__(self, rows: _Rows, stream: Stream, upgrade: _Upgrade):
+        self.rows = rows
+        self.stream = stream
+        self.upgrade = upgrade
+        self.decompressor = None
+        self.lost = False  # the rest of this direction cannot be decoded
+        self.resync_buffer: bytearray | None = None if stream.syn_seen else bytearray()
+        self.resync_offset = 0
+        self.ts_ns = 0
+        self.offset = 0
+
+    def run(self):
+        for piece in self.stream.pieces():
+            if isinstance(piece, Gap):
+                self._gap(piece)
+                continue
+            self.offset, data, self.ts_ns = piece
+            if self.lost:
+                continue
+            if self.decompressor is not None:
+                try:
+                    data = self.decompressor.feed(data)
+                except wire.ProtocolViolation as exc:
+                    self._lose("decompression_failed", str(exc))
+                    continue
+            elif self.resync_buffer is not None:
+                data = self._resynced(data)
+                if data is None:
+                    continue
+            self.feed(data)
+        if self.resync_buffer:
+            self.rows.add(
+                self.ts_ns,
+                self.direction,
+                "error",
+                "undecodable_bytes",
+                value=len(self.resync_buffer),
+                stream_offset=self.resync_offset,
+                detail="no frame or command boundary found",
+            )
+
+    def _gap(self, gap: Gap):
+        self.rows.add(gap.ts_ns, self.direction, "gap", "gap", value=gap.length, stream_offset=gap.offset)
+        if self.lost:
+            return
+        if self.decompressor is not None:
+            self._lose("compressed_stream_gap", f"{gap.length} bytes missing inside a compressed stream")
+            return
+        self.reset()
+        self.resync_buffer = bytearray()
+        self.resync_offset = gap.offset + gap.length
+
+    def _lose(self, name: str, detail: str):
+        self.lost = True
+        self.rows.add(self.ts_ns, self.direction, "error", name, detail=detail, stream_offset=self.offset)
+
+    def _resynced(self, data: bytes) -> bytes | None:
+        buffer = self.resync_buffer
+        buffer += data
+        start = self.find_start(buffer)
+        if start < 0:
+            if len(buffer) > _RESYNC_WINDOW:
+                dropped = len(buffer) - _RESYNC_WINDOW // 2
+                self.rows.add(
+                    self.ts_ns,
+                    self.direction,
+                    "error",
+                    "undecodable_bytes",
+                    value=dropped,
+                    stream_offset=self.resync_offset,
+                    detail="no frame or command boundary found",
+                )
+                del buffer[:dropped]
+                self.resync_offset += dropped
+            return None
+        if start:
+            self.rows.add(
+                self.ts_ns,
+                self.direction,
+                "error",
+                "undecodable_bytes",
+                value=start,
+                stream_offset=self.resync_offset,
+                detail="skipped while resynchronising",
+            )
+        self.resync_buffer = None
+        return bytes(buffer[start:])
+
+    def violation(self, reason: str, exc: wire.ProtocolViolation):
+        self.rows.add(
+            self.ts_ns,
+            self.direction,
+            "error",
+            "protocol_violation",
+            detail=f"{reason}: {exc.reason}",
+            stream_offset=exc.offset,
+        )
+        self.reset()
+        self.resync_buffer = bytearray()
+        self.resync_offset = self.offset
+
+    # subclasses: feed(data), reset(), find_start(buffer)
+
+
+class _ServerSide(_Direction):
+    direction = "s2c"
+
+    def __init__(self, rows, stream, upgrade):
+        super().__init__(rows, stream, upgrade)
+        self.decoder = wire.FrameDecoder()
+        # Until the upgrade question is settled, frames are fed one at a time so the bytes after the
+        # IDENTIFY response can be handed to the decompressor (FrameDecoder has no "stop after").
+        self.settling = stream.syn_seen
+        self.settle_buffer = bytearray()
+        self.expect_upgrade_ok = False
+
+    def reset(self):
+        self.decoder = wire.FrameDecoder()
+        self.settling = False
+
+    def find_start(self, buffer) -> int:
+        return _frame_start(buffer, 0)
+
+    def feed(self, data: bytes):
+        if self.settling:
+            self._settle(data)
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except wire.ProtocolViolation as exc:
+            self._frames(exc.frames)
+            self.violation("frame", exc)
+            return
+        self._frames(frames)
+
+    def _settle(self, data: bytes):
+        buffer = self.settle_buffer
+        buffer += data
+        position = 0
+        while self.settling and len(buffer) - position >= 8:
+            size = struct.unpack_from(">I", buffer, position)[0]
+            if 4 + size > len(buffer) - position and 4 <= size <= wire.DEFAULT_MAX_FRAME_SIZE:
+                break
+            end = position + 4 + size if size >= 4 else len(buffer)
+            try:
+                frames = self.decoder.feed(bytes(buffer[position:end]))
+            except wire.ProtocolViolation as exc:
+                del buffer[:]
+                self.violation("frame", exc)
+                return
+            position = end
+            self._frames(frames)
+            if self.upgrade.codec or self.upgrade.tls:
+                rest = bytes(buffer[position:])
+                del buffer[:]
+                self.settling = False
+                if self.upgrade.tls:
+                    self._lose("tls_opaque", "TLS negotiated: the rest of the connection is encrypted")
+                    return
+                self.decompressor = _Upgrade.decompressor(self.upgrade.codec)
+                self.expect_upgrade_ok = True
+                self.feed(self.decompressor.feed(rest))
+                return
+        del buffer[:position]
+        if not self.settling and buffer:
+            rest = bytes(buffer)
+            del buffer[:]
+            self.feed(rest)
+
+    def _frames(self, frames):
+        add = self.rows.add
+        ts_ns, direction = self.ts_ns, self.direction
+        header = _MESSAGE_HEADER
+        for frame in frames:
+            frame_type, data = frame.frame_type, frame.data
+            if frame_type == wire.FRAME_MESSAGE:
+                msg_ts, attempts, msg_id = header.unpack_from(data)
+                body = data[wire.MESSAGE_HEADER_SIZE :]
+                add(
+                    ts_ns,
+                    direction,
+                    "frame",
+                    "message",
+                    msg_id=msg_id.decode("latin-1"),
+                    attempts=attempts,
+                    msg_ts_ns=msg_ts,
+                    body_len=len(body),
+                    body_hash=body_hash(body),
+                )
+                self.settling = False  # a subscriber can no longer IDENTIFY (P-ID-01)
+            elif frame.is_heartbeat:
+                add(ts_ns, direction, "frame", "heartbeat")  # C-26
+            elif frame_type == wire.FRAME_RESPONSE:
+                text = data.decode("utf-8", "replace")
+                status = None
+                if self.expect_upgrade_ok:
+                    status, self.expect_upgrade_ok = "upgrade", False  # ID-30: the OK through the new layer
+                elif self.settling and data.startswith(b"{"):
+                    self._identify_response(data)
+                add(ts_ns, direction, "frame", "response", detail=text, status=status)
+            else:
+                code = frame.error_code
+                msg_id = None
+                if code in ID_ERRORS:  # "<VERB> <id> failed <reason>" (P-FIN-04, P-REQ-06, P-TOUCH-03)
+                    words = frame.error_text.split(" ")
+                    msg_id = words[1] if len(words) > 1 else None
+                add(ts_ns, direction, "frame", "error", code=code, msg_id=msg_id, detail=frame.error_text)
+
+    def _identify_response(self, data: bytes):
+        try:
+            response = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(response, dict):
+            return
+        self.upgrade.identify = response
+        self.upgrade.tls = bool(response.get("tls_v1"))
+        if response.get("snappy"):
+            self.upgrade.codec = "snappy"
+        elif response.get("deflate"):
+            self.upgrade.codec = "deflate"
+        self.settling = bool(self.upgrade.codec or self.upgrade.tls)
+
+
+_MESSAGE_HEADER = struct.Struct(">qH16s")
+
+
+class _ClientSide(_Direction):
+    direction = "c2s"
+
+    def __init__(self, rows, stream, upgrade):
+        super().__init__(rows, stream, upgrade)
+        self.decoder = wire.CommandDecoder()
+        self.subscription: tuple[str | None, str | None] = (None, None)
+        self.identify: dict = {}
+        self.settling = bool(upgrade.codec or upgrade.tls) and stream.syn_seen
+        self.settle_buffer = bytearray()
+
+    def reset(self):
+        self.decoder = wire.CommandDecoder()
+        self.decoder.feed(wire.MAGIC_V2)  # resumed mid-stream: the magic was sent long ago
+        self.settling = False
+
+    def find_start(self, buffer) -> int:
+        return _command_start(buffer, 0)
+
+    def run(self):
+        if self.resync_buffer is not None:
+            self.reset()
+        super().run()
+
+    def feed(self, data: bytes):
+        if self.settling:
+            buffer = self.settle_buffer
+            buffer += data
+            end = _upgrading_identify_end(buffer)
+            if end is None:
+                return
+            self.settling = False
+            head, rest = bytes(buffer[:end]), bytes(buffer[end:])
+            del buffer[:]
+            self.feed(head)
+            if self.upgrade.tls:
+                self._lose("tls_opaque", "TLS negotiated: the rest of the connection is encrypted")
+                return
+            self.decompressor = _Upgrade.decompressor(self.upgrade.codec)
+            self.feed(self.decompressor.feed(rest))
+            return
+        try:
+            commands = self.decoder.feed(data)
+        except wire.ProtocolViolation as exc:
+            self._commands(exc.commands)
+            if self.decoder.magic is not None and self.decoder.magic != wire.MAGIC_V2:
+                self.rows.add(
+                    self.ts_ns,
+                    self.direction,
+                    "error",
+                    "bad_magic",  # C-02
+                    detail=repr(self.decoder.magic),
+                    stream_offset=0,
+                )
+                self.lost = True
+                return
+            self.violation("command", exc)
+            return
+        self._commands(commands)
+
+    def _commands(self, commands):
+        add = self.rows.add
+        ts_ns, direction = self.ts_ns, self.direction
+        for command in commands:
+            name = command.name.decode("latin-1")
+            params = command.params
+            first = params[0].decode("latin-1") if params else None
+            if name in ("FIN", "TOUCH"):
+                add(ts_ns, direction, "command", name, msg_id=first)
+            elif name == "REQ":
+                add(ts_ns, direction, "command", name, msg_id=first, value=_integer(params[1:2]))
+            elif name == "RDY":
+                # P-RDY-05: no parameter means 1, an empty one means 0.
+                add(
+                    ts_ns,
+                    direction,
+                    "command",
+                    name,
+                    value=1 if not params else _integer(params[:1], empty=0),
+                )
+            elif name == "SUB":
+                second = params[1].decode("latin-1") if len(params) > 1 else None
+                if self.subscription[1] is None:
+                    self.subscription = (first, second)
+                add(ts_ns, direction, "command", name, topic=first, channel=second)
+            elif name in ("PUB", "DPUB"):
+                body = command.body or b""
+                defer = _integer(params[1:2]) if name == "DPUB" else None
+                row = add(ts_ns, direction, "command", name, topic=first, body_len=len(body), value=defer)
+                self.rows.publish_command[
+                    add(
+                        ts_ns,
+                        direction,
+                        "publish",
+                        name,
+                        topic=first,
+                        body_len=len(body),
+                        body_hash=body_hash(body),
+                        value=defer,
+                    )
+                ] = row
+            elif name == "MPUB":
+                try:
+                    messages = command.messages
+                except wire.ProtocolViolation as exc:
+                    messages = []
+                    add(ts_ns, direction, "error", "mpub_body_invalid", topic=first, detail=exc.reason)
+                row = add(
+                    ts_ns,
+                    direction,
+                    "command",
+                    name,
+                    topic=first,
+                    value=len(messages),
+                    body_len=len(command.body or b""),
+                )
+                for message in messages:
+                    self.rows.publish_command[
+                        add(
+                            ts_ns,
+                            direction,
+                            "publish",
+                            name,
+                            topic=first,
+                            body_len=len(message),
+                            body_hash=body_hash(message),
+                        )
+                    ] = row
+            elif name == "IDENTIFY":
+                if not self.identify:
+                    self.identify = _json_object(command.body)
+                add(ts_ns, direction, "command", name, detail=(command.body or b"").decode("utf-8", "replace"))
+            else:
+                add(
+                    ts_ns,
+                    direction,
+                    "command",
+                    name,
+                    detail=" ".join(p.decode("latin-1") for p in params) or None,
+                )
+
+
+def _json_object(body: bytes | None) -> dict:
+    try:
+        value = json.loads(body or b"")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _integer(params, empty=None):
+    if not params:
+        return None
+    text = params[0]
+    if not text:
+        return empty
+    return int(text) if text.isdigit() and len(text) < 19 else None
+
+
+def _upgrading_identify_end(buffer) -> int | None:
+    """Offset just past the IDENTIFY that asked for compression or TLS, once it is all buffered.
+
+    The bytes after it are compressed, so they must not reach the plain CommandDecoder; its API has
+    no "stop after this command", hence this small walk over the plain prefix (C-14, C-18)."""
+    position = 4
+    while True:
+        newline = buffer.find(b"\n", position)
+        if newline < 0:
+            return None
+        name = bytes(buffer[position:newline]).rstrip(b"\r").split(b" ")[0]
+        position = newline + 1
+        if name not in wire.BODY_COMMANDS:
+            continue
+        if len(buffer) < position + 4:
+            return None
+        size = struct.unpack_from(">I", buffer, position)[0]
+        end = position + 4 + size
+        if len(buffer) < end:
+            return None
+        if name == b"IDENTIFY":
+            try:
+                fields = json.loads(bytes(buffer[position + 4 : end]))
+            except ValueError:
+                fields = {}
+            if (
+                isinstance(fields, dict)
+                and fields.get("feature_negotiation")
+                and (fields.get("snappy") or fields.get("deflate") or fields.get("tls_v1"))
+            ):
+                return end
+        position = end
+
+
+def _pair_answers(rows: _Rows):
+    """Give each answered command its response or error (C-13), and each FIN/REQ/TOUCH its outcome."""
+    c = rows.columns
+    order = sorted(range(len(c["ts_ns"])), key=lambda i: (c["ts_ns"][i], c["direction"][i] != "c2s", i))
+    waiting: list[int] = []
+    by_id: dict[tuple[str, str], list[int]] = {}
+    for index in order:
+        kind, name, direction = c["kind"][index], c["name"][index], c["direction"][index]
+        if kind == "command":
+            if name in ANSWERED_COMMANDS:
+                waiting.append(index)
+            elif name in ("FIN", "REQ", "TOUCH"):
+                c["status"][index] = "ok"
+                by_id.setdefault((name, c["msg_id"][index]), []).append(index)
+        elif kind == "frame" and name == "error" and c["code"][index] in ID_ERRORS:
+            pending = by_id.get((ID_ERRORS[c["code"][index]], c["msg_id"][index]))
+            if pending:
+                command = pending.pop()
+                c["status"][command] = "failed"
+                c["code"][command] = c["code"][index]
+        elif kind == "frame" and name in ("response", "error") and c["status"][index] != "upgrade":
+            if waiting:
+                command = waiting.pop(0)
+                c["status"][command] = "ok" if name == "response" else "error"
+                c["code"][command] = c["code"][index]
+        elif kind == "gap" and direction == "s2c":
+            # Answers inside the gap are lost: what was waiting stays unanswered, not failed.
+            for command in waiting:
+                c["status"][command] = "unanswered"
+            waiting.clear()
+    for command in waiting:
+        c["status"][command] = "unanswered"
+    for publish, command in rows.publish_command.items():
+        c["status"][publish] = c["status"][command]  # a message is accepted when its command got OK
+
+
+def _label_subscription(rows: _Rows, topic: str, channel: str):
+    c = rows.columns
+    for index, kind in enumerate(c["kind"]):
+        if kind in ("frame", "gap", "violation", "inflight") or (
+            kind == "command" and c["name"][index] not in ("PUB", "MPUB", "DPUB", "SUB")
+        ):
+            c["topic"][index] = topic
+            c["channel"][index] = channel

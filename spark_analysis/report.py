@@ -1,0 +1,259 @@
+"""HTML report with matplotlib plots, built from the analysis tables (aggregated in Spark first,
+so the driver only ever holds per-second series and percentiles, whatever the trace size)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from pyspark.sql import DataFrame  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from conformance.catalogue import requirements  # noqa: E402
+
+NS_PER_S = 1_000_000_000
+CDF_POINTS = 200
+
+
+def write(tables: dict[str, DataFrame], summary: dict, out_dir: str) -> str:
+    sections = [
+        ("Throughput per topic and channel", _throughput(tables)),
+        ("Latency: publish to first delivery, last delivery to FIN", _latency_cdfs(tables["messages"])),
+        ("Attempts per delivery", _attempts(tables["deliveries"])),
+        ("Requeues and timeouts over time", _requeues(tables["deliveries"])),
+        ("Errors by code", _errors(summary)),
+        ("Heartbeat gaps", _heartbeat_gaps(tables["heartbeats"])),
+        ("RDY and in flight per consumer connection", _flow_control(tables["flow_control"])),
+    ]
+    path = os.path.join(out_dir, "report.html")
+    with open(path, "w") as handle:
+        handle.write(_page(summary, sections))
+    return path
+
+
+def _figure_html(figure) -> str:
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png", dpi=90)
+    plt.close(figure)
+    return f'<img src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
+
+
+def _relative_seconds(frame, column="second"):
+    start = frame[column].min() if len(frame) else 0
+    return frame[column] - start
+
+
+def _throughput(tables) -> str:
+    deliveries = (
+        tables["deliveries"]
+        .groupBy(
+            (F.col("ts_ns") / NS_PER_S).cast("long").alias("second"),
+            F.concat_ws("/", "topic", "channel").alias("series"),
+        )
+        .count()
+        .toPandas()
+    )
+    publishes = (
+        tables["publishes"]
+        .where("status = 'ok'")
+        .groupBy((F.col("ts_ns") / NS_PER_S).cast("long").alias("second"), F.col("topic").alias("series"))
+        .count()
+        .toPandas()
+    )
+    if deliveries.empty and publishes.empty:
+        return "<p>No messages in this trace.</p>"
+    start = min(frame["second"].min() for frame in (deliveries, publishes) if not frame.empty)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
+    for axis, frame, title in (
+        (top, publishes, "published messages/s per topic"),
+        (bottom, deliveries, "deliveries/s per topic/channel"),
+    ):
+        for series, group in frame.groupby("series"):
+            group = group.sort_values("second")
+            axis.plot(group["second"] - start, group["count"], label=series, linewidth=1.2)
+        axis.set_title(title)
+        axis.set_ylabel("per second")
+        axis.legend(fontsize=7, ncol=3)
+    bottom.set_xlabel("seconds since first message")
+    return _figure_html(figure)
+
+
+def _latency_cdfs(messages: DataFrame) -> str:
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    rows = []
+    for axis, column, title in (
+        (axes[0], "publish_to_first_delivery_ms", "publish -> first delivery"),
+        (axes[1], "last_delivery_to_fin_ms", "last delivery -> FIN"),
+    ):
+        quantiles = [i / CDF_POINTS for i in range(CDF_POINTS + 1)]
+        per_channel = (
+            messages.where(F.col(column).isNotNull())
+            .groupBy(F.concat_ws("/", "topic", "channel").alias("series"))
+            .agg(F.percentile_approx(column, quantiles, 10000).alias("q"))
+            .collect()
+        )
+        for row in sorted(per_channel):
+            axis.plot(row.q, quantiles, label=row.series, linewidth=1.2)
+            rows.append(
+                (
+                    title,
+                    row.series,
+                    row.q[CDF_POINTS // 2],
+                    row.q[int(CDF_POINTS * 0.9)],
+                    row.q[int(CDF_POINTS * 0.99)],
+                    row.q[-1],
+                )
+            )
+        axis.set_xscale("symlog", linthresh=1)
+        axis.set_xlabel("milliseconds")
+        axis.set_ylabel("fraction of messages")
+        axis.set_title(title)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    table = "".join(
+        f"<tr><td>{html.escape(t)}</td><td>{html.escape(s)}</td>"
+        + "".join(f"<td>{v:,.1f}</td>" for v in values)
+        + "</tr>"
+        for t, s, *values in rows
+    )
+    return _figure_html(figure) + (
+        "<table><tr><th>latency</th><th>topic/channel</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th>"
+        f"<th>max ms</th></tr>{table}</table>"
+    )
+
+
+def _attempts(deliveries: DataFrame) -> str:
+    frame = deliveries.groupBy("attempts").count().orderBy("attempts").toPandas()
+    if frame.empty:
+        return "<p>No deliveries.</p>"
+    figure, axis = plt.subplots(figsize=(7, 3.5))
+    axis.bar(frame["attempts"].astype(str), frame["count"])
+    axis.set_yscale("log")
+    axis.set_xlabel("attempts field of the message frame (C-12)")
+    axis.set_ylabel("deliveries (log)")
+    for x, y in zip(frame["attempts"].astype(str), frame["count"], strict=False):
+        axis.annotate(f"{y:,}", (x, y), ha="center", va="bottom", fontsize=8)
+    return _figure_html(figure)
+
+
+def _requeues(deliveries: DataFrame) -> str:
+    frame = (
+        deliveries.where("outcome IN ('REQ', 'timeout', 'abandoned')")
+        .groupBy(((F.col("ts_ns") / NS_PER_S).cast("long")).alias("second"), "outcome")
+        .count()
+        .toPandas()
+    )
+    if frame.empty:
+        return "<p>No requeues or timeouts.</p>"
+    figure, axis = plt.subplots(figsize=(10, 3.5))
+    frame["t"] = _relative_seconds(frame)
+    for outcome, group in frame.groupby("outcome"):
+        group = group.sort_values("t")
+        axis.plot(group["t"], group["count"], marker=".", linewidth=1, label=f"{outcome} (by delivery time)")
+    axis.set_xlabel("seconds")
+    axis.set_ylabel("deliveries per second")
+    axis.legend(fontsize=8)
+    return _figure_html(figure)
+
+
+def _errors(summary: dict) -> str:
+    counts = {
+        **{f"nsqd {k}": v for k, v in summary["error_frames"].items()},
+        **{f"capture/decode {k}": v for k, v in summary["errors"].items()},
+    }
+    if not counts:
+        return "<p>No error frames and no capture or decode errors.</p>"
+    figure, axis = plt.subplots(figsize=(8, 0.5 + 0.4 * len(counts)))
+    names = sorted(counts, key=counts.get)
+    axis.barh(names, [counts[n] for n in names])
+    axis.set_xlabel("count")
+    for y, name in enumerate(names):
+        axis.annotate(f"{counts[name]:,}", (counts[name], y), va="center", fontsize=8)
+    return _figure_html(figure)
+
+
+def _heartbeat_gaps(heartbeats: DataFrame) -> str:
+    frame = (
+        heartbeats.where("gap_ms IS NOT NULL")
+        .groupBy(F.round("gap_ms", -1).alias("gap_ms"))
+        .count()
+        .orderBy("gap_ms")
+        .toPandas()
+    )
+    if frame.empty:
+        return "<p>Fewer than two heartbeats on every connection.</p>"
+    figure, axis = plt.subplots(figsize=(8, 3.5))
+    axis.bar(frame["gap_ms"], frame["count"], width=8)
+    axis.set_xlim(0, max(2 * frame["gap_ms"].median(), frame["gap_ms"].max() + 10))
+    axis.set_xlabel("time between consecutive heartbeats on a connection (ms, 10 ms bins; C-28 flags > 2x)")
+    axis.set_ylabel("heartbeats")
+    return _figure_html(figure)
+
+
+def _flow_control(flow_control: DataFrame) -> str:
+    frame = (
+        flow_control.where("channel IS NOT NULL").toPandas()
+        if flow_control.where("channel IS NOT NULL").limit(20001).count() <= 20000
+        else None
+    )
+    if frame is None:
+        return "<p>Too many connections to plot RDY per connection.</p>"
+    if frame.empty:
+        return "<p>No consumer connections.</p>"
+    figure, axis = plt.subplots(figsize=(10, 4))
+    start = frame["ts_ns"].min()
+    for conn_id, group in frame.groupby("conn_id"):
+        group = group.sort_values("ts_ns")
+        label = f"{conn_id.split('>')[0]} {group['channel'].iloc[0]}"
+        inflight = group[group["in_flight"].notna()]
+        (line,) = axis.plot((inflight["ts_ns"] - start) / NS_PER_S, inflight["in_flight"], linewidth=1, label=label)
+        rdy = group[group["rdy"].notna()]
+        # RDY holds until changed (D-02): draw each value up to the connection's last sample
+        times = [*rdy["ts_ns"], group["ts_ns"].max()]
+        axis.step(
+            [(t - start) / NS_PER_S for t in times],
+            [*rdy["rdy"], *rdy["rdy"].tail(1)],
+            where="post",
+            linestyle="--",
+            color=line.get_color(),
+            linewidth=0.8,
+        )
+    axis.set_xlabel("seconds (solid: max in flight per second; dashed: RDY)")
+    axis.set_ylabel("messages")
+    axis.legend(fontsize=6, ncol=3)
+    return _figure_html(figure)
+
+
+def _requirement_text(requirement_id: str) -> str:
+    requirement = requirements().get(requirement_id)
+    return f"{requirement.level}: {requirement.text} ({requirement.source})" if requirement else ""
+
+
+def _page(summary: dict, sections) -> str:
+    totals = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:,}</td></tr>" for k, v in summary["totals"].items())
+    violations = (
+        "".join(
+            f"<tr><td>{html.escape(rid)}</td><td>{count:,}</td><td>{html.escape(_requirement_text(rid))}</td></tr>"
+            for rid, count in summary["violations"].items()
+        )
+        or "<tr><td colspan=3>none found</td></tr>"
+    )
+    body = "".join(f"<h2>{html.escape(title)}</h2>{content}" for title, content in sections)
+    inputs = html.escape(json.dumps(summary.get("input", {})))
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>NSQ trace report</title>
+<style>body{{font-family:sans-serif;max-width:1150px;margin:auto}}
+td,th{{padding:2px 8px;text-align:left}} table{{border-collapse:collapse}}
+tr:nth-child(even){{background:#f3f3f3}} img{{max-width:100%}}</style></head>
+<body><h1>NSQ trace report</h1><p><code>{inputs}</code></p>
+<h2>Totals (truth-file terms)</h2><table>{totals}</table>
+<h2>Protocol violations (catalogue IDs)</h2>
+<table><tr><th>requirement</th><th>count</th><th>rule</th></tr>{violations}</table>
+{body}</body></html>"""

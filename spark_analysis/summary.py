@@ -1,0 +1,241 @@
+"""``summary.json`` in the terms of the recorded truth files (their ``definitions`` field).
+
+Every count here is derived from the capture alone. The truth's ``consumer_connections`` are the
+recording scripts' names, which no capture holds; ``consumer_ports`` lists the client ports instead.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
+NS_PER_S = 1e9
+
+
+def summarise(events: DataFrame, tables: dict[str, DataFrame]) -> dict:
+    conns = [row.asDict() for row in tables["connections"].collect()]
+    nsq_conns = {c["conn_id"]: c for c in conns if c["to_nsqd_port"]}
+    counts = _activity_counts(events)
+    per_conn = defaultdict(Counter)
+    for (conn_id, kind, name, status, code, req_delay0), count in counts.items():
+        per_conn[conn_id][(kind, name, status, code, req_delay0)] += count
+
+    channels: dict[tuple[str, str], dict] = {}
+    for conn in nsq_conns.values():
+        if conn["channel"] is None:
+            continue
+        channel = channels.setdefault((conn["topic"], conn["channel"]), _empty_channel())
+        c = per_conn[conn["conn_id"]]
+        channel["deliveries"] += _sum(c, "frame", "message")
+        channel["fin"] += _sum(c, "command", "FIN", status="ok")
+        channel["req"] += _sum(c, "command", "REQ", status="ok")
+        channel["req_delay0"] += _sum(c, "command", "REQ", status="ok", req_delay0=True)
+        channel["req_delayed"] += _sum(c, "command", "REQ", status="ok", req_delay0=False)
+        channel["touch"] += _sum(c, "command", "TOUCH", status="ok")
+        channel["e_fin_failed"] += _sum(c, "frame", "error", code="E_FIN_FAILED")
+        channel["tcp_connections"] += 1
+        channel["consumer_ports"].append(conn["client_port"])
+        channel["heartbeats"] += _sum(c, "frame", "heartbeat")
+        channel["nops"] += _sum(c, "command", "NOP")
+
+    delivery = tables["deliveries"]
+    for row in delivery.groupBy("topic", "channel", "attempts").count().collect():
+        if (row.topic, row.channel) in channels:
+            channels[(row.topic, row.channel)]["deliveries_by_attempts"][str(row.attempts)] = row["count"]
+    for row in delivery.groupBy("topic", "channel", "outcome").count().collect():
+        channel = channels.get((row.topic, row.channel))
+        if channel is not None and row.outcome in ("timeout", "abandoned"):
+            channel["timeouts_redelivered"] += row["count"]
+            channel["noack_deliberate" if row.outcome == "timeout" else "abandoned_by_disconnect"] += row["count"]
+    for row in (
+        tables["messages"]
+        .groupBy("topic", "channel")
+        .agg(F.count("*").alias("delivered"), F.count("fin_ts_ns").alias("finished"))
+        .collect()
+    ):
+        if (row.topic, row.channel) in channels:
+            channels[(row.topic, row.channel)]["unique_messages_delivered"] = row.delivered
+            channels[(row.topic, row.channel)]["unique_messages_finished"] = row.finished
+    # P-FIN-04: an E_FIN_FAILED for an ID the channel never delivered answers a made-up ID.
+    delivered_ids = tables["messages"].select("topic", "channel", "msg_id")
+    unknown = (
+        tables["frames"]
+        .where("name = 'error' AND code = 'E_FIN_FAILED'")
+        .join(delivered_ids, ["topic", "channel", "msg_id"], "left_anti")
+        .groupBy("topic", "channel")
+        .count()
+        .collect()
+    )
+    for row in unknown:
+        if (row.topic, row.channel) in channels:
+            channels[(row.topic, row.channel)]["e_fin_failed_deliberate_unknown_id"] = row["count"]
+    for channel in channels.values():
+        channel["e_fin_failed_unexpected"] = channel["e_fin_failed"] - channel["e_fin_failed_deliberate_unknown_id"]
+        channel["deliveries_by_attempts"] = dict(
+            sorted(channel["deliveries_by_attempts"].items(), key=lambda item: int(item[0]))
+        )
+        channel["consumer_ports"].sort()
+
+    published = _published(tables, nsq_conns)
+    topics: dict[str, dict] = {}
+    for topic in sorted(set(published) | {t for t, _ in channels}):
+        topics[topic] = {
+            "published": published.get(topic, _empty_published()),
+            "channels": {ch: channels[(t, ch)] for t, ch in sorted(channels) if t == topic},
+        }
+
+    all_counts = Counter()
+    for conn_id in nsq_conns:
+        all_counts.update(per_conn[conn_id])
+    error_frames = Counter()
+    for (kind, name, _status, code, _), count in all_counts.items():
+        if kind == "frame" and name == "error":
+            error_frames[code] += count
+    totals = {
+        "messages_published": sum(t["published"]["total"] for t in topics.values()),
+        "deliveries": sum(c["deliveries"] for c in channels.values()),
+        "fin": sum(c["fin"] for c in channels.values()),
+        "req": sum(c["req"] for c in channels.values()),
+        "touch": sum(c["touch"] for c in channels.values()),
+        "timeouts_redelivered": sum(c["timeouts_redelivered"] for c in channels.values()),
+        "e_fin_failed": sum(c["e_fin_failed"] for c in channels.values()),
+        "other_error_frames": sum(n for code, n in error_frames.items() if code != "E_FIN_FAILED"),
+        "heartbeats_all_connections": _sum(all_counts, "frame", "heartbeat"),
+        "tcp_connections_nsqd_tcp_port": len(nsq_conns),
+    }
+    return {
+        "totals": totals,
+        "topics": topics,
+        "connections": [
+            _connection_entry(conn, per_conn[conn["conn_id"]])
+            for conn in sorted(nsq_conns.values(), key=lambda c: (c["first_ts_ns"], c["conn_id"]))
+        ],
+        "error_frames": dict(sorted(error_frames.items())),
+        "errors": _named_counts(tables["errors"].where("source != 'nsqd'"), "error"),
+        "violations": _named_counts(tables["violations"], "requirement"),
+        "latency_ms": _latencies(tables["messages"]),
+        "other_connections": len(conns) - len(nsq_conns),
+    }
+
+
+def _activity_counts(events: DataFrame) -> dict[tuple, int]:
+    grouped = (
+        events.where("kind IN ('command', 'frame')")
+        .groupBy(
+            "conn_id",
+            "kind",
+            "name",
+            "status",
+            "code",
+            F.when(F.col("name") == "REQ", F.col("value") == 0).alias("req_delay0"),
+        )
+        .count()
+        .collect()
+    )
+    return {(r.conn_id, r.kind, r.name, r.status, r.code, r.req_delay0): r["count"] for r in grouped}
+
+
+def _sum(counter: Counter, kind: str, name: str, status=None, code=None, req_delay0=None) -> int:
+    return sum(
+        count
+        for (k, n, s, c, d), count in counter.items()
+        if k == kind
+        and n == name
+        and (status is None or s == status)
+        and (code is None or c == code)
+        and (req_delay0 is None or d == req_delay0)
+    )
+
+
+def _published(tables: dict[str, DataFrame], nsq_conns: dict) -> dict[str, dict]:
+    """published.PUB/MPUB/DPUB: messages accepted (OK received); *_commands: accepted commands."""
+    result: dict[str, dict] = {}
+    for row in tables["publishes"].where("status = 'ok'").groupBy("conn_id", "topic", "command").count().collect():
+        if row.conn_id in nsq_conns:
+            entry = result.setdefault(row.topic, _empty_published())
+            entry[row.command] += row["count"]
+            entry["total"] += row["count"]
+            nsq_conns[row.conn_id]["messages_published"] = (
+                nsq_conns[row.conn_id].get("messages_published", 0) + row["count"]
+            )
+    accepted = tables["commands"].where(F.col("status") == "ok").where(F.col("name").isin(*PUBLISH_COMMANDS))
+    for row in accepted.groupBy("conn_id", "topic", "name").count().collect():
+        if row.conn_id in nsq_conns:
+            entry = result.setdefault(row.topic, _empty_published())
+            entry["publish_commands"] += row["count"]
+            if row.name == "MPUB":
+                entry["MPUB_commands"] += row["count"]
+    return result
+
+
+def _empty_published() -> dict:
+    return {"PUB": 0, "MPUB": 0, "MPUB_commands": 0, "DPUB": 0, "total": 0, "publish_commands": 0}
+
+
+def _empty_channel() -> dict:
+    return {
+        "deliveries": 0,
+        "deliveries_by_attempts": {},
+        "unique_messages_delivered": 0,
+        "unique_messages_finished": 0,
+        "fin": 0,
+        "req": 0,
+        "req_delay0": 0,
+        "req_delayed": 0,
+        "touch": 0,
+        "timeouts_redelivered": 0,
+        "noack_deliberate": 0,
+        "abandoned_by_disconnect": 0,
+        "e_fin_failed": 0,
+        "e_fin_failed_deliberate_unknown_id": 0,
+        "e_fin_failed_unexpected": 0,
+        "tcp_connections": 0,
+        "consumer_ports": [],
+        "heartbeats": 0,
+        "nops": 0,
+    }
+
+
+def _connection_entry(conn: dict, c: Counter) -> dict:
+    return {
+        "port": conn["client_port"],
+        "client": conn["client"],
+        "server": conn["server"],
+        "role": conn["role"],
+        "topic": conn["topic"],
+        "channel": conn["channel"],
+        "codec": conn["codec"],
+        "heartbeats": _sum(c, "frame", "heartbeat"),
+        "nops": _sum(c, "command", "NOP"),
+        "deliveries": _sum(c, "frame", "message"),
+        "fin": _sum(c, "command", "FIN"),
+        "req": _sum(c, "command", "REQ"),
+        "touch": _sum(c, "command", "TOUCH"),
+        "fin_failed": _sum(c, "frame", "error", code="E_FIN_FAILED"),
+        "publish_commands": sum(_sum(c, "command", name) for name in PUBLISH_COMMANDS),
+        "messages_published": conn.get("messages_published", 0),
+        "cls": _sum(c, "command", "CLS"),
+        "t_connect": conn["first_ts_ns"] / NS_PER_S,
+        "t_close": (conn["last_ts_ns"] or 0) / NS_PER_S,
+        "close": conn["close"],
+        "gaps": conn["gaps"],
+    }
+
+
+def _named_counts(frame: DataFrame, column: str) -> dict[str, int]:
+    return {row[column]: row["count"] for row in frame.groupBy(column).count().orderBy(column).collect()}
+
+
+def _latencies(messages: DataFrame) -> dict:
+    quantiles = [0.5, 0.9, 0.99, 1.0]
+    row = messages.agg(
+        F.percentile_approx("publish_to_first_delivery_ms", quantiles, 10000).alias("publish_to_deliver"),
+        F.percentile_approx("last_delivery_to_fin_ms", quantiles, 10000).alias("deliver_to_fin"),
+    ).first()
+    return {
+        name: dict(zip(("p50", "p90", "p99", "max"), row[name] or [], strict=False))
+        for name in ("publish_to_deliver", "deliver_to_fin")
+    }

@@ -1,0 +1,119 @@
+"""Passive conformance checks on one decoded connection, named by requirement IDs.
+
+Each finding becomes a ``violation`` row: ``name`` = the requirement ID of the conformance
+catalogue (``conformance/requirements.toml``), ``detail`` = the nsqd-behavior.md item, who broke it
+and how. The same pass emits the connection's in-flight count per second (``inflight`` rows) for the
+report. Timing-based checks use generous margins because capture time is not the broker's clock.
+"""
+
+from __future__ import annotations
+
+DEFAULT_MSG_TIMEOUT_MS = 60_000  # ID-07
+DEFAULT_HEARTBEAT_MS = 30_000  # C-27
+DEFAULT_OUTPUT_BUFFER_MS = 250  # ID-03
+SCAN_MS = 100  # D-14
+RDY_GRACE_NS = 1_000_000_000  # messages already buffered when RDY drops still arrive (D-16)
+HEARTBEAT_LATE_FACTOR = 2.0
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+
+# behaviour item -> the catalogue requirement that states it
+REQUIREMENT_OF = {
+    "D-01": "NSQ-RDY-004",  # deliveries only while in flight < RDY
+    "P-FIN-04": "NSQ-FIN-003",  # FIN of an unknown ID: non-fatal E_FIN_FAILED
+    "C-23": "NSQ-ERR-001",  # a fatal error frame closes the connection
+    "C-28": "NSQ-HB-001",  # heartbeats every negotiated interval
+    "C-29": "NSQ-HB-002",  # silent for 2 heartbeat intervals: closed
+}
+
+
+def check_connection(rows, identify_request: dict, identify_response: dict, close_kind: str):
+    """Append violation and in-flight rows to ``rows`` (a ``decode._Rows``)."""
+    c = rows.columns
+    order = sorted(range(len(c["ts_ns"])), key=lambda i: (c["ts_ns"][i], c["direction"][i] != "c2s", i))
+    # A message counts as in flight from when nsqd buffered it (D-16), up to output_buffer_timeout
+    # before it shows on the wire; the queue scan adds ~100 ms (D-14). Expire ours that much earlier.
+    buffered_ms = identify_response.get("output_buffer_timeout", DEFAULT_OUTPUT_BUFFER_MS) + SCAN_MS
+    msg_timeout_ns = (int(identify_response.get("msg_timeout") or DEFAULT_MSG_TIMEOUT_MS) - buffered_ms) * NS_PER_MS
+    heartbeat_ms = identify_request.get("heartbeat_interval") or DEFAULT_HEARTBEAT_MS
+    rdy_history: list[tuple[int, int]] = []  # (ts, count)
+    in_flight: dict[str, int] = {}  # msg id -> deadline
+    delivered: set[str] = set()
+    buckets: dict[int, int] = {}
+    last_heartbeat = None
+    last_command_ts = None
+    fatal_error_ts = None
+    found = []
+
+    def effective_rdy(ts):
+        recent = [count for when, count in rdy_history if when >= ts - RDY_GRACE_NS]
+        current = rdy_history[-1][1] if rdy_history else 0
+        return max([current, *recent])
+
+    for index in order:
+        ts, kind, name = c["ts_ns"][index], c["kind"][index], c["name"][index]
+        if kind == "command":
+            last_command_ts = ts
+            if name == "RDY" and c["value"][index] is not None:
+                rdy_history.append((ts, c["value"][index]))
+            elif name == "CLS":
+                rdy_history.append((ts, 0))  # D-04: CLS sets RDY to 0
+            elif name in ("FIN", "REQ") and c["status"][index] == "ok":
+                in_flight.pop(c["msg_id"][index], None)
+            elif name == "TOUCH" and c["msg_id"][index] in in_flight:
+                in_flight[c["msg_id"][index]] = ts + msg_timeout_ns  # P-TOUCH-04
+            elif name == "FIN" and c["status"][index] == "failed" and c["msg_id"][index] not in delivered:
+                found.append((ts, "P-FIN-04", "client: FIN of a message ID never delivered on this connection"))
+        elif kind == "frame" and name == "message":
+            for msg_id in [m for m, deadline in in_flight.items() if deadline <= ts]:
+                del in_flight[msg_id]  # D-11: timed out
+            if len(in_flight) >= effective_rdy(ts):
+                found.append(
+                    (
+                        ts,
+                        "D-01",
+                        f"server: delivery with {len(in_flight)} in flight and RDY {effective_rdy(ts)}",
+                    )
+                )
+            msg_id = c["msg_id"][index]
+            in_flight[msg_id] = ts + msg_timeout_ns
+            delivered.add(msg_id)
+            second = ts // NS_PER_S
+            buckets[second] = max(buckets.get(second, 0), len(in_flight))
+        elif kind == "frame" and name == "heartbeat":
+            if (
+                last_heartbeat is not None
+                and heartbeat_ms > 0
+                and ts - last_heartbeat > HEARTBEAT_LATE_FACTOR * heartbeat_ms * NS_PER_MS
+            ):
+                found.append(
+                    (
+                        ts,
+                        "C-28",
+                        f"server: heartbeat gap {(ts - last_heartbeat) / NS_PER_MS:.0f} ms "
+                        f"for interval {heartbeat_ms} ms",
+                    )
+                )
+            last_heartbeat = ts
+        elif (
+            kind == "frame"
+            and name == "error"
+            and c["code"][index] not in ("E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED")
+        ):
+            fatal_error_ts = fatal_error_ts or ts
+        elif kind == "frame" and fatal_error_ts is not None and ts - fatal_error_ts > NS_PER_S:
+            found.append((ts, "C-23", "server: kept sending after a fatal error frame"))
+            fatal_error_ts = None
+    last_ts = max(c["ts_ns"], default=0)
+    if (
+        close_kind == "server_fin"
+        and fatal_error_ts is None
+        and heartbeat_ms > 0
+        and last_command_ts is not None
+        and last_ts - last_command_ts >= 2 * heartbeat_ms * NS_PER_MS
+    ):
+        found.append((last_ts, "C-29", "client: no command for 2 x heartbeat interval; the server closed"))
+    for ts, behaviour, detail in found:
+        rows.add(ts, "conn", "violation", REQUIREMENT_OF[behaviour], detail=f"{behaviour} {detail}")
+    for second, count in sorted(buckets.items()):
+        rows.add(second * NS_PER_S, "conn", "inflight", "in_flight", value=count)

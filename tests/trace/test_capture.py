@@ -1,0 +1,84 @@
+"""nsq-trace capture records real loopback traffic that the decoder then reads back."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pyarrow as pa
+import pytest
+from trace_helpers import REPO
+
+from conformance import wire
+from spark_analysis.decode import decode_connection
+from spark_analysis.pcapfile import ByteRange, read_range
+from spark_analysis.reassembly import reassemble
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="capturing needs root (raw sockets)")
+
+
+def tiny_nsqd(listener: socket.socket):
+    """Answers the magic and one PUB with OK (C-13) and closes: enough NSQ to capture."""
+    conn, _ = listener.accept()
+    with conn:
+        decoder = wire.CommandDecoder()
+        commands = []
+        while not commands:
+            commands = decoder.feed(conn.recv(65536))
+        conn.sendall(wire.encode_frame(wire.FRAME_RESPONSE, b"OK"))
+
+
+def test_capture_of_a_command_decodes_back(tmp_path):
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = threading.Thread(target=tiny_nsqd, args=(listener,), daemon=True)
+    server.start()
+    client = textwrap.dedent(f"""
+        import socket
+        s = socket.create_connection(("127.0.0.1", {port}))
+        s.sendall(b"  V2PUB captured\\n\\x00\\x00\\x00\\x05hello")
+        assert s.recv(100) == b"\\x00\\x00\\x00\\x06\\x00\\x00\\x00\\x00OK"
+        s.close()
+    """)
+    output = tmp_path / "live.pcap"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_analysis",
+            "capture",
+            "--port",
+            str(port),
+            "-o",
+            str(output),
+            "--",
+            sys.executable,
+            "-c",
+            client,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    table = pa.Table.from_batches(list(read_range(ByteRange(str(output), 0, 1 << 40))))
+    segments = [row for row in table.to_pylist() if row["error"] is None]
+    [conn] = reassemble(
+        segments[0]["flow"],
+        [
+            (r["ts_ns"], r["src"], r["dst"], r["sport"], r["dport"], r["seq"], r["flags"], r["payload"])
+            for r in segments
+        ],
+        frozenset(),
+    )
+    rows = decode_connection(conn, frozenset()).to_pylist()
+    assert [(r["kind"], r["name"], r["status"]) for r in rows if r["kind"] in ("command", "publish")] == [
+        ("command", "PUB", "ok"),
+        ("publish", "PUB", "ok"),
+    ]
+    listener.close()
