@@ -27,7 +27,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource, expand_paths
 from spark_analysis.decode import EVENT_SCHEMA, decode_connection
-from spark_analysis.pcapfile import read_payloads
+from spark_analysis.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.reassembly import reassemble
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
@@ -52,6 +52,7 @@ def spark_session(
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.daemon.module", "spark_analysis.worker_daemon")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -64,6 +65,8 @@ def packets(
 ) -> DataFrame:
     return (
         spark.read.format("nsqpcap")
+        # the schema is fixed: stating it spares a Python worker that would only report it
+        .schema(PACKET_DDL)
         .option("splitBytes", str(split_bytes))
         .option("payload", payload)
         .load(paths if len(paths) > 1 else paths[0])

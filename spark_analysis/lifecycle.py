@@ -10,6 +10,7 @@ abandoned by that disconnect (D-15).
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -21,61 +22,67 @@ CONNECTION_DETAIL = (
 )
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 NS_PER_MS = 1_000_000
+# Spark jobs in flight at once for independent tables; enough to hide per-job latency on a few cores.
+CONCURRENT_JOBS = 4
 
 
 def tables(events: DataFrame, materialise: Callable[[str, DataFrame], DataFrame]) -> dict[str, DataFrame]:
     """All tables; ``materialise(name, frame)`` stores one and returns it read back, so that tables
     built on others (deliveries on connections, messages on deliveries) do not recompute them."""
-    conns = materialise("connections", connections(events))
-    delivery = materialise("deliveries", deliveries(events, conns))
-    derived = {"connections": conns, "deliveries": delivery, "messages": messages(events, delivery)}
-    derived.update(
-        {
-            "commands": events.where("kind = 'command'").select(
-                "conn_id", "ts_ns", "name", "topic", "channel", "msg_id", "value", "status", "code", "detail"
-            ),
-            "frames": events.where("kind = 'frame'").select(
-                "conn_id",
-                "ts_ns",
-                "name",
-                "topic",
-                "channel",
-                "msg_id",
-                "attempts",
-                "msg_ts_ns",
-                "body_len",
-                "code",
-                "detail",
-            ),
-            "publishes": events.where("kind = 'publish'").select(
-                "conn_id",
-                "ts_ns",
-                F.col("name").alias("command"),
-                "topic",
-                "body_len",
-                "body_hash",
-                F.col("value").alias("defer_ms"),
-                "status",
-            ),
-            "errors": errors(events),
-            "heartbeats": heartbeats(events),
-            "flow_control": events.where("(kind = 'command' AND name = 'RDY') OR kind = 'inflight'").select(
-                "conn_id",
-                "ts_ns",
-                "topic",
-                "channel",
-                F.when(F.col("kind") == "command", F.col("value")).alias("rdy"),
-                F.when(F.col("kind") == "inflight", F.col("value")).alias("in_flight"),
-            ),
-            "violations": events.where("kind = 'violation'").select(
-                "conn_id", "ts_ns", F.col("name").alias("requirement"), "topic", "channel", "detail"
-            ),
-        }
-    )
-    return {
-        name: frame if name in ("connections", "deliveries") else materialise(name, frame)
-        for name, frame in derived.items()
+    projections = {
+        "commands": events.where("kind = 'command'").select(
+            "conn_id", "ts_ns", "name", "topic", "channel", "msg_id", "value", "status", "code", "detail"
+        ),
+        "frames": events.where("kind = 'frame'").select(
+            "conn_id",
+            "ts_ns",
+            "name",
+            "topic",
+            "channel",
+            "msg_id",
+            "attempts",
+            "msg_ts_ns",
+            "body_len",
+            "code",
+            "detail",
+        ),
+        "publishes": events.where("kind = 'publish'").select(
+            "conn_id",
+            "ts_ns",
+            F.col("name").alias("command"),
+            "topic",
+            "body_len",
+            "body_hash",
+            F.col("value").alias("defer_ms"),
+            "status",
+        ),
+        "errors": errors(events),
+        "heartbeats": heartbeats(events),
+        "flow_control": events.where("(kind = 'command' AND name = 'RDY') OR kind = 'inflight'").select(
+            "conn_id",
+            "ts_ns",
+            "topic",
+            "channel",
+            F.when(F.col("kind") == "command", F.col("value")).alias("rdy"),
+            F.when(F.col("kind") == "inflight", F.col("value")).alias("in_flight"),
+        ),
+        "violations": events.where("kind = 'violation'").select(
+            "conn_id", "ts_ns", F.col("name").alias("requirement"), "topic", "channel", "detail"
+        ),
     }
+    # These small jobs cost mostly Spark's fixed per-job latency, not CPU: independent ones run side
+    # by side while the connections -> deliveries -> messages chain runs in this thread.
+    with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
+        stored = {name: pool.submit(materialise, name, frame) for name, frame in projections.items()}
+        conns = materialise("connections", connections(events))
+        delivery = materialise("deliveries", deliveries(events, conns))
+        lifecycles = materialise("messages", messages(events, delivery))
+        return {
+            "connections": conns,
+            "deliveries": delivery,
+            "messages": lifecycles,
+            **{name: future.result() for name, future in stored.items()},
+        }
 
 
 def connections(events: DataFrame) -> DataFrame:

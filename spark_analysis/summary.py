@@ -7,21 +7,59 @@ recording scripts' names, which no capture holds; ``consumer_ports`` lists the c
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+from spark_analysis.lifecycle import CONCURRENT_JOBS, MESSAGE_KEY
 
 PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
 NS_PER_S = 1e9
 
 
 def summarise(events: DataFrame, tables: dict[str, DataFrame]) -> dict:
-    conns = [row.asDict() for row in tables["connections"].collect()]
+    quantiles = [0.5, 0.9, 0.99, 1.0]
+    messages = tables["messages"]
+    # Every count comes from these few small aggregates. They are independent, and each costs mostly
+    # Spark's fixed per-job latency, so they run side by side.
+    queries = {
+        "connections": tables["connections"],
+        "activity": events.where("kind IN ('command', 'frame', 'publish', 'error', 'violation')")
+        .groupBy(
+            "conn_id",
+            "kind",
+            "name",
+            "status",
+            "code",
+            "topic",
+            F.when(F.col("name") == "REQ", F.col("value") == 0).alias("req_delay0"),
+        )
+        .count(),
+        "deliveries": tables["deliveries"].groupBy("topic", "channel", "attempts", "outcome").count(),
+        "messages": messages.groupBy("topic", "channel").agg(
+            F.count("*").alias("delivered"), F.count("fin_ts_ns").alias("finished")
+        ),
+        # P-FIN-04: an E_FIN_FAILED for an ID the channel never delivered answers a made-up ID.
+        "unknown_fin_failed": tables["frames"]
+        .where("name = 'error' AND code = 'E_FIN_FAILED'")
+        .join(messages.select(*MESSAGE_KEY), MESSAGE_KEY, "left_anti")
+        .groupBy("topic", "channel")
+        .count(),
+        "latencies": messages.agg(
+            F.percentile_approx("publish_to_first_delivery_ms", quantiles, 10000).alias("publish_to_deliver"),
+            F.percentile_approx("last_delivery_to_fin_ms", quantiles, 10000).alias("deliver_to_fin"),
+        ),
+    }
+    with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
+        rows = dict(zip(queries, pool.map(DataFrame.collect, queries.values()), strict=True))
+
+    conns = [row.asDict() for row in rows["connections"]]
     nsq_conns = {c["conn_id"]: c for c in conns if c["to_nsqd_port"]}
-    counts = _activity_counts(events)
+    activity = [row.asDict() for row in rows["activity"]]
     per_conn = defaultdict(Counter)
-    for (conn_id, kind, name, status, code, req_delay0), count in counts.items():
-        per_conn[conn_id][(kind, name, status, code, req_delay0)] += count
+    for a in activity:
+        per_conn[a["conn_id"]][(a["kind"], a["name"], a["status"], a["code"], a["req_delay0"])] += a["count"]
 
     channels: dict[tuple[str, str], dict] = {}
     for conn in nsq_conns.values():
@@ -41,35 +79,20 @@ def summarise(events: DataFrame, tables: dict[str, DataFrame]) -> dict:
         channel["heartbeats"] += _sum(c, "frame", "heartbeat")
         channel["nops"] += _sum(c, "command", "NOP")
 
-    delivery = tables["deliveries"]
-    for row in delivery.groupBy("topic", "channel", "attempts").count().collect():
-        if (row.topic, row.channel) in channels:
-            channels[(row.topic, row.channel)]["deliveries_by_attempts"][str(row.attempts)] = row["count"]
-    for row in delivery.groupBy("topic", "channel", "outcome").count().collect():
+    for row in rows["deliveries"]:
         channel = channels.get((row.topic, row.channel))
-        if channel is not None and row.outcome in ("timeout", "abandoned"):
+        if channel is None:
+            continue
+        by_attempts = channel["deliveries_by_attempts"]
+        by_attempts[str(row.attempts)] = by_attempts.get(str(row.attempts), 0) + row["count"]
+        if row.outcome in ("timeout", "abandoned"):
             channel["timeouts_redelivered"] += row["count"]
             channel["noack_deliberate" if row.outcome == "timeout" else "abandoned_by_disconnect"] += row["count"]
-    for row in (
-        tables["messages"]
-        .groupBy("topic", "channel")
-        .agg(F.count("*").alias("delivered"), F.count("fin_ts_ns").alias("finished"))
-        .collect()
-    ):
+    for row in rows["messages"]:
         if (row.topic, row.channel) in channels:
             channels[(row.topic, row.channel)]["unique_messages_delivered"] = row.delivered
             channels[(row.topic, row.channel)]["unique_messages_finished"] = row.finished
-    # P-FIN-04: an E_FIN_FAILED for an ID the channel never delivered answers a made-up ID.
-    delivered_ids = tables["messages"].select("topic", "channel", "msg_id")
-    unknown = (
-        tables["frames"]
-        .where("name = 'error' AND code = 'E_FIN_FAILED'")
-        .join(delivered_ids, ["topic", "channel", "msg_id"], "left_anti")
-        .groupBy("topic", "channel")
-        .count()
-        .collect()
-    )
-    for row in unknown:
+    for row in rows["unknown_fin_failed"]:
         if (row.topic, row.channel) in channels:
             channels[(row.topic, row.channel)]["e_fin_failed_deliberate_unknown_id"] = row["count"]
     for channel in channels.values():
@@ -79,7 +102,7 @@ def summarise(events: DataFrame, tables: dict[str, DataFrame]) -> dict:
         )
         channel["consumer_ports"].sort()
 
-    published = _published(tables, nsq_conns)
+    published = _published(activity, nsq_conns)
     topics: dict[str, dict] = {}
     for topic in sorted(set(published) | {t for t, _ in channels}):
         topics[topic] = {
@@ -114,28 +137,14 @@ def summarise(events: DataFrame, tables: dict[str, DataFrame]) -> dict:
             for conn in sorted(nsq_conns.values(), key=lambda c: (c["first_ts_ns"], c["conn_id"]))
         ],
         "error_frames": dict(sorted(error_frames.items())),
-        "errors": _named_counts(tables["errors"].where("source != 'nsqd'"), "error"),
-        "violations": _named_counts(tables["violations"], "requirement"),
-        "latency_ms": _latencies(tables["messages"]),
+        "errors": _named_counts(activity, "error"),
+        "violations": _named_counts(activity, "violation"),
+        "latency_ms": {
+            name: dict(zip(("p50", "p90", "p99", "max"), rows["latencies"][0][name] or [], strict=False))
+            for name in ("publish_to_deliver", "deliver_to_fin")
+        },
         "other_connections": len(conns) - len(nsq_conns),
     }
-
-
-def _activity_counts(events: DataFrame) -> dict[tuple, int]:
-    grouped = (
-        events.where("kind IN ('command', 'frame')")
-        .groupBy(
-            "conn_id",
-            "kind",
-            "name",
-            "status",
-            "code",
-            F.when(F.col("name") == "REQ", F.col("value") == 0).alias("req_delay0"),
-        )
-        .count()
-        .collect()
-    )
-    return {(r.conn_id, r.kind, r.name, r.status, r.code, r.req_delay0): r["count"] for r in grouped}
 
 
 def _sum(counter: Counter, kind: str, name: str, status=None, code=None, req_delay0=None) -> int:
@@ -150,24 +159,23 @@ def _sum(counter: Counter, kind: str, name: str, status=None, code=None, req_del
     )
 
 
-def _published(tables: dict[str, DataFrame], nsq_conns: dict) -> dict[str, dict]:
+def _published(activity: list[dict], nsq_conns: dict) -> dict[str, dict]:
     """published.PUB/MPUB/DPUB: messages accepted (OK received); *_commands: accepted commands."""
     result: dict[str, dict] = {}
-    for row in tables["publishes"].where("status = 'ok'").groupBy("conn_id", "topic", "command").count().collect():
-        if row.conn_id in nsq_conns:
-            entry = result.setdefault(row.topic, _empty_published())
-            entry[row.command] += row["count"]
-            entry["total"] += row["count"]
-            nsq_conns[row.conn_id]["messages_published"] = (
-                nsq_conns[row.conn_id].get("messages_published", 0) + row["count"]
-            )
-    accepted = tables["commands"].where(F.col("status") == "ok").where(F.col("name").isin(*PUBLISH_COMMANDS))
-    for row in accepted.groupBy("conn_id", "topic", "name").count().collect():
-        if row.conn_id in nsq_conns:
-            entry = result.setdefault(row.topic, _empty_published())
-            entry["publish_commands"] += row["count"]
-            if row.name == "MPUB":
-                entry["MPUB_commands"] += row["count"]
+    for a in activity:
+        if a["status"] != "ok" or a["conn_id"] not in nsq_conns:
+            continue
+        if a["kind"] == "publish":
+            entry = result.setdefault(a["topic"], _empty_published())
+            entry[a["name"]] += a["count"]
+            entry["total"] += a["count"]
+            conn = nsq_conns[a["conn_id"]]
+            conn["messages_published"] = conn.get("messages_published", 0) + a["count"]
+        elif a["kind"] == "command" and a["name"] in PUBLISH_COMMANDS:
+            entry = result.setdefault(a["topic"], _empty_published())
+            entry["publish_commands"] += a["count"]
+            if a["name"] == "MPUB":
+                entry["MPUB_commands"] += a["count"]
     return result
 
 
@@ -225,17 +233,10 @@ def _connection_entry(conn: dict, c: Counter) -> dict:
     }
 
 
-def _named_counts(frame: DataFrame, column: str) -> dict[str, int]:
-    return {row[column]: row["count"] for row in frame.groupBy(column).count().orderBy(column).collect()}
-
-
-def _latencies(messages: DataFrame) -> dict:
-    quantiles = [0.5, 0.9, 0.99, 1.0]
-    row = messages.agg(
-        F.percentile_approx("publish_to_first_delivery_ms", quantiles, 10000).alias("publish_to_deliver"),
-        F.percentile_approx("last_delivery_to_fin_ms", quantiles, 10000).alias("deliver_to_fin"),
-    ).first()
-    return {
-        name: dict(zip(("p50", "p90", "p99", "max"), row[name] or [], strict=False))
-        for name in ("publish_to_deliver", "deliver_to_fin")
-    }
+def _named_counts(activity: list[dict], kind: str) -> dict[str, int]:
+    """Capture/decode errors or violations by name."""
+    counts = Counter()
+    for a in activity:
+        if a["kind"] == kind:
+            counts[a["name"]] += a["count"]
+    return dict(sorted(counts.items()))
