@@ -162,18 +162,17 @@ def _preview(data: bytes, limit: int = 120) -> str:
     return text + (f"... (+{len(data) - limit} bytes)" if len(data) > limit else "")
 
 
-class FrameDecoder:
-    """Incremental decoder of the server -> client stream (after the client's magic)."""
+class _StreamDecoder:
+    """What both decoders share: the unconsumed bytes, the stream offset, and failing for good."""
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
+    def __init__(self):
         self._buffer = bytearray()
         self._consumed = 0
-        self._max_frame_size = max_frame_size
         self._failure: ProtocolViolation | None = None
 
     @property
     def pending(self) -> int:
-        """Bytes held back because they do not yet form a whole frame."""
+        """Bytes held back because they do not yet form a whole frame or command."""
         return len(self._buffer)
 
     @property
@@ -181,9 +180,24 @@ class FrameDecoder:
         """Stream offset of the first byte not yet decoded."""
         return self._consumed
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def _check_not_failed(self) -> None:
         if self._failure is not None:
             raise ProtocolViolation(f"decoder already failed: {self._failure.reason}", self._failure.offset)
+
+    def _fail(self, reason: str, position: int, decoded: list) -> ProtocolViolation:
+        self._failure = ProtocolViolation(reason, self._consumed + position, decoded)
+        return self._failure
+
+
+class FrameDecoder(_StreamDecoder):
+    """Incremental decoder of the server -> client stream (after the client's magic)."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
+        super().__init__()
+        self._max_frame_size = max_frame_size
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._check_not_failed()
         buffer = self._buffer
         buffer += data
         view = memoryview(buffer)
@@ -210,12 +224,8 @@ class FrameDecoder:
             self._consumed += position
         return frames
 
-    def _fail(self, reason: str, position: int, frames: list[Frame]) -> ProtocolViolation:
-        self._failure = ProtocolViolation(reason, self._consumed + position, frames)
-        return self._failure
 
-
-class CommandDecoder:
+class CommandDecoder(_StreamDecoder):
     """Incremental decoder of the client -> server stream, starting with the 4-byte magic (C-01).
 
     One ``\\r`` right before ``\\n`` is stripped (C-14); parameters are split on single spaces, so
@@ -223,24 +233,13 @@ class CommandDecoder:
     """
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE, max_body_size: int = DEFAULT_MAX_BODY_SIZE):
+        super().__init__()
         self.magic: bytes | None = None
-        self._buffer = bytearray()
-        self._consumed = 0
         self._max_line = max_line
         self._max_body_size = max_body_size
-        self._failure: ProtocolViolation | None = None
-
-    @property
-    def pending(self) -> int:
-        return len(self._buffer)
-
-    @property
-    def offset(self) -> int:
-        return self._consumed
 
     def feed(self, data: bytes) -> list[Command]:
-        if self._failure is not None:
-            raise ProtocolViolation(f"decoder already failed: {self._failure.reason}", self._failure.offset)
+        self._check_not_failed()
         buffer = self._buffer
         buffer += data
         position = 0
@@ -282,10 +281,6 @@ class CommandDecoder:
             del buffer[:position]
             self._consumed += position
         return commands
-
-    def _fail(self, reason: str, position: int, commands: list[Command]) -> ProtocolViolation:
-        self._failure = ProtocolViolation(reason, self._consumed + position, commands)
-        return self._failure
 
 
 # ---------------------------------------------------------------------------------------------
