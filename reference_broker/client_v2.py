@@ -261,6 +261,8 @@ class ClientV2:
             pass
 
     def stop(self) -> None:
+        """After the I/O loop: unblock a pump stuck writing to a peer that stopped reading, then join it."""
+        self.close_connection()
         with self._wake:
             self._closed = True
             self._wake.notify()
