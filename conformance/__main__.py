@@ -27,8 +27,10 @@ def parse_args(argv):
                         "(default: start the embedded reference broker on free ports)")
     parser.add_argument("--http-target", metavar="HOST:PORT", help="its HTTP address (without it HTTP cases "
                         "are UNSUPPORTED)")
-    parser.add_argument("--profile", default="nsqd-defaults", help="nsqd-defaults (default), nsqd-tight, or a "
-                        ".toml path: the target's limits and capabilities")
+    parser.add_argument("--profile", default="nsqd-defaults", help="nsqd-defaults (default), nsqd-tight, "
+                        "nsqd-auth, or a .toml path: the target's limits and capabilities")
+    parser.add_argument("--authd-address", metavar="HOST:PORT", help="where the suite's fake auth server "
+                        "listens for a profile with auth (default: a free loopback port; needed with --target)")
     parser.add_argument("--strict", action="store_true", help="count NON-STRICT verdicts as FAIL")
     parser.add_argument("--baseline", metavar="FILE", help="expected failures, one case id per line")
     parser.add_argument("--time-scale", type=float, default=1.0, metavar="X",
@@ -58,7 +60,7 @@ def _split(argv):
     return argv, None, []
 
 
-def pytest_arguments(args, tcp, http, passthrough) -> list[str]:
+def pytest_arguments(args, tcp, http, authd, passthrough) -> list[str]:
     reports = Path(args.reports_dir)
     arguments = [str(PACKAGE_DIR / "cases"), "-c", str(PACKAGE_DIR / "suite.ini"),
                  "--rootdir", str(PACKAGE_DIR), "-p", "no:cacheprovider",
@@ -68,6 +70,8 @@ def pytest_arguments(args, tcp, http, passthrough) -> list[str]:
         arguments += ["--target", "%s:%d" % tcp]
     if http:
         arguments += ["--http-target", "%s:%d" % http]
+    if authd:
+        arguments += ["--authd-address", authd]
     if args.strict:
         arguments.append("--nsq-strict")
     if args.baseline:
@@ -111,12 +115,28 @@ def list_requirements(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
-    from conformance.target import EmbeddedBroker, Profile, TargetError, check_reachable, parse_address
+    from conformance.target import (
+        EmbeddedBroker,
+        Profile,
+        TargetError,
+        check_reachable,
+        free_loopback_address,
+        parse_address,
+    )
     if args.list:
         return list_requirements(args)
-    broker = None
+    broker = authd = None
     try:
         profile = Profile.load(args.profile)
+        if profile.capabilities.get("auth"):
+            if args.authd_address:
+                authd = "%s:%d" % parse_address(args.authd_address, "--authd-address")
+            elif args.target:
+                raise TargetError(f"profile {profile.name} with --target needs --authd-address (the address "
+                                  "the target's --auth-http-address points at)")
+            else:
+                # The plugin serves the fake auth server here once pytest runs; the broker asks it only on AUTH.
+                authd = free_loopback_address()
         if args.baseline and not Path(args.baseline).is_file():
             raise TargetError(f"--baseline {args.baseline}: no such file")
         if args.target:
@@ -127,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 check_reachable(http, "--http-target")
         else:
             Path(args.reports_dir).mkdir(parents=True, exist_ok=True)
-            broker = EmbeddedBroker(profile, Path(args.reports_dir) / "broker.log").start()
+            broker = EmbeddedBroker(profile, Path(args.reports_dir) / "broker.log", authd_address=authd).start()
             tcp, http = broker.tcp_address, broker.http_address
             print(f"embedded reference broker: TCP {tcp[0]}:{tcp[1]} HTTP {http[0]}:{http[1]} "
                   f"(profile {profile.name}, log {Path(args.reports_dir) / 'broker.log'})", flush=True)
@@ -136,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         import pytest
-        code = pytest.main(pytest_arguments(args, tcp, http, passthrough))
+        code = pytest.main(pytest_arguments(args, tcp, http, authd, passthrough))
     finally:
         if broker:
             broker.stop()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conformance import wire
+from conformance.authd import ALLOW_ALL_SECRET, AuthServer
 from conformance.catalogue import requirements
 from conformance.client import Connection, HarnessError, HttpClient, Mismatch, Unsupported, Verifier, quote
 from conformance.target import EmbeddedBroker, Profile, TargetError, check_reachable, parse_address
@@ -37,8 +39,10 @@ def pytest_addoption(parser):
                     "embedded reference broker)")
     group.addoption("--http-target", help="HOST:PORT of that broker's HTTP API (without it, HTTP cases are "
                     "UNSUPPORTED)")
-    group.addoption("--profile", help="profile name (nsqd-defaults, nsqd-tight) or path to a .toml")
+    group.addoption("--profile", help="profile name (nsqd-defaults, nsqd-tight, nsqd-auth) or path to a .toml")
     # pytest owns --strict; `python -m conformance --strict` maps to this.
+    group.addoption("--authd-address", help="HOST:PORT where the suite's fake auth server listens when the "
+                    "profile has auth (default: a free loopback port; needed with --target)")
     group.addoption("--nsq-strict", action="store_true", default=False,
                     help="NON-STRICT verdicts count as FAIL")
     group.addoption("--baseline", help="file of expected failures, one case id per line ('#' comments)")
@@ -56,6 +60,7 @@ class Settings:
     profile: Profile
     tcp: tuple[str, int] | None
     http: tuple[str, int] | None
+    authd: tuple[str, int] | None
     strict: bool
     time_scale: float
     reports_dir: Path
@@ -68,15 +73,19 @@ def _settings(config) -> Settings:
         profile = Profile.load(option("--profile") or config.getini("nsq_profile"))
         tcp = parse_address(option("--target"), "--target") if option("--target") else None
         http = parse_address(option("--http-target"), "--http-target") if option("--http-target") else None
+        authd = parse_address(option("--authd-address"), "--authd-address") if option("--authd-address") else None
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from None
     if http and not tcp:
         raise pytest.UsageError("--http-target needs --target")
+    if tcp and profile.capabilities.get("auth") and not authd:
+        raise pytest.UsageError(f"profile {profile.name} with --target needs --authd-address (the address the "
+                                "target's --auth-http-address points at)")
     time_scale = option("--time-scale") or float(config.getini("nsq_time_scale"))
     if time_scale <= 0:
         raise pytest.UsageError("--time-scale must be > 0")
     baseline_path = option("--baseline")
-    return Settings(profile, tcp, http, option("--nsq-strict"), time_scale,
+    return Settings(profile, tcp, http, authd, option("--nsq-strict"), time_scale,
                     Path(option("--reports-dir") or config.getini("nsq_reports_dir")),
                     load_baseline(Path(baseline_path)) if baseline_path else {})
 
@@ -100,9 +109,37 @@ def in_baseline(nodeid: str, baseline: dict[str, str]) -> bool:
 def pytest_configure(config):
     config.addinivalue_line("markers", "requirement(*ids): the catalogue requirement IDs a case checks")
     config.nsq_settings = _settings(config)
-    if not hasattr(config, "workerinput"):  # report writers run on the controller only (xdist)
+    config.nsq_authd = None
+    if hasattr(config, "workerinput"):
+        config.nsq_authd_address = config.workerinput.get("nsq_authd_address")
+    else:  # the auth server and the report writers run on the controller only (xdist)
+        _start_authd(config)
         from conformance.report.collector import ResultCollector
         config.pluginmanager.register(ResultCollector(config), "nsq-results")
+
+
+def _start_authd(config) -> None:
+    """One fake auth server per run, so that a ``ttl1-`` secret is answered once whichever worker asks."""
+    settings = config.nsq_settings
+    config.nsq_authd_address = None
+    if not settings.profile.capabilities.get("auth"):
+        return
+    try:
+        config.nsq_authd = AuthServer(settings.authd or ("127.0.0.1", 0)).start()
+    except OSError as exc:
+        where = "%s:%d" % settings.authd if settings.authd else "a free loopback port"
+        raise pytest.UsageError(f"cannot start the fake auth server on {where}: {exc.strerror or exc}") from None
+    config.nsq_authd_address = config.nsq_authd.address
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["nsq_authd_address"] = node.config.nsq_authd_address
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "nsq_authd", None):
+        config.nsq_authd.stop()
 
 
 def pytest_report_header(config):
@@ -112,7 +149,8 @@ def pytest_report_header(config):
         "embedded" if not settings.tcp else "none (HTTP cases UNSUPPORTED)")
     return [f"nsq target: {where}  http: {http}",
             f"nsq profile: {settings.profile.name} ({settings.profile.description}); time scale "
-            f"{settings.time_scale:g}; strict {settings.strict}"]
+            f"{settings.time_scale:g}; strict {settings.strict}"
+            + (f"; fake auth server {config.nsq_authd_address}" if config.nsq_authd_address else "")]
 
 
 def case_requirements(item) -> list[str]:
@@ -158,7 +196,8 @@ def nsq_target(pytestconfig):
         return
     worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
     settings.reports_dir.mkdir(parents=True, exist_ok=True)
-    broker = EmbeddedBroker(settings.profile, settings.reports_dir / f"broker-{worker}.log")
+    broker = EmbeddedBroker(settings.profile, settings.reports_dir / f"broker-{worker}.log",
+                            authd_address=pytestconfig.nsq_authd_address)
     try:
         broker.start()
     except TargetError as exc:
@@ -188,12 +227,29 @@ class Case:
         # Unique per process, case and run: the target may be shared and is never assumed fresh.
         self._prefix = f"cf{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
 
-    def connect(self, magic: bool = True) -> Connection:
+    def connect(self, magic: bool = True, authenticate: bool = True) -> Connection:
+        """A connection; after the magic it sends ``auth_command()`` unless ``authenticate`` is False."""
         name = chr(ord("A") + len(self._connections))
         connection = Connection(name, self.target.tcp, self.transcript, self.verify, self.time_scale,
                                 send_magic=magic)
         self._connections.append(connection)
+        if magic and authenticate and self.auth_command():
+            connection.send(self.auth_command())
+            self.expect_authenticated(connection)
         return connection
+
+    def auth_command(self) -> bytes:
+        """What a connection sends right after the magic: with a profile that has auth, an AUTH whose
+        secret allows everything (conformance/authd.py), so that cases about other behaviour are not
+        stopped by E_AUTH_FIRST (P-AUTH-09); without auth, nothing."""
+        if not self.profile.capabilities.get("auth"):
+            return b""
+        return wire.encode_command("AUTH", body=ALLOW_ALL_SECRET.encode())
+
+    def expect_authenticated(self, connection: Connection) -> None:
+        """The answer to ``auth_command()``, if it sent anything (P-AUTH-08)."""
+        if self.auth_command():
+            connection.expect_json_response()
 
     def topic(self, suffix: str = "", length: int | None = None) -> str:
         """A fresh topic name for this case (padded to ``length`` characters including ``suffix``),

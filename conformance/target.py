@@ -57,6 +57,13 @@ def parse_address(text: str, option: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def free_loopback_address() -> str:
+    """A loopback HOST:PORT nothing listens on right now (for the fake auth server)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return "127.0.0.1:%d" % probe.getsockname()[1]
+
+
 def check_reachable(address: tuple[str, int], option: str) -> None:
     try:
         socket.create_connection(address, timeout=3).close()
@@ -67,8 +74,10 @@ def check_reachable(address: tuple[str, int], option: str) -> None:
 class EmbeddedBroker:
     """`python -m reference_broker` on free loopback ports, with the profile's flags."""
 
-    def __init__(self, profile: Profile, log_path: Path | None = None, command: list[str] | None = None):
+    def __init__(self, profile: Profile, log_path: Path | None = None, command: list[str] | None = None,
+                 authd_address: str | None = None):
         self.profile = profile
+        self.authd_address = authd_address
         self.log_path = log_path
         self.command = command or [sys.executable, "-m", "reference_broker"]
         self.tcp_address: tuple[str, int] | None = None
@@ -82,6 +91,8 @@ class EmbeddedBroker:
         self._data_path = tempfile.mkdtemp(prefix="nsq-conformance-")
         argv = [*self.command, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
                 f"--data-path={self._data_path}", *self.profile.broker_flags]
+        if self.authd_address:
+            argv.append(f"--auth-http-address={self.authd_address}")
         try:
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.PIPE, text=True, errors="replace")

@@ -95,7 +95,7 @@ def test_nop_is_silent_in_every_state(nsq):
 def test_auth_disabled(nsq):
     """AUTH on a server without an auth server: E_AUTH_DISABLED after reading the body (P-AUTH-05; rec-0089)."""
     if nsq.profile.capabilities["auth"]:
-        pytest.skip("the profile says the target has an auth server")  # never with shipped profiles
+        pytest.skip("the profile says the target has an auth server")  # nsqd-auth: cases/test_auth.py covers AUTH
     conn = nsq.connect()
     conn.command("AUTH", body=b"secret")
     conn.expect_error("E_AUTH_DISABLED", "AUTH disabled")

@@ -88,9 +88,10 @@ def test_whole_session_pipelined(nsq):
     """IDENTIFY, PUB, PUB, SUB, RDY 2 in one write: four OKs in order, then both messages (C-22; rec-0029)."""
     topic = nsq.topic()
     conn = nsq.connect(magic=False)
-    conn.send(wire.MAGIC_V2 + wire.encode_command("IDENTIFY", body=b"{}")
+    conn.send(wire.MAGIC_V2 + nsq.auth_command() + wire.encode_command("IDENTIFY", body=b"{}")
               + wire.encode_command("PUB", topic, body=b"p1") + wire.encode_command("PUB", topic, body=b"p2")
               + wire.encode_command("SUB", topic, "c") + b"RDY 2\n")
+    nsq.expect_authenticated(conn)
     for _ in range(4):
         conn.expect_response(b"OK")
     bodies = sorted(frame.body for frame in conn.expect_messages(2))

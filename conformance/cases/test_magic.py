@@ -12,8 +12,9 @@ def test_magic_then_pipelined_commands(nsq):
     """The magic and two PUBs in one write: both are answered OK (rec-0003)."""
     topic = nsq.topic()
     conn = nsq.connect(magic=False)
-    conn.send(wire.MAGIC_V2 + wire.encode_command("PUB", topic, body=b"m1") + b"NOP\n"
+    conn.send(wire.MAGIC_V2 + nsq.auth_command() + wire.encode_command("PUB", topic, body=b"m1") + b"NOP\n"
               + wire.encode_command("PUB", topic, body=b"m2"))
+    nsq.expect_authenticated(conn)
     conn.expect_response(b"OK")
     conn.expect_response(b"OK")
 
@@ -24,7 +25,8 @@ def test_magic_split_across_writes(nsq):
     conn = nsq.connect(magic=False)
     conn.send(b"  ")
     nsq.wait(0.1, "let the first half arrive alone")
-    conn.send(b"V2")
+    conn.send(b"V2" + nsq.auth_command())
+    nsq.expect_authenticated(conn)
     conn.publish(nsq.topic(), b"split")
 
 
@@ -55,5 +57,6 @@ def test_no_timeout_before_magic(nsq):
     conn = nsq.connect(magic=False)
     conn.expect_silence(2.5)
     nsq.verify.equal("heartbeats before the magic", 0, conn.heartbeats)
-    conn.send(wire.MAGIC_V2 + wire.encode_command("PUB", nsq.topic(), body=b"late"))
+    conn.send(wire.MAGIC_V2 + nsq.auth_command() + wire.encode_command("PUB", nsq.topic(), body=b"late"))
+    nsq.expect_authenticated(conn)
     conn.expect_response(b"OK")

@@ -1,0 +1,93 @@
+"""The suite's fake auth server (stdlib ``http.server``): the target's ``--auth-http-address`` points here.
+
+nsqd asks ``GET /auth?common_name=..&remote_ip=..&secret=S&tls=..`` (P-AUTH-13) and the reply depends
+only on the secret, as the recordings' fake auth server did (nsqd-recordings/README.md, "auth"):
+
+| secret      | reply |
+|-------------|-------|
+| ``all``     | publish + subscribe on every topic and channel (the other cases' connections use it) |
+| ``ok``      | identity ``alice``: publish on topics ending ``-auth`` (channel ``.*``), subscribe there to ``c1`` |
+| ``chanonly``| identity ``bob``: publish + subscribe on every topic, channels ``^c1$`` only |
+| ``empty``   | no authorizations |
+| ``fail500`` | HTTP 500 |
+| ``badperm`` | the unknown permission ``admin`` |
+| ``ttl1-<n>``| first query: like ``ok`` with ttl 1; later queries: HTTP 500 |
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import urllib.parse
+
+ALLOW_ALL_SECRET = "all"
+AUTHORIZED_SUFFIX = "-auth"  # topics `ok` may use: the recordings' `^auth-`, turned into a suffix for case names
+ALICE = {"identity": "alice", "identity_url": "http://authd.test/alice", "authorizations": [
+    {"topic": AUTHORIZED_SUFFIX + "$", "channels": [".*"], "permissions": ["publish"]},
+    {"topic": AUTHORIZED_SUFFIX + "$", "channels": ["^c1$"], "permissions": ["subscribe"]}]}
+REPLIES = {
+    ALLOW_ALL_SECRET: {"ttl": 3600, "identity": "conformance", "identity_url": "", "authorizations": [
+        {"topic": ".*", "channels": [".*"], "permissions": ["publish", "subscribe"]}]},
+    "ok": {"ttl": 3600, **ALICE},
+    "chanonly": {"ttl": 3600, "identity": "bob", "authorizations": [
+        {"topic": ".*", "channels": ["^c1$"], "permissions": ["publish", "subscribe"]}]},
+    "empty": {"ttl": 3600, "authorizations": []},
+    "badperm": {"ttl": 3600, "authorizations": [{"topic": ".*", "channels": [".*"], "permissions": ["admin"]}]},
+}
+
+
+class _AuthHandler(http.server.BaseHTTPRequestHandler):
+    server: AuthServer
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        url = urllib.parse.urlsplit(self.path)
+        secret = urllib.parse.parse_qs(url.query).get("secret", [""])[0]
+        reply = self.server.reply_for(secret) if url.path == "/auth" else None
+        if reply is None:
+            self.send_response(500 if url.path == "/auth" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format, *args):  # noqa: A002 (the base class's signature)
+        pass  # nsqd's queries are visible in the broker's own log
+
+
+class AuthServer(http.server.ThreadingHTTPServer):
+    """Serves on a daemon thread from ``start()`` to ``stop()``; ``address`` is the bound HOST:PORT."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int] = ("127.0.0.1", 0)):
+        super().__init__(address, _AuthHandler)
+        self._lock = threading.Lock()
+        self._queries: dict[str, int] = {}
+
+    @property
+    def address(self) -> str:
+        host, port = self.server_address[:2]
+        return f"{host}:{port}"
+
+    def reply_for(self, secret: str) -> dict | None:
+        """The JSON reply for ``secret``, or None for HTTP 500."""
+        with self._lock:
+            self._queries[secret] = self._queries.get(secret, 0) + 1
+            first = self._queries[secret] == 1
+        if secret.startswith("ttl1-"):
+            return {**ALICE, "ttl": 1} if first else None  # P-AUTH-12: the re-query after the ttl fails
+        return REPLIES.get(secret)
+
+    def start(self) -> AuthServer:
+        threading.Thread(target=self.serve_forever, daemon=True, name="authd").start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
