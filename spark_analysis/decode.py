@@ -557,6 +557,12 @@ class _ClientSide(_Direction):
             return
         self._commands(commands)
 
+    def _publish(self, command_row, name, topic, body, defer=None):
+        """One `publish` row per message, linked to the row of the command that carried it."""
+        row = self.rows.add(self.ts_ns, self.direction, "publish", name, topic=topic, body_len=len(body),
+                            body_hash=body_hash(body), value=defer)
+        self.rows.publish_command[row] = command_row
+
     def _commands(self, commands):
         add = self.rows.add
         ts_ns, direction = self.ts_ns, self.direction
@@ -586,18 +592,7 @@ class _ClientSide(_Direction):
                 body = command.body or b""
                 defer = _integer(params[1:2]) if name == "DPUB" else None
                 row = add(ts_ns, direction, "command", name, topic=first, body_len=len(body), value=defer)
-                self.rows.publish_command[
-                    add(
-                        ts_ns,
-                        direction,
-                        "publish",
-                        name,
-                        topic=first,
-                        body_len=len(body),
-                        body_hash=body_hash(body),
-                        value=defer,
-                    )
-                ] = row
+                self._publish(row, name, first, body, defer)
             elif name == "MPUB":
                 try:
                     messages = command.messages
@@ -614,17 +609,7 @@ class _ClientSide(_Direction):
                     body_len=len(command.body or b""),
                 )
                 for message in messages:
-                    self.rows.publish_command[
-                        add(
-                            ts_ns,
-                            direction,
-                            "publish",
-                            name,
-                            topic=first,
-                            body_len=len(message),
-                            body_hash=body_hash(message),
-                        )
-                    ] = row
+                    self._publish(row, name, first, message)
             elif name == "IDENTIFY":
                 if not self.identify:
                     self.identify = _json_object(command.body)
