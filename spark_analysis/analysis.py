@@ -19,14 +19,17 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pyarrow as pa
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource, expand_paths
 from spark_analysis.decode import EVENT_SCHEMA, decode_connection
+from spark_analysis.jvm import DriverJvm
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.reassembly import reassemble
 
@@ -34,15 +37,21 @@ DEFAULT_NSQ_PORTS = frozenset({4150})
 SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"]
 
 
+@contextmanager
 def spark_session(
     master: str | None = "local[2]",
     shuffle_partitions: int = 4,
     driver_memory: str = "4g",
     show_progress: bool = True,
-) -> SparkSession:
+) -> Iterator[SparkSession]:
     # Python workers must run this interpreter (the one with pyarrow and this package), not "python3".
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
+    # Only a JVM that pyspark launches here takes start-up options; spark-submit's is already running.
+    driver = DriverJvm() if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ else None
+    if driver is not None:
+        # defaultJavaOptions, so that a user's spark.driver.extraJavaOptions still apply
+        builder = builder.config("spark.driver.defaultJavaOptions", driver.java_options())
     session = (
         builder.appName("nsq-trace")
         .config("spark.ui.enabled", "false")
@@ -57,7 +66,13 @@ def spark_session(
     )
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(NsqPcapDataSource)
-    return session
+    try:
+        yield session
+    finally:
+        if driver is None:
+            session.stop()
+        else:
+            driver.stop(session)
 
 
 def packets(

@@ -141,8 +141,7 @@ def _analyze(parser, args) -> int:
         f"starting Spark ({master or 'from spark-submit'}) for {len(files)} file(s), "
         f"{sum(os.path.getsize(p) for p in files) / 1e6:,.1f} MB"
     )
-    spark = spark_session(master, args.shuffle_partitions)
-    try:
+    with spark_session(master, args.shuffle_partitions) as spark:
         result = run_analysis(
             spark,
             files,
@@ -152,8 +151,6 @@ def _analyze(parser, args) -> int:
             report=not args.no_report,
             step=step,
         )
-    finally:
-        spark.stop()
     totals = result["totals"]
     step(
         f"done: {totals['tcp_connections_nsqd_tcp_port']} NSQ connections, {totals['messages_published']:,} "

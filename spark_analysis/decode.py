@@ -17,6 +17,7 @@ import json
 import re
 import struct
 import zlib
+from collections import Counter
 
 import pyarrow as pa
 
@@ -42,7 +43,8 @@ EVENT_SCHEMA = pa.schema(
         ("msg_ts_ns", pa.int64()),  # message frames: the publish timestamp carried in the frame (C-09)
         ("body_len", pa.int64()),
         ("body_hash", pa.int64()),  # crc32 and adler32 of the body: joins publishes with deliveries
-        ("value", pa.int64()),  # RDY count, REQ timeout, DPUB defer, MPUB message count, gap length
+        # RDY count, REQ timeout, DPUB defer, MPUB message count, gap length, ns since the previous heartbeat
+        ("value", pa.int64()),
         ("status", pa.string()),  # commands: ok | failed | error | unanswered
         ("code", pa.string()),  # error frames: E_*; commands: the error code they got
         ("detail", pa.string()),
@@ -168,12 +170,13 @@ def decode_connection(conn: Connection, nsq_ports: frozenset[int]) -> pa.Table:
         client.run()
         _pair_answers(rows)
     close = _close_kind(conn)
+    topic, channel = client.subscription if is_nsq else (None, None)
     if is_nsq:
         check_connection(rows, client.identify, upgrade.identify, close)
-        topic, channel = client.subscription
         if channel is not None:
             _label_subscription(rows, topic, channel)
     codec = "tls" if upgrade.tls else upgrade.codec or "plain"
+    activity = Counter(zip(rows.columns["kind"], rows.columns["name"], strict=True))
     rows.add(
         conn.first_ts_ns,
         "conn",
@@ -194,6 +197,11 @@ def decode_connection(conn: Connection, nsq_ports: frozenset[int]) -> pa.Table:
                 "magic": c2s_start.decode("latin-1") if c2s_start else None,
                 "identify_request": json.dumps(client.identify) if is_nsq else None,
                 "identify_response": json.dumps(upgrade.identify) if upgrade.identify else None,
+                "topic": topic,
+                "channel": channel,
+                "cls": activity["command", "CLS"],
+                "publish_commands": sum(activity["command", verb] for verb in ("PUB", "MPUB", "DPUB")),
+                "deliveries": activity["frame", "message"],
             }
         ),
     )
@@ -385,6 +393,7 @@ class _ServerSide(_Direction):
         self.settling = stream.syn_seen
         self.settle_buffer = bytearray()
         self.expect_upgrade_ok = False
+        self.last_heartbeat_ts_ns = None
 
     def reset(self):
         self.decoder = wire.FrameDecoder()
@@ -461,7 +470,9 @@ class _ServerSide(_Direction):
                 )
                 self.settling = False  # a subscriber can no longer IDENTIFY (P-ID-01)
             elif frame.is_heartbeat:
-                add(ts_ns, direction, "frame", "heartbeat")  # C-26
+                since_last = None if self.last_heartbeat_ts_ns is None else ts_ns - self.last_heartbeat_ts_ns
+                self.last_heartbeat_ts_ns = ts_ns
+                add(ts_ns, direction, "frame", "heartbeat", value=since_last)  # C-26
             elif frame_type == wire.FRAME_RESPONSE:
                 text = data.decode("utf-8", "replace")
                 status = None
@@ -559,8 +570,16 @@ class _ClientSide(_Direction):
 
     def _publish(self, command_row, name, topic, body, defer=None):
         """One `publish` row per message, linked to the row of the command that carried it."""
-        row = self.rows.add(self.ts_ns, self.direction, "publish", name, topic=topic, body_len=len(body),
-                            body_hash=body_hash(body), value=defer)
+        row = self.rows.add(
+            self.ts_ns,
+            self.direction,
+            "publish",
+            name,
+            topic=topic,
+            body_len=len(body),
+            body_hash=body_hash(body),
+            value=defer,
+        )
         self.rows.publish_command[row] = command_row
 
     def _commands(self, commands):

@@ -18,7 +18,8 @@ from pyspark.sql import functions as F
 CONNECTION_DETAIL = (
     "codec STRING, syn_seen BOOLEAN, last_ts_ns BIGINT, c2s_bytes BIGINT, s2c_bytes BIGINT, "
     "gaps INT, retransmitted_bytes BIGINT, conflicting_bytes BIGINT, magic STRING, "
-    "identify_request STRING, identify_response STRING"
+    "identify_request STRING, identify_response STRING, topic STRING, channel STRING, cls INT, "
+    "publish_commands INT, deliveries INT"
 )
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 NS_PER_MS = 1_000_000
@@ -27,8 +28,7 @@ CONCURRENT_JOBS = 4
 
 
 def tables(events: DataFrame, materialise: Callable[[str, DataFrame], DataFrame]) -> dict[str, DataFrame]:
-    """All tables; ``materialise(name, frame)`` stores one and returns it read back, so that tables
-    built on others (deliveries on connections, messages on deliveries) do not recompute them."""
+    """All tables; ``materialise(name, frame)`` stores one and returns it read back."""
     projections = {
         "commands": events.where("kind = 'command'").select(
             "conn_id", "ts_ns", "name", "topic", "channel", "msg_id", "value", "status", "code", "detail"
@@ -70,19 +70,17 @@ def tables(events: DataFrame, materialise: Callable[[str, DataFrame], DataFrame]
             "conn_id", "ts_ns", F.col("name").alias("requirement"), "topic", "channel", "detail"
         ),
     }
-    # These small jobs cost mostly Spark's fixed per-job latency, not CPU: independent ones run side
-    # by side while the connections -> deliveries -> messages chain runs in this thread.
+    # These small jobs cost mostly Spark's fixed per-job latency, not CPU, and none reads another's
+    # output: all run side by side.
+    derived = {
+        **projections,
+        "connections": connections(events),
+        "deliveries": deliveries(events),
+        "messages": messages(events, deliveries(events)),
+    }
     with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
-        stored = {name: pool.submit(materialise, name, frame) for name, frame in projections.items()}
-        conns = materialise("connections", connections(events))
-        delivery = materialise("deliveries", deliveries(events, conns))
-        lifecycles = materialise("messages", messages(events, delivery))
-        return {
-            "connections": conns,
-            "deliveries": delivery,
-            "messages": lifecycles,
-            **{name: future.result() for name, future in stored.items()},
-        }
+        stored = {name: pool.submit(materialise, name, frame) for name, frame in derived.items()}
+        return {name: future.result() for name, future in stored.items()}
 
 
 def connections(events: DataFrame) -> DataFrame:
@@ -104,36 +102,17 @@ def connections(events: DataFrame) -> DataFrame:
         .select("*", "d.*")
         .drop("d")
     )
-    activity = (
-        events.where("kind IN ('command', 'frame')")
-        .groupBy("conn_id")
-        .agg(
-            F.max(F.when(F.col("name") == "SUB", F.col("topic"))).alias("topic"),
-            F.max(F.when(F.col("name") == "SUB", F.col("channel"))).alias("channel"),
-            F.sum(F.when(F.col("name") == "CLS", 1).otherwise(0)).alias("cls"),
-            F.sum(
-                F.when(F.col("name").isin("PUB", "MPUB", "DPUB") & (F.col("kind") == "command"), 1).otherwise(0)
-            ).alias("publish_commands"),
-            F.sum(F.when(F.col("name") == "message", 1).otherwise(0)).alias("deliveries"),
-        )
-    )
     # A server port counts as nsqd's TCP port when any connection to it spoke NSQ (the magic, C-01).
-    nsqd_servers = rows.where("is_nsq").select("server").distinct().withColumn("to_nsqd_port", F.lit(True))
-    return (
-        rows.join(activity, "conn_id", "left")
-        .join(nsqd_servers, "server", "left")
-        .withColumn("to_nsqd_port", F.coalesce("to_nsqd_port", F.lit(False)))
-        .withColumn(
-            "role",
-            F.when(F.col("channel").isNotNull(), "consumer")
-            .when(F.col("publish_commands") > 0, "producer")
-            .when(F.col("is_nsq"), "nsq-other")
-            .otherwise("not-nsq"),
-        )
+    return rows.withColumn("to_nsqd_port", F.max("is_nsq").over(Window.partitionBy("server"))).withColumn(
+        "role",
+        F.when(F.col("channel").isNotNull(), "consumer")
+        .when(F.col("publish_commands") > 0, "producer")
+        .when(F.col("is_nsq"), "nsq-other")
+        .otherwise("not-nsq"),
     )
 
 
-def deliveries(events: DataFrame, conns: DataFrame) -> DataFrame:
+def deliveries(events: DataFrame) -> DataFrame:
     """Every delivery with its cause (first / req / timeout) and its outcome (FIN / REQ / timeout / open)."""
     delivered = events.where("kind = 'frame' AND name = 'message'").select(
         *MESSAGE_KEY,
@@ -165,8 +144,13 @@ def deliveries(events: DataFrame, conns: DataFrame) -> DataFrame:
         F.lead("event").over(window).alias("next_event"),
         F.lead("ts_ns").over(window).alias("next_ts_ns"),
     )
-    ended = conns.select(
-        F.col("conn_id"), (F.col("cls") == 0).alias("no_cls"), F.col("last_ts_ns").alias("conn_last_ts_ns")
+    ended = (
+        events.where("kind = 'connection'")
+        .select(
+            "conn_id",
+            F.from_json("detail", "cls INT, last_ts_ns BIGINT").alias("d"),
+        )
+        .select("conn_id", (F.col("d.cls") == 0).alias("no_cls"), F.col("d.last_ts_ns").alias("conn_last_ts_ns"))
     )
     return (
         ordered.where("event = 'deliver'")
@@ -254,11 +238,6 @@ def errors(events: DataFrame) -> DataFrame:
 
 
 def heartbeats(events: DataFrame) -> DataFrame:
-    window = Window.partitionBy("conn_id").orderBy("ts_ns")
     return events.where("kind = 'frame' AND name = 'heartbeat'").select(
-        "conn_id",
-        "ts_ns",
-        "topic",
-        "channel",
-        ((F.col("ts_ns") - F.lag("ts_ns").over(window)) / NS_PER_MS).alias("gap_ms"),
+        "conn_id", "ts_ns", "topic", "channel", (F.col("value") / NS_PER_MS).alias("gap_ms")
     )

@@ -12,9 +12,8 @@ from spark_analysis.analysis import run_analysis, spark_session
 
 @pytest.fixture(scope="session")
 def spark():
-    session = spark_session("local[2]", shuffle_partitions=2, driver_memory="1g", show_progress=False)
-    yield session
-    session.stop()
+    with spark_session("local[2]", shuffle_partitions=2, driver_memory="1g", show_progress=False) as session:
+        yield session
 
 
 @pytest.fixture(scope="session")
