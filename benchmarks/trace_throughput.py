@@ -17,6 +17,8 @@ import os
 import pathlib
 import platform
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -211,12 +213,15 @@ def main(argv=None) -> int:
 
 
 def _warm_up(master: str, workdir: str) -> None:
-    """The committed small workload, in a session of its own: a user's earlier analysis, which leaves
-    the JVM class archive (spark_analysis.jvm) and warm OS caches behind."""
-    from spark_analysis.analysis import run_analysis, spark_session
-
-    with spark_session(master, shuffle_partitions=4, show_progress=False) as spark:
-        run_analysis(spark, [SMALL_WORKLOAD], os.path.join(workdir, "warm-up"), report=False)
+    """A user's earlier analysis, in a process of its own so that the timed run starts its own JVM:
+    it leaves the JVM class archive (spark_analysis.jvm) and warm OS caches behind."""
+    subprocess.run(
+        [sys.executable, "-m", "spark_analysis", "analyze", SMALL_WORKLOAD, "--out", os.path.join(workdir, "warm-up")]
+        + ["--master", master, "--no-report"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _comparable(section: dict) -> dict:
