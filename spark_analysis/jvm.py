@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 # The JVM warns about every class it cannot archive (old bytecode, signed jars); nothing to act on.
@@ -61,6 +62,8 @@ class DriverJvm:
             clean_exit = gateway.proc.wait(EXIT_TIMEOUT_SECONDS) == 0
             if clean_exit and os.path.isfile(recording):
                 os.replace(recording, self.archive)
+        except subprocess.TimeoutExpired:
+            pass  # a JVM still writing after two minutes: the next session records again
         finally:
             # The next session in this process must launch a JVM of its own.
             SparkContext._gateway = SparkContext._jvm = None
