@@ -22,6 +22,7 @@ CONNECTION_DETAIL = (
     "publish_commands INT, deliveries INT"
 )
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
+DELIVERY_COLUMNS = [*MESSAGE_KEY, "conn_id", "ts_ns", "attempts", "msg_ts_ns", "body_len", "body_hash"]
 NS_PER_MS = 1_000_000
 # Spark jobs in flight at once for independent tables; enough to hide per-job latency on a few cores.
 CONCURRENT_JOBS = 4
@@ -70,17 +71,14 @@ def tables(events: DataFrame, materialise: Callable[[str, DataFrame], DataFrame]
             "conn_id", "ts_ns", F.col("name").alias("requirement"), "topic", "channel", "detail"
         ),
     }
-    # These small jobs cost mostly Spark's fixed per-job latency, not CPU, and none reads another's
-    # output: all run side by side.
-    derived = {
-        **projections,
-        "connections": connections(events),
-        "deliveries": deliveries(events),
-        "messages": messages(events, deliveries(events)),
-    }
+    # Both cores stay busy through these jobs; running them side by side keeps them so while one job
+    # waits on another's stage. Only messages reads another table: the deliveries it summarises.
+    independent = {**projections, "connections": connections(events)}
     with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
-        stored = {name: pool.submit(materialise, name, frame) for name, frame in derived.items()}
-        return {name: future.result() for name, future in stored.items()}
+        stored = {name: pool.submit(materialise, name, frame) for name, frame in independent.items()}
+        delivery = materialise("deliveries", deliveries(events))
+        stored["messages"] = pool.submit(materialise, "messages", messages(events, delivery))
+        return {"deliveries": delivery, **{name: future.result() for name, future in stored.items()}}
 
 
 def connections(events: DataFrame) -> DataFrame:
@@ -115,13 +113,7 @@ def connections(events: DataFrame) -> DataFrame:
 def deliveries(events: DataFrame) -> DataFrame:
     """Every delivery with its cause (first / req / timeout) and its outcome (FIN / REQ / timeout / open)."""
     delivered = events.where("kind = 'frame' AND name = 'message'").select(
-        *MESSAGE_KEY,
-        "conn_id",
-        "ts_ns",
-        "attempts",
-        "msg_ts_ns",
-        "body_len",
-        "body_hash",
+        *DELIVERY_COLUMNS,
         F.lit("deliver").alias("event"),
         F.lit(1).alias("rank"),
     )
@@ -156,13 +148,7 @@ def deliveries(events: DataFrame) -> DataFrame:
         ordered.where("event = 'deliver'")
         .join(ended, "conn_id", "left")
         .select(
-            *MESSAGE_KEY,
-            "conn_id",
-            "ts_ns",
-            "attempts",
-            "msg_ts_ns",
-            "body_len",
-            "body_hash",
+            *DELIVERY_COLUMNS,
             F.when(F.col("previous_event").isNull(), "first")
             .when(F.col("previous_event") == "REQ", "req")
             .when(F.col("previous_event") == "deliver", "timeout")
