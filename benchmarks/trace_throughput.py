@@ -14,11 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pathlib
 import platform
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -26,7 +23,6 @@ import time
 from spark_analysis.cli import parse_size
 
 TRUTH_KEYS = ("totals", "topics")
-SMALL_WORKLOAD = str(pathlib.Path(__file__).resolve().parents[1] / "pcaps" / "workload-small.pcap")
 
 
 class PeakMemory:
@@ -129,8 +125,6 @@ def main(argv=None) -> int:
             flush=True,
         )
 
-        print("warm-up: a small analysis (records the JVM class archive when there is none)", flush=True)
-        _, warmup_seconds = timed(_warm_up, args.master, workdir)
         with PeakMemory(os.getpid()) as memory:
             started = time.perf_counter()
             with spark_session(args.master, shuffle_partitions=4) as spark:
@@ -169,7 +163,6 @@ def main(argv=None) -> int:
             },
             "spark_analysis": {
                 "master": args.master,
-                "warm_up_seconds": round(warmup_seconds, 2),
                 "session_start_seconds": round(session_seconds, 2),
                 "analysis_seconds": round(analysis_seconds, 2),
                 "end_to_end_seconds": round(end_to_end, 2),
@@ -210,18 +203,6 @@ def main(argv=None) -> int:
         json.dump(result, handle, indent=1)
     print(json.dumps(result, indent=1))
     return 0 if not mismatches else 1
-
-
-def _warm_up(master: str, workdir: str) -> None:
-    """A user's earlier analysis, in a process of its own so that the timed run starts its own JVM:
-    it leaves the JVM class archive (spark_analysis.jvm) and warm OS caches behind."""
-    subprocess.run(
-        [sys.executable, "-m", "spark_analysis", "analyze", SMALL_WORKLOAD, "--out", os.path.join(workdir, "warm-up")]
-        + ["--master", master, "--no-report"],
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def _comparable(section: dict) -> dict:
