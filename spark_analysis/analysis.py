@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import pyarrow as pa
 from pyspark import SparkContext
@@ -31,6 +31,7 @@ from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource, ex
 from spark_analysis.decode import EVENT_SCHEMA, decode_connection
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.reassembly import reassemble
+from spark_analysis.worker_python import spark_is_this_installation, worker_python
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
@@ -44,32 +45,51 @@ def spark_session(
     driver_memory: str = "4g",
     show_progress: bool = True,
 ) -> Iterator[SparkSession]:
-    # Python workers must run this interpreter (the one with pyarrow and this package), not "python3".
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     # Only a JVM that pyspark launches here takes start-up options; spark-submit's is already running.
-    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+    launching = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+    if launching:
         # An analysis is too short for C2's slower, better code to pay off: C1 alone saved ~10 s of
         # 40 on a 1 GB trace. defaultJavaOptions, so that a user's extraJavaOptions still apply.
         builder = builder.config("spark.driver.defaultJavaOptions", QUICK_JIT)
-    session = (
-        builder.appName("nsq-trace")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", str(show_progress).lower())
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.python.daemon.module", "spark_analysis.worker_daemon")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(NsqPcapDataSource)
+    with ExitStack() as stack:
+        # Python workers must run this interpreter (the one with pyarrow and this package), not "python3".
+        python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+        if "PYSPARK_PYTHON" not in os.environ and launching and (master or "").startswith("local"):
+            if spark_is_this_installation():
+                python = stack.enter_context(worker_python())
+        with _environment_variable("PYSPARK_PYTHON", python):
+            session = (
+                builder.appName("nsq-trace")
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", str(show_progress).lower())
+                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+                .config("spark.sql.adaptive.enabled", "true")
+                .config("spark.driver.memory", driver_memory)
+                .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
+                .config("spark.sql.session.timeZone", "UTC")
+                .getOrCreate()
+            )
+        try:
+            session.sparkContext.setLogLevel("ERROR")
+            session.dataSource.register(NsqPcapDataSource)
+            yield session
+        finally:
+            session.stop()
+
+
+@contextmanager
+def _environment_variable(name: str, value: str) -> Iterator[None]:
+    """``name`` set to ``value`` while a session starts (the session keeps its own copy)."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
     try:
-        yield session
+        yield
     finally:
-        session.stop()
+        if previous is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = previous
 
 
 def packets(

@@ -2,9 +2,45 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+
 from spark_analysis.analysis import QUICK_JIT
+from spark_analysis.worker_python import worker_python
 
 
 def test_the_driver_jvm_runs_with_the_quick_jit_only(spark):
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert QUICK_JIT in list(runtime.getInputArguments())
+
+
+def test_python_workers_import_the_installed_pyspark_not_the_zip(spark):
+    def where_pyspark_comes_from(batches):
+        import pyspark
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"origin": [pyspark.__file__]})
+
+    origins = {row.origin for row in spark.range(2).mapInArrow(where_pyspark_comes_from, "origin STRING").collect()}
+    import pyspark
+
+    assert origins == {pyspark.__file__}
+
+
+def test_the_worker_launcher_drops_only_sparks_zips_from_pythonpath(tmp_path):
+    kept = [str(tmp_path / "user lib"), str(tmp_path / "other.zip")]
+    spark_zips = [str(tmp_path / "python" / "lib" / "pyspark.zip"), str(tmp_path / "lib" / "py4j-0.10.9.9-src.zip")]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([spark_zips[0], kept[0], spark_zips[1], kept[1]])}
+    with worker_python() as launcher:
+        printed = subprocess.run(
+            [launcher, "-c", "import os, sys; print(os.environ['PYTHONPATH']); print(sys.executable)"],
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+    assert printed == [os.pathsep.join(kept), sys.executable]
+    assert not os.path.exists(launcher)
