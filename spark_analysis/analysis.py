@@ -27,6 +27,7 @@ from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from spark_analysis import jvm_archive
 from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource, expand_paths
 from spark_analysis.decode import EVENT_SCHEMA, decode_connection
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
@@ -44,14 +45,19 @@ def spark_session(
     shuffle_partitions: int = 4,
     driver_memory: str = "4g",
     show_progress: bool = True,
+    driver_java_options: str | None = None,
 ) -> Iterator[SparkSession]:
+    """A Spark session; ``driver_java_options`` replaces the class archive's options (jvm_archive.py)."""
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     # Only a JVM that pyspark launches here takes start-up options; spark-submit's is already running.
     launching = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
     if launching:
         # An analysis is too short for C2's slower, better code to pay off: C1 alone saved ~10 s of
         # 40 on a 1 GB trace. defaultJavaOptions, so that a user's extraJavaOptions still apply.
-        builder = builder.config("spark.driver.defaultJavaOptions", QUICK_JIT)
+        options = jvm_archive.java_options() if driver_java_options is None else driver_java_options
+        builder = builder.config("spark.driver.defaultJavaOptions", f"{QUICK_JIT} {options}".strip())
+    elif driver_java_options is not None:
+        raise RuntimeError("driver JVM options need a process whose Spark JVM has not started yet")
     with ExitStack() as stack:
         # Python workers must run this interpreter (the one with pyarrow and this package), not "python3".
         python = os.environ.get("PYSPARK_PYTHON") or sys.executable

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
 import pyarrow as pa
+import pytest
+from trace_helpers import PCAPS
 
 from spark_analysis.analysis import QUICK_JIT
 from spark_analysis.worker_python import worker_python
@@ -44,3 +47,39 @@ def test_the_worker_launcher_drops_only_sparks_zips_from_pythonpath(tmp_path):
         ).stdout.splitlines()
     assert printed == [os.pathsep.join(kept), sys.executable]
     assert not os.path.exists(launcher)
+
+
+def test_the_driver_jvm_maps_the_prepared_class_archive(spark, class_archive):
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert f"-XX:SharedArchiveFile={class_archive}" in list(runtime.getInputArguments())
+
+
+@pytest.mark.parametrize(
+    "prepared,source",
+    [(True, r"shared objects file"), (False, r"file:.*/spark-core_[^/]*\.jar")],
+    ids=["prepared", "none"],
+)
+def test_spark_classes_load_from_the_archive_once_prepared(class_archive, tmp_path, prepared, source):
+    cache = os.path.dirname(class_archive) if prepared else str(tmp_path / "empty-cache")
+    environment = {
+        **os.environ,
+        "NSQ_TRACE_CACHE": cache,
+        "JAVA_TOOL_OPTIONS": f"-Xlog:class+load=info:file={tmp_path}/classes-%p.log",
+    }
+    analysis = subprocess.run(
+        [sys.executable, "-m", "spark_analysis", "analyze", str(PCAPS / "compressed.pcap")]
+        + ["--out", str(tmp_path / "out"), "--no-report"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert analysis.returncode == 0, analysis.stderr[-2000:]
+    sources = [
+        line.split(" source: ")[1].strip()
+        for log in tmp_path.glob("classes-*.log")
+        for line in log.read_text().splitlines()
+        if " org.apache.spark.SparkContext source: " in line
+    ]
+    assert len(sources) == 1  # the driver JVM's; the launcher JVM loads no Spark classes
+    assert re.fullmatch(source, sources[0])
