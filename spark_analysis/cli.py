@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 def _analyze(parser, args) -> int:
     from rich.console import Console
 
+    from spark_analysis import jvm_archive
     from spark_analysis.analysis import DEFAULT_NSQ_PORTS, run_analysis, spark_session
     from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, expand_paths
 
@@ -149,6 +150,8 @@ def _analyze(parser, args) -> int:
         f"starting Spark ({master or 'from spark-submit'}) for {len(files)} file(s), "
         f"{sum(os.path.getsize(p) for p in files) / 1e6:,.1f} MB"
     )
+    if master is not None and master.startswith("local") and not jvm_archive.java_options():
+        step("no class archive yet: run `nsq-trace prepare` once for quicker starts")
     with spark_session(master, args.shuffle_partitions) as spark:
         result = run_analysis(
             spark,

@@ -83,3 +83,4 @@ def test_spark_classes_load_from_the_archive_once_prepared(class_archive, tmp_pa
     ]
     assert len(sources) == 1  # the driver JVM's; the launcher JVM loads no Spark classes
     assert re.fullmatch(source, sources[0])
+    assert ("run `nsq-trace prepare` once" in analysis.stderr) is not prepared
