@@ -453,20 +453,9 @@ class _Simulation:
             self.at(self.now + 150_000, self._bogus_fin, consumer, truth)
         roll = self.rng.random() if attempts < 3 else 1.0
         react = self.now + self.rng.randrange(100_000, 2 * MS)
-        if roll < 0.02:
-            self.at(react, self._req, consumer, truth, msg_id, body, attempts, published_ns, 0)
-        elif roll < 0.04:
-            self.at(
-                react,
-                self._req,
-                consumer,
-                truth,
-                msg_id,
-                body,
-                attempts,
-                published_ns,
-                self.rng.randrange(300, 1500),
-            )
+        if roll < 0.04:
+            delay_ms = 0 if roll < 0.02 else self.rng.randrange(300, 1500)
+            self.at(react, self._req, consumer, truth, msg_id, body, attempts, published_ns, delay_ms)
         elif roll < 0.05:
             self.at(self.now + 400 * MS, self._touch, consumer, truth, msg_id)
             self.at(self.now + 1100 * MS, self._fin, consumer, truth, msg_id)
