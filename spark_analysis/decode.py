@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from conformance import wire
 from spark_analysis.reassembly import Connection, Gap, Stream
-from spark_analysis.violations import check_connection
+from spark_analysis.violations import ID_ERRORS, check_connection
 
 EVENT_SCHEMA = pa.schema(
     [
@@ -54,8 +54,6 @@ EVENT_SCHEMA = pa.schema(
 
 # Commands that get exactly one response or error frame in command order (C-13).
 ANSWERED_COMMANDS = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
-# Non-fatal errors answer FIN/REQ/TOUCH by message ID, outside the response order (C-23, P-FIN-04).
-ID_ERRORS = {"E_FIN_FAILED": "FIN", "E_REQ_FAILED": "REQ", "E_TOUCH_FAILED": "TOUCH"}
 VERBS = (
     b"IDENTIFY",
     b"AUTH",

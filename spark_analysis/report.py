@@ -199,12 +199,8 @@ def _heartbeat_gaps(heartbeats: DataFrame) -> str:
 
 
 def _flow_control(flow_control: DataFrame) -> str:
-    frame = (
-        flow_control.where("channel IS NOT NULL").toPandas()
-        if flow_control.where("channel IS NOT NULL").limit(20001).count() <= 20000
-        else None
-    )
-    if frame is None:
+    frame = flow_control.where("channel IS NOT NULL").limit(20001).toPandas()
+    if len(frame) > 20000:
         return "<p>Too many connections to plot RDY per connection.</p>"
     if frame.empty:
         return "<p>No consumer connections.</p>"

@@ -8,6 +8,8 @@ report. Timing-based checks use generous margins because capture time is not the
 
 from __future__ import annotations
 
+from collections import deque
+
 DEFAULT_MSG_TIMEOUT_MS = 60_000  # ID-07
 DEFAULT_HEARTBEAT_MS = 30_000  # C-27
 DEFAULT_OUTPUT_BUFFER_MS = 250  # ID-03
@@ -16,6 +18,9 @@ RDY_GRACE_NS = 1_000_000_000  # messages already buffered when RDY drops still a
 HEARTBEAT_LATE_FACTOR = 2.0
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
+
+# Non-fatal errors answer FIN/REQ/TOUCH by message ID, outside the response order (C-23, P-FIN-04).
+ID_ERRORS = {"E_FIN_FAILED": "FIN", "E_REQ_FAILED": "REQ", "E_TOUCH_FAILED": "TOUCH"}
 
 # behaviour item -> the catalogue requirement that states it
 REQUIREMENT_OF = {
@@ -36,7 +41,7 @@ def check_connection(rows, identify_request: dict, identify_response: dict, clos
     buffered_ms = identify_response.get("output_buffer_timeout", DEFAULT_OUTPUT_BUFFER_MS) + SCAN_MS
     msg_timeout_ns = (int(identify_response.get("msg_timeout") or DEFAULT_MSG_TIMEOUT_MS) - buffered_ms) * NS_PER_MS
     heartbeat_ms = identify_request.get("heartbeat_interval") or DEFAULT_HEARTBEAT_MS
-    rdy_history: list[tuple[int, int]] = []  # (ts, count)
+    rdy_history: deque[tuple[int, int]] = deque()  # (ts, count): the current RDY and those within the grace
     in_flight: dict[str, int] = {}  # msg id -> deadline
     delivered: set[str] = set()
     buckets: dict[int, int] = {}
@@ -46,9 +51,10 @@ def check_connection(rows, identify_request: dict, identify_response: dict, clos
     found = []
 
     def effective_rdy(ts):
-        recent = [count for when, count in rdy_history if when >= ts - RDY_GRACE_NS]
-        current = rdy_history[-1][1] if rdy_history else 0
-        return max([current, *recent])
+        # rows come in time order: RDYs older than the grace no longer count, unless still current
+        while len(rdy_history) > 1 and rdy_history[0][0] < ts - RDY_GRACE_NS:
+            rdy_history.popleft()
+        return max((count for _, count in rdy_history), default=0)
 
     for index in order:
         ts, kind, name = c["ts_ns"][index], c["kind"][index], c["name"][index]
@@ -67,14 +73,9 @@ def check_connection(rows, identify_request: dict, identify_response: dict, clos
         elif kind == "frame" and name == "message":
             for msg_id in [m for m, deadline in in_flight.items() if deadline <= ts]:
                 del in_flight[msg_id]  # D-11: timed out
-            if len(in_flight) >= effective_rdy(ts):
-                found.append(
-                    (
-                        ts,
-                        "D-01",
-                        f"server: delivery with {len(in_flight)} in flight and RDY {effective_rdy(ts)}",
-                    )
-                )
+            rdy = effective_rdy(ts)
+            if len(in_flight) >= rdy:
+                found.append((ts, "D-01", f"server: delivery with {len(in_flight)} in flight and RDY {rdy}"))
             msg_id = c["msg_id"][index]
             in_flight[msg_id] = ts + msg_timeout_ns
             delivered.add(msg_id)
@@ -95,11 +96,7 @@ def check_connection(rows, identify_request: dict, identify_response: dict, clos
                     )
                 )
             last_heartbeat = ts
-        elif (
-            kind == "frame"
-            and name == "error"
-            and c["code"][index] not in ("E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED")
-        ):
+        elif kind == "frame" and name == "error" and c["code"][index] not in ID_ERRORS:
             fatal_error_ts = fatal_error_ts or ts
         elif kind == "frame" and fatal_error_ts is not None and ts - fatal_error_ts > NS_PER_S:
             found.append((ts, "C-23", "server: kept sending after a fatal error frame"))

@@ -9,13 +9,12 @@ import sys
 import textwrap
 import threading
 
-import pyarrow as pa
 import pytest
-from trace_helpers import REPO
+from trace_helpers import REPO, walk
 
 from conformance import wire
+from spark_analysis.analysis import SEGMENT_COLUMNS
 from spark_analysis.decode import decode_connection
-from spark_analysis.pcapfile import ByteRange, read_range
 from spark_analysis.reassembly import reassemble
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="capturing needs root (raw sockets)")
@@ -66,14 +65,11 @@ def test_capture_of_a_command_decodes_back(tmp_path):
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    table = pa.Table.from_batches(list(read_range(ByteRange(str(output), 0, 1 << 40))))
+    table = walk(output)
     segments = [row for row in table.to_pylist() if row["error"] is None]
     [conn] = reassemble(
         segments[0]["flow"],
-        [
-            (r["ts_ns"], r["src"], r["dst"], r["sport"], r["dport"], r["seq"], r["flags"], r["payload"])
-            for r in segments
-        ],
+        [tuple(r[name] for name in SEGMENT_COLUMNS) for r in segments],
         frozenset(),
     )
     rows = decode_connection(conn, frozenset()).to_pylist()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from trace_helpers import truth_mismatches
+from trace_helpers import truth_mismatches, walk
 
 from spark_analysis.generate import generate
 
@@ -40,29 +40,25 @@ def test_generated_trace_with_dropped_segments_meets_its_truth(analyse, tmp_path
 
 def test_scapy_reads_the_same_segments_as_the_walker(tmp_path):
     """An independent dissector agrees with the generator's framing and the walker's reading."""
-    import pyarrow as pa
     from scapy.layers.inet import TCP
     from scapy.utils import rdpcap
 
-    from spark_analysis.pcapfile import ByteRange, read_range
 
     path = tmp_path / "small.pcap"
     generate(str(path), 1_000_000, seed=5)
-    ours = pa.Table.from_batches(list(read_range(ByteRange(str(path), 0, 1 << 40))))
+    ours = walk(path)
     theirs = [(p[TCP].sport, p[TCP].dport, p[TCP].seq, bytes(p[TCP].payload)) for p in rdpcap(str(path))]
     assert list(zip(*(ours.column(c).to_pylist() for c in ("sport", "dport", "seq", "payload")), strict=True)) == theirs
 
 
 def test_pcapng_output_holds_the_same_packets(tmp_path):
-    import pyarrow as pa
 
-    from spark_analysis.pcapfile import ByteRange, read_range
 
     tables = []
     for file_format in ("pcap", "pcapng"):
         path = tmp_path / f"same.{file_format}"
         generate(str(path), 1_000_000, seed=9, file_format=file_format)
-        tables.append(pa.Table.from_batches(list(read_range(ByteRange(str(path), 0, 1 << 40)))))
+        tables.append(walk(path))
     columns = ("flow", "seq", "flags", "payload")
     assert [tables[0].column(c).to_pylist() for c in columns] == [tables[1].column(c).to_pylist() for c in columns]
     # pcapng keeps nanoseconds (if_tsresol 9); pcap has microseconds

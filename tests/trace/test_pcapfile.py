@@ -7,13 +7,9 @@ import struct
 import pyarrow as pa
 import pytest
 from pcap_variants import records, to_ipv6, to_linux_sll2, write_pcap, write_pcapng
-from trace_helpers import PCAPS
+from trace_helpers import PCAPS, walk
 
-from spark_analysis.pcapfile import PACKET_SCHEMA, ByteRange, read_range, split_file
-
-
-def walk(path, start=0, end=1 << 40) -> pa.Table:
-    return pa.Table.from_batches(list(read_range(ByteRange(str(path), start, end))), schema=PACKET_SCHEMA)
+from spark_analysis.pcapfile import split_file
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,17 @@ from __future__ import annotations
 import json
 import pathlib
 
+import pyarrow as pa
+
+from spark_analysis.pcapfile import PACKET_SCHEMA, ByteRange, read_range
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PCAPS = REPO / "pcaps"
+
+
+def walk(path, start=0, end=1 << 40) -> pa.Table:
+    """The walker's rows for a byte range of a capture (the whole file by default)."""
+    return pa.Table.from_batches(list(read_range(ByteRange(str(path), start, end))), schema=PACKET_SCHEMA)
 
 
 def load_truth(name: str) -> dict:
