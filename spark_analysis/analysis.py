@@ -36,6 +36,10 @@ from spark_analysis.worker_python import spark_is_this_installation, worker_pyth
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+# C1 alone shrinks the default code cache from 240 MB to 48 MB. A long session (the trace tests run
+# dozens of analyses in one JVM) then filled it: "Out of space in CodeCache for adapters", which
+# Spark reported as InternalError: no such method MethodHandle.linkToStatic.
+FULL_CODE_CACHE = "-XX:ReservedCodeCacheSize=240m"
 SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"]
 
 
@@ -55,7 +59,7 @@ def spark_session(
         # An analysis is too short for C2's slower, better code to pay off: C1 alone saved ~10 s of
         # 40 on a 1 GB trace. defaultJavaOptions, so that a user's extraJavaOptions still apply.
         options = jvm_archive.java_options() if driver_java_options is None else driver_java_options
-        builder = builder.config("spark.driver.defaultJavaOptions", f"{QUICK_JIT} {options}".strip())
+        builder = builder.config("spark.driver.defaultJavaOptions", f"{QUICK_JIT} {FULL_CODE_CACHE} {options}".strip())
     elif driver_java_options is not None:
         raise RuntimeError("driver JVM options need a process whose Spark JVM has not started yet")
     with ExitStack() as stack:

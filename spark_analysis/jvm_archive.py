@@ -11,10 +11,8 @@ generated trace records the classes its JVM loads (``-XX:DumpLoadedClassList``),
 ``$NSQ_TRACE_CACHE`` (default ``~/.cache/nsq-trace``); sessions use it when it is there.
 
 Only plain classes are archived: the recorded list's lambda-form and lambda-proxy entries are left
-out, because a JDK 17 dynamic archive that held them failed now and then inside Spark
-(``InternalError: no such method: MethodHandle.linkToStatic``). The JVM itself checks the archive
-against its own build and class path, and runs without it (quietly, as configured here) when they
-differ.
+out, as the JVM generates those classes itself at run time. The JVM checks the archive against its
+own build and class path, and runs without it (quietly, as configured here) when they differ.
 """
 
 from __future__ import annotations

@@ -11,13 +11,22 @@ import pyarrow as pa
 import pytest
 from trace_helpers import PCAPS
 
-from spark_analysis.analysis import QUICK_JIT
+from spark_analysis.analysis import FULL_CODE_CACHE, QUICK_JIT
 from spark_analysis.worker_python import worker_python
 
 
 def test_the_driver_jvm_runs_with_the_quick_jit_only(spark):
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert QUICK_JIT in list(runtime.getInputArguments())
+
+
+def test_the_quick_jit_keeps_the_full_code_cache(spark):
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert FULL_CODE_CACHE in list(runtime.getInputArguments())
+    code_cache = spark._jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        spark._jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    ).getVMOption("ReservedCodeCacheSize")
+    assert int(code_cache.getValue()) == 240 * 1024 * 1024
 
 
 def test_python_workers_import_the_installed_pyspark_not_the_zip(spark):
