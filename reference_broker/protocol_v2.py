@@ -12,7 +12,8 @@ import time
 from . import wire
 from .auth import AuthError, query_any_authd
 from .channel import ChannelError, ChannelFullError
-from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2, ConnectionClosed
+from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2
+from .connection_reader import ConnectionClosed
 from .nsqd import VERSION
 from .options import MS
 from .topic import TopicExiting

@@ -1,0 +1,88 @@
+"""A connection's input: command lines and exact byte counts from the socket, through the negotiated
+decompression layer, with nsqd's per-command read deadline (nsqd reads through a bufio.Reader)."""
+from __future__ import annotations
+
+import socket
+import time
+
+from .compression import StreamError
+
+LINE_BUFFER_SIZE = 16 * 1024  # C-19: nsqd's bufio.Reader size bounds a command line
+_RECV_SIZE = 64 * 1024
+NO_DEADLINE_POLL = 3600.0  # seconds; a socket that has a timeout never blocks unboundedly
+
+
+class ConnectionClosed(Exception):
+    """EOF, a read deadline, an overlong line or a broken stream: nsqd closes without a frame (C-25)."""
+
+
+class ConnectionReader:
+    """Lines and exact byte counts from the socket, through the negotiated decompression, with nsqd's
+    per-command read deadline (C-29). Sizes are checked by the caller before `read_exactly` (no
+    allocation from a lying length)."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self._buffer = bytearray()
+        self._pos = 0
+        self._decode = None
+        self.deadline: float | None = None
+
+    def _fill(self) -> None:
+        while True:
+            if self.deadline is None:
+                timeout = NO_DEADLINE_POLL
+            else:
+                timeout = self.deadline - time.monotonic()
+                if timeout <= 0:
+                    raise ConnectionClosed("read deadline")
+            self._sock.settimeout(timeout)
+            try:
+                data = self._sock.recv(_RECV_SIZE)
+            except TimeoutError:
+                continue
+            except OSError as error:
+                raise ConnectionClosed(str(error)) from None
+            if not data:
+                raise ConnectionClosed("EOF")
+            if self._decode is not None:
+                try:
+                    data = self._decode(data)
+                except StreamError as error:
+                    raise ConnectionClosed(str(error)) from None
+            if self._pos:
+                del self._buffer[:self._pos]
+                self._pos = 0
+            self._buffer += data
+            return
+
+    def readline(self) -> bytes:
+        """One command line without its '\\n' (C-14)."""
+        while True:
+            end = self._buffer.find(b"\n", self._pos)
+            if end >= 0:
+                line = bytes(self._buffer[self._pos:end])
+                self._pos = end + 1
+                return line
+            if len(self._buffer) - self._pos >= LINE_BUFFER_SIZE:
+                raise ConnectionClosed("line too long")  # C-19: bufio: buffer full
+            self._fill()
+
+    def read_exactly(self, size: int) -> bytes:
+        while len(self._buffer) - self._pos < size:
+            self._fill()
+        data = bytes(self._buffer[self._pos:self._pos + size])
+        self._pos += size
+        return data
+
+    def peek_line(self) -> bytes | None:
+        """The next complete line if it is already buffered, without consuming it."""
+        end = self._buffer.find(b"\n", self._pos)
+        return None if end < 0 else bytes(self._buffer[self._pos:end])
+
+    def upgrade(self, decode) -> None:
+        """Anything already buffered past this point arrived compressed: decode it too."""
+        raw = bytes(self._buffer[self._pos:])
+        self._buffer, self._pos, self._decode = bytearray(), 0, decode
+        if raw:
+            self._buffer += decode(raw)
