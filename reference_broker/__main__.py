@@ -8,7 +8,7 @@ import sys
 import threading
 
 from .http_api import HTTPServer
-from .nsqd import NSQD
+from .nsqd import NSQD, DataPathLocked, MetadataError
 from .options import PYTHON_LOG_LEVELS, Options, parse_options
 from .tcp_server import TCPServer
 
@@ -44,10 +44,14 @@ class Broker:
             log.info("HTTP: listening on %s:%d", *self.http.listener.getsockname()[:2])
 
     def stop(self) -> None:
+        """nsqd's Exit: listeners and client connections first, so nothing changes while topics and
+        channels write what they hold to disk."""
         log.info("TCP: closing %s:%d", *self.tcp.listener.getsockname()[:2])
         self.tcp.close()
         if self.http:
             self.http.close()
+        for client in self.nsqd.connected_clients():
+            client.close_connection()
         self.nsqd.stop()
 
 
@@ -58,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                         datefmt="%Y/%m/%d %H:%M:%S")
     try:
         broker = Broker(options)
+    except DataPathLocked as error:
+        print(f"nsq-reference-broker: {error}", file=sys.stderr)
+        return 1
     except OSError as error:
         print(f"nsq-reference-broker: listen failed: {error}", file=sys.stderr)
         return 1
@@ -65,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())
     log.info("nsqd v1.3.0 (reference broker) starting, node-id %d", options.node_id)
-    broker.start()
+    try:
+        broker.start()
+    except MetadataError as error:
+        print(f"nsq-reference-broker: failed to load metadata - {error}", file=sys.stderr)
+        return 1
     stopping.wait()
     broker.stop()
     return 0

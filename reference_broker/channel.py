@@ -1,22 +1,30 @@
-"""A channel: its queue, its consumers, and the in-flight and deferred bookkeeping (nsqd/channel.go).
+"""A channel: its queue (memory, overflowing to a disk queue), its consumers, and the in-flight and deferred
+bookkeeping (nsqd/channel.go).
 
 Consumers share a channel's stream (D-35). nsqd's consumers each pull from a Go channel; here the channel
 pushes: whenever a message arrives or a consumer gains room, `_dispatch` hands queued messages round-robin,
-one at a time, to consumers with RDY room (D-01), marking each in flight before it leaves (D-16).
+one at a time, to consumers with RDY room (D-01), marking each in flight before it leaves (D-16). It takes
+from memory and disk in turn, as nsqd's consumers select on both. Nothing here writes to a socket: callers
+request flushes once the lock is released, so a consumer that stopped reading stalls nobody.
 """
 from __future__ import annotations
 
 import collections
+import logging
 import random
 import threading
 import time
 from typing import TYPE_CHECKING
 
-from .message import Message
+from .diskqueue import DiskQueueError
+from .message import Message, decode_message
 from .pqueue import MessagePQueue
+from .wire import is_ephemeral
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
+
+log = logging.getLogger("nsqd")
 
 
 class ChannelError(Exception):
@@ -28,17 +36,18 @@ class ChannelFullError(Exception):
 
 
 class Channel:
-    def __init__(self, topic_name: str, name: str, options, ephemeral: bool, on_last_client_left):
+    def __init__(self, topic_name: str, name: str, nsqd, on_last_client_left):
         self.topic_name = topic_name
         self.name = name
-        self.ephemeral = ephemeral
-        self._options = options
+        self.ephemeral = is_ephemeral(name)
+        self._nsqd = nsqd
+        self._options = nsqd.options
         self._on_last_client_left = on_last_client_left
         self.lock = threading.Lock()
         self.memory: collections.deque[Message] = collections.deque()
-        # nsqd spills past --mem-queue-size to a disk queue; this broker keeps that overflow in memory but
-        # counts it as `backend_depth` (D-70). An ephemeral channel has no backend: overflow is dropped (D-53).
-        self.backend: collections.deque[Message] = collections.deque()
+        # D-50/D-53: an ephemeral channel has no disk queue; what memory cannot hold is dropped.
+        self.backend = None if self.ephemeral else nsqd.new_backend(f"{topic_name}:{name}")
+        self._next_from_backend = False
         self.in_flight = MessagePQueue()
         self.deferred = MessagePQueue()
         self.clients: dict[int, ClientV2] = {}
@@ -59,24 +68,67 @@ class Channel:
                 return
             self.message_count += len(messages)
             now = time.monotonic_ns()
+            queued = []
             for message in messages:
                 if message.deferred:
                     message.pri = now + message.deferred
                     self.deferred.push(message)
                 else:
-                    self._enqueue(message)
-            flushes = self._dispatch()
+                    queued.append(message)
+            if self._spills(len(queued)) and any(c.ready_room() > 0 for c in self.clients.values()):
+                # nsqd's topic pump hands over one message at a time and a ready consumer takes each from
+                # the disk queue before the next is written; which files end up `*.bad` depends on it (D-76).
+                flushes = set()
+                for message in queued:
+                    self._enqueue([message])
+                    flushes.update(self._dispatch())
+            else:
+                self._enqueue(queued)
+                flushes = self._dispatch()
         _request_flushes(flushes)
 
-    def _enqueue(self, message: Message) -> None:
-        if len(self.memory) < self._options.mem_queue_size:
-            self.memory.append(message)
-        elif not self.ephemeral:
-            self.backend.append(message)
+    def _spills(self, count: int) -> bool:
+        return self.backend is not None and len(self.memory) + count > self._options.mem_queue_size
+
+    def _enqueue(self, messages: list[Message]) -> None:
+        """Memory while it has room, then disk (D-70); an ephemeral channel drops the rest (D-53)."""
+        room = self._options.mem_queue_size - len(self.memory)
+        if self.ephemeral and self._options.mem_queue_size == 0:
+            # D-74: nsqd's unbuffered hand-over succeeds only while a consumer is ready for it.
+            room = sum(max(client.ready_room(), 0) for client in self.clients.values()) - len(self.memory)
+        self.memory.extend(messages[:max(room, 0)])
+        overflow = messages[max(room, 0):]
+        if not overflow or self.backend is None:
+            return
+        try:
+            self.backend.put_many([m.encode() for m in overflow])
+            self._nsqd.set_health(None)
+        except DiskQueueError as error:
+            self._nsqd.set_health(error)
+            log.error("CHANNEL(%s): failed to write message to backend - %s", self.name, error)
 
     @property
     def depth(self) -> int:
-        return len(self.memory) + len(self.backend)
+        return len(self.memory) + self.backend_depth
+
+    @property
+    def backend_depth(self) -> int:
+        return self.backend.depth if self.backend is not None else 0
+
+    def _next_queued(self) -> Message | None:
+        """Memory and disk in turn while both hold messages, so neither waits behind the other (D-73)."""
+        backend = self.backend
+        if backend is not None and backend.depth and (self._next_from_backend or not self.memory):
+            self._next_from_backend = False
+            data = backend.get()
+            if data is not None:
+                try:
+                    return decode_message(data)
+                except ValueError as error:
+                    log.error("failed to decode message - %s", error)
+                    return self._next_queued()
+        self._next_from_backend = True
+        return self.memory.popleft() if self.memory else None
 
     # -- consumers --------------------------------------------------------------------------------------
 
@@ -109,7 +161,7 @@ class Channel:
     def _dispatch(self) -> list[ClientV2]:
         """Hand queued messages to consumers with room; the caller holds the lock. Returns the consumers
         whose buffers must be flushed now: those that became not-ready or whose buffer filled (D-40)."""
-        if self.paused or not (self.memory or self.backend):
+        if self.paused or not self.depth:
             return []
         ready = [c for c in self.clients.values() if c.ready_room() > 0]
         if not ready:
@@ -119,11 +171,11 @@ class Channel:
         ready = ready[start:] + ready[:start]
         batches: dict[ClientV2, list[Message]] = {c: [] for c in ready}
         room = {c: c.ready_room() for c in ready}
-        memory, backend, in_flight = self.memory, self.backend, self.in_flight
+        in_flight = self.in_flight
         now = time.monotonic_ns()
-        while ready and (memory or backend):
+        while ready and self.depth:
             for client in ready:
-                message = memory.popleft() if memory else backend.popleft() if backend else None
+                message = self._next_queued()
                 if message is None:
                     break
                 # D-45: a sampled-out message leaves the channel for good.
@@ -180,7 +232,7 @@ class Channel:
                 message.pri = time.monotonic_ns() + delay
                 self.deferred.push(message)
             else:
-                self._enqueue(message)
+                self._enqueue([message])
             flushes = self._dispatch()
         _request_flushes(flushes)
 
@@ -209,9 +261,8 @@ class Channel:
                 client = self.clients.get(message.client_id)
                 if client is not None:
                     client.in_flight_count -= 1
-                self._enqueue(message)  # D-22: back to the tail, like REQ 0
-            for message in self.deferred.pop_due(now):
-                self._enqueue(message)
+            self._enqueue(timed_out)  # D-22: back to the tail, like REQ 0
+            self._enqueue(self.deferred.pop_due(now))
             flushes = self._dispatch()
         _request_flushes(flushes)
 
@@ -227,7 +278,8 @@ class Channel:
         """D-63: drop queued, in-flight and deferred messages; every consumer's in-flight count is reset."""
         with self.lock:
             self.memory.clear()
-            self.backend.clear()
+            if self.backend is not None:
+                self.backend.empty()
             self.in_flight.clear()
             self.deferred.clear()
             for client in self.clients.values():
@@ -235,18 +287,37 @@ class Channel:
             flushes = self._dispatch()
         _request_flushes(flushes)
 
-    def close(self) -> list[ClientV2]:
-        """Delete: stop everything and return the consumers, whose connections the caller closes (D-62)."""
+    def delete(self) -> list[ClientV2]:
+        """Deletion: drop every message and the files; returns the consumers, whose connections the caller
+        closes (D-62)."""
         with self.lock:
             self.exiting = True
             clients = list(self.clients.values())
             self.memory.clear()
-            self.backend.clear()
             self.in_flight.clear()
             self.deferred.clear()
+        if self.backend is not None:
+            self.backend.delete()
         return clients
 
+    def close(self) -> None:
+        """Shutdown: queued, in-flight and deferred messages go to disk, in that order, so a restart delivers
+        them all at once, in-flight ones with their attempts (D-70, P-RST-02, P-RST-03)."""
+        with self.lock:
+            self.exiting = True
+            held = list(self.memory) + self.in_flight.clear() + self.deferred.clear()
+            self.memory.clear()
+        if self.backend is None:
+            return
+        if held:
+            log.info("CHANNEL(%s): flushing %d messages to backend", self.name, len(held))
+            try:
+                self.backend.put_many([m.encode() for m in held])
+            except DiskQueueError as error:
+                log.error("failed to write message to backend - %s", error)
+        self.backend.close()
 
-def _request_flushes(clients: list[ClientV2]) -> None:
+
+def _request_flushes(clients) -> None:
     for client in clients:
         client.request_flush()

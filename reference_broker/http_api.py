@@ -29,7 +29,7 @@ from .http_router import (
 )
 from .nsqd import VERSION
 from .options import CONFIG_NAMES, PYTHON_LOG_LEVELS, parse_log_level
-from .topic import TopicExiting
+from .topic import PutError
 
 log = logging.getLogger("nsqd")
 
@@ -62,7 +62,9 @@ def _wrap_int64(value: int) -> int:
 # -- endpoints ----------------------------------------------------------------------------------------------
 
 def _ping(request: Request) -> str:
-    return stats.HEALTH_OK  # H-03
+    if request.nsqd.health_error is not None:
+        raise HTTPError(500, request.nsqd.health)  # H-03: a failed disk-queue write
+    return request.nsqd.health
 
 
 def _info(request: Request) -> dict:
@@ -97,7 +99,7 @@ def _topic_from_query(request: Request):
 def _publish(topic, bodies: list[bytes], deferred: int = 0) -> str:
     try:
         topic.put_messages(topic.new_messages(bodies, deferred))
-    except TopicExiting:
+    except PutError:
         raise HTTPError(503, "EXITING") from None  # H-PUB-06, H-MPUB-07
     return "OK"
 
@@ -206,6 +208,7 @@ def _topic_empty(request: Request) -> None:
 def _topic_pause(request: Request) -> None:
     topic = _existing_topic(request, _topic_name_arg(request))  # the name is not validated
     topic.set_paused(not request.path.endswith("unpause"))  # D-61
+    request.nsqd.persist_metadata()  # D-65: at once, so a crash does not forget it
 
 
 def _topic_and_channel(request: Request):
@@ -249,6 +252,7 @@ def _channel_empty(request: Request) -> None:
 
 def _channel_pause(request: Request) -> None:
     _existing_channel(request).set_paused(not request.path.endswith("unpause"))  # D-60
+    request.nsqd.persist_metadata()  # D-65
 
 
 def _stats(request: Request):
@@ -263,8 +267,8 @@ def _stats(request: Request):
     topics, producers = stats.gather(nsqd, first("topic"), first("channel"), include_clients)
     memory = stats.memory_stats() if include_memory else None
     if first("format") != "json":  # H-STATS-01
-        return stats.render_text(topics, producers, memory, nsqd.start_time)
-    document = {"version": VERSION, "health": stats.HEALTH_OK, "start_time": int(nsqd.start_time),
+        return stats.render_text(topics, producers, memory, nsqd.start_time, nsqd.health)
+    document = {"version": VERSION, "health": nsqd.health, "start_time": int(nsqd.start_time),
                 "topics": topics}
     if memory is not None:
         document["memory"] = memory  # H-STATS-02: omitted with include_mem=false

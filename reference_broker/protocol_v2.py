@@ -16,7 +16,7 @@ from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, ClientV2
 from .connection_reader import ConnectionClosed
 from .nsqd import VERSION
 from .options import MS
-from .topic import TopicExiting
+from .topic import PutError
 from .wire import ClientError, FatalClientError, go_quote
 
 log = logging.getLogger("nsqd")
@@ -427,7 +427,7 @@ class ProtocolV2:
         topic = topic or self.nsqd.get_topic(topic_name)  # P-PUB-04: created by a successful publish only
         try:
             topic.put_messages(topic.new_messages(bodies, delay))
-        except TopicExiting as error:
+        except PutError as error:
             raise FatalClientError(failure_code, f"{verb} failed {error}") from None
         counts = self.client.pub_counts
         counts[topic_name] = counts.get(topic_name, 0) + len(bodies)  # P-PUB-05

@@ -14,7 +14,6 @@ import time
 from .client_v2 import ClientV2
 from .nsqd import VERSION
 
-HEALTH_OK = "OK"  # H-03: only a failing disk-queue write makes nsqd unhealthy, and this broker has no disk queue
 # Clients print nsqd's version line; the "go" prefix keeps its shape (`built w/go…`) for tools that parse it.
 VERSION_LINE = f"nsqd v{VERSION} (built w/go-compatible-python{platform.python_version()})"
 _NO_LATENCY = {"count": 0, "percentiles": None}  # H-STATS-07: no --e2e-processing-latency-percentile support
@@ -52,7 +51,7 @@ def _topic_stats(topic, channels: list[dict]) -> dict:
         "topic_name": topic.name,
         "channels": channels,
         "depth": topic.depth,
-        "backend_depth": len(topic.backend),
+        "backend_depth": topic.backend_depth,
         "message_count": topic.message_count,
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,
@@ -66,7 +65,7 @@ def _channel_stats(channel, topic_filter: str, include_clients: bool) -> dict:
         stats = {  # H-STATS-08
             "channel_name": channel.name,
             "depth": channel.depth,
-            "backend_depth": len(channel.backend),
+            "backend_depth": channel.backend_depth,
             "in_flight_count": len(channel.in_flight),
             "deferred_count": len(channel.deferred),
             "message_count": channel.message_count,
@@ -138,13 +137,14 @@ def memory_stats() -> dict:
 
 # -- text format (H-STATS-01) ------------------------------------------------------------------------------
 
-def render_text(topics: list | None, producers: list | None, memory: dict | None, start_time: float) -> str:
+def render_text(topics: list | None, producers: list | None, memory: dict | None, start_time: float,
+                health: str) -> str:
     now = time.time()
     lines = [VERSION_LINE,
              f"start_time {_rfc3339(start_time)}",
              f"uptime {go_duration(int((now - start_time) * 1e9))}",
              "",
-             f"Health: {HEALTH_OK}"]
+             f"Health: {health}"]
     if memory is not None:
         lines += ["", "Memory:"] + [f"   {name:<25}\t{value}" for name, value in memory.items()]
     if not topics:

@@ -1,36 +1,60 @@
-"""A topic: fan-out of every message to each of its channels (nsqd/topic.go).
+"""A topic: its queue (memory, overflowing to a disk queue) and the pump that copies every message to each
+of its channels (nsqd/topic.go).
 
-nsqd's topic pump copies messages to channels in a goroutine; here the publishing thread does it under the
-topic lock, which keeps per-publisher order and saves a thread hop. A topic with no channels, or a paused
-one, holds its messages until that changes (D-36, D-61).
+Publishers only queue and return: the OK never waits for fan-out, and no publisher holds a channel's lock.
+The pump thread moves messages to the channels while there are channels and the topic is not paused; until
+then they stay here (D-36, D-61). As in nsqd, the pump takes from memory and disk in turn, so once both are
+in use the publish order is not kept (D-73).
 """
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 
 from .channel import Channel
+from .diskqueue import DiskQueueError
 from .guid import GUIDFactory
-from .message import Message
+from .message import Message, decode_message
 from .wire import is_ephemeral
+
+log = logging.getLogger("nsqd")
+
+_PUMP_BATCH = 256  # messages the pump moves per turn, from memory and from disk each
+
+
+class PutError(Exception):
+    """The text after `PUB failed `: the topic is exiting, or its disk queue refused the write."""
 
 
 class Topic:
-    def __init__(self, name: str, options, on_last_channel_deleted):
+    def __init__(self, nsqd, name: str):
         self.name = name
         self.ephemeral = is_ephemeral(name)
-        self._options = options
-        self._on_last_channel_deleted = on_last_channel_deleted
-        self._guids = GUIDFactory(options.node_id)
+        self._nsqd = nsqd
+        self._options = nsqd.options
+        self._guids = GUIDFactory(self._options.node_id)
         self.lock = threading.RLock()
+        self._changed = threading.Condition(self.lock)
         self.channels: dict[str, Channel] = {}
         self.memory: collections.deque[Message] = collections.deque()
-        self.backend: collections.deque[Message] = collections.deque()
+        # D-50/D-53: an ephemeral topic has no disk queue; what memory cannot hold is dropped.
+        self.backend = None if self.ephemeral else nsqd.new_backend(name)
         self.paused = False
         self.exiting = False
+        self._started = False  # loading metadata creates every channel before anything flows
         self.message_count = 0
         self.message_bytes = 0
+        self._pump = threading.Thread(target=self._message_pump, name=f"topic-{name}", daemon=True)
+        self._pump.start()
+
+    def start(self) -> None:
+        with self.lock:
+            self._started = True
+            self._changed.notify()
+
+    # -- publishing ---------------------------------------------------------------------------------------
 
     def new_messages(self, bodies: list[bytes], deferred: int = 0) -> list[Message]:
         timestamp = time.time_ns()
@@ -40,39 +64,77 @@ class Topic:
     def put_messages(self, messages: list[Message]) -> None:
         with self.lock:
             if self.exiting:
-                raise TopicExiting("exiting")
-            self.message_count += len(messages)
+                raise PutError("exiting")
+            overflow = []
+            room = self._memory_room()
+            for message in messages:
+                # nsqd's --mem-queue-size=0 sends plain messages straight to disk, but a deferred one keeps
+                # its deferral by going through memory when the pump can take it now (D-32, D-74).
+                if room > 0 or (self._options.mem_queue_size == 0 and message.deferred and self._flowing()):
+                    self.memory.append(message)
+                    room -= 1
+                elif self.backend is not None:
+                    overflow.append(message.encode())  # D-32: its deferral is lost on disk
+            if overflow:
+                try:
+                    self.backend.put_many(overflow)
+                    self._nsqd.set_health(None)
+                except DiskQueueError as error:
+                    self._nsqd.set_health(error)
+                    log.error("TOPIC(%s) ERROR: failed to write message to backend - %s", self.name, error)
+                    raise PutError(str(error)) from None
+            self.message_count += len(messages)  # D-53: counted even when an ephemeral topic drops them
             self.message_bytes += sum(len(m.body) for m in messages)
-            if self.paused or not self.channels:
-                for message in messages:
-                    self._hold(message)
-            else:
-                self._fan_out(messages)
+            self._changed.notify()
 
-    def _hold(self, message: Message) -> None:
-        if len(self.memory) < self._options.mem_queue_size:
-            self.memory.append(message)
-        elif not self.ephemeral:  # D-53: an ephemeral topic drops its overflow
-            message.deferred = 0  # D-32: deferral does not survive the disk queue
-            self.backend.append(message)
-
-    def _fan_out(self, messages: list[Message]) -> None:
-        """D-35: every channel gets its own copy, same ID and timestamp (C-11)."""
-        for index, channel in enumerate(list(self.channels.values())):
-            channel.put_messages(messages if index == 0 else [m.copy() for m in messages])
-
-    def _release_held(self) -> None:
-        """D-36/D-31: held messages flow to the channels that exist now; deferral starts from here."""
-        if self.paused or not self.channels or not (self.memory or self.backend):
-            return
-        held = list(self.memory) + list(self.backend)
-        self.memory.clear()
-        self.backend.clear()
-        self._fan_out(held)
+    def _memory_room(self) -> int:
+        limit = self._options.mem_queue_size
+        if limit == 0 and self.ephemeral and self._flowing():
+            limit = _PUMP_BATCH  # an unbuffered hand-over to a waiting pump, in nsqd
+        return limit - len(self.memory)
 
     @property
     def depth(self) -> int:
-        return len(self.memory) + len(self.backend)
+        return len(self.memory) + self.backend_depth
+
+    @property
+    def backend_depth(self) -> int:
+        return self.backend.depth if self.backend is not None else 0
+
+    # -- the message pump ---------------------------------------------------------------------------------
+
+    def _flowing(self) -> bool:
+        return self._started and bool(self.channels) and not self.paused
+
+    def _message_pump(self) -> None:
+        while True:
+            with self.lock:
+                while not self.exiting and not (self._flowing() and (self.memory or self.backend_depth)):
+                    self._changed.wait()
+                if self.exiting:
+                    return
+                batch = [self.memory.popleft() for _ in range(min(_PUMP_BATCH, len(self.memory)))]
+                channels = list(self.channels.values())
+            batch += self._read_backend(_PUMP_BATCH)
+            self._fan_out(channels, batch)
+
+    def _read_backend(self, limit: int) -> list[Message]:
+        messages = []
+        while self.backend is not None and len(messages) < limit:
+            data = self.backend.get()
+            if data is None:
+                break
+            try:
+                messages.append(decode_message(data))
+            except ValueError as error:
+                log.error("failed to decode message - %s", error)
+        return messages
+
+    @staticmethod
+    def _fan_out(channels: list[Channel], messages: list[Message]) -> None:
+        """D-35: every channel gets its own copy, same ID and timestamp (C-11)."""
+        for index, channel in enumerate(channels):
+            channel.put_messages(messages if index == 0 else [m.copy() for m in messages])
 
     # -- channels ---------------------------------------------------------------------------------------
 
@@ -80,13 +142,18 @@ class Topic:
         """Get or create (SUB and /channel/create both create, P-SUB-08)."""
         with self.lock:
             channel = self.channels.get(name)
-            if channel is None:
-                channel = Channel(self.name, name, self._options, is_ephemeral(name), self._channel_emptied)
-                self.channels[name] = channel
-                self._release_held()
-            return channel
+            if channel is not None:
+                return channel
+            channel = Channel(self.name, name, self._nsqd, self._channel_emptied)
+            self.channels[name] = channel
+            self._changed.notify()
+        log.info("TOPIC(%s): new channel(%s)", self.name, name)
+        if not channel.ephemeral:
+            self._nsqd.persist_metadata()  # D-71
+        return channel
 
     def _channel_emptied(self, channel: Channel) -> None:
+        """D-50: the last consumer of an ephemeral channel left."""
         self.delete_channel(channel.name)
 
     def delete_channel(self, name: str) -> bool:
@@ -96,10 +163,12 @@ class Topic:
             if channel is None:
                 return False
             last = not self.channels
-        for client in channel.close():
+        for client in channel.delete():
             client.close_connection()
+        if not channel.ephemeral:
+            self._nsqd.persist_metadata()
         if last and self.ephemeral:
-            self._on_last_channel_deleted(self)
+            self._nsqd.topic_emptied(self)
         return True
 
     # -- HTTP-driven operations ------------------------------------------------------------------------
@@ -107,25 +176,49 @@ class Topic:
     def set_paused(self, paused: bool) -> None:
         with self.lock:
             self.paused = paused
-            self._release_held()
+            self._changed.notify()
 
     def empty(self) -> None:
         """D-64: only what the topic still holds itself."""
         with self.lock:
             self.memory.clear()
-            self.backend.clear()
+            if self.backend is not None:
+                self.backend.empty()
 
-    def close(self) -> None:
+    # -- the end ----------------------------------------------------------------------------------------
+
+    def _stop_pump(self) -> list[Channel]:
         with self.lock:
             self.exiting = True
-            channels = list(self.channels.values())
+            self._changed.notify()
+        self._pump.join()
+        with self.lock:
+            return list(self.channels.values())
+
+    def delete(self) -> None:
+        """Topic deletion: every channel deleted, every message dropped, files removed."""
+        channels = self._stop_pump()
+        with self.lock:
             self.channels.clear()
             self.memory.clear()
-            self.backend.clear()
         for channel in channels:
-            for client in channel.close():
+            for client in channel.delete():
                 client.close_connection()
+        if self.backend is not None:
+            self.backend.delete()
 
-
-class TopicExiting(Exception):
-    pass
+    def close(self) -> None:
+        """Shutdown: channels write what they hold to disk, then the topic does (D-70, P-RST-01)."""
+        for channel in self._stop_pump():
+            channel.close()
+        with self.lock:
+            held, self.memory = list(self.memory), collections.deque()
+        if self.backend is None:
+            return
+        if held:
+            log.info("TOPIC(%s): flushing %d memory messages to backend", self.name, len(held))
+            try:
+                self.backend.put_many([m.encode() for m in held])
+            except DiskQueueError as error:
+                log.error("ERROR: failed to write message to backend - %s", error)
+        self.backend.close()

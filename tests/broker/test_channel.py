@@ -3,6 +3,9 @@
 The consumers here only record what the channel hands them; the channel is the thing under test."""
 from __future__ import annotations
 
+import tempfile
+import time
+
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -10,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from reference_broker.channel import Channel, ChannelError, ChannelFullError
 from reference_broker.client_v2 import STATE_SUBSCRIBED
 from reference_broker.message import Message
+from reference_broker.nsqd import NSQD
 from reference_broker.options import MS, SECOND, Options
 
 
@@ -25,6 +29,7 @@ class Consumer:
         self.pump_sample_rate = 0
         self.pump_msg_timeout = msg_timeout
         self.received: list[Message] = []
+        self.deliveries: list[tuple[bytes, int]] = []  # (id, attempts) as handed over
 
     def ready_room(self) -> int:
         return self.ready_count - self.in_flight_count
@@ -32,6 +37,7 @@ class Consumer:
     def buffer_messages(self, messages) -> bool:
         assert self.in_flight_count + len(messages) <= self.ready_count, "delivered beyond RDY (D-01)"
         self.received.extend(messages)
+        self.deliveries.extend((m.id, m.attempts) for m in messages)
         self.in_flight_count += len(messages)
         return False
 
@@ -39,8 +45,13 @@ class Consumer:
         pass
 
 
+_DATA_PATHS = tempfile.TemporaryDirectory(prefix="nsqd-data-")
+
+
 def _channel(ephemeral=False, **option_overrides) -> Channel:
-    return Channel("t", "c", Options(**option_overrides), ephemeral, on_last_client_left=lambda channel: None)
+    """A channel of a real (not started) nsqd, with its own data path for the disk queue."""
+    nsqd = NSQD(Options(data_path=tempfile.mkdtemp(dir=_DATA_PATHS.name), **option_overrides))
+    return Channel("t", "c#ephemeral" if ephemeral else "c", nsqd, on_last_client_left=lambda channel: None)
 
 
 def _messages(count: int, start: int = 0) -> list[Message]:
@@ -121,14 +132,34 @@ def test_ephemeral_overflow_is_dropped_but_counted():
     # D-53: mem-queue-size 2 -> depth 2, message_count 6.
     channel = _channel(ephemeral=True, mem_queue_size=2)
     channel.put_messages(_messages(6))
-    assert (channel.depth, len(channel.backend), channel.message_count) == (2, 0, 6)
+    assert (channel.depth, channel.backend_depth, channel.message_count) == (2, 0, 6)
 
 
 def test_overflow_of_a_normal_channel_is_backend_depth():
     # D-70: mem-queue-size 2 -> depth 6, backend_depth 4.
     channel = _channel(mem_queue_size=2)
     channel.put_messages(_messages(6))
-    assert (channel.depth, len(channel.backend)) == (6, 4)
+    assert (channel.depth, channel.backend_depth) == (6, 4)
+
+
+def test_overflow_comes_back_from_disk_with_id_timestamp_and_body():
+    # D-70: a consumer gets all six, the four from disk as they were published.
+    channel, consumer = _channel(mem_queue_size=2), Consumer(1, ready=10)
+    published = _messages(6)
+    channel.put_messages(published)
+    channel.add_client(consumer)
+    channel.client_ready_changed()
+    received = sorted(consumer.received, key=lambda m: m.id)
+    assert [(m.id, m.timestamp, m.body, m.attempts) for m in received] == \
+        [(m.id, m.timestamp, m.body, 1) for m in published]
+    assert channel.depth == 0 and channel.backend_depth == 0
+
+
+def test_mem_queue_size_zero_sends_everything_through_disk():
+    # D-74: backend_depth = depth.
+    channel = _channel(mem_queue_size=0)
+    channel.put_messages(_messages(3))
+    assert (channel.depth, channel.backend_depth) == (3, 3)
 
 
 def test_empty_clears_in_flight_and_makes_consumers_ready_again():
@@ -164,24 +195,24 @@ def test_requeue_after_delete_reports_exiting():
     channel, consumer = _channel(), Consumer(1, ready=1)
     channel.add_client(consumer)
     channel.put_messages(_messages(1))
-    assert channel.close() == [consumer]
+    assert channel.delete() == [consumer]
     with pytest.raises(ChannelError):
         channel.requeue(consumer, consumer.received[0].id, 0)
 
 
 class ChannelMachine(RuleBasedStateMachine):
     """Random FIN/REQ/timeouts/RDY changes against a model: nothing is lost, RDY is never exceeded,
-    attempts only grow, and every message ends up finished exactly once."""
+    attempts only grow, and every message ends up finished exactly once. A memory queue of 3 sends the
+    rest through the disk queue (D-70)."""
 
     def __init__(self):
         super().__init__()
-        self.channel = _channel()
+        self.channel = _channel(mem_queue_size=3)
         self.consumers = [Consumer(i, msg_timeout=SECOND) for i in (1, 2)]
         for consumer in self.consumers:
             self.channel.add_client(consumer)
         self.published: set[bytes] = set()
         self.finished: set[bytes] = set()
-        self.last_attempts: dict[bytes, int] = {}
         self.clock = 0
         self.next_id = 0
 
@@ -219,17 +250,32 @@ class ChannelMachine(RuleBasedStateMachine):
 
     @rule(step=st.sampled_from([100 * MS, SECOND]))
     def time_passes(self, step):
+        """The scan loop runs on a clock ahead of the real one (deadlines are monotonic ns)."""
         self.clock += step
-        for message in list(self.channel.in_flight.messages()) + list(self.channel.deferred.messages()):
-            message.pri -= step  # the channel's deadlines are monotonic ns; move them instead of the clock
-        self.channel.process_queues(0)
+        self.channel.process_queues(time.monotonic_ns() + self.clock)
 
     @invariant()
     def nothing_lost(self):
-        queued = {m.id for m in list(self.channel.memory) + list(self.channel.backend)}
+        in_memory = {m.id for m in self.channel.memory}
         elsewhere = {m.id for m in self.channel.in_flight.messages()} | {m.id for m in self.channel.deferred.messages()}
-        assert queued | elsewhere | self.finished == self.published
-        assert not (queued & elsewhere) and not (self.finished & (queued | elsewhere))
+        assert not (in_memory & elsewhere) and not (self.finished & (in_memory | elsewhere))
+        on_disk = self.published - self.finished - in_memory - elsewhere
+        assert len(on_disk) == self.channel.backend_depth
+
+    def teardown(self):
+        """Drain: every message not yet finished comes out exactly once more and is finished."""
+        for consumer in self.consumers:
+            consumer.ready_count = 0
+        for consumer in self.consumers:
+            owned = self._in_flight_of(consumer)
+            assert self.channel.finish(consumer, [m.id for m in owned]) == []
+            self.finished.update(m.id for m in owned)
+        drain = Consumer(3, ready=10_000)
+        self.channel.add_client(drain)
+        self.channel.process_queues(1 << 62)  # every deferral is over
+        drained = [m.id for m in drain.received]
+        assert len(drained) == len(set(drained)) and not set(drained) & self.finished
+        assert set(drained) | self.finished == self.published
 
     @invariant()
     def in_flight_counts_agree(self):
@@ -238,10 +284,12 @@ class ChannelMachine(RuleBasedStateMachine):
 
     @invariant()
     def attempts_only_grow(self):
-        for consumer in self.consumers:
-            for message in consumer.received:
-                assert message.attempts >= self.last_attempts.get(message.id, 0)
-                self.last_attempts[message.id] = message.attempts
+        """C-12: every delivery of a message, from memory or from disk, has more attempts than the last."""
+        last_attempts: dict[bytes, int] = {}
+        deliveries = sorted((d for c in self.consumers for d in c.deliveries), key=lambda d: d[1])
+        for message_id, attempts in deliveries:
+            assert attempts > last_attempts.get(message_id, 0)
+            last_attempts[message_id] = attempts
 
 
 TestChannelModel = ChannelMachine.TestCase

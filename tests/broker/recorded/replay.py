@@ -276,6 +276,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--transcripts", default=os.path.join(HERE, "transcripts.jsonl"))
     ap.add_argument("--nsqd-bin", default=os.environ.get("NSQD_BIN", "nsqd"))
+    ap.add_argument("--nsqlookupd-bin", default=os.environ.get("NSQLOOKUPD_BIN", "nsqlookupd"),
+                    help="transcripts-cluster.jsonl only")
+    ap.add_argument("--nsq-tail-bin", default=os.environ.get("NSQ_TAIL_BIN", "nsq_tail"),
+                    help="transcripts-cluster.jsonl only (the go-nsq consumer of rec R-15)")
+    ap.add_argument("--port-base", type=int, default=None,
+                    help="transcripts-cluster.jsonl only: first of the ports used (default 24250; see README)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--tcp-port", type=int, default=24150)
     ap.add_argument("--http-port", type=int, default=24151)
@@ -298,6 +304,16 @@ def main():
     if args.only:
         ids = set(args.only.split(","))
         trs = [t for t in trs if t["id"] in ids]
+    if args.flagset:
+        trs = [t for t in trs if t.get("flagset") in args.flagset]
+    import replay_cluster
+    if replay_cluster.is_cluster(trs):
+        # transcripts-cluster.jsonl: a fresh environment per transcript (launch mode only)
+        ok, report = replay_cluster.run(trs, args, sys.modules[__name__])
+        if args.json_report:
+            with open(args.json_report, "w") as f:
+                json.dump(report, f, indent=1)
+        sys.exit(0 if ok else 1)
     groups = groups_of(trs)
     if args.flagset:
         groups = [g for g in groups if g[0] in args.flagset]

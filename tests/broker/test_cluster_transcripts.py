@@ -1,0 +1,78 @@
+"""Replays the restart and disk-queue transcripts recorded from the real nsqd (flag sets `persist`,
+`persist-memq2`, `persist-memq0`, `rotate` of fixtures/transcripts-cluster.jsonl) against the reference
+broker, with the recordings' own cluster replayer: each transcript starts a fresh broker on a fresh data
+path, SIGTERMs or SIGKILLs it and starts it again on the same path and ports, as it did to nsqd.
+
+They run in one xdist group: the replayer uses a fixed block of ports, found free once per session.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import socket
+import stat
+import sys
+
+import pytest
+
+from .recorded import replay, replay_cluster
+
+TRANSCRIPTS = pathlib.Path(__file__).parents[2] / "fixtures" / "transcripts-cluster.jsonl"
+PERSISTENCE_FLAGSETS = {"persist", "persist-memq2", "persist-memq0", "rotate"}
+_PORT_SPAN = 30  # the replayer's ports lie within base .. base + 22
+
+
+def _transcripts(flagsets: set[str]) -> list[dict]:
+    lines = TRANSCRIPTS.read_text().splitlines()
+    return [t for t in map(json.loads, lines) if t["flagset"] in flagsets]
+
+
+def _free_port_block(span: int) -> int:
+    """A base port such that base .. base + span are all free on 127.0.0.1 now."""
+    for base in range(31000, 60000, span):
+        sockets = []
+        try:
+            for port in range(base, base + span):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError("no free block of ports")
+
+
+@pytest.fixture(scope="module")
+def broker_binaries(tmp_path_factory) -> dict[str, str]:
+    """The replayer starts 'any program that takes nsqd's flags': a wrapper that execs the broker."""
+    wrapper = tmp_path_factory.mktemp("bin") / "nsqd"
+    repo = pathlib.Path(__file__).parents[2]
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{repo}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                       f'exec "{sys.executable}" -m reference_broker "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return {"nsqd": str(wrapper), "nsqlookupd": "not-needed", "nsq_tail": "not-needed"}
+
+
+@pytest.fixture(scope="module")
+def ports() -> dict[str, int]:
+    from .recorded import cluster
+    return cluster.port_plan(_free_port_block(_PORT_SPAN))
+
+
+@pytest.mark.parametrize("transcript", [
+    pytest.param(t, id=f"{t['id']}-{t['flagset']}", marks=pytest.mark.xdist_group("cluster"))
+    for t in _transcripts(PERSISTENCE_FLAGSETS)
+])
+def test_persistence_transcript(broker_binaries, ports, transcript, tmp_path):
+    error = replay_cluster.replay_one(transcript, broker_binaries, ports, replay, logdir=str(tmp_path))
+    logs = "".join(path.read_text(errors="replace")[-3000:] for path in sorted(tmp_path.iterdir()))
+    assert error is None, f"{transcript['id']} {transcript['title']}: {error}\n--- broker log ---\n{logs}"
+    assert "Traceback" not in logs, logs
+
+
+def test_every_persistence_transcript_is_collected():
+    assert len(_transcripts(PERSISTENCE_FLAGSETS)) == 20
+
