@@ -29,9 +29,12 @@ class RunningBroker:
 
 
 @contextlib.contextmanager
-def running_broker(*flags: str, startup_timeout: float = 15.0):
-    """`python -m reference_broker` with nsqd's `flags`; stopped with SIGTERM on exit."""
-    with tempfile.TemporaryDirectory(prefix="nsqd-data-") as data_path:
+def running_broker(*flags: str, data_path: str | None = None, startup_timeout: float = 15.0):
+    """`python -m reference_broker` with nsqd's `flags`; stopped with SIGTERM on exit. Without a
+    `data_path`, a fresh temporary one that goes with the broker."""
+    with contextlib.ExitStack() as stack:
+        if data_path is None:
+            data_path = stack.enter_context(tempfile.TemporaryDirectory(prefix="nsqd-data-"))
         argv = [sys.executable, "-m", "reference_broker", "--tcp-address=127.0.0.1:0",
                 "--http-address=127.0.0.1:0", f"--data-path={data_path}", *flags]
         process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)

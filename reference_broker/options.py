@@ -129,8 +129,6 @@ _FLAGS: dict[str, tuple[str, object]] = {
     "http-address": ("http_address", str),
     "https-address": ("https_address", str),
     "broadcast-address": ("broadcast_address", str),
-    "broadcast-tcp-port": ("broadcast_tcp_port", int),
-    "broadcast-http-port": ("broadcast_http_port", int),
     "auth-http-request-method": ("auth_http_request_method", str),
     "http-client-connect-timeout": ("http_client_connect_timeout", parse_duration),
     "http-client-request-timeout": ("http_client_request_timeout", parse_duration),
@@ -139,8 +137,6 @@ _FLAGS: dict[str, tuple[str, object]] = {
     "max-bytes-per-file": ("max_bytes_per_file", int),
     "sync-every": ("sync_every", int),
     "sync-timeout": ("sync_timeout", parse_duration),
-    "queue-scan-selection-count": ("queue_scan_selection_count", int),
-    "queue-scan-worker-pool-max": ("queue_scan_worker_pool_max", int),
     "msg-timeout": ("msg_timeout", parse_duration),
     "max-msg-timeout": ("max_msg_timeout", parse_duration),
     "max-msg-size": ("max_msg_size", int),
@@ -153,13 +149,6 @@ _FLAGS: dict[str, tuple[str, object]] = {
     "min-output-buffer-timeout": ("min_output_buffer_timeout", parse_duration),
     "output-buffer-timeout": ("output_buffer_timeout", parse_duration),
     "max-channel-consumers": ("max_channel_consumers", int),
-    "statsd-address": ("statsd_address", str),
-    "statsd-prefix": ("statsd_prefix", str),
-    "statsd-interval": ("statsd_interval", parse_duration),
-    "statsd-mem-stats": ("statsd_mem_stats", parse_bool),
-    "statsd-udp-packet-size": ("statsd_udp_packet_size", int),
-    "statsd-exclude-ephemeral": ("statsd_exclude_ephemeral", parse_bool),
-    "e2e-processing-latency-window-time": ("e2e_processing_latency_window_time", parse_duration),
     "tls-cert": ("tls_cert", str),
     "tls-key": ("tls_key", str),
     "tls-client-auth-policy": ("tls_client_auth_policy", str),
@@ -172,10 +161,21 @@ _FLAGS: dict[str, tuple[str, object]] = {
 }
 # Repeatable flags: each occurrence appends.
 _LIST_FLAGS = {
-    "lookupd-tcp-address": ("nsqlookupd_tcp_addresses", str),
     "auth-http-address": ("auth_http_addresses", str),
-    "e2e-processing-latency-percentile": ("e2e_processing_latency_percentiles", float),
-    "enable-experiment": ("experiments", str),
+}
+# nsqd's flags that this broker does not implement: refused, never accepted and ignored. Their defaults
+# still answer GET /config/:opt (H-CFG-01).
+NOT_IMPLEMENTED_FLAGS = {
+    "lookupd-tcp-address": "registration with nsqlookupd",
+    "broadcast-tcp-port": "registration with nsqlookupd",
+    "broadcast-http-port": "registration with nsqlookupd",
+    "statsd-address": "statsd", "statsd-prefix": "statsd", "statsd-interval": "statsd",
+    "statsd-mem-stats": "statsd", "statsd-udp-packet-size": "statsd", "statsd-exclude-ephemeral": "statsd",
+    "e2e-processing-latency-percentile": "end-to-end latency percentiles",
+    "e2e-processing-latency-window-time": "end-to-end latency percentiles",
+    "queue-scan-selection-count": "queue-scan sampling (every channel is scanned on every tick)",
+    "queue-scan-worker-pool-max": "queue-scan sampling (every channel is scanned on every tick)",
+    "enable-experiment": "experiments",
 }
 _LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
 _TLS_REQUIRED = {"false": 0, "true": 1, "tcp-https": 2}
@@ -199,6 +199,12 @@ def parse_log_level(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid log level {text!r}") from None
 
 
+class _Refuse(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is not implemented by this reference broker "
+                     f"({NOT_IMPLEMENTED_FLAGS[self.dest]})")
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):
         """A bad flag is one line and exit status 2, as Go's flag package does."""
@@ -219,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, (name, parse) in _LIST_FLAGS.items():
         parser.add_argument(f"--{flag}", f"-{flag}", dest=name, type=parse, action="append",
                             default=argparse.SUPPRESS, metavar="VALUE", help="(repeatable)")
+    for flag in NOT_IMPLEMENTED_FLAGS:
+        parser.add_argument(f"--{flag}", f"-{flag}", dest=flag, action=_Refuse, nargs="?", default=argparse.SUPPRESS,
+                            help="not implemented: refused")
     parser.add_argument("--log-level", "-log-level", dest="log_level", type=parse_log_level,
                         default=argparse.SUPPRESS, help="debug, info, warn, error or fatal (default info)")
     parser.add_argument("--verbose", "-verbose", dest="verbose", type=parse_bool, nargs="?", const=True,

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from reference_broker.launcher import running_broker
 from reference_broker.options import MS, SECOND, parse_duration, parse_options
 from reference_broker.protocol_v2 import decode_identify
 
@@ -53,3 +54,32 @@ def test_a_bad_flag_is_one_line_and_exit_status_2(flag):
                             timeout=30)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--statsd-address=127.0.0.1:8125", "--lookupd-tcp-address=127.0.0.1:4160",
+                                  "--e2e-processing-latency-percentile=0.99", "--queue-scan-selection-count=5",
+                                  "--enable-experiment=topology-aware-consumption", "--statsd-mem-stats",
+                                  "--tls-cert=server.pem"])
+def test_a_flag_this_broker_does_not_implement_is_refused_in_one_line(flag):
+    result = subprocess.run([sys.executable, "-m", "reference_broker", flag], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "not implemented" in result.stderr or "not supported" in result.stderr, result.stderr
+
+
+def test_refused_flags_keep_nsqd_defaults_for_config_lookups():
+    # H-CFG-01: GET /config/statsd_prefix answers nsqd's default even though the flag is refused.
+    options = parse_options([])
+    assert (options.statsd_prefix, options.statsd_interval, options.nsqlookupd_tcp_addresses) == (
+        "nsq.%s", 60 * SECOND, [])
+
+
+def test_two_brokers_cannot_share_a_data_path(tmp_path):
+    # nsqd's dirlock: the second one fails at startup, with one line and a non-zero status.
+    with running_broker(data_path=str(tmp_path)):
+        second = subprocess.run([sys.executable, "-m", "reference_broker", "--tcp-address=127.0.0.1:0",
+                                 "--http-address=127.0.0.1:0", f"--data-path={tmp_path}"], capture_output=True,
+                                text=True, timeout=30)
+    assert second.returncode == 1
+    assert second.stderr.count("\n") == 1 and "failed to lock data-path" in second.stderr, second.stderr
