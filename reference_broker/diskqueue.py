@@ -79,7 +79,7 @@ class DiskQueue:
                 raise DiskQueueError(str(error)) from None
             self._ops_since_sync += len(records)
             if self._ops_since_sync >= self._sync_every:
-                self._sync()
+                self._sync_logged()
 
     def _append(self, data: bytes, pending: list[bytes]) -> None:
         size = len(data)
@@ -94,7 +94,7 @@ class DiskQueue:
                 self._max_bytes_per_file_read = self._write_pos
             self._write_file_num += 1
             self._write_pos = 0
-            self._sync()  # go-diskqueue syncs whenever it starts a new file
+            self._sync_logged()  # go-diskqueue syncs whenever it starts a new file
             self._close_write_file()
         pending.append(_SIZE.pack(size))
         pending.append(data)
@@ -132,7 +132,7 @@ class DiskQueue:
             self._move_forward()
             self._ops_since_sync += 1
             if self._ops_since_sync >= self._sync_every or self._needs_sync:
-                self._sync()
+                self._sync_logged()
             self._read_ahead()
             return data
 
@@ -247,10 +247,7 @@ class DiskQueue:
                 return
             self._exiting = True
             log.info("DISKQUEUE(%s): closing", self.name)
-            try:
-                self._sync()
-            except OSError as error:
-                log.error("DISKQUEUE(%s) failed to sync - %s", self.name, error)
+            self._sync_logged()
             self._close_read_file()
             self._close_write_file()
 
@@ -266,10 +263,7 @@ class DiskQueue:
         with self._lock:
             if self._exiting or not (self._ops_since_sync or self._needs_sync):
                 return
-            try:
-                self._sync()
-            except OSError as error:
-                log.error("DISKQUEUE(%s) failed to sync - %s", self.name, error)
+            self._sync_logged()
 
     # -- files -------------------------------------------------------------------------------------------
 
@@ -285,6 +279,13 @@ class DiskQueue:
         self._next_read_file_num, self._next_read_pos = self._read_file_num, 0
         self._ahead = None
         self._depth = 0
+
+    def _sync_logged(self) -> None:
+        """A failed sync is logged and retried at the next one, as go-diskqueue's ioLoop does."""
+        try:
+            self._sync()
+        except OSError as error:
+            log.error("DISKQUEUE(%s) failed to sync - %s", self.name, error)
 
     def _sync(self) -> None:
         if self._write_file is not None:

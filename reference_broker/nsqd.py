@@ -237,7 +237,10 @@ class MetadataError(Exception):
 
 def _lock_directory(path: str) -> int:
     """nsqd's dirlock: one broker per data path."""
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as error:
+        raise DataPathLocked(f"failed to lock data-path: {error}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:
