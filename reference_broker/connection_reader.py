@@ -19,16 +19,17 @@ class ConnectionClosed(Exception):
 class ConnectionReader:
     """Lines and exact byte counts from the socket, through the negotiated decompression, with nsqd's
     per-command read deadline (C-29). Sizes are checked by the caller before `read_exactly` (no
-    allocation from a lying length)."""
+    allocation from a lying length), and each fill takes at most what the caller still needs or one
+    receive's worth, whatever the peer compressed."""
 
     def __init__(self, sock: socket.socket):
         self._sock = sock
         self._buffer = bytearray()
         self._pos = 0
-        self._decode = None
+        self._decoder = None
         self.deadline: float | None = None
 
-    def _fill(self) -> None:
+    def _recv(self) -> bytes:
         while True:
             if self.deadline is None:
                 timeout = NO_DEADLINE_POLL
@@ -45,16 +46,22 @@ class ConnectionReader:
                 raise ConnectionClosed(str(error)) from None
             if not data:
                 raise ConnectionClosed("EOF")
-            if self._decode is not None:
-                try:
-                    data = self._decode(data)
-                except StreamError as error:
-                    raise ConnectionClosed(str(error)) from None
-            if self._pos:
-                del self._buffer[:self._pos]
-                self._pos = 0
-            self._buffer += data
-            return
+            return data
+
+    def _fill(self, wanted: int) -> None:
+        """Append at least one byte and at most max(wanted, one receive) bytes to the buffer."""
+        if self._decoder is None:
+            data = self._recv()
+        else:
+            try:
+                while not (data := self._decoder.read(max(wanted, _RECV_SIZE))):
+                    self._decoder.feed(self._recv())
+            except StreamError as error:
+                raise ConnectionClosed(str(error)) from None
+        if self._pos:
+            del self._buffer[:self._pos]
+            self._pos = 0
+        self._buffer += data
 
     def readline(self) -> bytes:
         """One command line without its '\\n' (C-14)."""
@@ -66,11 +73,11 @@ class ConnectionReader:
                 return line
             if len(self._buffer) - self._pos >= LINE_BUFFER_SIZE:
                 raise ConnectionClosed("line too long")  # C-19: bufio: buffer full
-            self._fill()
+            self._fill(LINE_BUFFER_SIZE)
 
     def read_exactly(self, size: int) -> bytes:
-        while len(self._buffer) - self._pos < size:
-            self._fill()
+        while (buffered := len(self._buffer) - self._pos) < size:
+            self._fill(size - buffered)
         data = bytes(self._buffer[self._pos:self._pos + size])
         self._pos += size
         return data
@@ -80,9 +87,8 @@ class ConnectionReader:
         end = self._buffer.find(b"\n", self._pos)
         return None if end < 0 else bytes(self._buffer[self._pos:end])
 
-    def upgrade(self, decode) -> None:
-        """Anything already buffered past this point arrived compressed: decode it too."""
-        raw = bytes(self._buffer[self._pos:])
-        self._buffer, self._pos, self._decode = bytearray(), 0, decode
-        if raw:
-            self._buffer += decode(raw)
+    def upgrade(self, decoder) -> None:
+        """From now on the socket's bytes go through `decoder` (compression.DeflateReader or SnappyReader).
+        nsqd's UpgradeSnappy/UpgradeDeflate put a new bufio.Reader on the raw connection, so whatever the
+        old one had already read past IDENTIFY's body is dropped, not decoded (ID-30)."""
+        self._buffer, self._pos, self._decoder = bytearray(), 0, decoder
