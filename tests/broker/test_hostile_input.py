@@ -26,8 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference_broker.compression import DeflateReader, SnappyReader, StreamError
+from reference_broker.identify import _go_json, _go_json_without_recursion
 from reference_broker.launcher import running_broker
-from reference_broker.protocol_v2 import _go_json, _go_json_without_recursion
 
 SNAPPY_STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
 MESSAGE_ID = b"0123456789abcdef"

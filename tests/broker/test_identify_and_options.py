@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
+from reference_broker.identify import decode_identify
 from reference_broker.launcher import running_broker
 from reference_broker.options import MS, SECOND, parse_duration, parse_options
-from reference_broker.protocol_v2 import decode_identify
 
 
 @pytest.mark.parametrize("body,field,value", [
