@@ -380,11 +380,19 @@ ROUTES = [
 ]
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        """A peer that resets or goes away mid-request or mid-response: Go's net/http drops the connection
+        without a word, where socketserver would print a traceback to stderr (found by tests/broker/test_fuzz.py)."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class HTTPServer:
     def __init__(self, nsqd, listener: socket.socket):
         self.nsqd = nsqd
         self.listener = listener
-        self._server = ThreadingHTTPServer(listener.getsockname()[:2], RequestHandler, bind_and_activate=False)
+        self._server = _Server(listener.getsockname()[:2], RequestHandler, bind_and_activate=False)
         self._server.socket.close()
         self._server.socket = listener
         self._server.daemon_threads = True

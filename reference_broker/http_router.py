@@ -24,6 +24,7 @@ V1, PLAIN = "v1", "plain"
 _TREE_METHODS = ("GET", "POST", "PUT")  # httprouter redirects only for methods that have routes
 _POST_HANDLER_DISCARD = 256 * 1024  # Go reads at most this much of an unread body to keep the connection
 _CHUNK_LINE_MAX = 4096
+_CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]{1,16}")
 
 
 class HTTPError(Exception):
@@ -111,10 +112,12 @@ class RequestBody:
 
     def _next_chunk(self) -> None:
         line = self._rfile.readline(_CHUNK_LINE_MAX)
-        try:
-            self._left = int(line.split(b";")[0].strip(), 16)
-        except ValueError:
-            raise OSError("malformed chunk size") from None
+        size = line.split(b";")[0].strip()
+        # Go's parseHexUint (net/http/internal/chunked.go): 1 to 16 hex digits; int() would also take a sign,
+        # "0x" or "_", and a negative size broke the body's reads (found by tests/broker/test_fuzz.py).
+        if not _CHUNK_SIZE.fullmatch(size):
+            raise OSError("malformed chunk size")
+        self._left = int(size, 16)
         if self._left == 0:
             while self._rfile.readline(_CHUNK_LINE_MAX) not in (b"\r\n", b"\n", b""):
                 pass  # trailers
