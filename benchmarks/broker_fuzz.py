@@ -16,7 +16,14 @@ import sys
 import time
 
 from reference_broker.launcher import running_broker
-from tests.broker.hostile_sessions import BROKER_FLAGS, check_health, peak_rss_bytes, run_sessions, tracebacks
+from tests.broker.hostile_sessions import (
+    BROKER_FLAGS,
+    check_health,
+    peak_rss_bytes,
+    run_sessions,
+    thread_names,
+    tracebacks,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,13 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=32, help="sessions played at once")
     parser.add_argument("--budget-seconds", type=float, default=1800.0,
                         help="no session starts after this; sessions left out fail the run")
-    parser.add_argument("--rss-limit-mib", type=int, default=256, help="the broker's peak RSS must stay under this")
+    parser.add_argument("--rss-limit-mib", type=int, default=128,
+                        help="the broker's peak RSS must stay under this (it levels off at ~60 MiB)")
     parser.add_argument("--output", default="bench-results/fuzz.json")
     args = parser.parse_args(argv)
     indices = [args.only] if args.only is not None else range(args.sessions)
 
     with running_broker(*BROKER_FLAGS) as broker:
         pid = broker.process.pid
+        baseline_threads = thread_names((broker.host, broker.http_port))
         print(f"seed {args.seed}: {len(indices)} sessions, {args.workers} at a time, broker pid {pid} "
               f"{' '.join(BROKER_FLAGS)}", flush=True)
 
@@ -45,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                               workers=args.workers, budget_seconds=args.budget_seconds, progress=progress)
         health_problem = None
         try:
-            health = check_health(broker, args.rss_limit_mib << 20)
+            health = check_health(broker, args.rss_limit_mib << 20, baseline_threads)
         except AssertionError as error:
             health, health_problem = None, str(error)
         peak_rss = peak_rss_bytes(pid)
@@ -86,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'healthy' if health_problem is None else 'NOT healthy'} afterwards; wrote {args.output}")
     if report.failures:
         print("\n" + report.describe_failures())
+        print(f"\nreplay one alone: python -m benchmarks.broker_fuzz --seed {args.seed} --only <index>")
     if health_problem:
         print("\n" + health_problem)
     failed = report.failed_sessions or report.not_run or health_problem or traceback_lines

@@ -20,7 +20,11 @@ Per session, what nsqd always does (IDs are the behaviour catalogue's):
   - a fatal error frame is the last response or error frame, and the broker closes the connection (C-23);
   - a wrong magic gets exactly E_BAD_PROTOCOL and a close (C-02);
   - a half-closed connection is closed by the broker (EOF ends nsqd's I/O loop);
+  - a session that gave nsqd none of its reasons to close silently (C-25) is not closed before it ends;
   - an HTTP response is well-formed, and an error carries one of Appendix B's messages.
+And of the broker after all sessions (`check_health`): no traceback in its stderr, /ping answers within 1 s, a
+fresh client can PUB, SUB, RDY, receive and FIN, the peak RSS is bounded, and its threads are back to the
+baseline (no connection thread left, no pump of a deleted topic).
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ import struct
 import threading
 import time
 import urllib.request
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -50,8 +54,10 @@ MAX_MSG_SIZE = 8192
 MAX_BODY_SIZE = 65536
 MAX_RDY_COUNT = 2500  # nsqd's default
 # Small limits make "just under" and "just over" cheap to send; a small memory queue sends the backlog that
-# sessions leave behind through the disk queue, so the broker's memory stays flat over 100,000 sessions.
-BROKER_FLAGS = (f"--max-msg-size={MAX_MSG_SIZE}", f"--max-body-size={MAX_BODY_SIZE}", "--mem-queue-size=100")
+# sessions leave behind through the disk queue; a short message timeout requeues what gone consumers held (nsqd
+# keeps it in flight until then, D-15) and redelivers it to later sessions. So the broker's memory stays flat.
+BROKER_FLAGS = (f"--max-msg-size={MAX_MSG_SIZE}", f"--max-body-size={MAX_BODY_SIZE}", "--mem-queue-size=100",
+                "--msg-timeout=5s")
 
 SESSION_TIMEOUT = 5.0  # seconds: a session that has not ended by then is reported
 MESSAGE_WAIT = 0.5  # for a message whose ID the next FIN/REQ/TOUCH uses
@@ -69,6 +75,7 @@ NUMBERS = (b"0", b"1", b"1", b"2", b"5", b"100", b"2500", b"2501", b"1000", b"36
 # A 4-byte size that lies: zero, negative as int32, just past the limits, absurd.
 LYING_SIZES = (0, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, MAX_MSG_SIZE + 1, MAX_BODY_SIZE + 1, 1 << 30, 3)
 IN_FLIGHT_ID = b"<<IN-FLIGHT-ID>>"  # 16 bytes: replaced by the ID of the last message received, when there is one
+FOREIGN_ID = b"<<FOREIGN--ID>>>"  # 16 bytes: replaced by the ID of a message another session received lately
 MADE_UP_IDS = (b"0000000000000000", b"ffffffffffffffff", b"0123456789abcdef", b"\x00" * 16, b"GGGGGGGGGGGGGGGG")
 
 # -- Appendix A, every TCP error string; <n>-like placeholders are numbers, the others any text ---------------
@@ -196,6 +203,10 @@ class Session:
     steps: list = field(default_factory=list)
     ending: str = "half-close"  # or "close", "reset"
     wrong_magic: bool = False
+    # Nothing in the session lets nsqd close the connection without a fatal error frame before the client ends
+    # it: no desynchronising mutation, overlong line, broken compressed stream, pause past a read deadline, and
+    # no topic that HTTP sessions delete (C-25 lists nsqd's reasons to close silently).
+    expect_open: bool = False
 
     def describe(self) -> str:
         lines = [f"session {self.index} of seed {self.seed}: {self.protocol}, ending {self.ending}"]
@@ -230,9 +241,15 @@ def session_rng(seed: int | str, index: int) -> random.Random:
 
 
 def generate_session(rng, seed: int | str = "", index: int = 0) -> Session:
-    if rng.random() < 0.12:
+    if _chance(rng, 0.12):
         return _http_session(rng, Session(seed, index, "http"))
     return _TCPSessionBuilder(rng, Session(seed, index, "tcp")).build()
+
+
+def _chance(rng, probability: float) -> bool:
+    """True with `probability`. Drawn from the top of random()'s range, so that hypothesis, which favours and
+    shrinks towards 0.0, draws the common case (tests/broker/test_fuzz.py)."""
+    return rng.random() >= 1 - probability
 
 
 def _weighted(rng, table: dict):
@@ -272,15 +289,15 @@ class _TCPSessionBuilder:
         self.topic = rng.choice(TOPICS)
         self.channel = rng.choice(CHANNELS)
         self.pending: list[tuple[bytes, str]] = []  # commands for the next write
+        self.silent_close_possible = self.topic in HTTP_TOPICS
 
     def build(self) -> Session:
         rng, session = self.rng, self.session
         magic = b"  V2"
-        roll = rng.random()
-        if roll < 0.03:
+        if _chance(rng, 0.03):
             magic = rng.choice((b"  V1", b"GET ", b"V2  ", b"  v2", b"\x00\x00\x00\x00", rng.randbytes(4)))
             session.wrong_magic = magic != b"  V2"
-        elif roll < 0.04:
+        elif _chance(rng, 0.01):
             magic = b"  V2"[:rng.randint(0, 3)]  # closed before the magic is complete (C-03)
             self.state = "gone"
         self.pending.append((magic, "magic"))
@@ -288,9 +305,11 @@ class _TCPSessionBuilder:
             if self.state == "gone":
                 break
             self._next_command()
-            if rng.random() < 0.003:
+            if _chance(rng, 0.003):
                 self._await(Pause(rng.choice((0.3, 1.2, 2.5))))
+                self.silent_close_possible = True
         self._flush_pending()
+        session.expect_open = not (self.silent_close_possible or session.wrong_magic)
         session.ending = _weighted(rng, {"half-close": 0.65, "close": 0.15, "reset": 0.2})
         return session
 
@@ -298,7 +317,7 @@ class _TCPSessionBuilder:
 
     def _add(self, data: bytes, note: str) -> None:
         self.pending.append((data, note))
-        if self.rng.random() < 0.35:  # otherwise pipelined with the next command
+        if _chance(self.rng, 0.35):  # otherwise pipelined with the next command
             self._flush_pending()
 
     def _flush_pending(self) -> None:
@@ -309,7 +328,7 @@ class _TCPSessionBuilder:
         note = "; ".join(n for _, n in self.pending)
         self.pending = []
         cuts, pause = (), 0.0
-        if rng.random() < 0.25:
+        if _chance(rng, 0.25):
             cuts = tuple(sorted(rng.random() for _ in range(rng.randint(1, 5))))
             pause = rng.choice((0.0, 0.0, 0.001, 0.005))
         self.session.steps.append(Write(data, note, cuts, pause))
@@ -321,7 +340,7 @@ class _TCPSessionBuilder:
     # -- commands -----------------------------------------------------------------------------------------------
 
     def _next_command(self) -> None:
-        if self.compressed and self.rng.random() < 0.04:
+        if self.compressed and _chance(self.rng, 0.04):
             self._broken_compressed_stream()
             return
         verbs = {
@@ -338,9 +357,10 @@ class _TCPSessionBuilder:
         """`data` as is (most of the time) or mutated; a mutation that desynchronises the stream ends the
         session's commands, since what follows is garbage to the broker anyway."""
         rng = self.rng
-        if rng.random() >= 0.15:
+        if not _chance(rng, 0.15):
             self._add(data, note)
             return
+        self.silent_close_possible = True
         kinds = {"truncate": 3, "flip": 3, "garbage": 1, "overlong line": 0.4, "crlf": 1, "double space": 1}
         if body_at is not None:
             kinds["lying size"] = 4
@@ -377,15 +397,15 @@ class _TCPSessionBuilder:
         return rng.randbytes(size) if size <= 64 else bytes([rng.randint(0, 255)]) * size
 
     def _topic_name(self) -> bytes:
-        return self.rng.choice(INVALID_NAMES) if self.rng.random() < 0.08 else self.topic
+        return self.rng.choice(INVALID_NAMES) if _chance(self.rng, 0.08) else self.topic
 
     def _identify(self) -> None:
         rng = self.rng
         fields: dict = {}
         for name, values in _IDENTIFY_VALUES.items():
-            if rng.random() < 0.25:
+            if _chance(rng, 0.25):
                 fields[name] = rng.choice(values)
-        negotiation = rng.random() < 0.6
+        negotiation = _chance(rng, 0.6)
         if negotiation:
             fields["feature_negotiation"] = True
         ask = _weighted(rng, {None: 4, "snappy": 3, "deflate": 3, "both": 0.3}) if negotiation else None
@@ -396,7 +416,7 @@ class _TCPSessionBuilder:
         if ask in ("deflate", "both"):
             fields["deflate"] = True
             fields["deflate_level"] = rng.randint(-1, 10)
-        body = _odd_json(rng) if rng.random() < 0.1 and not ask else json.dumps(fields).encode()
+        body = _odd_json(rng) if _chance(rng, 0.1) and not ask else json.dumps(fields).encode()
         note = f"IDENTIFY {readable(body, 120)}"
         data = _command(b"IDENTIFY", body=body)
         if ask is None:
@@ -408,9 +428,10 @@ class _TCPSessionBuilder:
         if ask == "both":  # ID-12
             self._add(data, note)
             self.state = "gone"
-        elif rng.random() < 0.05:  # ID-30: bytes pipelined behind an upgrading IDENTIFY are dropped
+        elif _chance(rng, 0.05):  # ID-30: bytes pipelined behind an upgrading IDENTIFY are dropped
             self.pending.append((data, note))
             self._flush_pending()
+            self.silent_close_possible = True
         else:
             self.pending.append((data, note))
             self._await(AwaitUpgrade())
@@ -419,9 +440,9 @@ class _TCPSessionBuilder:
     def _sub(self) -> None:
         rng = self.rng
         topic = self._topic_name()
-        channel = rng.choice(INVALID_NAMES) if rng.random() < 0.08 else self.channel
+        channel = rng.choice(INVALID_NAMES) if _chance(rng, 0.08) else self.channel
         params = [topic, channel][:_weighted(rng, {2: 20, 1: 1, 0: 1})]
-        if rng.random() < 0.1:
+        if _chance(rng, 0.1):
             params.append(b"extra")  # C-17
         self._mutated(_command(b"SUB", *params), "SUB")
         self.state = "subscribed" if self.state == "init" else "gone"
@@ -433,39 +454,45 @@ class _TCPSessionBuilder:
 
     def _dpub(self) -> None:
         rng = self.rng
-        delay = rng.choice((b"0", b"10", b"500", b"2000")) if rng.random() < 0.7 else rng.choice(NUMBERS)
+        delay = rng.choice(NUMBERS) if _chance(rng, 0.3) else rng.choice((b"0", b"10", b"500", b"2000"))
         params = [self._topic_name(), delay]
         line = b" ".join((b"DPUB", *params)) + b"\n"
         self._mutated(_command(b"DPUB", *params, body=self._body()), "DPUB", body_at=len(line))
 
     def _mpub(self) -> None:
         rng = self.rng
-        bodies = [self._body()[:100] or b"x" for _ in range(rng.randint(1, 8))]
+        if _chance(rng, 0.02):  # at and just past --max-body-size (P-MPUB-01)
+            bodies = [b"m" * (MAX_MSG_SIZE - rng.randint(0, 5))] * 8
+        else:
+            bodies = [self._body()[:100] or b"x" for _ in range(rng.randint(1, 8))]
         body = _mpub_body(bodies)
-        if rng.random() < 0.1:  # P-MPUB-03: a lying count or member size inside a truthful outer size
+        if _chance(rng, 0.1):  # P-MPUB-03: a lying count or member size inside a truthful outer size
             at = rng.choice([0] + [4 + sum(4 + len(b) for b in bodies[:i]) for i in range(len(bodies))])
             body = body[:at] + _size(rng.choice(LYING_SIZES)) + body[at + 4:]
             self.state = "gone"
+            self.silent_close_possible = True
         line = b"MPUB " + self._topic_name() + b"\n"
         self._mutated(line + _size(len(body)) + body, "MPUB", body_at=len(line))
 
     def _rdy(self) -> None:
         rng = self.rng
-        if rng.random() < 0.8:
-            count = _weighted(rng, {b"1": 6, b"0": 1, b"2": 1, b"10": 1, b"2500": 0.5})
-        else:
+        if _chance(rng, 0.2):
             count = rng.choice(NUMBERS)
-        params = [count] if rng.random() < 0.95 else []  # P-RDY-05: no parameter means 1
+        else:
+            count = _weighted(rng, {b"1": 6, b"0": 1, b"2": 1, b"10": 1, b"2500": 0.5})
+        params = [] if _chance(rng, 0.05) else [count]  # P-RDY-05: no parameter means 1
         self._mutated(_command(b"RDY", *params), "RDY")
         if self.state == "init":
             self.state = "gone"
 
     def _message_id(self) -> bytes:
         rng = self.rng
-        roll = rng.random()
-        if roll < 0.6:
+        kind = _weighted(rng, {"in flight": 6, "made up": 3, "another client's": 1.5, "wrong length": 1})
+        if kind == "in flight":
             return IN_FLIGHT_ID
-        if roll < 0.9:
+        if kind == "another client's":  # P-FIN-05: "client does not own message", or a race with its owner
+            return FOREIGN_ID
+        if kind == "made up":
             return rng.choice(MADE_UP_IDS)
         return rng.choice((b"", b"0" * 15, b"0" * 17, rng.randbytes(16).replace(b"\n", b"n").replace(b" ", b"_")))
 
@@ -473,8 +500,8 @@ class _TCPSessionBuilder:
         message_id = self._message_id()
         params = [message_id]
         if verb == b"REQ":
-            params.append(self.rng.choice((b"0", b"100", b"5000")) if self.rng.random() < 0.7
-                          else self.rng.choice(NUMBERS))
+            params.append(self.rng.choice(NUMBERS) if _chance(self.rng, 0.3)
+                          else self.rng.choice((b"0", b"100", b"5000")))
         self._mutated(_command(verb, *params), verb.decode())
         if self.state == "init" or len(message_id) != 16:
             self.state = "gone"
@@ -492,7 +519,7 @@ class _TCPSessionBuilder:
         """Publish to our own topic, make room, wait for a message, settle it by its real ID."""
         rng = self.rng
         self.pending.append((_command(b"PUB", self.topic, body=self._body()[:64] or b"x"), "PUB (to consume)"))
-        if self.state == "subscribed" and rng.random() < 0.7:
+        if self.state == "subscribed" and not _chance(rng, 0.3):
             self.pending.append((b"RDY 1\n", "RDY 1"))
         self._await(AwaitMessage())
         self._settle(rng.choice((b"FIN", b"FIN", b"REQ", b"TOUCH")))
@@ -546,6 +573,7 @@ class _TCPSessionBuilder:
                                   rng.randbytes(rng.randint(1, 64))))
             self.session.steps.append(Write(garbage, "raw garbage after the upgrade", raw=True))
         self.state = "gone"
+        self.silent_close_possible = True
 
 
 _IDENTIFY_VALUES = {
@@ -593,6 +621,7 @@ _ODD_METHODS = (b"get", b"HEAD", b"OPTIONS", b"DELETE", b"BREW", b"PUT", b"POST"
 _ODD_PATHS = (b"/", b"/PING", b"/ping/", b"//ping", b"/topic/../ping", b"/%70ing", b"/pub%2F", b"/config/",
               b"/config/a/b", b"/debug/pprof/heap", b"*", b"ping", b"http://host/stats", b"/%zz", b"/\xff",
               b"/channel", b"/stats?format=json#frag")
+HTTP_TOPICS = (b"fz0", b"fz1", b"fz4#ephemeral")  # the topics of _QUERY_PIECES, deleted now and then
 _QUERY_PIECES = (b"topic=fz0", b"topic=fz1", b"topic=fz4%23ephemeral", b"topic=bad*", b"topic=", b"topic=%zz",
                  b"channel=c0", b"channel=c3%23ephemeral", b"channel=bad*", b"defer=100", b"defer=-1",
                  b"defer=99999999999999999999", b"defer=x", b"binary=true", b"binary=false", b"binary=2",
@@ -607,22 +636,22 @@ def _http_session(rng, session: Session) -> Session:
     requests = []
     for index in range(_weighted(rng, {1: 6, 2: 2, 3: 1})):
         method, path = rng.choice(_HTTP_ROUTES)
-        if rng.random() < 0.15:
+        if _chance(rng, 0.15):
             method = rng.choice(_ODD_METHODS)
-        if rng.random() < 0.1:
+        if _chance(rng, 0.1):
             path = rng.choice(_ODD_PATHS)
         query = b"&".join(rng.choice(_QUERY_PIECES) for _ in range(_weighted(rng, {0: 1, 1: 4, 2: 3, 3: 1})))
         if path == b"/config/log_level" or path.startswith(b"/config/nsqlookupd"):
             body = rng.choice(_CONFIG_BODIES)
         elif path == b"/mpub" and b"binary=true" in query:
             body = _mpub_body([rng.randbytes(rng.randint(1, 20)) for _ in range(rng.randint(1, 5))])
-            if rng.random() < 0.3:
+            if _chance(rng, 0.3):
                 at = rng.choice(range(0, len(body) - 3))
                 body = body[:at] + _size(rng.choice(LYING_SIZES)) + body[at + 4:]
         else:
             body = _weighted(rng, {b"": 2, b"hello": 3, b"a\nb\n\nc": 2, b"x" * MAX_MSG_SIZE: 0.2,
                                    b"x" * (MAX_MSG_SIZE + 1): 0.2, rng.randbytes(32): 1})
-        version = b"HTTP/1.1" if rng.random() < 0.92 else rng.choice((b"HTTP/1.0", b"HTTP/2.0", b"HTTP/1.x", b""))
+        version = rng.choice((b"HTTP/1.0", b"HTTP/2.0", b"HTTP/1.x", b"")) if _chance(rng, 0.08) else b"HTTP/1.1"
         target = path + (b"?" + query if query else b"")
         headers = [b"Host: fuzz"]
         framing = _weighted(rng, {"length": 10, "none": 1, "longer": 1, "shorter": 1, "bad length": 1,
@@ -642,9 +671,9 @@ def _http_session(rng, session: Session) -> Session:
             body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if body else b"0\r\n\r\n"
             if framing == "bad chunked":
                 body = rng.choice((b"zz\r\n", b"5\r\nab", b"3\r\nabcdef\r\n", b"-1\r\n", b"ffffffffffffffffff\r\n"))
-        if rng.random() < 0.05:
+        if _chance(rng, 0.05):
             headers.append(rng.choice((b"X-Bad header", b"\x00: x", b"A: " + b"b" * 70000, b": empty")))
-        last = index == 2 or rng.random() < 0.5
+        last = index == 2 or _chance(rng, 0.5)
         if last:
             headers.append(b"Connection: close")
         request = b" ".join(part for part in (method, target, version) if part) + b"\r\n"
@@ -653,7 +682,7 @@ def _http_session(rng, session: Session) -> Session:
         if last:
             break
     data = b"".join(requests)
-    cuts = tuple(sorted(rng.random() for _ in range(rng.randint(1, 4)))) if rng.random() < 0.2 else ()
+    cuts = tuple(sorted(rng.random() for _ in range(rng.randint(1, 4)))) if _chance(rng, 0.2) else ()
     session.steps.append(Write(data, f"{len(requests)} HTTP request(s)", cuts))
     session.ending = _weighted(rng, {"half-close": 0.85, "reset": 0.15})
     return session
@@ -695,8 +724,9 @@ class InboundFrames:
     """The broker's bytes on one connection, decoded as they arrive: frames, through the compression layer the
     broker switches to right after IDENTIFY's answer says so (ID-30)."""
 
-    def __init__(self, outcome: Outcome):
+    def __init__(self, outcome: Outcome, seen_ids=None):
         self.outcome = outcome
+        self.seen_ids = seen_ids  # a deque shared by the sessions of a run, for FOREIGN_ID
         self.buffer = bytearray()
         self.decoder = None
         self.layer: str | None = None
@@ -759,6 +789,8 @@ class InboundFrames:
             else:
                 self.messages_seen += 1
                 self.last_message_id = data[10:26]
+                if self.seen_ids is not None:
+                    self.seen_ids.append(self.last_message_id)
         elif data not in RESPONSES:
             try:
                 answer = json.loads(data)
@@ -867,15 +899,16 @@ class _Layer:
 
 
 def play(session: Session, tcp_address: tuple[str, int], http_address: tuple[str, int],
-         timeout: float = SESSION_TIMEOUT) -> Outcome:
-    """Play one session against the broker and check what it answered."""
+         seen_ids: deque | None = None, timeout: float = SESSION_TIMEOUT) -> Outcome:
+    """Play one session against the broker and check what it answered. `seen_ids`: message IDs the sessions of
+    a run received, newest last, shared between them (FOREIGN_ID takes the newest)."""
     outcome = Outcome(session)
     deadline = time.monotonic() + timeout
     try:
         if session.protocol == "http":
             _play_http(session, http_address, outcome, deadline)
         else:
-            _play_tcp(session, tcp_address, outcome, deadline)
+            _play_tcp(session, tcp_address, outcome, deadline, seen_ids)
     except ConnectionRefusedError as error:
         outcome.problems.append(f"the broker refused the connection: {error}")
     except TimeoutError:
@@ -888,9 +921,9 @@ def _pieces(data: bytes, cuts: tuple[float, ...]) -> list[bytes]:
     return [data[a:b] for a, b in zip(points, points[1:], strict=False) if b > a]
 
 
-def _play_tcp(session: Session, address, outcome: Outcome, deadline: float) -> None:
+def _play_tcp(session: Session, address, outcome: Outcome, deadline: float, seen_ids) -> None:
     connection = _Connection(address, outcome, deadline)
-    inbound = InboundFrames(outcome)
+    inbound = InboundFrames(outcome, seen_ids)
     layer: _Layer | None = None
     try:
         for step in session.steps:
@@ -912,6 +945,8 @@ def _play_tcp(session: Session, address, outcome: Outcome, deadline: float) -> N
                 data = step.data
                 if IN_FLIGHT_ID in data and inbound.last_message_id is not None:
                     data = data.replace(IN_FLIGHT_ID, inbound.last_message_id)
+                if FOREIGN_ID in data and seen_ids:
+                    data = data.replace(FOREIGN_ID, seen_ids[-1])
                 outcome.sent.append(data)
                 if layer is not None and not step.raw:
                     data = layer.encode(data)
@@ -926,6 +961,9 @@ def _play_tcp(session: Session, address, outcome: Outcome, deadline: float) -> N
                     connection.send(piece)
         ending = session.ending
         connection.drain(inbound.feed)
+        if session.expect_open and (connection.closed or connection.broken_pipe) and not inbound.fatal:
+            outcome.problems.append("the broker closed a connection that sent nothing wrong, without an error "
+                                    "frame, before the client ended it")
         if inbound.fatal or session.wrong_magic or connection.broken_pipe:
             ending = "read to the end"  # the broker must close: read until it does
         if ending in ("half-close", "read to the end"):
@@ -1039,7 +1077,7 @@ class RunReport:
     error_codes: Counter = field(default_factory=Counter)
     http_statuses: Counter = field(default_factory=Counter)
     endings: Counter = field(default_factory=Counter)
-    layers: Counter = field(default_factory=Counter)  # sessions the broker upgraded, by compression
+    layers: Counter = field(default_factory=Counter)  # sessions the broker upgraded, by their compression
     timed_out: int = 0
     not_run: int = 0  # sessions left out when the run's time budget ran out
     failures: list[Outcome] = field(default_factory=list)
@@ -1072,6 +1110,7 @@ def run_sessions(tcp_address, http_address, seed: int | str, indices, workers: i
     report = RunReport(seed)
     lock = threading.Lock()
     started = time.monotonic()
+    seen_ids = deque(maxlen=64)
 
     def one(index: int) -> None:
         if time.monotonic() - started > budget_seconds:
@@ -1079,7 +1118,7 @@ def run_sessions(tcp_address, http_address, seed: int | str, indices, workers: i
                 report.not_run += 1
             return
         session = generate_session(session_rng(seed, index), seed, index)
-        outcome = play(session, tcp_address, http_address)
+        outcome = play(session, tcp_address, http_address, seen_ids)
         with lock:
             report.add(outcome, keep_failures)
             if progress is not None and report.sessions % 1000 == 0:
@@ -1114,64 +1153,84 @@ def peak_rss_bytes(pid: int) -> int:
 
 
 def ping_seconds(http_address) -> float:
-    """How long /ping takes to answer OK (raises if it does not within 1 s)."""
+    """How long /ping takes to answer OK; AssertionError when it does not within 1 s."""
     started = time.monotonic()
-    with urllib.request.urlopen(f"http://{http_address[0]}:{http_address[1]}/ping", timeout=1) as response:
-        body = response.read()
-    if response.status != 200 or body != b"OK":
-        raise AssertionError(f"/ping answered {response.status} {body!r}")
+    try:
+        with urllib.request.urlopen(f"http://{http_address[0]}:{http_address[1]}/ping", timeout=1) as response:
+            status, body = response.status, response.read()
+    except OSError as error:
+        raise AssertionError(f"/ping did not answer within 1 s: {error}") from None
+    if status != 200 or body != b"OK":
+        raise AssertionError(f"/ping answered {status} {body!r}")
     return time.monotonic() - started
 
 
-def connection_threads(http_address) -> list[str]:
-    """Names of the broker's threads that serve a TCP connection (tcp_server's conn-*, client_v2's pump-*) or
-    an HTTP request other than this one, from its /debug/pprof/goroutine thread dump."""
+def thread_names(http_address) -> list[str]:
+    """The names of the broker's threads, from its /debug/pprof/goroutine thread dump, less the one serving
+    this request."""
     url = f"http://{http_address[0]}:{http_address[1]}/debug/pprof/goroutine"
     with urllib.request.urlopen(url, timeout=5) as response:
         dump = response.read().decode()
     names = re.findall(r"^thread (.*):$", dump, re.MULTILINE)
     requests = [name for name in names if "process_request" in name]
-    return [name for name in names if name.startswith(("conn-", "pump-"))] + requests[1:]  # [0]: this one
+    names.remove(requests[0])
+    return names
 
 
-def wait_for_connection_threads_to_end(http_address, seconds: float = 5.0) -> list[str]:
-    """The connection threads still there after up to `seconds` (an empty list when they all ended)."""
+def topic_names(http_address) -> list[str]:
+    url = f"http://{http_address[0]}:{http_address[1]}/stats?format=json&include_clients=false&include_mem=false"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return [topic["topic_name"] for topic in json.load(response)["topics"] or []]
+
+
+def leftover_threads(http_address, baseline: list[str]) -> list[str]:
+    """Threads beyond the broker's baseline: the ones it started with, plus one pump per existing topic.
+    Connection threads (conn-*, pump-*), HTTP request threads and pumps of deleted topics are all leftovers."""
+    names = Counter(thread_names(http_address))
+    names.subtract(baseline)
+    names.subtract(f"topic-{name}" for name in topic_names(http_address))
+    return sorted(names.elements())
+
+
+def wait_for_baseline_threads(http_address, baseline: list[str], seconds: float = 5.0) -> list[str]:
+    """The leftover threads still there after up to `seconds` (an empty list once back to the baseline)."""
     stop = time.monotonic() + seconds
-    while (left := connection_threads(http_address)) and time.monotonic() < stop:
+    while (left := leftover_threads(http_address, baseline)) and time.monotonic() < stop:
         time.sleep(0.1)
     return left
 
 
 def publish_and_consume(tcp_address, topic: str, body: bytes, timeout: float = 5.0) -> None:
-    """A fresh, well-behaved client: PUB, SUB, RDY, receive the message, FIN it, and see the FIN taken (the
-    OK of a PUB pipelined behind it comes back, C-22). Raises AssertionError when any step fails."""
+    """A fresh, well-behaved client: PUB, SUB, RDY, receive the message, FIN it, and see the FIN taken: a TOUCH
+    of it after the FIN finds it no longer in flight (C-22, P-TOUCH-03). Raises AssertionError when a step fails."""
     with socket.create_connection(tcp_address, timeout=timeout) as sock:
         inbound = InboundFrames(Outcome(Session("health", 0, "tcp")))
+        frames = inbound.outcome.frames
 
         def expect(predicate, what: str) -> None:
             stop = time.monotonic() + timeout
             while not predicate():
                 if time.monotonic() > stop:
-                    raise AssertionError(f"no {what} within {timeout} s; frames: {inbound.outcome.frames}")
+                    raise AssertionError(f"no {what} within {timeout} s; frames: {frames}")
                 data = sock.recv(65536)
                 if not data:
-                    raise AssertionError(f"the broker closed before {what}; frames: {inbound.outcome.frames}")
+                    raise AssertionError(f"the broker closed before {what}; frames: {frames}")
                 inbound.feed(data)
-            if inbound.outcome.problems or any(t == 1 for t, _ in inbound.outcome.frames):
-                raise AssertionError(f"{inbound.outcome.problems} {inbound.outcome.frames}")
-
-        def oks() -> int:
-            return sum(frame == (0, b"OK") for frame in inbound.outcome.frames)
+            if inbound.outcome.problems:
+                raise AssertionError(f"{inbound.outcome.problems} {frames}")
 
         sock.sendall(b"  V2" + _command(b"PUB", topic.encode(), body=body) + _command(b"SUB", topic.encode(), b"c"))
-        expect(lambda: oks() == 2, "OK to PUB and SUB")
+        expect(lambda: frames.count((0, b"OK")) == 2, "OK to PUB and SUB")
         sock.sendall(b"RDY 1\n")
         expect(lambda: inbound.messages_seen == 1, "message")
-        message = next(data for frame_type, data in inbound.outcome.frames if frame_type == 2)
-        if message[26:] != body:
-            raise AssertionError(f"received {message[26:]!r}, published {body!r}")
-        sock.sendall(_command(b"FIN", inbound.last_message_id) + _command(b"PUB", topic.encode(), body=b"after"))
-        expect(lambda: oks() == 3, "OK to the PUB after FIN")
+        message_id = inbound.last_message_id
+        if frames[-1][1][26:] != body:
+            raise AssertionError(f"received {frames[-1]!r}, published {body!r}")
+        sock.sendall(_command(b"FIN", message_id) + _command(b"TOUCH", message_id))
+        not_in_flight = (1, b"E_TOUCH_FAILED TOUCH " + message_id + b" failed ID not in flight")
+        expect(lambda: len(frames) > 3, "an answer to TOUCH after FIN")
+        if frames[3:] != [not_in_flight]:
+            raise AssertionError(f"after FIN and TOUCH: {frames[3:]}, expected {not_in_flight}")
 
 
 @dataclass
@@ -1179,25 +1238,29 @@ class Health:
     ping_seconds: float
     peak_rss_bytes: int
     threads: int
-    leftover_connection_threads: list[str]
+    leftover_threads: list[str]
     traceback_lines: list[str]
 
 
-def check_health(broker, rss_limit_bytes: int, topic: str = "fz-health") -> Health:
-    """The broker after the sessions; raises AssertionError with what is wrong."""
+def check_health(broker, rss_limit_bytes: int, baseline_threads: list[str]) -> Health:
+    """The broker after the sessions (`baseline_threads`: `thread_names` before them); raises AssertionError
+    with what is wrong."""
     pid = broker.process.pid
     http_address = (broker.host, broker.http_port)
     if broker.process.poll() is not None:
         raise AssertionError(f"the broker exited with {broker.process.returncode}:\n{''.join(broker.log[-50:])}")
     ping = ping_seconds(http_address)
-    publish_and_consume(broker.tcp_address, topic, b"still healthy")
-    left = wait_for_connection_threads_to_end(http_address)
+    try:
+        publish_and_consume(broker.tcp_address, f"fz-health-{time.time_ns()}", b"still healthy")
+    except OSError as error:
+        raise AssertionError(f"a fresh client could not publish and consume: {error}") from None
+    left = wait_for_baseline_threads(http_address, baseline_threads)
     health = Health(ping, peak_rss_bytes(pid), int(process_status(pid)["Threads"]), left, tracebacks(broker.log))
     problems = []
     if health.traceback_lines:
         problems.append("tracebacks in the broker's stderr:\n" + _log_around_tracebacks(broker.log))
     if left:
-        problems.append(f"connection threads still running 5 s after the last session: {left[:20]}")
+        problems.append(f"threads beyond the baseline 5 s after the last session: {left[:20]}")
     if health.peak_rss_bytes > rss_limit_bytes:
         problems.append(f"peak RSS {health.peak_rss_bytes >> 20} MiB > {rss_limit_bytes >> 20} MiB")
     if problems:
