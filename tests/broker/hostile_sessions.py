@@ -207,6 +207,9 @@ class Session:
     # it: no desynchronising mutation, overlong line, broken compressed stream, pause past a read deadline, and
     # no topic that HTTP sessions delete (C-25 lists nsqd's reasons to close silently).
     expect_open: bool = False
+    # When expect_open: the responses, in order, to a session the broker serves to the end without a fatal error
+    # (OK, CLOSE_WAIT, and "{" for IDENTIFY's JSON; heartbeats aside). Nothing a client sent goes unanswered.
+    expected_responses: list[bytes] = field(default_factory=list)
 
     def describe(self) -> str:
         lines = [f"session {self.index} of seed {self.seed}: {self.protocol}, ending {self.ending}"]
@@ -290,6 +293,7 @@ class _TCPSessionBuilder:
         self.channel = rng.choice(CHANNELS)
         self.pending: list[tuple[bytes, str]] = []  # commands for the next write
         self.silent_close_possible = self.topic in HTTP_TOPICS
+        self.expected: list[bytes] = []
 
     def build(self) -> Session:
         rng, session = self.rng, self.session
@@ -310,6 +314,7 @@ class _TCPSessionBuilder:
                 self.silent_close_possible = True
         self._flush_pending()
         session.expect_open = not (self.silent_close_possible or session.wrong_magic)
+        session.expected_responses = self.expected
         session.ending = _weighted(rng, {"half-close": 0.65, "close": 0.15, "reset": 0.2})
         return session
 
@@ -421,6 +426,7 @@ class _TCPSessionBuilder:
         data = _command(b"IDENTIFY", body=body)
         if ask is None:
             self._mutated(data, note, body_at=len(b"IDENTIFY\n"))
+            self.expected.append(b"{" if negotiation and body == json.dumps(fields).encode() else b"OK")  # ID-09
             if self.state == "subscribed":
                 self.state = "gone"  # P-ID-01
             return
@@ -436,6 +442,7 @@ class _TCPSessionBuilder:
             self.pending.append((data, note))
             self._await(AwaitUpgrade())
             self.compressed = self.state == "init"
+            self.expected += [b"{", b"OK"]  # ID-30: the OK comes through the new layer
 
     def _sub(self) -> None:
         rng = self.rng
@@ -445,12 +452,14 @@ class _TCPSessionBuilder:
         if _chance(rng, 0.1):
             params.append(b"extra")  # C-17
         self._mutated(_command(b"SUB", *params), "SUB")
+        self.expected.append(b"OK")
         self.state = "subscribed" if self.state == "init" else "gone"
 
     def _pub(self) -> None:
         params = [self._topic_name()][:_weighted(self.rng, {1: 30, 0: 1})]
         line = b" ".join((b"PUB", *params)) + b"\n"
         self._mutated(_command(b"PUB", *params, body=self._body()), "PUB", body_at=len(line))
+        self.expected.append(b"OK")
 
     def _dpub(self) -> None:
         rng = self.rng
@@ -458,6 +467,7 @@ class _TCPSessionBuilder:
         params = [self._topic_name(), delay]
         line = b" ".join((b"DPUB", *params)) + b"\n"
         self._mutated(_command(b"DPUB", *params, body=self._body()), "DPUB", body_at=len(line))
+        self.expected.append(b"OK")
 
     def _mpub(self) -> None:
         rng = self.rng
@@ -473,6 +483,7 @@ class _TCPSessionBuilder:
             self.silent_close_possible = True
         line = b"MPUB " + self._topic_name() + b"\n"
         self._mutated(line + _size(len(body)) + body, "MPUB", body_at=len(line))
+        self.expected.append(b"OK")
 
     def _rdy(self) -> None:
         rng = self.rng
@@ -519,6 +530,7 @@ class _TCPSessionBuilder:
         """Publish to our own topic, make room, wait for a message, settle it by its real ID."""
         rng = self.rng
         self.pending.append((_command(b"PUB", self.topic, body=self._body()[:64] or b"x"), "PUB (to consume)"))
+        self.expected.append(b"OK")
         if self.state == "subscribed" and not _chance(rng, 0.3):
             self.pending.append((b"RDY 1\n", "RDY 1"))
         self._await(AwaitMessage())
@@ -526,6 +538,7 @@ class _TCPSessionBuilder:
 
     def _cls(self) -> None:
         self._mutated(b"CLS\n", "CLS")
+        self.expected.append(b"CLOSE_WAIT")
         self.state = "closing" if self.state == "subscribed" else "gone"
 
     def _nop(self) -> None:
@@ -549,6 +562,7 @@ class _TCPSessionBuilder:
         verb = rng.choice((b"NOP", b"PUB", b"FIN"))
         if verb == b"PUB":
             data = _command(b"PUB", self.topic, body=b"burst") * count
+            self.expected += [b"OK"] * count
         elif verb == b"FIN":
             data = b"".join(_command(b"FIN", rng.choice(MADE_UP_IDS)) for _ in range(count))
             self.state = "gone" if self.state == "init" else self.state
@@ -981,6 +995,12 @@ def _play_tcp(session: Session, address, outcome: Outcome, deadline: float, seen
         connection.end(session.ending)
     finally:
         connection.sock.close()
+    if session.expect_open and outcome.closed_by_broker and session.ending == "half-close" and not inbound.fatal:
+        responses = [b"{" if data.startswith(b"{") else data for frame_type, data in outcome.frames
+                     if frame_type == 0 and data != b"_heartbeat_"]
+        if responses != session.expected_responses:
+            outcome.problems.append(f"responses {responses} to a session that expected {session.expected_responses} "
+                                    "(C-13, C-22: every command answered, in order)")
     if session.wrong_magic and (outcome.frames[:1] != [(1, b"E_BAD_PROTOCOL")] or len(outcome.frames) > 1):
         outcome.problems.append(f"a wrong magic answered with {outcome.frames} instead of E_BAD_PROTOCOL (C-02)")
     if inbound.buffer and outcome.closed_by_broker and not outcome.problems:
