@@ -2,22 +2,24 @@
 bookkeeping (nsqd/channel.go).
 
 Consumers share a channel's stream (D-35). nsqd's consumers each pull from a Go channel; here the channel
-pushes: whenever a message arrives or a consumer gains room, `_dispatch` hands queued messages round-robin,
-one at a time, to consumers with RDY room (D-01), marking each in flight before it leaves (D-16). It takes
-from memory and disk in turn, as nsqd's consumers select on both. Nothing here writes to a socket: callers
-request flushes once the lock is released, so a consumer that stopped reading stalls nobody.
+pushes: whenever a message arrives or a consumer gains room, `_dispatch` takes as many queued messages as the
+consumers have RDY room for, deals them round-robin, one at a time, to consumers with room (D-01), and marks
+each in flight before it leaves (D-16). It takes from memory and disk in turn, as nsqd's consumers select on
+both. Nothing here writes to a socket: callers request flushes once the lock is released, so a consumer that
+stopped reading stalls nobody.
 """
 from __future__ import annotations
 
 import collections
 import logging
+import operator
 import random
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from .diskqueue import DiskQueueError
-from .message import Message, decode_message
+from .message import DEFERRED, Message, decode_many, encode_many
 from .pqueue import MessagePQueue
 from .wire import is_ephemeral
 
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from .client_v2 import ClientV2
 
 log = logging.getLogger("nsqd")
+
+_deferral = operator.itemgetter(DEFERRED)
 
 
 class ChannelError(Exception):
@@ -44,7 +48,7 @@ class Channel:
         self._options = nsqd.options
         self._on_last_client_left = on_last_client_left
         self.lock = threading.Lock()
-        self.memory: collections.deque[Message] = collections.deque()
+        self.memory: collections.deque[tuple] = collections.deque()  # queued messages (message.py)
         # D-50/D-53: an ephemeral channel has no disk queue; what memory cannot hold is dropped.
         self.backend = None if self.ephemeral else nsqd.new_backend(f"{topic_name}:{name}")
         self._next_from_backend = False
@@ -61,20 +65,19 @@ class Channel:
 
     # -- queue ------------------------------------------------------------------------------------------
 
-    def put_messages(self, messages: list[Message]) -> None:
+    def put_messages(self, messages: list[tuple]) -> None:
         """From the topic: count them (H-STATS-11), defer those that ask for it (D-30), queue the rest."""
         with self.lock:
             if self.exiting:
                 return
             self.message_count += len(messages)
-            now = time.monotonic_ns()
-            queued = []
-            for message in messages:
-                if message.deferred:
-                    message.pri = now + message.deferred
-                    self.deferred.push(message)
-                else:
-                    queued.append(message)
+            queued = messages
+            if any(map(_deferral, messages)):
+                now = time.monotonic_ns()
+                for timestamp, attempts, message_id, body, deferred in messages:
+                    if deferred:
+                        self.deferred.push([Message(timestamp, attempts, message_id, body, pri=now + deferred)])
+                queued = [m for m in messages if not m[DEFERRED]]
             if self._spills(len(queued)) and any(c.ready_room() > 0 for c in self.clients.values()):
                 # nsqd's topic pump hands over one message at a time and a ready consumer takes each from
                 # the disk queue before the next is written; which files end up `*.bad` depends on it (D-76).
@@ -90,7 +93,7 @@ class Channel:
     def _spills(self, count: int) -> bool:
         return self.backend is not None and len(self.memory) + count > self._options.mem_queue_size
 
-    def _enqueue(self, messages: list[Message]) -> None:
+    def _enqueue(self, messages: list[tuple]) -> None:
         """Memory while it has room, then disk (D-70); an ephemeral channel drops the rest (D-53)."""
         room = self._options.mem_queue_size - len(self.memory)
         if self.ephemeral and self._options.mem_queue_size == 0:
@@ -101,7 +104,7 @@ class Channel:
         if not overflow or self.backend is None:
             return
         try:
-            self.backend.put_many([m.encode() for m in overflow])
+            self.backend.put_many(encode_many(overflow))
             self._nsqd.set_health(None)
         except DiskQueueError as error:
             self._nsqd.set_health(error)
@@ -115,20 +118,23 @@ class Channel:
     def backend_depth(self) -> int:
         return self.backend.depth if self.backend is not None else 0
 
-    def _next_queued(self) -> Message | None:
-        """Memory and disk in turn while both hold messages, so neither waits behind the other (D-73)."""
-        backend = self.backend
-        if backend is not None and backend.depth and (self._next_from_backend or not self.memory):
-            self._next_from_backend = False
-            data = backend.get()
-            if data is not None:
-                try:
-                    return decode_message(data)
-                except ValueError as error:
-                    log.error("failed to decode message - %s", error)
-                    return self._next_queued()
-        self._next_from_backend = True
-        return self.memory.popleft() if self.memory else None
+    def _take_queued(self, count: int) -> list[tuple]:
+        """Up to `count` queued messages: memory and disk in turn while both hold messages, so neither waits
+        behind the other (D-73); from one of them alone, as many as it has."""
+        memory, backend, taken = self.memory, self.backend, []
+        while len(taken) < count:
+            on_disk = backend.depth if backend is not None else 0
+            if on_disk and (self._next_from_backend or not memory):
+                self._next_from_backend = False
+                records = backend.get_many(1 if memory else count - len(taken))
+                if records:
+                    taken += decode_many(records)
+                    continue
+            self._next_from_backend = True
+            if not memory:
+                break
+            taken += [memory.popleft() for _ in range(1 if on_disk else min(count - len(taken), len(memory)))]
+        return taken
 
     # -- consumers --------------------------------------------------------------------------------------
 
@@ -169,28 +175,29 @@ class Channel:
         start = self._rotation % len(ready)
         self._rotation += 1
         ready = ready[start:] + ready[:start]
-        batches: dict[ClientV2, list[Message]] = {c: [] for c in ready}
-        room = {c: c.ready_room() for c in ready}
-        in_flight = self.in_flight
+        rooms = [c.ready_room() for c in ready]
+        shares: list[list[tuple]] = [[] for _ in ready]
+        while any(rooms) and (queued := self._take_queued(sum(rooms))):
+            for index, dealt in enumerate(_deal(queued, rooms)):
+                sample_rate = ready[index].pump_sample_rate
+                if sample_rate:  # D-45: a sampled-out message leaves the channel for good
+                    kept = [m for m in dealt if random.randrange(100) <= sample_rate]
+                    rooms[index] += len(dealt) - len(kept)
+                    dealt = kept
+                shares[index] += dealt
         now = time.monotonic_ns()
-        while ready and self.depth:
-            for client in ready:
-                message = self._next_queued()
-                if message is None:
-                    break
-                # D-45: a sampled-out message leaves the channel for good.
-                if client.pump_sample_rate and random.randrange(100) > client.pump_sample_rate:
-                    continue
-                message.attempts += 1  # C-12
-                self.global_msg_count += 1
-                message.client_id = client.id
-                message.delivery_ts = now
-                message.pri = now + client.pump_msg_timeout
-                in_flight.push(message)
-                batches[client].append(message)
-                room[client] -= 1
-            ready = [c for c in ready if room[c] > 0]
-        return [client for client, batch in batches.items() if batch and client.buffer_messages(batch)]
+        flushes = []
+        for client, share in zip(ready, shares, strict=True):
+            if not share:
+                continue
+            pri = now + client.pump_msg_timeout
+            messages = [Message(timestamp, attempts + 1, message_id, body, client.id, now, pri)  # C-12
+                        for timestamp, attempts, message_id, body, _ in share]
+            self.in_flight.push(messages)
+            self.global_msg_count += len(messages)
+            if client.buffer_messages(messages):
+                flushes.append(client)
+        return flushes
 
     # -- FIN / REQ / TOUCH (P-FIN, P-REQ, P-TOUCH) ----------------------------------------------------
 
@@ -212,9 +219,9 @@ class Channel:
                     self._pop_in_flight(client, message_id)
                 except ChannelError as error:
                     failures.append((message_id, str(error)))
-                    continue
-                client.in_flight_count -= 1
-                client.finish_count += 1
+            finished = len(message_ids) - len(failures)
+            client.in_flight_count -= finished
+            client.finish_count += finished
             flushes = self._dispatch()
         _request_flushes(flushes)
         return failures
@@ -230,9 +237,9 @@ class Channel:
                 raise ChannelError("exiting")
             if delay:
                 message.pri = time.monotonic_ns() + delay
-                self.deferred.push(message)
+                self.deferred.push([message])
             else:
-                self._enqueue([message])
+                self._enqueue([message.queued()])
             flushes = self._dispatch()
         _request_flushes(flushes)
 
@@ -247,7 +254,7 @@ class Channel:
             deadline = time.monotonic_ns() + msg_timeout
             cap = message.delivery_ts + self._options.max_msg_timeout
             message.pri = min(deadline, cap)
-            self.in_flight.push(message)
+            self.in_flight.push([message])
 
     # -- the queue-scan loop's work (D-11, D-14, D-21, D-22) -------------------------------------------
 
@@ -261,8 +268,8 @@ class Channel:
                 client = self.clients.get(message.client_id)
                 if client is not None:
                     client.in_flight_count -= 1
-            self._enqueue(timed_out)  # D-22: back to the tail, like REQ 0
-            self._enqueue(self.deferred.pop_due(now))
+            self._enqueue([m.queued() for m in timed_out])  # D-22: back to the tail, like REQ 0
+            self._enqueue([m.queued() for m in self.deferred.pop_due(now)])
             flushes = self._dispatch()
         _request_flushes(flushes)
 
@@ -305,17 +312,36 @@ class Channel:
         them all at once, in-flight ones with their attempts (D-70, P-RST-02, P-RST-03)."""
         with self.lock:
             self.exiting = True
-            held = list(self.memory) + self.in_flight.clear() + self.deferred.clear()
+            held = list(self.memory) + [m.queued() for m in self.in_flight.clear() + self.deferred.clear()]
             self.memory.clear()
         if self.backend is None:
             return
         if held:
             log.info("CHANNEL(%s): flushing %d messages to backend", self.name, len(held))
             try:
-                self.backend.put_many([m.encode() for m in held])
+                self.backend.put_many(encode_many(held))
             except DiskQueueError as error:
                 log.error("failed to write message to backend - %s", error)
         self.backend.close()
+
+
+def _deal(messages: list[tuple], rooms: list[int]) -> list[list[tuple]]:
+    """Round-robin, one message at a time, to each consumer with room left, taking from `rooms` (D-01): while
+    all k of them have room, the i-th gets messages[i::k]."""
+    shares: list[list[tuple]] = [[] for _ in rooms]
+    active = [index for index, room in enumerate(rooms) if room > 0]
+    start = 0
+    while active and start < len(messages):
+        width = len(active)
+        rounds = max(min(min(rooms[i] for i in active), (len(messages) - start) // width), 1)
+        end = min(start + rounds * width, len(messages))
+        for offset, index in enumerate(active):
+            dealt = messages[start + offset:end:width]
+            shares[index] += dealt
+            rooms[index] -= len(dealt)
+        start = end
+        active = [index for index in active if rooms[index] > 0]
+    return shares
 
 
 def _request_flushes(clients) -> None:

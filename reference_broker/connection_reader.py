@@ -92,3 +92,11 @@ class ConnectionReader:
         nsqd's UpgradeSnappy/UpgradeDeflate put a new bufio.Reader on the raw connection, so whatever the
         old one had already read past IDENTIFY's body is dropped, not decoded (ID-30)."""
         self._buffer, self._pos, self._decoder = bytearray(), 0, decoder
+
+    def parse_buffered(self, parse):
+        """What `parse(buffer, start)` takes from the bytes already buffered, never reading the socket: it
+        returns (result, end) and the bytes before `end` are consumed. Commands that arrive many to a read
+        (MPUB members, pipelined FINs) are parsed in one pass instead of one read each. `parse` keeps no view
+        of the buffer."""
+        result, self._pos = parse(self._buffer, self._pos)
+        return result

@@ -65,14 +65,20 @@ class DiskQueue:
         self.put_many([data])
 
     def put_many(self, records: list[bytes]) -> None:
-        """Append records in order; all of them reach the kernel before this returns."""
+        """Append records in order; all of them reach the kernel before this returns. A record of a refused
+        size fails the call after the ones before it are written, as go-diskqueue's put of each would."""
         with self._lock:
             if self._exiting:
                 raise DiskQueueError("exiting")
             pending: list[bytes] = []
             try:
                 for data in records:
-                    self._append(data, pending)
+                    size = len(data)
+                    if not self._min_msg_size <= size <= self._max_msg_size:
+                        self._write_out(pending)
+                        raise DiskQueueError(f"invalid message write size ({size}) minMsgSize={self._min_msg_size} "
+                                             f"maxMsgSize={self._max_msg_size}")
+                    self._append(data, size, pending)
                 self._write_out(pending)
             except OSError as error:
                 self._close_write_file()
@@ -81,11 +87,7 @@ class DiskQueue:
             if self._ops_since_sync >= self._sync_every:
                 self._sync_logged()
 
-    def _append(self, data: bytes, pending: list[bytes]) -> None:
-        size = len(data)
-        if not self._min_msg_size <= size <= self._max_msg_size:
-            raise DiskQueueError(f"invalid message write size ({size}) minMsgSize={self._min_msg_size} "
-                                 f"maxMsgSize={self._max_msg_size}")
+    def _append(self, data: bytes, size: int, pending: list[bytes]) -> None:
         total = 4 + size
         if self._write_pos > 0 and self._write_pos + total > self._max_bytes_per_file:  # D-76
             self._write_out(pending)
@@ -96,8 +98,7 @@ class DiskQueue:
             self._write_pos = 0
             self._sync_logged()  # go-diskqueue syncs whenever it starts a new file
             self._close_write_file()
-        pending.append(_SIZE.pack(size))
-        pending.append(data)
+        pending += (_SIZE.pack(size), data)
         self._write_pos += total
         self._depth += 1
         if self._ahead is None:  # the reader was waiting for this record: it takes it now
@@ -124,17 +125,23 @@ class DiskQueue:
 
     def get(self) -> bytes | None:
         """The oldest record, consumed; None when the queue is empty."""
+        records = self.get_many(1)
+        return records[0] if records else None
+
+    def get_many(self, limit: int) -> list[bytes]:
+        """Up to `limit` of the oldest records, consumed, each exactly as `get` would take it."""
+        records: list[bytes] = []
         with self._lock:
             self._read_ahead()
-            data, self._ahead = self._ahead, None
-            if data is None:
-                return None
-            self._move_forward()
-            self._ops_since_sync += 1
-            if self._ops_since_sync >= self._sync_every or self._needs_sync:
-                self._sync_logged()
-            self._read_ahead()
-            return data
+            while self._ahead is not None and len(records) < limit:
+                records.append(self._ahead)
+                self._ahead = None
+                self._move_forward()
+                self._ops_since_sync += 1
+                if self._ops_since_sync >= self._sync_every or self._needs_sync:
+                    self._sync_logged()
+                self._read_ahead()
+        return records
 
     def _read_ahead(self) -> None:
         """go-diskqueue's ioLoop holds the next record as soon as one exists. When that record was the last

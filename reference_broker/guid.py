@@ -1,7 +1,8 @@
 """nsqd-style message IDs (nsqd/guid.go, C-10): 64 bits rendered as 16 lowercase hex characters.
 
 ((UnixNano >> 20) - twepoch) << 22 | node_id << 12 | sequence. The time unit is a pseudo-millisecond of 2^20 ns;
-each topic has its own factory, so IDs strictly increase within a topic (C-11).
+each topic has its own factory, so IDs strictly increase within a topic (C-11). The sequence is the last 3 hex
+characters, so the IDs of one pseudo-ms share their first 13: a batch is that prefix joined to each suffix.
 """
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import time
 
 _NODE_ID_BITS = 10
 _SEQUENCE_BITS = 12
-_TIMESTAMP_SHIFT = _SEQUENCE_BITS + _NODE_ID_BITS
 _SEQUENCE_LIMIT = 1 << _SEQUENCE_BITS
 _TWEPOCH = 1288834974288
+_SEQUENCE_HEX = [b"%03x" % sequence for sequence in range(_SEQUENCE_LIMIT)]
 
 
 class GUIDFactory:
     def __init__(self, node_id: int):
-        self._node_bits = node_id << _SEQUENCE_BITS
+        self._node_id = node_id
         self._last_timestamp = 0
         self._sequence = 0
         self._lock = threading.Lock()
@@ -34,8 +35,8 @@ class GUIDFactory:
                     time.sleep(0.001)  # nsqd's GenerateID retries after ~1 ms (ErrSequenceExpired)
                     continue
                 # A clock step backwards keeps using the last timestamp: IDs must never go backwards.
-                base = ((self._last_timestamp - _TWEPOCH) << _TIMESTAMP_SHIFT) | self._node_bits
+                prefix = b"%013x" % (((self._last_timestamp - _TWEPOCH) << _NODE_ID_BITS) | self._node_id)
                 take = min(count - len(ids), _SEQUENCE_LIMIT - self._sequence)
-                ids.extend(b"%016x" % (base | seq) for seq in range(self._sequence, self._sequence + take))
+                ids.extend(prefix + suffix for suffix in _SEQUENCE_HEX[self._sequence:self._sequence + take])
                 self._sequence += take
         return ids

@@ -5,6 +5,7 @@ read, action, counters. The first failing check wins, so the order is part of th
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -295,25 +296,13 @@ class ProtocolV2:
             raise FatalClientError("E_INVALID", "FIN insufficient number of params")  # P-FIN-02
         message_ids = [self._message_id(params[0])]
         # Consecutive FINs already buffered are settled under one channel lock: one dispatch, one write.
-        message_ids += self._buffered_fins()
+        message_ids += self.client.reader.parse_buffered(wire.buffered_fins)
         for message_id, reason in self.client.channel.finish(self.client, message_ids):
             # P-FIN-04/05: non-fatal; later FINs of the batch were settled, so report each failure in order.
             self.client.send_frame(wire.FRAME_TYPE_ERROR,
                                    f"E_FIN_FAILED FIN {_text(message_id)} failed {reason}".encode(
                                        "utf-8", "surrogateescape"))
         return None
-
-    def _buffered_fins(self) -> list[bytes]:
-        reader, message_ids = self.client.reader, []
-        while True:
-            line = reader.peek_line()
-            if line is None:
-                return message_ids
-            name, params = wire.parse_command_line(line)
-            if name != b"FIN" or not params or len(params[0]) != wire.MESSAGE_ID_LENGTH:
-                return message_ids
-            reader.readline()
-            message_ids.append(params[0])
 
     def req(self, params: list[bytes]) -> bytes | None:
         self._require_in_flight_state("REQ")  # P-REQ-01
@@ -398,8 +387,9 @@ class ProtocolV2:
         count = self._read_size("E_BAD_BODY", "MPUB failed to read message count")
         if count <= 0 or count > (options.max_body_size - 4) // 5:
             raise FatalClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
-        bodies = []
-        for index in range(count):  # P-MPUB-03: every member is read and checked before any is queued
+        bodies: list[bytes] = []
+        while len(bodies) < count:  # P-MPUB-03: every member is read and checked before any is queued
+            index = len(bodies)
             member_size = self._read_size("E_BAD_MESSAGE", f"MPUB failed to read message({index}) body size")
             if member_size <= 0:
                 raise FatalClientError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {member_size}")
@@ -407,6 +397,10 @@ class ProtocolV2:
                 raise FatalClientError("E_BAD_MESSAGE",
                                        f"MPUB message too big {member_size} > {options.max_msg_size}")
             bodies.append(self._read_body(member_size, "E_BAD_MESSAGE", "MPUB failed to read message body"))
+            # The members already buffered behind it, in one pass. It stops before one that is not wholly
+            # buffered or whose size is refused: the next turn reads that one and checks it as above.
+            bodies += self.client.reader.parse_buffered(
+                functools.partial(wire.buffered_members, count - len(bodies), options.max_msg_size))
         self._publish("MPUB", "E_MPUB_FAILED", topic_name, bodies, topic=topic)
         return wire.OK
 

@@ -9,19 +9,22 @@ in use the publish order is not kept (D-73).
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
+import operator
 import threading
 import time
 
 from .channel import Channel
 from .diskqueue import DiskQueueError
 from .guid import GUIDFactory
-from .message import Message, decode_message
+from .message import BODY, DEFERRED, decode_many, encode_many
 from .wire import is_ephemeral
 
 log = logging.getLogger("nsqd")
 
 _PUMP_BATCH = 256  # messages the pump moves per turn, from memory and from disk each
+_body = operator.itemgetter(BODY)
 
 
 class PutError(Exception):
@@ -38,7 +41,7 @@ class Topic:
         self.lock = threading.RLock()
         self._changed = threading.Condition(self.lock)
         self.channels: dict[str, Channel] = {}
-        self.memory: collections.deque[Message] = collections.deque()
+        self.memory: collections.deque[tuple] = collections.deque()  # queued messages (message.py)
         # D-50/D-53: an ephemeral topic has no disk queue; what memory cannot hold is dropped.
         self.backend = None if self.ephemeral else nsqd.new_backend(name)
         self.paused = False
@@ -56,35 +59,34 @@ class Topic:
 
     # -- publishing ---------------------------------------------------------------------------------------
 
-    def new_messages(self, bodies: list[bytes], deferred: int = 0) -> list[Message]:
-        timestamp = time.time_ns()
-        return [Message(message_id, body, timestamp, deferred)
-                for message_id, body in zip(self._guids.new_ids(len(bodies)), bodies, strict=False)]
+    def new_messages(self, bodies: list[bytes], deferred: int = 0) -> list[tuple]:
+        """Queued messages (message.py) with fresh IDs, one timestamp and one deferral for the batch."""
+        repeat = itertools.repeat
+        return list(zip(repeat(time.time_ns()), repeat(0), self._guids.new_ids(len(bodies)), bodies,
+                        repeat(deferred), strict=False))
 
-    def put_messages(self, messages: list[Message]) -> None:
+    def put_messages(self, messages: list[tuple]) -> None:
         with self.lock:
             if self.exiting:
                 raise PutError("exiting")
-            overflow = []
-            room = self._memory_room()
-            for message in messages:
+            room = max(self._memory_room(), 0)
+            held, overflow = messages[:room], messages[room:]
+            if overflow and self._options.mem_queue_size == 0 and self._flowing():
                 # nsqd's --mem-queue-size=0 sends plain messages straight to disk, but a deferred one keeps
                 # its deferral by going through memory when the pump can take it now (D-32, D-74).
-                if room > 0 or (self._options.mem_queue_size == 0 and message.deferred and self._flowing()):
-                    self.memory.append(message)
-                    room -= 1
-                elif self.backend is not None:
-                    overflow.append(message.encode())  # D-32: its deferral is lost on disk
-            if overflow:
+                held += [m for m in overflow if m[DEFERRED]]
+                overflow = [m for m in overflow if not m[DEFERRED]]
+            self.memory.extend(held)
+            if overflow and self.backend is not None:
                 try:
-                    self.backend.put_many(overflow)
+                    self.backend.put_many(encode_many(overflow))  # D-32: a deferral is lost on disk
                     self._nsqd.set_health(None)
                 except DiskQueueError as error:
                     self._nsqd.set_health(error)
                     log.error("TOPIC(%s) ERROR: failed to write message to backend - %s", self.name, error)
                     raise PutError(str(error)) from None
             self.message_count += len(messages)  # D-53: counted even when an ephemeral topic drops them
-            self.message_bytes += sum(len(m.body) for m in messages)
+            self.message_bytes += sum(map(len, map(_body, messages)))
             self._changed.notify()
 
     def _memory_room(self) -> int:
@@ -113,28 +115,14 @@ class Topic:
                     self._changed.wait()
                 if self.exiting:
                     return
-                batch = [self.memory.popleft() for _ in range(min(_PUMP_BATCH, len(self.memory)))]
+                memory = self.memory
+                batch = [memory.popleft() for _ in range(min(_PUMP_BATCH, len(memory)))]
                 channels = list(self.channels.values())
-            batch += self._read_backend(_PUMP_BATCH)
-            self._fan_out(channels, batch)
-
-    def _read_backend(self, limit: int) -> list[Message]:
-        messages = []
-        while self.backend is not None and len(messages) < limit:
-            data = self.backend.get()
-            if data is None:
-                break
-            try:
-                messages.append(decode_message(data))
-            except ValueError as error:
-                log.error("failed to decode message - %s", error)
-        return messages
-
-    @staticmethod
-    def _fan_out(channels: list[Channel], messages: list[Message]) -> None:
-        """D-35: every channel gets its own copy, same ID and timestamp (C-11)."""
-        for index, channel in enumerate(channels):
-            channel.put_messages(messages if index == 0 else [m.copy() for m in messages])
+            if self.backend is not None:
+                batch += decode_many(self.backend.get_many(_PUMP_BATCH))
+            for channel in channels:
+                # D-35: each channel queues every message; queued messages are immutable, so they share them.
+                channel.put_messages(batch)
 
     # -- channels ---------------------------------------------------------------------------------------
 
@@ -218,7 +206,7 @@ class Topic:
         if held:
             log.info("TOPIC(%s): flushing %d memory messages to backend", self.name, len(held))
             try:
-                self.backend.put_many([m.encode() for m in held])
+                self.backend.put_many(encode_many(held))
             except DiskQueueError as error:
                 log.error("ERROR: failed to write message to backend - %s", error)
         self.backend.close()

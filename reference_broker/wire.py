@@ -24,6 +24,11 @@ MESSAGE_HEADER_LENGTH = 8 + 2 + MESSAGE_ID_LENGTH  # C-09: timestamp, attempts, 
 _FRAME_HEADER = struct.Struct(">Ii")
 _MESSAGE_FRAME_HEADER = struct.Struct(">IiqH")
 _UINT32 = struct.Struct(">I")
+_INT32 = struct.Struct(">i")
+
+# FIN lines that parse_command_line splits into exactly FIN and one 16-byte ID (no CR before the LF).
+_FIN_RUN = re.compile(rb"(?:FIN [^ \r\n]{%d}\n)*" % MESSAGE_ID_LENGTH)
+_FIN_ID = re.compile(rb"FIN ([^\n]*)\n")
 
 # D-39: 1..64 characters including the optional "#ephemeral" suffix.
 _NAME = re.compile(rb"[.a-zA-Z0-9_-]+(#ephemeral)?")
@@ -66,6 +71,29 @@ def read_size(four_bytes: bytes) -> int:
     """C-18: a 4-byte BE length read as uint32 and cast to int32, so huge values come out negative."""
     (size,) = _UINT32.unpack(four_bytes)
     return size - (1 << 32) if size >= 1 << 31 else size
+
+
+def buffered_members(limit: int, max_size: int, buffer: bytearray, start: int) -> tuple[list[bytes], int]:
+    """Up to `limit` length-prefixed members ([4-byte BE size as int32][data]) wholly in `buffer` from `start`,
+    and where they end. Stops before a member that is not wholly there or whose size is outside 1..max_size,
+    for the caller to read and refuse with its own checks."""
+    data = bytes(buffer[start:])  # one copy; each member is then one slice of it
+    unpack, end, position, members = _INT32.unpack_from, len(data), 0, []
+    while len(members) < limit and position + 4 <= end:
+        (size,) = unpack(data, position)
+        if not 0 < size <= max_size or position + 4 + size > end:
+            break
+        position += 4
+        members.append(data[position:position + size])
+        position += size
+    return members, start + position
+
+
+def buffered_fins(buffer: bytearray, start: int) -> tuple[list[bytes], int]:
+    """The IDs of the plain `FIN <16-byte ID>` lines wholly in `buffer` from `start`, up to the first other
+    line, and where they end."""
+    run = _FIN_RUN.match(buffer, start)
+    return _FIN_ID.findall(run.group()), run.end()
 
 
 def parse_command_line(line: bytes) -> tuple[bytes, list[bytes]]:

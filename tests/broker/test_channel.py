@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from reference_broker.channel import Channel, ChannelError, ChannelFullError
 from reference_broker.client_v2 import STATE_SUBSCRIBED
-from reference_broker.message import Message
+from reference_broker.message import BODY, ID, TIMESTAMP, Message
 from reference_broker.nsqd import NSQD
 from reference_broker.options import MS, SECOND, Options
 
@@ -54,8 +54,9 @@ def _channel(ephemeral=False, **option_overrides) -> Channel:
     return Channel("t", "c#ephemeral" if ephemeral else "c", nsqd, on_last_client_left=lambda channel: None)
 
 
-def _messages(count: int, start: int = 0) -> list[Message]:
-    return [Message(b"%016x" % i, b"m%d" % i, 0) for i in range(start, start + count)]
+def _messages(count: int, start: int = 0) -> list[tuple]:
+    """Queued messages as a topic hands them over: (timestamp, attempts, id, body, deferred)."""
+    return [(0, 0, b"%016x" % i, b"m%d" % i, 0) for i in range(start, start + count)]
 
 
 def test_rdy_is_a_window_not_a_countdown():
@@ -151,7 +152,7 @@ def test_overflow_comes_back_from_disk_with_id_timestamp_and_body():
     channel.client_ready_changed()
     received = sorted(consumer.received, key=lambda m: m.id)
     assert [(m.id, m.timestamp, m.body, m.attempts) for m in received] == \
-        [(m.id, m.timestamp, m.body, 1) for m in published]
+        [(m[ID], m[TIMESTAMP], m[BODY], 1) for m in published]
     assert channel.depth == 0 and channel.backend_depth == 0
 
 
@@ -223,7 +224,7 @@ class ChannelMachine(RuleBasedStateMachine):
     def publish(self, count):
         messages = _messages(count, self.next_id)
         self.next_id += count
-        self.published.update(m.id for m in messages)
+        self.published.update(m[ID] for m in messages)
         self.channel.put_messages(messages)
 
     @rule(index=st.integers(0, 1), ready=st.integers(0, 4))
@@ -256,7 +257,7 @@ class ChannelMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_lost(self):
-        in_memory = {m.id for m in self.channel.memory}
+        in_memory = {m[ID] for m in self.channel.memory}
         elsewhere = {m.id for m in self.channel.in_flight.messages()} | {m.id for m in self.channel.deferred.messages()}
         assert not (in_memory & elsewhere) and not (self.finished & (in_memory | elsewhere))
         on_disk = self.published - self.finished - in_memory - elsewhere

@@ -20,15 +20,16 @@ class PQueueMachine(RuleBasedStateMachine):
         self.messages: dict[bytes, Message] = {}
 
     def _message(self, message_id: bytes) -> Message:
-        return self.messages.setdefault(message_id, Message(message_id, b"body", 0))
+        return self.messages.setdefault(message_id, Message(0, 0, message_id, b"body"))
 
-    @rule(message_id=IDS, deadline=DEADLINES)
-    def push(self, message_id, deadline):
-        """A new delivery, or TOUCH moving an existing one."""
-        message = self._message(message_id)
-        message.pri = deadline
-        self.queue.push(message)
-        self.model[message_id] = deadline
+    @rule(message_ids=st.lists(IDS, min_size=1, max_size=4, unique=True), deadline=DEADLINES)
+    def push(self, message_ids, deadline):
+        """A delivery's batch, or TOUCH moving an existing one (a batch of one)."""
+        messages = [self._message(message_id) for message_id in message_ids]
+        for message in messages:
+            message.pri = deadline
+        self.queue.push(messages)
+        self.model.update(dict.fromkeys(message_ids, deadline))
 
     @rule(message_id=IDS)
     def remove(self, message_id):
@@ -58,9 +59,8 @@ TestPQueue = PQueueMachine.TestCase
 def test_many_removals_keep_the_heap_bounded(pushes):
     queue = MessagePQueue()
     for message_id, deadline in pushes:
-        message = Message(message_id, b"", 0)
-        message.pri = deadline
-        queue.push(message)
+        message = Message(0, 0, message_id, b"", pri=deadline)
+        queue.push([message])
         queue.remove(message_id)
     assert len(queue) == 0
     assert len(queue._heap) <= 1024 + 1  # stale entries are compacted away
