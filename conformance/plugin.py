@@ -266,6 +266,17 @@ class Case:
         self.transcript.note(f"wait {self.seconds(seconds):.2f} s: {why}")
         time.sleep(self.seconds(seconds))
 
+    def until(self, condition, seconds: float, why: str) -> bool:
+        """Poll `condition` until it holds or `seconds` (scaled) pass: broker state changes asynchronously
+        (nsqd's topic pump fans out after the OK, deletions run in goroutines), so it is never read once."""
+        self.transcript.note(f"until {why} (at most {self.seconds(seconds):.2f} s)")
+        deadline = time.monotonic() + self.seconds(seconds)
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            time.sleep(0.02)
+        return condition()
+
     def require(self, capability: str) -> None:
         if capability == "http" and self.target.http is None:
             raise Unsupported("the target has no HTTP API configured (--http-target)")

@@ -1,22 +1,10 @@
 """Ephemeral topics and channels (nsqd-behavior.md 4.8). Observed through /stats: HTTP required."""
 
-import time
-
 import pytest
 
 from conformance.client import quote
 
 requirement = pytest.mark.requirement
-
-
-def wait_until(nsq, condition, seconds: float) -> bool:
-    """Poll /stats: the deletion is asynchronous (rec-0194 waited 300 ms)."""
-    deadline = time.monotonic() + nsq.seconds(seconds)
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 @requirement("NSQ-EPH-001")
@@ -32,7 +20,8 @@ def test_ephemeral_channel_goes_with_its_last_client(nsq):
     nsq.verify.that("the channel stays while a client remains",
                     nsq.http.channel_stats(topic, "e#ephemeral") is not None, "channel present", "gone")
     second.close()
-    gone = wait_until(nsq, lambda: nsq.http.channel_stats(topic, "e#ephemeral") is None, 2.0)
+    gone = nsq.until(lambda: nsq.http.channel_stats(topic, "e#ephemeral") is None, 2.0,
+                     "the channel is gone from /stats (deletion is asynchronous; rec-0194 waited 300 ms)")
     nsq.verify.that("ephemeral channel deleted after its last client left", gone, "gone within 2 s",
                     "still in /stats")
 
@@ -59,7 +48,7 @@ def test_ephemeral_topic_goes_with_its_last_channel(nsq):
     conn.subscribe(topic, "e#ephemeral")
     nsq.verify.that("ephemeral topic exists", nsq.http.stats(topic) is not None, "present", "missing")
     conn.close()
-    gone = wait_until(nsq, lambda: nsq.http.stats(topic) is None, 2.0)
+    gone = nsq.until(lambda: nsq.http.stats(topic) is None, 2.0, "the topic is gone from /stats")
     nsq.verify.that("ephemeral topic deleted with its last channel", gone, "gone within 2 s", "still there")
 
 

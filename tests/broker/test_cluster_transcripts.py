@@ -3,12 +3,13 @@
 broker, with the recordings' own cluster replayer: each transcript starts a fresh broker on a fresh data
 path, SIGTERMs or SIGKILLs it and starts it again on the same path and ports, as it did to nsqd.
 
-They run in one xdist group: the replayer uses a fixed block of ports, found free once per session.
+They run in one xdist group: the replayer uses a fixed block of ports, found free once per module.
 """
 from __future__ import annotations
 
 import json
 import pathlib
+import random
 import socket
 import stat
 import sys
@@ -28,8 +29,10 @@ def _transcripts(flagsets: set[str]) -> list[dict]:
 
 
 def _free_port_block(span: int) -> int:
-    """A base port such that base .. base + span are all free on 127.0.0.1 now."""
-    for base in range(31000, 60000, span):
+    """A base port such that base .. base + span are all free on 127.0.0.1 now; the search starts at a
+    random place, so two test runs on one machine do not pick the same block."""
+    start = random.randrange(20000, 60000 - span, span)
+    for base in list(range(start, 60000 - span, span)) + list(range(20000, start, span)):
         sockets = []
         try:
             for port in range(base, base + span):
