@@ -202,11 +202,7 @@ class Channel:
     # -- FIN / REQ / TOUCH (P-FIN, P-REQ, P-TOUCH) ----------------------------------------------------
 
     def _pop_in_flight(self, client: ClientV2, message_id: bytes) -> Message:
-        message = self.in_flight.get(message_id)
-        if message is None:
-            raise ChannelError("ID not in flight")
-        if message.client_id != client.id:
-            raise ChannelError("client does not own message")  # D-10, issue #729
+        message = _held_by(client, self.in_flight.get(message_id))
         self.in_flight.remove(message_id)
         return message
 
@@ -214,9 +210,9 @@ class Channel:
         """FIN a batch of IDs read from one socket read; returns (id, reason) for each that failed."""
         failures = []
         with self.lock:
-            for message_id in message_ids:
+            for message_id, holder in self.in_flight.remove_held(message_ids, client.id):
                 try:
-                    self._pop_in_flight(client, message_id)
+                    _held_by(client, holder)
                 except ChannelError as error:
                     failures.append((message_id, str(error)))
             finished = len(message_ids) - len(failures)
@@ -246,11 +242,7 @@ class Channel:
     def touch(self, client: ClientV2, message_id: bytes, msg_timeout: int) -> None:
         """D-13: now + msg_timeout, never past delivery + --max-msg-timeout."""
         with self.lock:
-            message = self.in_flight.get(message_id)
-            if message is None:
-                raise ChannelError("ID not in flight")
-            if message.client_id != client.id:
-                raise ChannelError("client does not own message")
+            message = _held_by(client, self.in_flight.get(message_id))
             deadline = time.monotonic_ns() + msg_timeout
             cap = message.delivery_ts + self._options.max_msg_timeout
             message.pri = min(deadline, cap)
@@ -323,6 +315,16 @@ class Channel:
             except DiskQueueError as error:
                 log.error("failed to write message to backend - %s", error)
         self.backend.close()
+
+
+def _held_by(client: ClientV2, message: Message | None) -> Message:
+    """The in-flight message, if it is `client`'s: else nothing is in flight under its ID, or another consumer
+    holds it (D-10, issue #729)."""
+    if message is None:
+        raise ChannelError("ID not in flight")
+    if message.client_id != client.id:
+        raise ChannelError("client does not own message")
+    return message
 
 
 def _deal(messages: list[tuple], rooms: list[int]) -> list[list[tuple]]:

@@ -15,7 +15,10 @@ file, as go-diskqueue does.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
+import operator
 import os
 import random
 import struct
@@ -24,6 +27,7 @@ import threading
 log = logging.getLogger("nsqd")
 
 _SIZE = struct.Struct(">i")
+_READ_CHUNK = 64 * 1024  # the read file is read a chunk at a time; runs of records are taken from the chunk
 _METADATA = "{depth}\n{read_file},{read_pos}\n{write_file},{write_pos}\n"
 
 
@@ -47,6 +51,8 @@ class DiskQueue:
         self._next_read_file_num = self._next_read_pos = 0  # past the record read ahead
         self._ahead: bytes | None = None
         self._read_file = None
+        self._read_buffer = b""  # what has been read of the read file, from `_read_buffer_pos` on not yet used
+        self._read_buffer_pos = 0
         self._write_file = None
         self._max_bytes_per_file_read = 0
         self._ops_since_sync = 0
@@ -67,59 +73,67 @@ class DiskQueue:
     def put_many(self, records: list[bytes]) -> None:
         """Append records in order; all of them reach the kernel before this returns. A record of a refused
         size fails the call after the ones before it are written, as go-diskqueue's put of each would."""
+        sizes = list(map(len, records))
+        accepted = len(records)
+        if records and not (self._min_msg_size <= min(sizes) and max(sizes) <= self._max_msg_size):
+            accepted = next(index for index, size in enumerate(sizes)
+                            if not self._min_msg_size <= size <= self._max_msg_size)
         with self._lock:
             if self._exiting:
                 raise DiskQueueError("exiting")
-            pending: list[bytes] = []
             try:
-                for data in records:
-                    size = len(data)
-                    if not self._min_msg_size <= size <= self._max_msg_size:
-                        self._write_out(pending)
-                        raise DiskQueueError(f"invalid message write size ({size}) minMsgSize={self._min_msg_size} "
-                                             f"maxMsgSize={self._max_msg_size}")
-                    self._append(data, size, pending)
-                self._write_out(pending)
+                start = 0
+                while start < accepted:
+                    start = self._write_run(records, sizes, start, accepted)
             except OSError as error:
                 self._close_write_file()
                 raise DiskQueueError(str(error)) from None
-            self._ops_since_sync += len(records)
+            self._ops_since_sync += accepted
             if self._ops_since_sync >= self._sync_every:
                 self._sync_logged()
+        if accepted < len(records):
+            raise DiskQueueError(f"invalid message write size ({sizes[accepted]}) minMsgSize={self._min_msg_size} "
+                                 f"maxMsgSize={self._max_msg_size}")
 
-    def _append(self, data: bytes, size: int, pending: list[bytes]) -> None:
-        total = 4 + size
-        if self._write_pos > 0 and self._write_pos + total > self._max_bytes_per_file:  # D-76
-            self._write_out(pending)
-            pending.clear()
-            if self._read_file_num == self._write_file_num:
-                self._max_bytes_per_file_read = self._write_pos
-            self._write_file_num += 1
-            self._write_pos = 0
-            self._sync_logged()  # go-diskqueue syncs whenever it starts a new file
-            self._close_write_file()
-        pending += (_SIZE.pack(size), data)
-        self._write_pos += total
-        self._depth += 1
-        if self._ahead is None:  # the reader was waiting for this record: it takes it now
-            self._write_out(pending)
-            pending.clear()
+    def _write_run(self, records: list[bytes], sizes: list[int], start: int, stop: int) -> int:
+        """Write records[start:stop] in one write, up to the first that needs something else first; returns
+        where it stopped. The first always goes: in the next file if it would take this one past
+        --max-bytes-per-file (D-76), and alone if the reader is waiting for it, which takes it at once."""
+        if self._write_pos > 0 and self._write_pos + 4 + sizes[start] > self._max_bytes_per_file:
+            self._roll()
+        reader_waiting = self._ahead is None
+        if reader_waiting:
+            stop = start + 1
+        else:
+            ends = list(itertools.accumulate(map(operator.add, sizes[start:stop], itertools.repeat(4))))
+            stop = start + max(bisect.bisect_right(ends, self._max_bytes_per_file - self._write_pos), 1)
+        self._write(b"".join(itertools.chain.from_iterable(
+            zip(map(_SIZE.pack, sizes[start:stop]), records[start:stop], strict=True))))
+        self._depth += stop - start
+        if reader_waiting:
             self._read_ahead()
+        return stop
 
-    def _write_out(self, pending: list[bytes]) -> None:
-        if not pending:
-            return
+    def _roll(self) -> None:
+        if self._read_file_num == self._write_file_num:
+            self._max_bytes_per_file_read = self._write_pos
+        self._write_file_num += 1
+        self._write_pos = 0
+        self._sync_logged()  # go-diskqueue syncs whenever it starts a new file
+        self._close_write_file()
+
+    def _write(self, data: bytes) -> None:
+        """At the write position, which moves past it once the kernel has it all."""
         if self._write_file is None:
             path = self._file_name(self._write_file_num)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
             self._write_file = os.fdopen(fd, "r+b", buffering=0)
             log.info("DISKQUEUE(%s): writeOne() opened %s", self.name, path)
-        data = b"".join(pending)
-        start = self._write_pos - len(data)  # _write_pos already counts what is pending
-        self._write_file.seek(start)
+        self._write_file.seek(self._write_pos)
         view = memoryview(data)
         while view:
             view = view[self._write_file.write(view):]
+        self._write_pos += len(data)
 
     # -- reading -----------------------------------------------------------------------------------------
 
@@ -134,14 +148,57 @@ class DiskQueue:
         with self._lock:
             self._read_ahead()
             while self._ahead is not None and len(records) < limit:
-                records.append(self._ahead)
-                self._ahead = None
-                self._move_forward()
-                self._ops_since_sync += 1
-                if self._ops_since_sync >= self._sync_every or self._needs_sync:
-                    self._sync_logged()
-                self._read_ahead()
+                records += self._take_run(limit - len(records) - 1)
+                records.append(self._take_held())
         return records
+
+    def _take_held(self) -> bytes:
+        data, self._ahead = self._ahead, None
+        self._move_forward()
+        self._ops_since_sync += 1
+        if self._ops_since_sync >= self._sync_every or self._needs_sync:
+            self._sync_logged()
+        self._read_ahead()
+        return data
+
+    def _take_run(self, limit: int) -> list[bytes]:
+        """Up to `limit` records taken as `_take_held` takes them, in one pass over the read buffer, while
+        taking one moves nothing but positions and counts: it is not the last of its file, no sync falls due,
+        and the next record is in the buffer, whole and of a valid size, to be held in its place. Whatever
+        else (a new file, a sync, a bad or torn record, the end of the buffer) is left to `_take_held`."""
+        taken: list[bytes] = []
+        if self._read_file is None or self._needs_sync:  # no file: the held record was the last of its own
+            return taken
+        limit = min(limit, self._sync_every - self._ops_since_sync - 1)
+        finished = self._read_file_num < self._write_file_num
+        # Where the next record to hold must start: before the end of a finished file, before the write
+        # position in the file being written.
+        readable_end = self._max_bytes_per_file_read if finished else self._write_pos
+        data, position, unpack = self._read_buffer, self._read_buffer_pos, _SIZE.unpack_from
+        minimum, maximum = self._min_msg_size, self._max_msg_size
+        held, read_pos, next_read_pos = self._ahead, self._read_pos, self._next_read_pos
+        for _ in range(limit):
+            if next_read_pos >= readable_end or position + 4 > len(data):
+                break
+            (size,) = unpack(data, position)
+            record_end = position + 4 + size
+            if not minimum <= size <= maximum or record_end > len(data):
+                break
+            taken.append(held)
+            held = data[position + 4:record_end]
+            position = record_end
+            read_pos, next_read_pos = next_read_pos, next_read_pos + 4 + size
+        if not taken:
+            return taken
+        self._ahead, self._read_pos, self._next_read_pos = held, read_pos, next_read_pos
+        self._read_buffer_pos = position
+        self._depth -= len(taken)
+        self._ops_since_sync += len(taken)
+        if finished and next_read_pos >= readable_end:  # the held record ends its file, as _read_one handles it
+            self._close_read_file()
+            self._next_read_file_num += 1
+            self._next_read_pos = 0
+        return taken
 
     def _read_ahead(self) -> None:
         """go-diskqueue's ioLoop holds the next record as soon as one exists. When that record was the last
@@ -159,14 +216,14 @@ class DiskQueue:
     def _read_one(self) -> bytes:
         if self._read_file is None:
             path = self._file_name(self._read_file_num)
-            self._read_file = open(path, "rb")  # noqa: SIM115 - kept open across calls, closed on roll
+            self._read_file = open(path, "rb", buffering=0)  # noqa: SIM115 - kept open across calls, closed on roll
             log.info("DISKQUEUE(%s): readOne() opened %s", self.name, path)
             self._read_file.seek(self._read_pos)
             # A finished file's own size says where it ends; the file being written has no end yet.
             self._max_bytes_per_file_read = self._max_bytes_per_file
             if self._read_file_num < self._write_file_num:
                 self._max_bytes_per_file_read = os.fstat(self._read_file.fileno()).st_size
-        header = self._read_file.read(4)
+        header = self._read_bytes(4)
         if len(header) < 4:
             self._close_read_file()
             raise _CorruptRecord("EOF" if not header else "unexpected EOF")
@@ -175,7 +232,7 @@ class DiskQueue:
             self._close_read_file()
             # No way to know where the next record starts: the rest of the file is lost.
             raise _CorruptRecord(f"invalid message read size ({size})")
-        data = self._read_file.read(size)
+        data = self._read_bytes(size)
         if len(data) < size:
             self._close_read_file()
             raise _CorruptRecord("unexpected EOF")
@@ -185,6 +242,16 @@ class DiskQueue:
             self._close_read_file()
             self._next_read_file_num += 1
             self._next_read_pos = 0
+        return data
+
+    def _read_bytes(self, size: int) -> bytes:
+        """The read file's next `size` bytes, fewer at its end, through the read buffer."""
+        end = self._read_buffer_pos + size
+        if end > len(self._read_buffer):
+            self._read_buffer = self._read_buffer[self._read_buffer_pos:] + self._read_file.read(max(size, _READ_CHUNK))
+            self._read_buffer_pos, end = 0, size
+        data = self._read_buffer[self._read_buffer_pos:end]
+        self._read_buffer_pos += len(data)
         return data
 
     def _move_forward(self) -> None:
@@ -350,6 +417,7 @@ class DiskQueue:
         if self._read_file is not None:
             self._read_file.close()
             self._read_file = None
+            self._read_buffer, self._read_buffer_pos = b"", 0
 
     def _close_write_file(self) -> None:
         if self._write_file is not None:

@@ -37,6 +37,6 @@ class GUIDFactory:
                 # A clock step backwards keeps using the last timestamp: IDs must never go backwards.
                 prefix = b"%013x" % (((self._last_timestamp - _TWEPOCH) << _NODE_ID_BITS) | self._node_id)
                 take = min(count - len(ids), _SEQUENCE_LIMIT - self._sequence)
-                ids.extend(prefix + suffix for suffix in _SEQUENCE_HEX[self._sequence:self._sequence + take])
+                ids += [prefix + suffix for suffix in _SEQUENCE_HEX[self._sequence:self._sequence + take]]
                 self._sequence += take
         return ids

@@ -45,6 +45,18 @@ class MessagePQueue:
     def remove(self, message_id: bytes) -> Message | None:
         return self._by_id.pop(message_id, None)
 
+    def remove_held(self, message_ids: list[bytes], client_id: int) -> list[tuple[bytes, Message | None]]:
+        """Remove each of `message_ids` that `client_id` holds; returns the others, in order, each with the
+        message another client holds, or None."""
+        by_id, refused = self._by_id, []
+        for message_id in message_ids:
+            message = by_id.get(message_id)
+            if message is not None and message.client_id == client_id:
+                del by_id[message_id]
+            else:
+                refused.append((message_id, message))
+        return refused
+
     def pop_due(self, now: int) -> list[Message]:
         """Every message whose deadline is <= now, earliest first (PeekAndShift in a loop)."""
         heap, by_id, due = self._heap, self._by_id, []

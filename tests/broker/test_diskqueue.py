@@ -180,3 +180,34 @@ def test_the_queue_is_a_fifo_across_rolls_and_reopens(tmp_path_factory, operatio
             queue = _queue(path, max_bytes_per_file=max_bytes_per_file)
         assert queue.depth == len(model)
     assert _drain(queue) == model
+
+
+def _files(path) -> dict[str, bytes]:
+    return {name: (path / name).read_bytes() for name in sorted(os.listdir(path))}
+
+
+@settings(max_examples=60, deadline=None)
+@given(operations=st.lists(st.one_of(
+    st.lists(st.binary(min_size=MIN, max_size=120), min_size=1, max_size=12).map(lambda r: ("put", r)),
+    st.integers(1, 15).map(lambda n: ("get", n)),
+    st.just(("reopen", 0))), max_size=30), max_bytes_per_file=st.sampled_from([64, 300, 1 << 20]),
+    sync_every=st.sampled_from([1, 4, 2500]))
+def test_get_many_leaves_what_one_get_at_a_time_leaves(tmp_path_factory, operations, max_bytes_per_file, sync_every):
+    # get_many takes runs of records from the read buffer: same records, files, positions and syncs as get.
+    one_path, many_path = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("many")
+    one = _queue(one_path, max_bytes_per_file=max_bytes_per_file, sync_every=sync_every)
+    many = _queue(many_path, max_bytes_per_file=max_bytes_per_file, sync_every=sync_every)
+    for kind, argument in operations:
+        if kind == "put":
+            one.put_many(argument)
+            many.put_many(argument)
+        elif kind == "get":
+            singly = [record for record in (one.get() for _ in range(argument)) if record is not None]
+            assert many.get_many(argument) == singly
+        else:
+            one.close()
+            many.close()
+            one = _queue(one_path, max_bytes_per_file=max_bytes_per_file, sync_every=sync_every)
+            many = _queue(many_path, max_bytes_per_file=max_bytes_per_file, sync_every=sync_every)
+        assert many.depth == one.depth
+        assert _files(many_path) == _files(one_path)

@@ -20,7 +20,8 @@ class PQueueMachine(RuleBasedStateMachine):
         self.messages: dict[bytes, Message] = {}
 
     def _message(self, message_id: bytes) -> Message:
-        return self.messages.setdefault(message_id, Message(0, 0, message_id, b"body"))
+        holder = int(message_id, 16) % 2  # two consumers hold them in turn
+        return self.messages.setdefault(message_id, Message(0, 0, message_id, b"body", client_id=holder))
 
     @rule(message_ids=st.lists(IDS, min_size=1, max_size=4, unique=True), deadline=DEADLINES)
     def push(self, message_ids, deadline):
@@ -36,6 +37,18 @@ class PQueueMachine(RuleBasedStateMachine):
         removed = self.queue.remove(message_id)
         expected = self.model.pop(message_id, None)
         assert (removed is None) == (expected is None)
+
+    @rule(message_ids=st.lists(IDS, max_size=4), client_id=st.sampled_from([0, 1]))
+    def remove_held(self, message_ids, client_id):
+        """FIN's batch: only what this consumer holds leaves; the rest comes back with its holder, if any."""
+        refused = self.queue.remove_held(message_ids, client_id)
+        expected_refused = []
+        for message_id in message_ids:
+            if message_id in self.model and self.messages[message_id].client_id == client_id:
+                del self.model[message_id]
+            else:
+                expected_refused.append((message_id, self.messages[message_id] if message_id in self.model else None))
+        assert refused == expected_refused
 
     @rule(now=DEADLINES)
     def pop_due(self, now):
