@@ -23,7 +23,11 @@ from .wire import is_ephemeral
 
 log = logging.getLogger("nsqd")
 
-_PUMP_BATCH = 256  # messages the pump moves per turn, from memory and from disk each
+# Messages the pump moves per turn, from memory and from disk each. Each turn ends in I/O that lets go of the
+# GIL (a disk write, a socket flush), and getting it back can take a switch interval (5 ms) while publishers
+# run: a small turn starves the pump, the topic's memory fills and every further message takes the detour
+# through the topic's disk queue.
+_PUMP_BATCH = 4096
 _body = operator.itemgetter(BODY)
 
 
