@@ -208,9 +208,13 @@ class Channel:
 
     def finish(self, client: ClientV2, message_ids: list[bytes]) -> list[tuple[bytes, str]]:
         """FIN a batch of IDs read from one socket read; returns (id, reason) for each that failed."""
+        failures = []
         with self.lock:
-            failures = [(message_id, _refusal(holder))
-                        for message_id, holder in self.in_flight.remove_held(message_ids, client.id)]
+            for message_id, holder in self.in_flight.remove_held(message_ids, client.id):
+                try:
+                    _held_by(client, holder)
+                except ChannelError as error:
+                    failures.append((message_id, str(error)))
             finished = len(message_ids) - len(failures)
             client.in_flight_count -= finished
             client.finish_count += finished
@@ -314,16 +318,13 @@ class Channel:
 
 
 def _held_by(client: ClientV2, message: Message | None) -> Message:
-    """The in-flight message, if `client` holds it."""
-    if message is None or message.client_id != client.id:
-        raise ChannelError(_refusal(message))
+    """The in-flight message, if it is `client`'s: else nothing is in flight under its ID, or another consumer
+    holds it (D-10, issue #729)."""
+    if message is None:
+        raise ChannelError("ID not in flight")
+    if message.client_id != client.id:
+        raise ChannelError("client does not own message")
     return message
-
-
-def _refusal(holder: Message | None) -> str:
-    """Why FIN, REQ or TOUCH of an ID fails: nothing is in flight under it, or another consumer holds it (D-10,
-    issue #729)."""
-    return "ID not in flight" if holder is None else "client does not own message"
 
 
 def _deal(messages: list[tuple], rooms: list[int]) -> list[list[tuple]]:

@@ -7,11 +7,10 @@ import tempfile
 import time
 
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from reference_broker.channel import Channel, ChannelError, ChannelFullError, _deal
+from reference_broker.channel import Channel, ChannelError, ChannelFullError
 from reference_broker.client_v2 import STATE_SUBSCRIBED
 from reference_broker.message import BODY, ID, TIMESTAMP, Message
 from reference_broker.nsqd import NSQD
@@ -295,18 +294,3 @@ class ChannelMachine(RuleBasedStateMachine):
 
 
 TestChannelModel = ChannelMachine.TestCase
-
-
-@given(rooms=st.lists(st.integers(0, 6), min_size=1, max_size=5), count=st.integers(0, 40))
-def test_dealing_is_round_robin_one_message_at_a_time(rooms, count):
-    # D-01: _deal hands out slices; the model hands out one message per consumer with room, pass after pass.
-    messages = list(range(count))
-    expected, left, queue = [[] for _ in rooms], list(rooms), list(messages)
-    while queue and any(left):
-        for index in range(len(rooms)):
-            if left[index] > 0 and queue:
-                expected[index].append(queue.pop(0))
-                left[index] -= 1
-    remaining = list(rooms)
-    assert _deal(messages, remaining) == expected
-    assert remaining == left
