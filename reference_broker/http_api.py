@@ -96,11 +96,12 @@ def _topic_from_query(request: Request):
     return values, request.nsqd.get_topic(name)
 
 
-def _publish(topic, bodies: list[bytes], deferred: int = 0) -> str:
+def _publish(request: Request, topic, bodies: list[bytes], deferred: int = 0) -> str:
     try:
         topic.put_messages(topic.new_messages(bodies, deferred))
     except PutError:
         raise HTTPError(503, "EXITING") from None  # H-PUB-06, H-MPUB-07
+    request.after_response(topic.hand_over)
     return "OK"
 
 
@@ -122,7 +123,7 @@ def _pub(request: Request) -> str:
             raise HTTPError(400, "INVALID_DEFER") from None
         if not 0 <= deferred <= options.max_req_timeout:
             raise HTTPError(400, "INVALID_DEFER")
-    return _publish(topic, [body], deferred)
+    return _publish(request, topic, [body], deferred)
 
 
 def _mpub(request: Request) -> str:
@@ -132,7 +133,7 @@ def _mpub(request: Request) -> str:
     values, topic = _topic_from_query(request)  # H-MPUB-02: created before the body is validated
     binary = _BOOL_PARAMS.get(values["binary"][0], True) if "binary" in values else False  # H-MPUB-03
     bodies = _binary_bodies(request.body, options) if binary else _text_bodies(request.body, options)
-    return _publish(topic, bodies)  # H-MPUB-06: no defer at this commit
+    return _publish(request, topic, bodies)  # H-MPUB-06: no defer at this commit
 
 
 def _text_bodies(body: RequestBody, options) -> list[bytes]:

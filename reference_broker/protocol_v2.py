@@ -47,6 +47,7 @@ class ProtocolV2:
             b"CLS": self.cls,
             b"AUTH": self.auth,
         }
+        self._published_to = None  # the topic of a publish whose OK is on its way: its pump turn follows
 
     # -- the I/O loop -------------------------------------------------------------------------------------
 
@@ -62,6 +63,9 @@ class ProtocolV2:
                 response = self.execute(name, params)
                 if response is not None:
                     client.send_frame(wire.FRAME_TYPE_RESPONSE, response)
+                if self._published_to is not None:
+                    topic, self._published_to = self._published_to, None
+                    topic.hand_over()
             except ClientError as error:
                 try:
                     client.send_frame(wire.FRAME_TYPE_ERROR, str(error).encode("utf-8", "surrogateescape"))
@@ -427,6 +431,7 @@ class ProtocolV2:
             raise FatalClientError(failure_code, f"{verb} failed {error}") from None
         counts = self.client.pub_counts
         counts[topic_name] = counts.get(topic_name, 0) + len(bodies)  # P-PUB-05
+        self._published_to = topic
 
     # -- bounded reads ----------------------------------------------------------------------------------
 

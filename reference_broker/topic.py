@@ -2,9 +2,12 @@
 of its channels (nsqd/topic.go).
 
 Publishers only queue and return: the OK never waits for fan-out, and no publisher holds a channel's lock.
-The pump thread moves messages to the channels while there are channels and the topic is not paused; until
-then they stay here (D-36, D-61). As in nsqd, the pump takes from memory and disk in turn, so once both are
-in use the publish order is not kept (D-73).
+The pump moves messages to the channels while there are channels and the topic is not paused; until then
+they stay here (D-36, D-61). A turn of the pump runs on the pump's thread, or on the publisher's right after
+its OK went out (`hand_over`): Go runs the goroutine a send woke next on the sender's processor, so nsqd's
+fan-out follows its OK at once, where a woken Python thread may wait for the GIL or the OS, and a client that
+saw the OK would find its message still in the topic (an empty channel, a stats count).
+As in nsqd, the pump takes from memory and disk in turn, so once both are in use the publish order is not kept (D-73).
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class Topic:
         self._guids = GUIDFactory(self._options.node_id)
         self.lock = threading.RLock()
         self._changed = threading.Condition(self.lock)
+        self._turn_lock = threading.Lock()  # one pump turn at a time: every channel gets the queue's order
         self.channels: dict[str, Channel] = {}
         self.memory: collections.deque[tuple] = collections.deque()  # queued messages (message.py)
         # D-50/D-53: an ephemeral topic has no disk queue; what memory cannot hold is dropped.
@@ -115,18 +119,37 @@ class Topic:
     def _message_pump(self) -> None:
         while True:
             with self.lock:
-                while not self.exiting and not (self._flowing() and (self.memory or self.backend_depth)):
+                while not self.exiting and not self._has_work():
                     self._changed.wait()
                 if self.exiting:
                     return
-                memory = self.memory
-                batch = [memory.popleft() for _ in range(min(_PUMP_BATCH, len(memory)))]
-                channels = list(self.channels.values())
-            if self.backend is not None:
-                batch += decode_many(self.backend.get_many(_PUMP_BATCH))
-            for channel in channels:
-                # D-35: each channel queues every message; queued messages are immutable, so they share them.
-                channel.put_messages(batch)
+            with self._turn_lock:
+                self._pump_turn()
+
+    def hand_over(self) -> None:
+        """After a publisher's response: a pump turn on its thread, unless the pump is in one already."""
+        if self._turn_lock.acquire(blocking=False):
+            try:
+                self._pump_turn()
+            finally:
+                self._turn_lock.release()
+
+    def _has_work(self) -> bool:
+        return self._flowing() and bool(self.memory or self.backend_depth)
+
+    def _pump_turn(self) -> None:
+        """Under the turn lock: up to a batch from memory and one from disk, to every channel."""
+        with self.lock:
+            if self.exiting or not self._has_work():
+                return
+            memory = self.memory
+            batch = [memory.popleft() for _ in range(min(_PUMP_BATCH, len(memory)))]
+            channels = list(self.channels.values())
+        if self.backend is not None:
+            batch += decode_many(self.backend.get_many(_PUMP_BATCH))
+        for channel in channels:
+            # D-35: each channel queues every message; queued messages are immutable, so they share them.
+            channel.put_messages(batch)
 
     # -- channels ---------------------------------------------------------------------------------------
 
@@ -184,7 +207,7 @@ class Topic:
             self.exiting = True
             self._changed.notify()
         self._pump.join()
-        with self.lock:
+        with self._turn_lock, self.lock:  # a publisher's turn, begun before `exiting`, ends first
             return list(self.channels.values())
 
     def delete(self) -> None:
