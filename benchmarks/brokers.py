@@ -7,23 +7,22 @@ import contextlib
 import ctypes
 import json
 import pathlib
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from reference_broker.launcher import wait_until_listening
+
 from .phases import PhaseTimeout
 
 REFERENCE, NSQD = "reference", "nsqd"
 PR_SET_PDEATHSIG = 1
-_LISTENING = re.compile(r"(TCP|HTTP): listening on ([\d.]+):(\d+)")
 
 
 @dataclass(frozen=True)
@@ -131,33 +130,10 @@ def running(program: BrokerProgram, *flags: str, startup_timeout: float = 15.0) 
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                    preexec_fn=die_with_parent)
         try:
-            log, ports = _wait_until_listening(process, startup_timeout)
+            log, ports = wait_until_listening(process, startup_timeout)
             yield RunningBroker(program.name, process, ports["TCP"], ports["HTTP"], data_path, log)
         finally:
             stop(process)
-
-
-def _wait_until_listening(process: subprocess.Popen, timeout: float) -> tuple[list[str], dict[str, int]]:
-    """Both brokers log `TCP: listening on ADDR` and `HTTP: listening on ADDR`; port 0 shows the chosen port.
-    The log keeps being drained afterwards, so a chatty broker never blocks on a full pipe."""
-    log: list[str] = []
-    ports: dict[str, int] = {}
-    ready = threading.Event()
-
-    def drain() -> None:
-        for line in process.stderr:
-            log.append(line)
-            match = _LISTENING.search(line)
-            if match:
-                ports[match.group(1)] = int(match.group(3))
-                if len(ports) == 2:
-                    ready.set()
-        ready.set()  # the process ended: do not keep the caller waiting
-
-    threading.Thread(target=drain, daemon=True).start()
-    if not ready.wait(timeout) or len(ports) != 2:
-        raise RuntimeError("broker did not start:\n" + "".join(log[-20:]))
-    return log, ports
 
 
 def stop(process: subprocess.Popen, grace: float = 10.0) -> None:

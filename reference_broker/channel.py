@@ -310,11 +310,7 @@ class Channel:
             return
         if held:
             log.info("CHANNEL(%s): flushing %d messages to backend", self.name, len(held))
-            try:
-                self.backend.put_many(encode_many(held))
-            except DiskQueueError as error:
-                log.error("failed to write message to backend - %s", error)
-        self.backend.close()
+        self.backend.close(encode_many(held))
 
 
 def _held_by(client: ClientV2, message: Message | None) -> Message:

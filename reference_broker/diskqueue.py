@@ -314,8 +314,14 @@ class DiskQueue:
             _remove_if_present(self._metadata_file_name())
             self._ops_since_sync = 0
 
-    def close(self) -> None:
-        """Shutdown: sync positions, so a restart resumes where this left off."""
+    def close(self, last_records: list[bytes] = ()) -> None:
+        """Shutdown: `last_records` (what its owner held in memory) written, then positions synced, so a restart
+        resumes where this left off. A failed write loses those records with a log line, as nsqd's flush does."""
+        if last_records:
+            try:
+                self.put_many(last_records)
+            except DiskQueueError as error:
+                log.error("failed to write message to backend - %s", error)
         with self._lock:
             if self._exiting:
                 return

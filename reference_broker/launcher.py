@@ -38,24 +38,8 @@ def running_broker(*flags: str, data_path: str | None = None, startup_timeout: f
         argv = [sys.executable, "-m", "reference_broker", "--tcp-address=127.0.0.1:0",
                 "--http-address=127.0.0.1:0", f"--data-path={data_path}", *flags]
         process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
-        log: list[str] = []
-        ports: dict[str, int] = {}
-        ready = threading.Event()
-
-        def drain() -> None:
-            for line in process.stderr:
-                log.append(line)
-                match = _LISTENING.search(line)
-                if match:
-                    ports[match.group(1)] = int(match.group(3))
-                    if len(ports) == 2:
-                        ready.set()
-            ready.set()
-
-        threading.Thread(target=drain, daemon=True).start()
         try:
-            if not ready.wait(startup_timeout) or len(ports) != 2:
-                raise RuntimeError("reference broker did not start:\n" + "".join(log))
+            log, ports = wait_until_listening(process, startup_timeout)
             yield RunningBroker("127.0.0.1", ports["TCP"], ports["HTTP"], process, log)
         finally:
             process.terminate()
@@ -64,3 +48,27 @@ def running_broker(*flags: str, data_path: str | None = None, startup_timeout: f
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def wait_until_listening(process: subprocess.Popen, timeout: float) -> tuple[list[str], dict[str, int]]:
+    """The log and the ports of a broker that logs `TCP: listening on ADDR` and `HTTP: listening on ADDR`, as
+    nsqd does (port 0 shows the chosen port). The log keeps being drained afterwards, so a chatty broker never
+    blocks on a full pipe."""
+    log: list[str] = []
+    ports: dict[str, int] = {}
+    ready = threading.Event()
+
+    def drain() -> None:
+        for line in process.stderr:
+            log.append(line)
+            match = _LISTENING.search(line)
+            if match:
+                ports[match.group(1)] = int(match.group(3))
+                if len(ports) == 2:
+                    ready.set()
+        ready.set()  # the process ended: do not keep the caller waiting
+
+    threading.Thread(target=drain, daemon=True).start()
+    if not ready.wait(timeout) or len(ports) != 2:
+        raise RuntimeError("broker did not start:\n" + "".join(log[-20:]))
+    return log, ports

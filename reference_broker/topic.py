@@ -232,8 +232,4 @@ class Topic:
             return
         if held:
             log.info("TOPIC(%s): flushing %d memory messages to backend", self.name, len(held))
-            try:
-                self.backend.put_many(encode_many(held))
-            except DiskQueueError as error:
-                log.error("ERROR: failed to write message to backend - %s", error)
-        self.backend.close()
+        self.backend.close(encode_many(held))

@@ -7,57 +7,22 @@ The time bounds are generous on purpose, for a loaded machine; they tell "served
 interval", nothing finer. Speed targets live in benchmarks/broker_connections.py, not here."""
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
 import resource
 import socket
 import struct
-import subprocess
-import tempfile
 import threading
 import time
 import urllib.request
-from types import SimpleNamespace
 
-from reference_broker.launcher import running_broker
+from .target import running_target
 
 STALL_BOUND = 2.0  # seconds: far below a heartbeat interval (30 s), far above a loaded machine's hiccups
 BIG_BODY = b"m" * (64 * 1024)
 FRAME_RESPONSE, FRAME_ERROR, FRAME_MESSAGE = 0, 1, 2
 HEARTBEAT = b"_heartbeat_"
-
-
-@contextlib.contextmanager
-def running_target(*flags: str):
-    """The reference broker with nsqd's `flags`, or the real nsqd when NSQD_BINARY names one."""
-    binary = os.environ.get("NSQD_BINARY")
-    if not binary:
-        with running_broker(*flags) as running:
-            yield running
-        return
-    ports = []
-    for _ in range(2):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            ports.append(probe.getsockname()[1])
-    with tempfile.TemporaryDirectory() as data_path:
-        process = subprocess.Popen([binary, f"--tcp-address=127.0.0.1:{ports[0]}",
-                                    f"--http-address=127.0.0.1:{ports[1]}", f"--data-path={data_path}", *flags],
-                                   stderr=subprocess.PIPE, text=True)
-        target = SimpleNamespace(tcp_port=ports[0], http_port=ports[1], process=process, log=[],
-                                 tcp_address=("127.0.0.1", ports[0]))
-        threading.Thread(target=lambda: target.log.extend(process.stderr), daemon=True).start()
-        for _ in range(100):
-            with contextlib.suppress(OSError), socket.create_connection(target.tcp_address):
-                break
-            time.sleep(0.05)
-        try:
-            yield target
-        finally:
-            process.terminate()
-            process.wait(10)
 
 
 def http(target, method: str, path: str, timeout: float = 10.0) -> bytes:

@@ -7,18 +7,12 @@ NSQD_BINARY=/path/to/nsqd runs the socket tests against the real nsqd instead, t
 one of them passed against nsqd v1.3.0 (3103474b, go1.19.8), so each is also observed on nsqd v1.3.0."""
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import socket
 import struct
-import subprocess
-import tempfile
-import threading
 import time
 import urllib.request
 import zlib
-from types import SimpleNamespace
 
 import cramjam
 import pytest
@@ -27,42 +21,12 @@ from hypothesis import strategies as st
 
 from reference_broker.compression import DeflateReader, SnappyReader, StreamError
 from reference_broker.identify import _go_json, _go_json_without_recursion
-from reference_broker.launcher import running_broker
+
+from .target import running_target
 
 SNAPPY_STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
 MESSAGE_ID = b"0123456789abcdef"
 MiB = 1 << 20
-
-
-@contextlib.contextmanager
-def running_target():
-    """The reference broker, or the real nsqd when NSQD_BINARY names one."""
-    binary = os.environ.get("NSQD_BINARY")
-    if not binary:
-        with running_broker() as running:
-            yield running
-        return
-    ports = []
-    for _ in range(2):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            ports.append(probe.getsockname()[1])
-    with tempfile.TemporaryDirectory() as data_path:
-        process = subprocess.Popen([binary, f"--tcp-address=127.0.0.1:{ports[0]}",
-                                    f"--http-address=127.0.0.1:{ports[1]}", f"--data-path={data_path}"],
-                                   stderr=subprocess.PIPE, text=True)
-        target = SimpleNamespace(host="127.0.0.1", tcp_port=ports[0], http_port=ports[1], process=process, log=[],
-                                 tcp_address=("127.0.0.1", ports[0]))
-        threading.Thread(target=lambda: target.log.extend(process.stderr), daemon=True).start()
-        for _ in range(100):
-            with contextlib.suppress(OSError), socket.create_connection(target.tcp_address):
-                break
-            time.sleep(0.05)
-        try:
-            yield target
-        finally:
-            process.terminate()
-            process.wait(10)
 
 
 @pytest.fixture(scope="module")
