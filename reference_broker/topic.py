@@ -143,7 +143,11 @@ class Topic:
             if self.exiting or not self._has_work():
                 return
             memory = self.memory
-            batch = [memory.popleft() for _ in range(min(_PUMP_BATCH, len(memory)))]
+            if len(memory) <= _PUMP_BATCH:
+                batch = list(memory)
+                memory.clear()
+            else:
+                batch = [memory.popleft() for _ in range(_PUMP_BATCH)]
             channels = list(self.channels.values())
         if self.backend is not None:
             batch += decode_many(self.backend.get_many(_PUMP_BATCH))

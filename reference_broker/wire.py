@@ -78,9 +78,10 @@ def buffered_members(limit: int, max_size: int, buffer: bytearray, start: int) -
     """Up to `limit` length-prefixed members ([4-byte BE size as int32][data]) wholly in `buffer` from `start`,
     and where they end. Stops before a member that is not wholly there or whose size is outside 1..max_size,
     for the caller to read and refuse with its own checks."""
-    data = bytes(buffer[start:])  # one copy; each member is then one slice of it
-    unpack, end, position, members = _INT32.unpack_from, len(data), 0, []
-    for _ in range(limit):
+    data = bytes(memoryview(buffer)[start:])  # one copy; each member is then one slice of it
+    members, position = _equal_members(limit, max_size, data)
+    unpack, end = _INT32.unpack_from, len(data)
+    for _ in range(limit - len(members)):
         body = position + 4
         if body > end:
             break
@@ -90,6 +91,22 @@ def buffered_members(limit: int, max_size: int, buffer: bytearray, start: int) -
         members.append(data[body:body + size])
         position = body + size
     return members, start + position
+
+
+def _equal_members(limit: int, max_size: int, data: bytes) -> tuple[list[bytes], int]:
+    """The leading run of members that all have the first one's size, found with four strided compares of their
+    size prefixes instead of one unpack each: publishers' batches are mostly of one size."""
+    if len(data) < 4:
+        return [], 0
+    (size,) = _INT32.unpack_from(data)
+    stride = size + 4
+    count = min(limit, len(data) // stride) if 0 < size <= max_size else 0
+    if count < 2:
+        return [], 0
+    run, prefix = data[:count * stride], data[:4]
+    if any(run[k::stride] != prefix[k:k + 1] * count for k in range(4)):
+        return [], 0  # sizes differ: the member loop takes them one at a time
+    return [data[at + 4:at + stride] for at in range(0, count * stride, stride)], count * stride
 
 
 def buffered_fins(buffer: bytearray, start: int) -> tuple[list[bytes], int]:

@@ -75,3 +75,28 @@ def test_error_classes_decide_fatality():
     assert not wire.ClientError("E_FIN_FAILED", "x").fatal
     assert str(wire.FatalClientError("E_BAD_PROTOCOL")) == "E_BAD_PROTOCOL"
     assert str(wire.ClientError("E_FIN_FAILED", "FIN x failed")) == "E_FIN_FAILED FIN x failed"
+
+
+def _members_one_at_a_time(limit: int, max_size: int, data: bytes) -> tuple[list[bytes], int]:
+    """The MPUB member rule read literally: each size prefix, then its body, stopping at the first refused one."""
+    members, position = [], 0
+    while len(members) < limit and position + 4 <= len(data):
+        (size,) = struct.unpack_from(">i", data, position)
+        if not 0 < size <= max_size or position + 4 + size > len(data):
+            break
+        members.append(data[position + 4:position + 4 + size])
+        position += 4 + size
+    return members, position
+
+
+@given(sizes=st.lists(st.integers(-1, 6), max_size=8), equal=st.booleans(), tail=st.binary(max_size=6),
+       lead=st.binary(max_size=3), limit=st.integers(0, 10), max_size=st.integers(1, 8))
+def test_buffered_members_take_what_the_member_rule_takes(sizes, equal, tail, lead, limit, max_size):
+    """P-MPUB-03: the bulk path for equal sizes and the member loop split a buffer as one member at a time would."""
+    if equal and sizes:
+        sizes = [sizes[0]] * len(sizes)
+    data = b"".join(struct.pack(">i", size) + bytes([65 + index]) * max(size, 0) for index, size in enumerate(sizes))
+    buffer = bytearray(lead + data + tail)
+    members, end = wire.buffered_members(limit, max_size, buffer, len(lead))
+    expected, consumed = _members_one_at_a_time(limit, max_size, bytes(buffer[len(lead):]))
+    assert (members, end) == (expected, len(lead) + consumed)
