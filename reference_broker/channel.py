@@ -295,6 +295,7 @@ class Channel:
             self.memory.clear()
             self.in_flight.clear()
             self.deferred.clear()
+        self._nsqd.lookup.notify(self)  # R-04..R-07: UNREGISTER (only deletion, not shutdown, tells lookupd)
         if self.backend is not None:
             self.backend.delete()
         return clients

@@ -295,6 +295,7 @@ def _config(request: Request):
             log.setLevel(PYTHON_LOG_LEVELS[options.log_level])
         else:
             raise HTTPError(400, "INVALID_OPTION")
+        request.nsqd.lookup.options_changed()  # nsqd's triggerOptsNotification, after either option
     field = CONFIG_NAMES.get(name)
     if field is None:
         raise HTTPError(400, "INVALID_OPTION")  # H-CFG-01: `node_id` too; its config name is `id`

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .diskqueue import DiskQueue
+from .lookup import LookupLoop
 from .message import MIN_VALID_MSG_LENGTH
 from .options import Options
 from .topic import Topic
@@ -49,12 +50,18 @@ class NSQD:
                          threading.Thread(target=self._disk_sync_loop, name="disk-sync", daemon=True)]
         self.tcp_port = 0
         self.http_port = 0
+        self.lookup = LookupLoop(self, VERSION)
 
     def start(self) -> None:
+        options = self.options
+        # nsqd.New: a broadcast port of 0 is the listener's (R-02, GET /config/broadcast_tcp_port)
+        options.broadcast_tcp_port = options.broadcast_tcp_port or self.tcp_port
+        options.broadcast_http_port = options.broadcast_http_port or self.http_port
         self.load_metadata()
         self.persist_metadata()  # the file exists from the start (P-RST-07)
         for thread in self._threads:
             thread.start()
+        self.lookup.start()  # after loading: it connects first, then sends what loading queued (R-09)
 
     def stop(self) -> None:
         """After the listeners and client connections are closed: persist, then let every topic and
@@ -66,6 +73,7 @@ class NSQD:
         for topic in topics:
             topic.close()
         self._exit.set()
+        self.lookup.stop()
         for thread in self._threads:
             thread.join()
         os.close(self._data_path_lock)
@@ -95,7 +103,10 @@ class NSQD:
                 return topic
             topic = self.topics[name] = Topic(self, name)
         log.info("TOPIC(%s): created", name)
+        self.lookup.notify(topic)  # R-03, also while loading (R-09)
         if not self._loading:
+            for channel_name in self.lookup.channels_to_precreate(name):
+                topic.get_channel(channel_name)
             topic.start()
             if not topic.ephemeral:
                 self.persist_metadata()  # D-71

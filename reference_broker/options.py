@@ -129,6 +129,8 @@ _FLAGS: dict[str, tuple[str, object]] = {
     "http-address": ("http_address", str),
     "https-address": ("https_address", str),
     "broadcast-address": ("broadcast_address", str),
+    "broadcast-tcp-port": ("broadcast_tcp_port", int),
+    "broadcast-http-port": ("broadcast_http_port", int),
     "auth-http-request-method": ("auth_http_request_method", str),
     "http-client-connect-timeout": ("http_client_connect_timeout", parse_duration),
     "http-client-request-timeout": ("http_client_request_timeout", parse_duration),
@@ -162,13 +164,11 @@ _FLAGS: dict[str, tuple[str, object]] = {
 # Repeatable flags: each occurrence appends.
 _LIST_FLAGS = {
     "auth-http-address": ("auth_http_addresses", str),
+    "lookupd-tcp-address": ("nsqlookupd_tcp_addresses", str),
 }
 # nsqd's flags that this broker does not implement: refused, never accepted and ignored. Their defaults
 # still answer GET /config/:opt (H-CFG-01).
 NOT_IMPLEMENTED_FLAGS = {
-    "lookupd-tcp-address": "registration with nsqlookupd",
-    "broadcast-tcp-port": "registration with nsqlookupd",
-    "broadcast-http-port": "registration with nsqlookupd",
     "statsd-address": "statsd", "statsd-prefix": "statsd", "statsd-interval": "statsd",
     "statsd-mem-stats": "statsd", "statsd-udp-packet-size": "statsd", "statsd-exclude-ephemeral": "statsd",
     "e2e-processing-latency-percentile": "end-to-end latency percentiles",

@@ -167,6 +167,7 @@ class Topic:
             self.channels[name] = channel
             self._changed.notify()
         log.info("TOPIC(%s): new channel(%s)", self.name, name)
+        self._nsqd.lookup.notify(channel)  # R-03, R-06
         if not channel.ephemeral:
             self._nsqd.persist_metadata()  # D-71
         return channel
@@ -217,6 +218,7 @@ class Topic:
     def delete(self) -> None:
         """Topic deletion: every channel deleted, every message dropped, files removed."""
         channels = self._stop_pump()
+        self._nsqd.lookup.notify(self)  # R-05, R-07: UNREGISTER (only deletion, not shutdown, tells lookupd)
         with self.lock:
             self.channels.clear()
             self.memory.clear()

@@ -56,7 +56,7 @@ def test_a_bad_flag_is_one_line_and_exit_status_2(flag):
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("flag", ["--statsd-address=127.0.0.1:8125", "--lookupd-tcp-address=127.0.0.1:4160",
+@pytest.mark.parametrize("flag", ["--statsd-address=127.0.0.1:8125", "--statsd-prefix=nsq",
                                   "--e2e-processing-latency-percentile=0.99", "--queue-scan-selection-count=5",
                                   "--enable-experiment=topology-aware-consumption", "--statsd-mem-stats",
                                   "--tls-cert=server.pem"])
