@@ -3,6 +3,10 @@
 broker, with the recordings' own cluster replayer: each transcript starts a fresh broker on a fresh data
 path, SIGTERMs or SIGKILLs it and starts it again on the same path and ports, as it did to nsqd.
 
+The `fake-lookupd` transcripts (R-01..R-11: what nsqd sends to nsqlookupd) run the same way; the replayer
+runs the fake lookupds itself and checks every command the broker sends them, with the recorded timing
+windows of the 15 s PING ticker (about 40 s for the ten).
+
 They run in one xdist group: the replayer uses a fixed block of ports, found free once per module.
 """
 from __future__ import annotations
@@ -20,6 +24,7 @@ from .recorded import replay, replay_cluster
 
 TRANSCRIPTS = pathlib.Path(__file__).parents[2] / "fixtures" / "transcripts-cluster.jsonl"
 PERSISTENCE_FLAGSETS = {"persist", "persist-memq2", "persist-memq0", "rotate"}
+REGISTRATION_FLAGSETS = {"fake-lookupd"}
 _PORT_SPAN = 30  # the replayer's ports lie within base .. base + 22
 
 
@@ -65,17 +70,29 @@ def ports() -> dict[str, int]:
     return cluster.port_plan(_free_port_block(_PORT_SPAN))
 
 
-@pytest.mark.parametrize("transcript", [
-    pytest.param(t, id=f"{t['id']}-{t['flagset']}", marks=pytest.mark.xdist_group("cluster"))
-    for t in _transcripts(PERSISTENCE_FLAGSETS)
-])
-def test_persistence_transcript(broker_binaries, ports, transcript, tmp_path):
-    error = replay_cluster.replay_one(transcript, broker_binaries, ports, replay, logdir=str(tmp_path))
-    logs = "".join(path.read_text(errors="replace")[-3000:] for path in sorted(tmp_path.iterdir()))
+def _params(flagsets: set[str]) -> list:
+    return [pytest.param(t, id=f"{t['id']}-{t['flagset']}", marks=pytest.mark.xdist_group("cluster"))
+            for t in _transcripts(flagsets)]
+
+
+def _replay(broker_binaries, ports, transcript, logdir) -> None:
+    error = replay_cluster.replay_one(transcript, broker_binaries, ports, replay, logdir=str(logdir))
+    logs = "".join(path.read_text(errors="replace")[-3000:] for path in sorted(logdir.iterdir()))
     assert error is None, f"{transcript['id']} {transcript['title']}: {error}\n--- broker log ---\n{logs}"
     assert "Traceback" not in logs, logs
 
 
-def test_every_persistence_transcript_is_collected():
+@pytest.mark.parametrize("transcript", _params(PERSISTENCE_FLAGSETS))
+def test_persistence_transcript(broker_binaries, ports, transcript, tmp_path):
+    _replay(broker_binaries, ports, transcript, tmp_path)
+
+
+@pytest.mark.parametrize("transcript", _params(REGISTRATION_FLAGSETS))
+def test_registration_transcript(broker_binaries, ports, transcript, tmp_path):
+    _replay(broker_binaries, ports, transcript, tmp_path)
+
+
+def test_every_persistence_and_registration_transcript_is_collected():
     assert len(_transcripts(PERSISTENCE_FLAGSETS)) == 20
+    assert len(_transcripts(REGISTRATION_FLAGSETS)) == 10
 
