@@ -243,9 +243,10 @@ def _lookupd_channels(address: str, topic_name: str, options) -> list[str]:
     endpoint = f"http://{address}/channels?topic={urllib.parse.quote_plus(topic_name)}"
     log.info("CI: querying nsqlookupd %s", endpoint)
     host, _, port = address.rpartition(":")
-    connection = http.client.HTTPConnection(host.strip("[]"), int(port),
-                                            timeout=options.http_client_connect_timeout / 1e9)
+    connection = None
     try:
+        connection = http.client.HTTPConnection(host.strip("[]"), int(port),
+                                                timeout=options.http_client_connect_timeout / 1e9)
         connection.connect()
         connection.sock.settimeout(options.http_client_request_timeout / 1e9)
         connection.request("GET", endpoint[len(f"http://{address}"):],
@@ -255,15 +256,16 @@ def _lookupd_channels(address: str, topic_name: str, options) -> list[str]:
     except (OSError, http.client.HTTPException) as error:
         raise LookupPeerError(f'Get "{endpoint}": {error}') from None
     finally:
-        connection.close()
+        if connection is not None:
+            connection.close()
     if len(body) > options.max_body_size:
         raise LookupPeerError(f'Get "{endpoint}": response body larger than {options.max_body_size} bytes')
     if response.status != 200:
         raise LookupPeerError(f"got response {response.status} {response.reason} {body!r}")
     try:
-        document = json.loads(body)
-    except ValueError as error:
-        raise LookupPeerError(str(error)) from None
+        document = json.loads(body.decode("utf-8", "replace"))
+    except (ValueError, RecursionError) as error:
+        raise LookupPeerError(f"invalid JSON: {error}") from None
     channels = document.get("channels") if isinstance(document, dict) else []
     if not isinstance(document, dict) or not isinstance(channels, list | None) or \
             not all(isinstance(name, str) for name in channels or []):
@@ -271,23 +273,33 @@ def _lookupd_channels(address: str, topic_name: str, options) -> list[str]:
     return channels or []
 
 
+_PEER_INFO_TYPES = {"tcp_port": int, "http_port": int, "version": str, "broadcast_address": str}
+
+
 def _update_peer_info(info: dict, response: bytes) -> None:
-    """json.Unmarshal of the IDENTIFY reply into nsqd's peerInfo: a field the reply leaves out (or sets to
-    null) keeps its value; a field of the wrong type, or a reply that is not a JSON object, is an error."""
-    document = json.loads(response)
+    """json.Unmarshal of the IDENTIFY reply into nsqd's peerInfo: keys match the fields case-insensitively;
+    a field the reply leaves out (or sets to null) keeps its value; a reply that is not a JSON object is an
+    error, and so is a field of the wrong type, after the other fields were set."""
+    try:
+        document = json.loads(response.decode("utf-8", "replace"))  # Go takes invalid UTF-8 as U+FFFD
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
     if document is None:
         return
     if not isinstance(document, dict):
         raise ValueError("not a JSON object")
-    update = {}
-    for key, kind in (("tcp_port", int), ("http_port", int), ("version", str), ("broadcast_address", str)):
-        value = document.get(key)
-        if value is None:
+    wrong = []
+    for key, value in document.items():
+        field = key.lower()
+        kind = _PEER_INFO_TYPES.get(field)
+        if kind is None or value is None:
             continue
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ValueError(f"{key} is not a {kind.__name__}")
-        update[key] = value
-    info.update(update)
+        if type(value) is not kind or (kind is int and not -1 << 63 <= value < 1 << 63):
+            wrong.append(field)
+            continue
+        info[field] = value
+    if wrong:
+        raise ValueError(f"wrong type for {', '.join(wrong)}")
 
 
 def go_json(value) -> bytes:
