@@ -250,7 +250,8 @@ def test_every_lookupd_address_gets_its_own_connection(fake):
         second.close()
 
 
-@pytest.mark.parametrize("reply", [b"E_INVALID", b"not json", b"[1]"])
+@pytest.mark.parametrize("reply", [b"E_INVALID", b"not json", b"[1]", b'{"tcp_port":"x"}', b"[" * 100_000],
+                         ids=["E_INVALID", "not-json", "array", "wrong-type", "deep"])
 def test_a_bad_identify_reply_closes_the_connection_and_nothing_is_registered(fake, reply):
     fake.reply = lambda line, body: reply if line == "IDENTIFY" else b"OK"
     with running_target(f"--lookupd-tcp-address={fake.address}") as target:
@@ -259,6 +260,7 @@ def test_a_bad_identify_reply_closes_the_connection_and_nothing_is_registered(fa
         # the notification reconnects, the callback fails again, and the REGISTER is not sent
         fake.expect(("magic", 2, b"  V1"), ("line", 2, "IDENTIFY"), ("closed", 2))
         fake.expect_silence(0.3)
+        assert "Traceback" not in "".join(target.log)
 
 
 def test_a_reply_larger_than_max_body_size_is_not_read(fake):
