@@ -4,6 +4,12 @@
 Nothing else waits for the loop: creating or deleting a topic or channel only queues it (`notify`, nsqd's
 Notify), and the loop decides REGISTER or UNREGISTER when it takes it from the queue, by whether the topic or
 channel is exiting by then, as nsqd's loop does. A slow or unreachable lookupd delays only the loop.
+
+Each queued notification carries a sequence number. A creation queued while a connection's IDENTIFY round
+trip ran is in that connection's REGISTERs of everything already, so its own REGISTER is not sent to that
+peer again: nsqd's loop is back in its select within microseconds of the reply, where a Python loop may still
+be reading it when the next topic is created (rec-0331). What was queued before the connection began is
+sent after its REGISTERs, twice then, as nsqd does with the notifications of its metadata load (rec-0335).
 """
 from __future__ import annotations
 
@@ -34,6 +40,10 @@ class LookupLoop:
         self._version = version
         self._options = nsqd.options
         self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._sequence_lock = threading.Lock()
+        self._last_sequence = 0
+        # per peer, the notifications queued during its last IDENTIFY round trip: (after, through]
+        self._queued_during_identify: dict[LookupPeer, tuple[int, int]] = {}
         self._exit = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lookup", daemon=True)
         self.peers: list[LookupPeer] = []  # replaced, never changed in place: other threads read it
@@ -49,8 +59,11 @@ class LookupLoop:
             self._thread.join()
 
     def notify(self, thing: Topic | Channel) -> None:
-        """nsqd's Notify: a topic or channel was created (also while the metadata loads, R-09) or deleted."""
-        self._events.put(thing)
+        """nsqd's Notify: a topic or channel was created (also while the metadata loads, R-09) or deleted.
+        Called after the change is in the topic map, so a snapshot that saw the sequence number sees it."""
+        with self._sequence_lock:
+            self._last_sequence += 1
+            self._events.put((self._last_sequence, thing))
 
     def options_changed(self) -> None:
         """`PUT /config/...`: peers no longer listed go, new ones come (R-11)."""
@@ -84,7 +97,7 @@ class LookupLoop:
                 peers = self._remove_peers(peers)
                 connect = True
             elif event is not _WAKE:
-                self._send_notification(peers, event)
+                self._send_notification(peers, *event)
         log.info("LOOKUP: closing")
         for peer in peers:
             peer.close()  # nsqd's connections end with its process; no UNREGISTER at exit (R-09)
@@ -117,6 +130,7 @@ class LookupLoop:
                 continue
             log.info("LOOKUP(%s): removing peer", peer)
             peer.close()
+            self._queued_during_identify.pop(peer, None)
         self.peers = kept
         return kept
 
@@ -126,7 +140,7 @@ class LookupLoop:
             log.debug("LOOKUPD(%s): sending heartbeat", peer)
             self._command(peer, PING)
 
-    def _send_notification(self, peers: list[LookupPeer], thing: Topic | Channel) -> None:
+    def _send_notification(self, peers: list[LookupPeer], sequence: int, thing: Topic | Channel) -> None:
         """R-03..R-07: REGISTER, or UNREGISTER once the topic or channel is exiting. A failed command is not
         retried (R-10); the reconnection's REGISTERs recover it."""
         if isinstance(thing, Channel):
@@ -135,6 +149,9 @@ class LookupLoop:
             branch, names = "topic", (thing.name,)
         command = unregister(*names) if thing.exiting else register(*names)
         for peer in peers:
+            after, through = self._queued_during_identify.get(peer, (0, 0))
+            if not thing.exiting and after < sequence <= through:
+                continue
             log.info("LOOKUPD(%s): %s %s", peer, branch, command)
             self._command(peer, command)
 
@@ -151,6 +168,8 @@ class LookupLoop:
     def _identify_and_register(self, peer: LookupPeer) -> None:
         """R-02: IDENTIFY; R-09, R-10: one REGISTER per channel of every topic, or of the topic alone."""
         options = self._options
+        with self._sequence_lock:
+            identify_began = self._last_sequence
         identify = Command("IDENTIFY", body=go_json({
             "version": self._version,
             "tcp_port": options.broadcast_tcp_port,
@@ -180,6 +199,8 @@ class LookupLoop:
                  info["tcp_port"], info["http_port"], info["version"], info["broadcast_address"])
         if not info["broadcast_address"]:
             log.error("LOOKUPD(%s): no broadcast address", peer)
+        with self._sequence_lock:
+            self._queued_during_identify[peer] = (identify_began, self._last_sequence)
         commands = []  # all of them first, so no topic's lock is held across a round trip
         for topic in self._nsqd.sorted_topics():
             with topic.lock:
