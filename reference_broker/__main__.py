@@ -3,22 +3,16 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 import sys
 import threading
 
-from .http_api import HTTPServer
+from .http_api import ROUTES
+from .http_router import HTTPServer
 from .nsqd import NSQD, DataPathLocked, MetadataError
 from .options import PYTHON_LOG_LEVELS, Options, parse_options
-from .tcp_server import TCPServer
+from .tcp_server import TCPServer, listen
 
 log = logging.getLogger("nsqd")
-
-
-def listen(address: str) -> socket.socket:
-    host, _, port = address.rpartition(":")
-    listener = socket.create_server((host.strip("[]") or "0.0.0.0", int(port)), backlog=1024)
-    return listener
 
 
 class Broker:
@@ -33,7 +27,7 @@ class Broker:
         if options.http_address:  # an empty --http-address turns HTTP off
             http_listener = listen(options.http_address)
             self.nsqd.http_port = http_listener.getsockname()[1]
-            self.http = HTTPServer(self.nsqd, http_listener)
+            self.http = HTTPServer(http_listener, ROUTES, nsqd=self.nsqd)
 
     def start(self) -> None:
         self.nsqd.start()

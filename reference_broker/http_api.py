@@ -10,12 +10,8 @@ import gc
 import json
 import logging
 import socket
-import sys
-import threading
-import traceback
-from http.server import ThreadingHTTPServer
 
-from . import stats, wire
+from . import pprof, stats, wire
 from .http_router import (
     PLAIN,
     V1,
@@ -23,8 +19,6 @@ from .http_router import (
     JSONValue,
     Request,
     RequestBody,
-    RequestHandler,
-    Router,
     parse_query,
 )
 from .nsqd import VERSION
@@ -329,27 +323,6 @@ def _free_memory(request: Request) -> None:
     gc.collect()
 
 
-def _pprof_index(request: Request) -> str:
-    names = ", ".join(dict.fromkeys(path.rpartition("/")[2] for _, path, function, _ in ROUTES
-                                    if function is _pprof_unavailable))
-    return f"pprof: Go runtime profiles ({names}) have no CPython counterpart; see /debug/pprof/goroutine\n"
-
-
-def _pprof_cmdline(request: Request) -> str:
-    return "\x00".join(sys.argv)
-
-
-def _pprof_goroutine(request: Request) -> str:
-    """Python's nearest thing to a goroutine dump: every thread's stack."""
-    names = {thread.ident: thread.name for thread in threading.enumerate()}
-    return "\n".join(f"thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame))
-                     for ident, frame in sys._current_frames().items())
-
-
-def _pprof_unavailable(request: Request) -> None:
-    raise HTTPError(501, f"profile {request.path.rpartition('/')[2]} is a Go runtime profile")
-
-
 ROUTES = [
     ("GET", "/ping", _ping, PLAIN),
     ("GET", "/info", _info, V1),
@@ -368,44 +341,7 @@ ROUTES = [
     ("POST", "/channel/unpause", _channel_pause, V1),
     ("GET", "/config/:opt", _config, V1),
     ("PUT", "/config/:opt", _config, V1),
-    ("GET", "/debug/pprof/", _pprof_index, PLAIN),
-    ("GET", "/debug/pprof/cmdline", _pprof_cmdline, PLAIN),
-    ("GET", "/debug/pprof/symbol", _pprof_unavailable, PLAIN),
-    ("POST", "/debug/pprof/symbol", _pprof_unavailable, PLAIN),
-    ("GET", "/debug/pprof/profile", _pprof_unavailable, PLAIN),
-    ("GET", "/debug/pprof/heap", _pprof_unavailable, PLAIN),
-    ("GET", "/debug/pprof/goroutine", _pprof_goroutine, PLAIN),
-    ("GET", "/debug/pprof/block", _pprof_unavailable, PLAIN),
     ("PUT", "/debug/setblockrate", _set_block_rate, PLAIN),
     ("POST", "/debug/freememory", _free_memory, PLAIN),
-    ("GET", "/debug/pprof/threadcreate", _pprof_unavailable, PLAIN),
+    *pprof.routes("/debug/pprof/"),
 ]
-
-
-class _Server(ThreadingHTTPServer):
-    def handle_error(self, request, client_address) -> None:
-        """A peer that resets or goes away mid-request or mid-response: Go's net/http drops the connection
-        without a word, where socketserver would print a traceback to stderr (found by tests/broker/test_fuzz.py)."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class HTTPServer:
-    def __init__(self, nsqd, listener: socket.socket):
-        self.nsqd = nsqd
-        self.listener = listener
-        self._server = _Server(listener.getsockname()[:2], RequestHandler, bind_and_activate=False)
-        self._server.socket.close()
-        self._server.socket = listener
-        self._server.daemon_threads = True
-        self._server.nsqd = nsqd
-        self._server.router = Router(ROUTES)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-

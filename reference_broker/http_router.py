@@ -13,6 +13,9 @@ import json
 import logging
 import posixpath
 import re
+import socket
+import sys
+import threading
 import time
 import urllib.parse
 
@@ -155,7 +158,8 @@ def _go_json_escape(match: re.Match) -> str:
 class Request:
     def __init__(self, handler: RequestHandler, path: str, raw_query: bytes, body: RequestBody, params: dict):
         self.method = handler.command
-        self.nsqd = handler.server.nsqd
+        self.nsqd = handler.server.nsqd  # the program behind the server: Go's httpServer.nsqd or .nsqlookupd
+        self.nsqlookupd = handler.server.nsqlookupd
         self.path = path
         self.body = body
         self.params = params
@@ -360,3 +364,36 @@ def _v1_response(status: int, result) -> tuple[int, dict, bytes]:
     return status, headers, go_json(result)
 
 
+
+
+# -- the server ---------------------------------------------------------------------------------------------
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A peer that resets or goes away mid-request or mid-response: Go's net/http drops the connection
+        without a word, where socketserver would print a traceback to stderr (found by tests/broker/test_fuzz.py)."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class HTTPServer:
+    """One thread per connection on an already bound `listener`, `routes` served for nsqd or nsqlookupd."""
+
+    def __init__(self, listener: socket.socket, routes: list, nsqd=None, nsqlookupd=None):
+        self.listener = listener
+        self._server = _Server(listener.getsockname()[:2], RequestHandler, bind_and_activate=False)
+        self._server.socket.close()
+        self._server.socket = listener
+        self._server.nsqd = nsqd
+        self._server.nsqlookupd = nsqlookupd
+        self._server.router = Router(routes)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

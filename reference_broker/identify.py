@@ -24,7 +24,13 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def decode_identify(body: bytes) -> dict | None:
-    """Go's json.Unmarshal of IDENTIFY's body into nsqd's identifyDataV2, or None where it fails (section 3.1).
+    """Go's json.Unmarshal of IDENTIFY's body into nsqd's identifyDataV2, or None where it fails (section 3.1)."""
+    return go_unmarshal(body, _IDENTIFY_FIELDS)
+
+
+def go_unmarshal(body: bytes, fields: dict) -> dict | None:
+    """Go's json.Unmarshal of `body` into a struct of `fields` (name: str, bool, int or "int32"), every field
+    starting at its zero value; None where Go returns an error (nsqd's IDENTIFY, nsqlookupd's IDENTIFY).
 
     Keys match case-insensitively and apply in document order (a repeated key overwrites); unknown keys and
     nulls are ignored; a wrong JSON type, a fraction or an out-of-range number for an int field fails the
@@ -34,14 +40,14 @@ def decode_identify(body: bytes) -> dict | None:
         document = _go_json(body.decode("utf-8", "surrogateescape"))  # one lone surrogate per bad byte
     except ValueError:
         return None
-    data = {name: _ZERO[kind] for name, kind in _IDENTIFY_FIELDS.items()}
+    data = {name: _ZERO[kind] for name, kind in fields.items()}
     if document is None:
         return data
     if type(document) is not tuple:  # an array, string, number or bool: UnmarshalTypeError
         return None
     for key, value in document:
         name = key.translate(_GO_KEY_FOLD)
-        kind = _IDENTIFY_FIELDS.get(name)
+        kind = fields.get(name)
         if kind is None or value is None:
             continue
         if kind in _INT_BITS:

@@ -205,14 +205,14 @@ class _Refuse(argparse.Action):
                      f"({NOT_IMPLEMENTED_FLAGS[self.dest]})")
 
 
-class _ArgumentParser(argparse.ArgumentParser):
+class FlagParser(argparse.ArgumentParser):
     def error(self, message: str):
         """A bad flag is one line and exit status 2, as Go's flag package does."""
         self.exit(2, f"{self.prog}: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(prog="nsq-reference-broker",
+    parser = FlagParser(prog="nsq-reference-broker",
                              description="A minimal nsqd (TCP protocol V2 + HTTP API) in Python.",
                              allow_abbrev=False)
     defaults = Options()

@@ -25,6 +25,12 @@ TEMPORARY_ACCEPT_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, e
 ACCEPT_RETRY_DELAY = 0.005  # seconds
 
 
+def listen(address: str) -> socket.socket:
+    """A listener on `HOST:PORT` (an empty host is every address, as Go's net.Listen takes it)."""
+    host, _, port = address.rpartition(":")
+    return socket.create_server((host.strip("[]") or "0.0.0.0", int(port)), backlog=1024)
+
+
 class TCPServer:
     def __init__(self, nsqd, listener: socket.socket, on_fatal_error: Callable[[], None] | None = None):
         """`on_fatal_error`: called when accepting fails for good; nsqd then exits (Main returns the error)."""

@@ -7,6 +7,10 @@ The `fake-lookupd` transcripts (R-01..R-11: what nsqd sends to nsqlookupd) run t
 runs the fake lookupds itself and checks every command the broker sends them, with the recorded timing
 windows of the 15 s PING ticker (about 40 s for the ten).
 
+The `lookupd`, `lookupd-short` and `cluster` transcripts (L-TCP-*, L-HTTP-*: nsqlookupd's V1 protocol and HTTP
+API; R-12..R-15: the reference nsqd registering with it end to end) run against the reference nsqlookupd, and
+the cluster's `exec nsq_tail` step runs tests/lookupd/nsq_tail.py in place of the Go tool.
+
 They run in one xdist group: the replayer uses a fixed block of ports, found free once per module.
 """
 from __future__ import annotations
@@ -25,6 +29,7 @@ from .recorded import replay, replay_cluster
 TRANSCRIPTS = pathlib.Path(__file__).parents[2] / "fixtures" / "transcripts-cluster.jsonl"
 PERSISTENCE_FLAGSETS = {"persist", "persist-memq2", "persist-memq0", "rotate"}
 REGISTRATION_FLAGSETS = {"fake-lookupd"}
+LOOKUPD_FLAGSETS = {"lookupd", "lookupd-short", "cluster"}
 _PORT_SPAN = 30  # the replayer's ports lie within base .. base + 22
 
 
@@ -55,13 +60,19 @@ def _free_port_block(span: int) -> int:
 
 @pytest.fixture(scope="module")
 def broker_binaries(tmp_path_factory) -> dict[str, str]:
-    """The replayer starts 'any program that takes nsqd's flags': a wrapper that execs the broker."""
-    wrapper = tmp_path_factory.mktemp("bin") / "nsqd"
+    """The replayer starts 'any program that takes nsqd's flags' (nsqlookupd's, nsq_tail's): wrappers that exec
+    the reference programs."""
+    directory = tmp_path_factory.mktemp("bin")
     repo = pathlib.Path(__file__).parents[2]
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{repo}${{PYTHONPATH:+:$PYTHONPATH}}" '
-                       f'exec "{sys.executable}" -m reference_broker "$@"\n')
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    return {"nsqd": str(wrapper), "nsqlookupd": "not-needed", "nsq_tail": "not-needed"}
+    binaries = {}
+    for name, module in (("nsqd", "reference_broker"), ("nsqlookupd", "reference_broker.nsqlookupd"),
+                         ("nsq_tail", "tests.lookupd.nsq_tail")):
+        wrapper = directory / name
+        wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{repo}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                           f'exec "{sys.executable}" -m {module} "$@"\n')
+        wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+        binaries[name] = str(wrapper)
+    return binaries
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +103,13 @@ def test_registration_transcript(broker_binaries, ports, transcript, tmp_path):
     _replay(broker_binaries, ports, transcript, tmp_path)
 
 
-def test_every_persistence_and_registration_transcript_is_collected():
+@pytest.mark.parametrize("transcript", _params(LOOKUPD_FLAGSETS))
+def test_lookupd_transcript(broker_binaries, ports, transcript, tmp_path):
+    _replay(broker_binaries, ports, transcript, tmp_path)
+
+
+def test_every_persistence_registration_and_lookupd_transcript_is_collected():
     assert len(_transcripts(PERSISTENCE_FLAGSETS)) == 20
     assert len(_transcripts(REGISTRATION_FLAGSETS)) == 10
+    assert len(_transcripts(LOOKUPD_FLAGSETS)) == 44
 

@@ -1,0 +1,39 @@
+"""`nsq-reference-lookupd` / `python -m reference_broker.nsqlookupd`: parse nsqlookupd's flags, listen, run
+until SIGINT or SIGTERM."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+
+from ..options import PYTHON_LOG_LEVELS
+from .nsqlookupd import NSQLookupd
+from .options import VERSION, parse_options
+
+
+def main(argv: list[str] | None = None) -> int:
+    options, version_only = parse_options(sys.argv[1:] if argv is None else argv)
+    if version_only:
+        print(f"nsqlookupd v{VERSION} (reference)")
+        return 0
+    logging.basicConfig(stream=sys.stderr, level=PYTHON_LOG_LEVELS[options.log_level],
+                        format=f"{options.log_prefix}%(asctime)s.%(msecs)03d %(levelname)s: %(message)s",
+                        datefmt="%Y/%m/%d %H:%M:%S")
+    try:
+        lookupd = NSQLookupd(options)
+    except OSError as error:
+        print(f"nsq-reference-lookupd: listen failed - {error}", file=sys.stderr)
+        return 1
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    logging.getLogger("nsqlookupd").info("nsqlookupd v%s (reference)", VERSION)
+    lookupd.start()
+    stopping.wait()
+    lookupd.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""nsqlookupd's TCP listener (nsqlookupd/tcp.go, internal/protocol/tcp_server.go): accept loop, the magic,
+one thread per connection. Connections share nothing but the registration database, whose lock is never held
+across a socket read or write, so a slow or stuck client delays only itself."""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+from ..tcp_server import ACCEPT_RETRY_DELAY, TEMPORARY_ACCEPT_ERRORS
+from .lookup_protocol_v1 import MAGIC_V1, ClientV1, LookupProtocolV1, send_response
+
+log = logging.getLogger("nsqlookupd")
+
+
+class TCPServer:
+    def __init__(self, listener: socket.socket, protocol: LookupProtocolV1):
+        self.listener = listener
+        self._protocol = protocol
+        self._closing = False
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, name="tcp-accept", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """nsqlookupd's Exit: the listener, then every client connection."""
+        self._closing = True
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        with self._connections_lock:
+            connections = list(self._connections)
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _serve(self) -> None:
+        failing = False
+        while True:
+            try:
+                conn, address = self.listener.accept()
+            except ConnectionAbortedError:
+                continue
+            except OSError as error:
+                if self._closing:
+                    return
+                if error.errno not in TEMPORARY_ACCEPT_ERRORS:
+                    log.critical("listener.Accept() error - %s", error)
+                    return
+                if not failing:  # out of file descriptors: accept again once some are free, as Go does
+                    log.warning("temporary Accept() failure - %s", error)
+                    failing = True
+                time.sleep(ACCEPT_RETRY_DELAY)
+                continue
+            failing = False
+            threading.Thread(target=self._handle, args=(conn, f"{address[0]}:{address[1]}"),
+                             name=f"lookup-conn-{address[1]}", daemon=True).start()
+
+    def _handle(self, conn: socket.socket, address: str) -> None:
+        log.info("TCP: new client(%s)", address)
+        with self._connections_lock:
+            self._connections.add(conn)
+        try:
+            client = ClientV1(conn, address)
+            magic = client.reader.read(4)  # L-TCP-01: no deadline
+            if len(magic) < 4:
+                log.error("failed to read protocol version - EOF")
+                return
+            log.info("CLIENT(%s): desired protocol magic '%s'", address, magic.decode("latin-1"))
+            if magic != MAGIC_V1:
+                send_response(conn, b"E_BAD_PROTOCOL")  # L-TCP-03
+                log.error("client(%s) bad protocol magic '%s'", address, magic.decode("latin-1"))
+                return
+            self._protocol.io_loop(client)
+        except OSError as error:
+            log.info("client(%s) - %s", address, error)
+        finally:
+            with self._connections_lock:
+                self._connections.discard(conn)
+            conn.close()
