@@ -1,4 +1,4 @@
-"""Start the reference broker as a real process on free loopback ports and wait until it listens.
+"""Start the reference broker (or nsqlookupd) as a real process on free loopback ports and wait until it listens.
 
 For the project's own tests and benchmarks; the conformance suite has its own launcher, since it never
 imports this package."""
@@ -35,19 +35,29 @@ def running_broker(*flags: str, data_path: str | None = None, startup_timeout: f
     with contextlib.ExitStack() as stack:
         if data_path is None:
             data_path = stack.enter_context(tempfile.TemporaryDirectory(prefix="nsqd-data-"))
-        argv = [sys.executable, "-m", "reference_broker", "--tcp-address=127.0.0.1:0",
-                "--http-address=127.0.0.1:0", f"--data-path={data_path}", *flags]
-        process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        yield stack.enter_context(_running("reference_broker", f"--data-path={data_path}", *flags,
+                                           startup_timeout=startup_timeout))
+
+
+def running_lookupd(*flags: str, startup_timeout: float = 15.0):
+    """`python -m reference_broker.nsqlookupd` with nsqlookupd's `flags`; stopped with SIGTERM on exit."""
+    return _running("reference_broker.nsqlookupd", *flags, startup_timeout=startup_timeout)
+
+
+@contextlib.contextmanager
+def _running(module: str, *flags: str, startup_timeout: float):
+    argv = [sys.executable, "-m", module, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *flags]
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        log, ports = wait_until_listening(process, startup_timeout)
+        yield RunningBroker("127.0.0.1", ports["TCP"], ports["HTTP"], process, log)
+    finally:
+        process.terminate()
         try:
-            log, ports = wait_until_listening(process, startup_timeout)
-            yield RunningBroker("127.0.0.1", ports["TCP"], ports["HTTP"], process, log)
-        finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def wait_until_listening(process: subprocess.Popen, timeout: float) -> tuple[list[str], dict[str, int]]:
