@@ -47,21 +47,21 @@ class AuthState:
         return any(a.is_allowed(topic, channel) for a in self.authorizations)
 
 
-def query_any_authd(options, remote_ip: str, secret: str) -> AuthState:
+def query_any_authd(options, remote_ip: str, tls: bool, common_name: str, secret: str) -> AuthState:
     """Ask each configured auth server, starting at a random one, until one answers (P-AUTH-13)."""
     addresses = options.auth_http_addresses
     start = random.randrange(len(addresses))
     failures = []
     for address in addresses[start:] + addresses[:start]:
         try:
-            return _query_authd(options, address, remote_ip, secret)
+            return _query_authd(options, address, remote_ip, tls, common_name, secret)
         except AuthError as error:
             failures.append(f"failed to auth against {address} - {error}")
     raise AuthError("; ".join(failures))
 
 
-def _query_authd(options, address: str, remote_ip: str, secret: str) -> AuthState:
-    fields = {"common_name": "", "remote_ip": remote_ip, "secret": secret, "tls": "false"}
+def _query_authd(options, address: str, remote_ip: str, tls: bool, common_name: str, secret: str) -> AuthState:
+    fields = {"common_name": common_name, "remote_ip": remote_ip, "secret": secret, "tls": "true" if tls else "false"}
     endpoint = address if "://" in address else f"http://{address}/auth"
     headers = {"Accept": "application/vnd.nsq; version=1.0"}
     if options.auth_http_request_method == "post":

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from . import wire
 from .compression import DeflateReader, DeflateWriter, SnappyReader, SnappyWriter
 from .connection_reader import NO_DEADLINE_POLL, ConnectionClosed, ConnectionReader
+from .tls import TLSStream
 
 log = logging.getLogger("nsqd")
 
@@ -68,6 +69,7 @@ class ClientV2:
         self.output_buffer_timeout = options.output_buffer_timeout
         self.sample_rate = 0
         self.deflate = self.snappy = False
+        self.tls: TLSStream | None = None  # set once the TLS handshake is done (T-01)
         self.identified = False
         # What the message pump took from the first IDENTIFY (ID-40).
         self.pump_heartbeat_interval = self.heartbeat_interval
@@ -87,7 +89,9 @@ class ClientV2:
         self._output_lock = threading.Lock()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._compress = None
+        # What bytes go through on their way out, in order: snappy or deflate, then TLS (T-02, T-03).
+        self._output_layers: list[Callable[[bytes], bytes]] = []
+        self._output_paused = False  # during the TLS handshake, as nsqd's UpgradeTLS holds the write lock
         self._unsent = bytearray()
         self._backlogged = False  # bytes wait for the socket; set and cleared with the OutputLoop's watch
         self._backlog_episode = 0
@@ -156,10 +160,16 @@ class ClientV2:
         with self._output_lock:
             if self._output_error is not None:
                 raise ConnectionClosed(self._output_error)
+            if self._output_paused:
+                if tail:
+                    self._pending.append(tail)
+                return True
             data = b"".join(self._pending) + tail if self._pending else tail
             self._pending, self._pending_bytes = [], 0
             if data:
-                self._unsent += self._compress(data) if self._compress is not None else data
+                for layer in self._output_layers:
+                    data = layer(data)
+                self._unsent += data
             became_ready = self._write_unsent()
             written = not self._unsent
             failed = self._output_error
@@ -317,15 +327,31 @@ class ClientV2:
                 if self._output_error is None:
                     self._restart_tickers()
 
+    def upgrade_tls(self, context) -> None:
+        """T-01: the handshake on the raw socket; meanwhile the pump's output waits (nsqd holds the write lock),
+        then goes out inside TLS. Raises OSError or ssl.SSLError when the handshake fails."""
+        stream = TLSStream(context)
+        with self._output_lock:
+            self._output_paused = True
+        try:
+            stream.handshake(self.sock)
+        finally:
+            with self._output_lock:
+                self._output_paused = False
+        with self._output_lock:
+            self._output_layers.append(stream.encrypt)
+        self.reader.upgrade(stream)
+        self.tls = stream
+
     def upgrade_deflate(self, level: int) -> None:
         with self._output_lock:
-            self._compress = DeflateWriter(level)
+            self._output_layers.insert(0, DeflateWriter(level))
         self.reader.upgrade(DeflateReader())
         self.deflate = True
 
     def upgrade_snappy(self) -> None:
         with self._output_lock:
-            self._compress = SnappyWriter()
+            self._output_layers.insert(0, SnappyWriter())
         self.reader.upgrade(SnappyReader())
         self.snappy = True
 
@@ -347,7 +373,7 @@ class ClientV2:
         compressor (a deflate window) goes at once, not when the connection's objects are collected."""
         with self._output_lock:
             self._fail("closed")
-            self._compress = None
+            self._output_layers = []
 
 
 class OutputLoop:

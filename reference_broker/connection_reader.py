@@ -88,9 +88,12 @@ class ConnectionReader:
         return None if end < 0 else bytes(self._buffer[self._pos:end])
 
     def upgrade(self, decoder) -> None:
-        """From now on the socket's bytes go through `decoder` (compression.DeflateReader or SnappyReader).
-        nsqd's UpgradeSnappy/UpgradeDeflate put a new bufio.Reader on the raw connection, so whatever the
-        old one had already read past IDENTIFY's body is dropped, not decoded (ID-30)."""
+        """From now on the socket's bytes go through `decoder` (tls.TLSStream, compression.DeflateReader or
+        SnappyReader), inside the decoder already there (snappy or deflate inside TLS, T-02, T-03). nsqd's
+        upgrades put a new bufio.Reader on the connection, so whatever the old one had already read past
+        IDENTIFY's body is dropped, not decoded (ID-30)."""
+        if self._decoder is not None:
+            decoder = _Layered(decoder, self._decoder)
         self._buffer, self._pos, self._decoder = bytearray(), 0, decoder
 
     def parse_buffered(self, parse):
@@ -100,3 +103,22 @@ class ConnectionReader:
         of the buffer."""
         result, self._pos = parse(self._buffer, self._pos)
         return result
+
+
+class _Layered:
+    """A decoder whose input is another decoder's output (compression inside TLS)."""
+
+    def __init__(self, outer, inner):
+        self._outer = outer
+        self._inner = inner
+
+    def feed(self, data: bytes) -> None:
+        self._inner.feed(data)
+
+    def read(self, max_size: int) -> bytes:
+        while not (data := self._outer.read(max_size)):
+            decoded = self._inner.read(_RECV_SIZE)
+            if not decoded:
+                return b""
+            self._outer.feed(decoded)
+        return data

@@ -14,6 +14,7 @@ import logging
 import posixpath
 import re
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -214,6 +215,15 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         except _BadRequest:
             self.send_error(400)
             return
+        if self.server.tls_required_https_port is not None:  # T-10, H-06: before any route
+            status, headers = 403, {"X-Nsq-Content-Type": "nsq; version=1.0",
+                                    "Content-Type": "application/json; charset=utf-8"}
+            payload = f'{{"message": "TLS_REQUIRED", "https_port": {self.server.tls_required_https_port}}}'.encode()
+            if not body.finish():
+                self.close_connection = True
+                headers["Connection"] = "close"
+            self._respond(status, headers, payload)
+            return
         status, headers, payload = self.server.router.dispatch(self, path, raw_query, body)
         if not body.finish():
             self.close_connection = True
@@ -370,18 +380,33 @@ def _v1_response(status: int, result) -> tuple[int, dict, bytes]:
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    tls_context: ssl.SSLContext | None = None
+
+    def get_request(self):
+        """HTTPS: the handshake happens on the connection's own thread, at its first read, so a client that never
+        finishes one holds up nobody."""
+        conn, address = self.socket.accept()
+        if self.tls_context is not None:
+            conn = self.tls_context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        return conn, address
 
     def handle_error(self, request, client_address) -> None:
         """A peer that resets or goes away mid-request or mid-response: Go's net/http drops the connection
-        without a word, where socketserver would print a traceback to stderr (found by tests/broker/test_fuzz.py)."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
+        without a word, where socketserver would print a traceback to stderr (found by tests/broker/test_fuzz.py).
+        A failed TLS handshake is one log line, as Go's server logs it."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ssl.SSLError):
+            log.warning("http: TLS handshake error from %s:%d: %s", *client_address[:2], error.reason or error)
+        elif not isinstance(error, ConnectionError):
             super().handle_error(request, client_address)
 
 
 class HTTPServer:
-    """One thread per connection on an already bound `listener`, `routes` served for nsqd or nsqlookupd."""
+    """One thread per connection on an already bound `listener`, `routes` served for nsqd or nsqlookupd; HTTPS
+    with a `tls_context`; with `tls_required_https_port`, every request is refused with TLS_REQUIRED."""
 
-    def __init__(self, listener: socket.socket, routes: list, nsqd=None, nsqlookupd=None):
+    def __init__(self, listener: socket.socket, routes: list, nsqd=None, nsqlookupd=None,
+                 tls_context: ssl.SSLContext | None = None, tls_required_https_port: int | None = None):
         self.listener = listener
         self._server = _Server(listener.getsockname()[:2], RequestHandler, bind_and_activate=False)
         self._server.socket.close()
@@ -389,6 +414,8 @@ class HTTPServer:
         self._server.nsqd = nsqd
         self._server.nsqlookupd = nsqlookupd
         self._server.router = Router(routes)
+        self._server.tls_context = tls_context
+        self._server.tls_required_https_port = tls_required_https_port
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
 
     def start(self) -> None:

@@ -16,6 +16,7 @@ from .diskqueue import DiskQueue
 from .lookup import LookupLoop
 from .message import MIN_VALID_MSG_LENGTH
 from .options import Options
+from .tls import server_context
 from .topic import Topic
 from .wire import is_valid_name
 
@@ -35,6 +36,7 @@ class DataPathLocked(Exception):
 class NSQD:
     def __init__(self, options: Options):
         self.options = options
+        self.tls_context = server_context(options)  # raises TLSConfigError, before the data path is locked
         self.data_path = options.data_path or os.getcwd()
         self._data_path_lock = _lock_directory(self.data_path)
         self.start_time = time.time()

@@ -178,7 +178,9 @@ NOT_IMPLEMENTED_FLAGS = {
     "enable-experiment": "experiments",
 }
 _LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
-_TLS_REQUIRED = {"false": 0, "true": 1, "tcp-https": 2}
+TLS_NOT_REQUIRED, TLS_REQUIRED_EXCEPT_HTTP, TLS_REQUIRED = 0, 1, 2  # nsqd's constants, as /config shows them
+_TLS_REQUIRED = {"false": TLS_NOT_REQUIRED, "tcp-https": TLS_REQUIRED_EXCEPT_HTTP, "true": TLS_REQUIRED}
+_TLS_MIN_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3": 0x0304}
 _BOOL_FLAGS = {"deflate", "snappy", "statsd-mem-stats", "statsd-exclude-ephemeral"}
 
 # H-CFG-01: GET /config/:opt knows flag-backed options only, by config name: the flag name with dashes
@@ -233,8 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", "-verbose", dest="verbose", type=parse_bool, nargs="?", const=True,
                         default=False, help="deprecated: same as --log-level=debug")
     parser.add_argument("--tls-required", "-tls-required", dest="tls_required",
-                        type=lambda v: _TLS_REQUIRED[v] if v in _TLS_REQUIRED else parse_bool(v),
-                        nargs="?", const=1, default=argparse.SUPPRESS)
+                        type=lambda v: _TLS_REQUIRED[v] if v in _TLS_REQUIRED else TLS_REQUIRED * parse_bool(v),
+                        nargs="?", const=TLS_REQUIRED, default=argparse.SUPPRESS)
+    parser.add_argument("--tls-min-version", "-tls-min-version", dest="tls_min_version", type=parse_tls_version,
+                        default=argparse.SUPPRESS, help="tls1.0, tls1.1, tls1.2 or tls1.3 (default tls1.0)")
     return parser
 
 
@@ -257,7 +261,15 @@ def validate(options: Options) -> str | None:
     if not 1 <= options.max_deflate_level <= 9:
         return "--max-deflate-level must be [1,9]"
     if options.tls_client_auth_policy and options.tls_required == 0:
-        options.tls_required = 1  # nsqd: a client auth policy implies TLS required
-    if options.tls_required or options.tls_cert or options.tls_key:
-        return "TLS is not supported by this reference broker"
+        options.tls_required = TLS_REQUIRED  # T-12: a client auth policy implies TLS required
+    if options.tls_required and not (options.tls_cert or options.tls_key):
+        return "cannot require TLS client connections without TLS key and cert"
     return None
+
+
+def parse_tls_version(text: str) -> int:
+    """apps/nsqd's tlsMinVersionOption: case-insensitive; ssl3.0, named in nsqd's help, is not in its table."""
+    try:
+        return _TLS_MIN_VERSIONS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"unknown tlsVersionOption {text!r}") from None

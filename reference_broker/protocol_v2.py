@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import ssl
 import time
 
 from . import wire
@@ -77,6 +78,8 @@ class ProtocolV2:
                 return  # C-19, C-25, C-29: closed without an error frame
 
     def execute(self, name: bytes, params: list[bytes]) -> bytes | None:
+        if name != b"IDENTIFY" and self.options.tls_required and self.client.tls is None:
+            raise FatalClientError("E_INVALID", f"cannot {_text(name)} in current state (TLS required)")  # T-07
         verb = self._verbs.get(name)
         if verb is None:
             raise FatalClientError("E_INVALID", f"invalid command {_text(name)}")  # C-16, C-20, C-21
@@ -107,6 +110,7 @@ class ProtocolV2:
         level = data["deflate_level"] if deflate and data["deflate_level"] > 0 else 6
         level = min(level, self.options.max_deflate_level)  # ID-11: clamped silently
         snappy = self.options.snappy_enabled and data["snappy"]
+        tls = self.nsqd.tls_context is not None and data["tls_v1"]  # T-05: only when asked and configured
         if deflate and snappy:
             raise FatalClientError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
         response = {  # ID-20, in nsqd's key order
@@ -114,7 +118,7 @@ class ProtocolV2:
             "version": VERSION,
             "max_msg_timeout": self.options.max_msg_timeout // MS,
             "msg_timeout": client.msg_timeout // MS,
-            "tls_v1": False,  # ID-21: no TLS certificate configured
+            "tls_v1": tls,  # ID-21
             "deflate": deflate,
             "deflate_level": level,
             "max_deflate_level": self.options.max_deflate_level,
@@ -127,7 +131,15 @@ class ProtocolV2:
             "topology_zone": self.options.topology_zone,
         }
         client.send_frame(wire.FRAME_TYPE_RESPONSE, json.dumps(response, separators=(",", ":")).encode())
-        # ID-30: each upgrade is followed by an OK sent through the new layer.
+        # ID-30: each upgrade is followed by an OK sent through the new layer; TLS first, then compression
+        # inside it (T-01..T-03).
+        if tls:
+            log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", client)
+            try:
+                client.upgrade_tls(self.nsqd.tls_context)
+            except (OSError, ssl.SSLError) as error:
+                raise FatalClientError("E_IDENTIFY_FAILED", f"IDENTIFY failed {_tls_error(error)}") from None
+            client.send_frame(wire.FRAME_TYPE_RESPONSE, wire.OK)
         if snappy:
             client.upgrade_snappy()
             client.send_frame(wire.FRAME_TYPE_RESPONSE, wire.OK)
@@ -198,7 +210,7 @@ class ProtocolV2:
             raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")  # P-AUTH-05
         client.auth_secret = secret.decode("utf-8", "surrogateescape")
         try:
-            client.auth_state = query_any_authd(self.options, client.remote_ip, client.auth_secret)
+            client.auth_state = self._query_auth()
         except AuthError as error:
             log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client, error)
             raise FatalClientError("E_AUTH_FAILED", "AUTH failed") from None  # P-AUTH-06
@@ -209,6 +221,12 @@ class ProtocolV2:
         client.send_frame(wire.FRAME_TYPE_RESPONSE, json.dumps(response, separators=(",", ":")).encode())
         return None
 
+    def _query_auth(self):
+        """P-AUTH-13; the auth server learns whether the connection is TLS and its certificate's CN."""
+        client = self.client
+        return query_any_authd(self.options, client.remote_ip, client.tls is not None,
+                               client.tls.peer_common_name() if client.tls else "", client.auth_secret)
+
     def _check_auth(self, verb: str, topic_name: str, channel_name: str = "") -> None:
         """P-AUTH-09..12: only SUB and the publish commands ask, and only when auth is enabled."""
         if not self.options.auth_enabled:
@@ -218,7 +236,7 @@ class ProtocolV2:
             raise FatalClientError("E_AUTH_FIRST", f"AUTH required before {verb}")
         if client.auth_state.expired:  # P-AUTH-12
             try:
-                client.auth_state = query_any_authd(self.options, client.remote_ip, client.auth_secret)
+                client.auth_state = self._query_auth()
             except AuthError as error:
                 log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client, error)
                 raise FatalClientError("E_AUTH_FAILED", "AUTH failed") from None
@@ -475,3 +493,8 @@ def _text(raw: bytes) -> str:
     """Raw protocol bytes inside an error text, byte for byte."""
     return raw.decode("utf-8", "surrogateescape")
 
+
+def _tls_error(error: Exception) -> str:
+    """What Go's handshake error would say, near enough: OpenSSL's reason, or the I/O error."""
+    reason = getattr(error, "reason", None)
+    return f"remote error: tls: {reason.lower().replace('_', ' ')}" if reason else str(error)

@@ -115,8 +115,10 @@ def client_stats(client: ClientV2, topic_filter: str) -> dict:
         if not topic_filter or topic == topic_filter:
             stats["pub_counts"] = [{"topic": topic, "count": count}]
             break
-    stats.update({"tls": False, "tls_cipher_suite": "", "tls_version": "", "tls_negotiated_protocol": "",
-                  "tls_negotiated_protocol_is_mutual": False})
+    tls = client.tls  # T-04
+    stats.update(tls.stats() if tls is not None else {
+        "tls": False, "tls_cipher_suite": "", "tls_version": "", "tls_negotiated_protocol": "",
+        "tls_negotiated_protocol_is_mutual": False})
     return stats
 
 

@@ -30,6 +30,7 @@ TRANSCRIPTS = pathlib.Path(__file__).parents[2] / "fixtures" / "transcripts-clus
 PERSISTENCE_FLAGSETS = {"persist", "persist-memq2", "persist-memq0", "rotate"}
 REGISTRATION_FLAGSETS = {"fake-lookupd"}
 LOOKUPD_FLAGSETS = {"lookupd", "lookupd-short", "cluster"}
+TLS_FLAGSETS = {"tls", "tls-required", "tls-tcp-https", "tls-require-cert", "tls-require-verify", "tls-min13"}
 _PORT_SPAN = 30  # the replayer's ports lie within base .. base + 22
 
 
@@ -78,6 +79,8 @@ def broker_binaries(tmp_path_factory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def ports() -> dict[str, int]:
     from .recorded import cluster
+    # The recordings' certificates; replay_cluster imports the engine as the top-level module `cluster`.
+    sys.modules["cluster"].TLS_DIR = str(pathlib.Path(__file__).parents[2] / "fixtures" / "tls")
     return cluster.port_plan(_free_port_block(_PORT_SPAN))
 
 
@@ -108,8 +111,14 @@ def test_lookupd_transcript(broker_binaries, ports, transcript, tmp_path):
     _replay(broker_binaries, ports, transcript, tmp_path)
 
 
+@pytest.mark.parametrize("transcript", _params(TLS_FLAGSETS))
+def test_tls_transcript(broker_binaries, ports, transcript, tmp_path):
+    _replay(broker_binaries, ports, transcript, tmp_path)
+
+
 def test_every_persistence_registration_and_lookupd_transcript_is_collected():
     assert len(_transcripts(PERSISTENCE_FLAGSETS)) == 20
     assert len(_transcripts(REGISTRATION_FLAGSETS)) == 10
     assert len(_transcripts(LOOKUPD_FLAGSETS)) == 44
+    assert len(_transcripts(TLS_FLAGSETS)) == 19
 
