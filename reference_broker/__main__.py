@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 
 from .http_api import ROUTES
 from .http_router import HTTPServer
 from .nsqd import NSQD, DataPathLocked, MetadataError
-from .options import PYTHON_LOG_LEVELS, TLS_REQUIRED, Options, parse_options
+from .options import TLS_REQUIRED, Options, parse_options
+from .service import configure_logging, stop_signal
 from .tcp_server import TCPServer, listen
 from .tls import TLSConfigError
 
@@ -62,9 +61,7 @@ class Broker:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_options(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(stream=sys.stderr, level=PYTHON_LOG_LEVELS[options.log_level],
-                        format=f"{options.log_prefix}%(asctime)s.%(msecs)03d %(levelname)s: %(message)s",
-                        datefmt="%Y/%m/%d %H:%M:%S")
+    configure_logging(options.log_level, options.log_prefix)
     try:
         broker = Broker(options)
     except TLSConfigError as error:
@@ -76,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"nsq-reference-broker: listen failed: {error}", file=sys.stderr)
         return 1
-    stopping = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stopping.set())
+    stopping = stop_signal()
     log.info("nsqd v1.3.0 (reference broker) starting, node-id %d", options.node_id)
     try:
         broker.start()

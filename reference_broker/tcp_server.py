@@ -31,6 +31,24 @@ def listen(address: str) -> socket.socket:
     return socket.create_server((host.strip("[]") or "0.0.0.0", int(port)), backlog=1024)
 
 
+def accept(listener: socket.socket, closing: Callable[[], bool]) -> tuple[socket.socket, tuple]:
+    """The next connection (nsqd's and nsqlookupd's internal/protocol TCPServer): temporary failures are retried,
+    logged once per run of them; any other failure, or one while `closing()`, is raised."""
+    failing = False
+    while True:
+        try:
+            return listener.accept()
+        except ConnectionAbortedError:
+            continue  # closed while in the backlog: Go's poller retries it without a word
+        except OSError as error:
+            if closing() or error.errno not in TEMPORARY_ACCEPT_ERRORS:
+                raise
+            if not failing:
+                log.warning("temporary Accept() failure - %s", error)
+                failing = True
+            time.sleep(ACCEPT_RETRY_DELAY)
+
+
 class TCPServer:
     def __init__(self, nsqd, listener: socket.socket, on_fatal_error: Callable[[], None] | None = None):
         """`on_fatal_error`: called when accepting fails for good; nsqd then exits (Main returns the error)."""
@@ -59,7 +77,7 @@ class TCPServer:
     def _serve(self) -> None:
         while True:
             try:
-                conn, address = self._accept()
+                conn, address = accept(self.listener, lambda: self._closing)
             except OSError as error:
                 if not self._closing:
                     log.critical("listener.Accept() error - %s", error)
@@ -69,22 +87,6 @@ class TCPServer:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._handle, args=(conn, address), name=f"conn-{address[1]}",
                              daemon=True).start()
-
-    def _accept(self) -> tuple[socket.socket, tuple]:
-        """The next connection; temporary failures are retried, logged once per run of them."""
-        failing = False
-        while True:
-            try:
-                return self.listener.accept()
-            except ConnectionAbortedError:
-                continue  # closed while in the backlog: Go's poller retries it without a word
-            except OSError as error:
-                if self._closing or error.errno not in TEMPORARY_ACCEPT_ERRORS:
-                    raise
-                if not failing:
-                    log.warning("temporary Accept() failure - %s", error)
-                    failing = True
-                time.sleep(ACCEPT_RETRY_DELAY)
 
     def _handle(self, conn: socket.socket, address) -> None:
         client = None

@@ -3,11 +3,9 @@ until SIGINT or SIGTERM."""
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 
-from ..options import PYTHON_LOG_LEVELS
+from ..service import configure_logging, stop_signal
 from .nsqlookupd import NSQLookupd
 from .options import VERSION, parse_options
 
@@ -17,17 +15,13 @@ def main(argv: list[str] | None = None) -> int:
     if version_only:
         print(f"nsqlookupd v{VERSION} (reference)")
         return 0
-    logging.basicConfig(stream=sys.stderr, level=PYTHON_LOG_LEVELS[options.log_level],
-                        format=f"{options.log_prefix}%(asctime)s.%(msecs)03d %(levelname)s: %(message)s",
-                        datefmt="%Y/%m/%d %H:%M:%S")
+    configure_logging(options.log_level, options.log_prefix)
     try:
         lookupd = NSQLookupd(options)
     except OSError as error:
         print(f"nsq-reference-lookupd: listen failed - {error}", file=sys.stderr)
         return 1
-    stopping = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stopping.set())
+    stopping = stop_signal()
     logging.getLogger("nsqlookupd").info("nsqlookupd v%s (reference)", VERSION)
     lookupd.start()
     stopping.wait()

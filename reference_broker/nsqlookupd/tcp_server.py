@@ -6,9 +6,8 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 
-from ..tcp_server import ACCEPT_RETRY_DELAY, TEMPORARY_ACCEPT_ERRORS
+from ..tcp_server import accept
 from .lookup_protocol_v1 import MAGIC_V1, ClientV1, LookupProtocolV1, send_response
 
 log = logging.getLogger("nsqlookupd")
@@ -43,24 +42,13 @@ class TCPServer:
                 pass
 
     def _serve(self) -> None:
-        failing = False
         while True:
             try:
-                conn, address = self.listener.accept()
-            except ConnectionAbortedError:
-                continue
+                conn, address = accept(self.listener, lambda: self._closing)
             except OSError as error:
-                if self._closing:
-                    return
-                if error.errno not in TEMPORARY_ACCEPT_ERRORS:
+                if not self._closing:
                     log.critical("listener.Accept() error - %s", error)
-                    return
-                if not failing:  # out of file descriptors: accept again once some are free, as Go does
-                    log.warning("temporary Accept() failure - %s", error)
-                    failing = True
-                time.sleep(ACCEPT_RETRY_DELAY)
-                continue
-            failing = False
+                return
             threading.Thread(target=self._handle, args=(conn, f"{address[0]}:{address[1]}"),
                              name=f"lookup-conn-{address[1]}", daemon=True).start()
 

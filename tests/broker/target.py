@@ -1,5 +1,6 @@
 """The broker a socket-level test talks to: the reference broker, or the real nsqd when NSQD_BINARY names one,
-so the same expectations can be checked against nsqd v1.3.0 (never committed; built locally from source)."""
+so the same expectations can be checked against nsqd v1.3.0 (never committed; built locally from source); and
+any Go program of nsq's started the same way (tests/lookupd with NSQLOOKUPD_BINARY)."""
 from __future__ import annotations
 
 import contextlib
@@ -27,19 +28,25 @@ def running_target(*flags: str):
         with running_broker(*flags) as running:
             yield running
         return
+    with tempfile.TemporaryDirectory() as data_path, running_go_program(binary, f"--data-path={data_path}",
+                                                                        *flags) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_go_program(binary: str, *flags: str):
+    """A Go nsqd or nsqlookupd (built locally) on free loopback ports, once its TCP port accepts."""
     tcp_port, http_port = _free_port(), _free_port()
-    with tempfile.TemporaryDirectory() as data_path:
-        process = subprocess.Popen([binary, f"--tcp-address=127.0.0.1:{tcp_port}",
-                                    f"--http-address=127.0.0.1:{http_port}", f"--data-path={data_path}", *flags],
-                                   stderr=subprocess.PIPE, text=True)
-        target = RunningBroker("127.0.0.1", tcp_port, http_port, process)
-        threading.Thread(target=lambda: target.log.extend(process.stderr), daemon=True).start()
-        for _ in range(100):
-            with contextlib.suppress(OSError), socket.create_connection(target.tcp_address):
-                break
-            time.sleep(0.05)
-        try:
-            yield target
-        finally:
-            process.terminate()
-            process.wait(10)
+    process = subprocess.Popen([binary, f"--tcp-address=127.0.0.1:{tcp_port}",
+                                f"--http-address=127.0.0.1:{http_port}", *flags], stderr=subprocess.PIPE, text=True)
+    target = RunningBroker("127.0.0.1", tcp_port, http_port, process)
+    threading.Thread(target=lambda: target.log.extend(process.stderr), daemon=True).start()
+    for _ in range(100):
+        with contextlib.suppress(OSError), socket.create_connection(target.tcp_address):
+            break
+        time.sleep(0.05)
+    try:
+        yield target
+    finally:
+        process.terminate()
+        process.wait(10)

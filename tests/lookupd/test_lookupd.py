@@ -19,40 +19,16 @@ import urllib.request
 import pytest
 
 from reference_broker.launcher import RunningBroker, running_lookupd
+from tests.broker.target import running_go_program
 
 REAL = os.environ.get("NSQLOOKUPD_BINARY")
 reference_only = pytest.mark.skipif(bool(REAL), reason="nsqlookupd v1.3.0 differs here on purpose")
 IDENTIFY = {"broadcast_address": "127.0.0.1", "tcp_port": 4150, "http_port": 4151, "version": "1.3.0"}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _running_real(*flags: str):
-    tcp_port, http_port = _free_port(), _free_port()
-    process = subprocess.Popen([REAL, f"--tcp-address=127.0.0.1:{tcp_port}",
-                                f"--http-address=127.0.0.1:{http_port}", *flags], stderr=subprocess.PIPE, text=True)
-    target = RunningBroker("127.0.0.1", tcp_port, http_port, process)
-    threading.Thread(target=lambda: target.log.extend(process.stderr), daemon=True).start()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(target.tcp_address):
-            break
-        time.sleep(0.05)
-    try:
-        yield target
-    finally:
-        process.terminate()
-        process.wait(10)
-
-
 @pytest.fixture
 def lookupd():
-    with (_running_real() if REAL else running_lookupd()) as running:
+    with (running_go_program(REAL) if REAL else running_lookupd()) as running:
         yield running
     assert "Traceback" not in "".join(running.log), "".join(running.log)
 

@@ -13,6 +13,7 @@ import pytest
 import tornado.ioloop
 
 from reference_broker.launcher import running_broker
+from tests.pynsq.ioloop import run_until_stopped
 
 TOPIC = "pynsq"
 PUBS, MPUB_SIZE = 20, 30
@@ -70,13 +71,7 @@ def _run(broker, channels: dict[str, dict]) -> tuple[dict, dict, float]:
         writer.dpub(TOPIC, DEFER_MS, b"dpub", callback=check)
 
     loop.call_later(0.5, publish)  # readers have subscribed by then, so every channel gets every message
-    timeout = loop.call_later(30, loop.stop)
-    loop.start()
-    loop.remove_timeout(timeout)
-    for reader in readers:
-        reader.close()
-    for conn in list(writer.conns.values()):
-        conn.close()
+    run_until_stopped(readers, [writer])
     assert not errors, errors
     return finished, deliveries, timing
 

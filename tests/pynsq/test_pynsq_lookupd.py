@@ -14,6 +14,7 @@ import nsq
 import tornado.ioloop
 
 from reference_broker.launcher import running_broker, running_lookupd
+from tests.pynsq.ioloop import run_until_stopped
 
 TOPIC = "pynsq_lookupd"
 PER_BROKER = 50
@@ -60,9 +61,6 @@ def test_pynsq_reader_finds_both_brokers_through_nsqlookupd():
 
             reader = nsq.Reader(message_handler=handle, lookupd_http_addresses=[f"http://127.0.0.1:{lookupd.http_port}"],
                                 topic=TOPIC, channel="c", max_in_flight=20, lookupd_poll_interval=1)
-            timeout = loop.call_later(30, loop.stop)
-            loop.start()
-            loop.remove_timeout(timeout)
-            reader.close()
+            run_until_stopped([reader])
     assert set(received) == set(expected), f"{len(received)} of {len(expected)} received"
     assert set(received.values()) == {1}, "a message was delivered twice"

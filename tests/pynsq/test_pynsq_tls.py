@@ -11,6 +11,7 @@ import nsq
 import tornado.ioloop
 
 from reference_broker.launcher import running_broker
+from tests.pynsq.ioloop import run_until_stopped
 
 TLS = pathlib.Path(__file__).parents[2] / "fixtures" / "tls"
 TOPIC = "pynsq_tls"
@@ -53,13 +54,7 @@ def test_pynsq_publishes_and_consumes_inside_tls():
                 errors.append(data)
 
         loop.call_later(0.2, publish)
-        timeout = loop.call_later(30, loop.stop)
-        loop.start()
-        loop.remove_timeout(timeout)
-        for reader in readers:
-            reader.close()
-        for conn in list(writer.conns.values()):
-            conn.close()
+        run_until_stopped(readers, [writer])
     assert not errors, errors
     for channel, counter in received.items():
         assert set(counter) == expected, f"{channel}: {len(counter)} of {MESSAGES}"
