@@ -407,10 +407,35 @@ class HttpResponse:
     body: bytes
 
     def json(self):
+        """The body as JSON whose missing keys and indexes are Mismatches naming them, not a KeyError or
+        IndexError that would make the case an ERROR (the broker answered; it is its answer that is wrong)."""
         try:
-            return json.loads(self.body)
+            return _reply(json.loads(self.body))
         except ValueError as exc:
             raise Mismatch("the HTTP body is JSON", "JSON", f"{self.body[:200]!r}") from exc
+
+
+class ReplyObject(dict):
+    def __missing__(self, key):
+        raise Mismatch(f"the broker's JSON object has {key!r}", f"a {key!r} field",
+                       f"only {sorted(self)}")
+
+
+class ReplyList(list):
+    def __getitem__(self, index):
+        try:
+            return super().__getitem__(index)
+        except IndexError:
+            raise Mismatch(f"the broker's JSON list has an item {index}", f"at least {index + 1} item(s)"
+                           if isinstance(index, int) and index >= 0 else "an item", f"{len(self)} item(s)") from None
+
+
+def _reply(value):
+    if isinstance(value, dict):
+        return ReplyObject((key, _reply(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return ReplyList(_reply(item) for item in value)
+    return value
 
 
 class HttpClient:
@@ -447,7 +472,8 @@ class HttpClient:
             response = HttpResponse(raw.status, {key.lower(): value for key, value in raw.getheaders()},
                                     raw.read())
         except (OSError, http.client.HTTPException) as exc:
-            raise HarnessError(f"HTTP {method} {path} failed: {exc!r}") from exc
+            # Connected, then no well-formed answer: the broker's doing, a FAIL of the case's requirement.
+            raise Mismatch(f"HTTP {method} {path} is answered", "a well-formed HTTP response", repr(exc)) from exc
         finally:
             sock.close()
         self.transcript.record("HTTP", SERVER_TO_CLIENT, [f"{response.status} {response.body[:200]!r}"])

@@ -20,6 +20,7 @@ def test_channel_pause_stops_delivery(nsq):
     ok(nsq, f"/channel/pause?topic={topic}&channel=c")
     conn.publish(topic, b"paused")
     conn.expect_silence(0.6, what="a paused channel delivers nothing (D-60)")
+    nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("depth") == 1, 1.0, "the message waits in c")
     channel = nsq.http.channel_stats(topic, "c")
     nsq.verify.equal("(paused, depth) of the paused channel", (True, 1), (channel["paused"], channel["depth"]))
     ok(nsq, f"/channel/unpause?topic={topic}&channel=c")

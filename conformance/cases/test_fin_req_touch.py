@@ -129,6 +129,8 @@ def test_req_with_delay_defers(nsq):
     conn.command("REQ", message.message_id.decode(), 1000)
     start = time.monotonic()
     conn.expect_silence(0.2)
+    nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("deferred_count") == 1, 0.5,
+              "the requeued message is deferred")
     channel = nsq.http.channel_stats(topic, "c")
     nsq.verify.equal("(in_flight_count, deferred_count) after REQ 1000", (0, 1),
                      (channel["in_flight_count"], channel["deferred_count"]))

@@ -225,12 +225,18 @@ def test_stats_counters(nsq, http):
     conn.command("RDY", 0)
     conn.command("REQ", first.message_id.decode(), 0)
     conn.expect_silence(0.2)
-    stats = http.stats(topic)
-    channel = stats["channels"][0]
+
+    def counters():
+        stats = http.stats(topic)
+        channel = stats["channels"][0]
+        return stats, (channel["message_count"], channel["depth"], channel["in_flight_count"],
+                       channel["requeue_count"], channel["client_count"])
+
+    nsq.until(lambda: counters()[1] == (2, 2, 0, 1, 1), 1.0, "both messages reached the channel")
+    stats, channel_counters = counters()
     nsq.verify.equal("topic message_count", 2, stats["message_count"])
     nsq.verify.equal("channel (message_count, depth, in_flight_count, requeue_count, client_count)",
-                     (2, 2, 0, 1, 1), (channel["message_count"], channel["depth"], channel["in_flight_count"],
-                                       channel["requeue_count"], channel["client_count"]))
+                     (2, 2, 0, 1, 1), channel_counters)
 
 
 @requirement("NSQ-HTTP-009")

@@ -5,6 +5,9 @@ Faults:
   deliveries (breaks C-12, requirement NSQ-FRAME-004).
 - ``no-close-after-fatal``: when the broker closes a connection, the proxy keeps the client side
   open (breaks C-23, requirement NSQ-ERR-001).
+- ``stats-without-client-count``: in front of the HTTP port, every channel in ``/stats`` JSON loses its
+  ``client_count`` (an older nsqd's shape; requirement NSQ-HTTP-008): the case must FAIL naming the field,
+  not end in a Python error.
 - ``none``: a faithful proxy (the control).
 
 Uncompressed sessions only: the proxy decodes server frames with ``conformance.wire``.
@@ -12,13 +15,15 @@ Uncompressed sessions only: the proxy decodes server frames with ``conformance.w
 
 from __future__ import annotations
 
+import contextlib
+import re
 import socket
 import struct
 import threading
 
 from conformance import wire
 
-FAULTS = ("none", "attempts-stuck", "no-close-after-fatal")
+FAULTS = ("none", "attempts-stuck", "no-close-after-fatal", "stats-without-client-count")
 
 
 class FaultyProxy:
@@ -50,6 +55,9 @@ class FaultyProxy:
                 threading.Thread(target=self._pump, args=(source, target, rewrite), daemon=True).start()
 
     def _pump(self, source: socket.socket, target: socket.socket, server_side: bool) -> None:
+        if server_side and self.fault == "stats-without-client-count":
+            self._pump_rewritten_http(source, target)
+            return
         decoder, held, rewriting = wire.FrameDecoder(), b"", server_side and self.fault == "attempts-stuck"
         try:
             while data := source.recv(65536):
@@ -72,6 +80,23 @@ class FaultyProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            sock.close()
+
+    @staticmethod
+    def _pump_rewritten_http(source: socket.socket, target: socket.socket) -> None:
+        """The suite asks with `Connection: close`: the whole response, then the edited one."""
+        response = b""
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                response += data
+        head, _, body = response.partition(b"\r\n\r\n")
+        body = re.sub(rb'"client_count":\d+,?', b"", body)
+        head = re.sub(rb"(?i)content-length: *\d+", b"Content-Length: %d" % len(body), head)
+        with contextlib.suppress(OSError):
+            target.sendall(head + b"\r\n\r\n" + body)
+        for sock in (source, target):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
     @staticmethod

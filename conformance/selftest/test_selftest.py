@@ -17,6 +17,7 @@ from conformance.target import EmbeddedBroker, Profile
 REDELIVERY = "cases/test_framing.py::test_redelivery_keeps_id_and_timestamp"
 FATAL_CLOSE = "cases/test_syntax.py::test_unknown_command_is_fatal"
 UNAFFECTED = "cases/test_magic.py::test_magic_then_pipelined_commands"
+STATS_COUNTERS = "cases/test_http.py::test_stats_counters"
 SELECTION = "redelivery_keeps_id or unknown_command_is_fatal or magic_then_pipelined"
 
 
@@ -72,3 +73,20 @@ def test_baseline_accepts_the_known_failure(broker, tmp_path):
     code, cases = run_suite(broker, "no-close-after-fatal", tmp_path / "reports", "--baseline", str(baseline))
     assert cases[FATAL_CLOSE]["verdict"] == "FAIL" and cases[FATAL_CLOSE]["baseline"]
     assert code == 0
+
+
+def test_a_missing_json_field_is_a_fail_naming_it_not_an_error(broker, tmp_path):
+    """Issue 11 item 6: the broker's answer lacks a field a case reads."""
+    proxy = FaultyProxy(broker.http_address, "stats-without-client-count").start()
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "conformance", "--target", "%s:%d" % broker.tcp_address,
+             "--http-target", "%s:%d" % proxy.address, "--workers", "0", "--reports-dir", str(tmp_path),
+             "--", "-k", "test_stats_counters", "-q"],
+            capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
+    finally:
+        proxy.stop()
+    case = {c["id"]: c for c in json.loads((tmp_path / "report.json").read_text())["cases"]}[STATS_COUNTERS]
+    assert case["verdict"] == "FAIL", case
+    assert "'client_count'" in case["message"] and "Error" not in case["message"], case["message"]
+    assert completed.returncode == 1
