@@ -27,6 +27,9 @@ def parse_args(argv):
                         "(default: start the embedded reference broker on free ports)")
     parser.add_argument("--http-target", metavar="HOST:PORT", help="its HTTP address (without it HTTP cases "
                         "are UNSUPPORTED)")
+    parser.add_argument("--lookupd-target", metavar="HOST:PORT", help="TCP address of a running nsqlookupd "
+                        "(default: start the embedded reference nsqlookupd)")
+    parser.add_argument("--lookupd-http-target", metavar="HOST:PORT", help="its HTTP address")
     parser.add_argument("--profile", default="nsqd-defaults", help="nsqd-defaults (default), nsqd-tight, "
                         "nsqd-auth, or a .toml path: the target's limits and capabilities")
     parser.add_argument("--authd-address", metavar="HOST:PORT", help="where the suite's fake auth server "
@@ -50,6 +53,8 @@ def parse_args(argv):
         parser.error("--workers must be >= 0")
     if args.http_target and not args.target:
         parser.error("--http-target needs --target")
+    if bool(args.lookupd_target) != bool(args.lookupd_http_target):
+        parser.error("--lookupd-target and --lookupd-http-target go together")
     return args, passthrough
 
 
@@ -72,6 +77,8 @@ def pytest_arguments(args, tcp, http, authd, passthrough) -> list[str]:
         arguments += ["--http-target", "%s:%d" % http]
     if authd:
         arguments += ["--authd-address", authd]
+    if args.lookupd_target:
+        arguments += ["--lookupd-target", args.lookupd_target, "--lookupd-http-target", args.lookupd_http_target]
     if args.strict:
         arguments.append("--nsq-strict")
     if args.baseline:
@@ -137,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 # The plugin serves the fake auth server here once pytest runs; the broker asks it only on AUTH.
                 authd = free_loopback_address()
+        if args.lookupd_target:
+            check_reachable(parse_address(args.lookupd_target, "--lookupd-target"), "--lookupd-target")
+            check_reachable(parse_address(args.lookupd_http_target, "--lookupd-http-target"), "--lookupd-http-target")
         if args.baseline and not Path(args.baseline).is_file():
             raise TargetError(f"--baseline {args.baseline}: no such file")
         if args.target:

@@ -21,8 +21,9 @@ class Requirement:
 
     @property
     def section(self) -> str:
-        """``NSQ-PUB-003`` -> ``PUB``."""
-        return self.id.split("-")[1]
+        """``NSQ-PUB-003`` -> ``PUB``; ``NSQLOOKUPD-HTTP-002`` -> ``NSQLOOKUPD-HTTP`` (nsqlookupd's own)."""
+        prefix, section = self.id.split("-")[:2]
+        return section if prefix == "NSQ" else f"{prefix}-{section}"
 
 
 @cache

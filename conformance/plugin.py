@@ -19,7 +19,8 @@ from conformance import wire
 from conformance.authd import ALLOW_ALL_SECRET, AuthServer
 from conformance.catalogue import requirements
 from conformance.client import Connection, HarnessError, HttpClient, Mismatch, Unsupported, Verifier, quote
-from conformance.target import EmbeddedBroker, Profile, TargetError, check_reachable, parse_address
+from conformance.lookupd_client import V1Connection
+from conformance.target import EmbeddedBroker, EmbeddedLookupd, Profile, TargetError, check_reachable, parse_address
 from conformance.transcript import Transcript
 
 PASS, FAIL, NON_STRICT, UNSUPPORTED, ERROR = "PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "ERROR"
@@ -39,6 +40,9 @@ def pytest_addoption(parser):
                     "embedded reference broker)")
     group.addoption("--http-target", help="HOST:PORT of that broker's HTTP API (without it, HTTP cases are "
                     "UNSUPPORTED)")
+    group.addoption("--lookupd-target", help="HOST:PORT of a running nsqlookupd's TCP port (default: spawn the "
+                    "embedded reference nsqlookupd)")
+    group.addoption("--lookupd-http-target", help="HOST:PORT of that nsqlookupd's HTTP API")
     group.addoption("--profile", help="profile name (nsqd-defaults, nsqd-tight, nsqd-auth) or path to a .toml")
     # pytest owns --strict; `python -m conformance --strict` maps to this.
     group.addoption("--authd-address", help="HOST:PORT where the suite's fake auth server listens when the "
@@ -61,6 +65,8 @@ class Settings:
     tcp: tuple[str, int] | None
     http: tuple[str, int] | None
     authd: tuple[str, int] | None
+    lookupd_tcp: tuple[str, int] | None
+    lookupd_http: tuple[str, int] | None
     strict: bool
     time_scale: float
     reports_dir: Path
@@ -74,10 +80,15 @@ def _settings(config) -> Settings:
         tcp = parse_address(option("--target"), "--target") if option("--target") else None
         http = parse_address(option("--http-target"), "--http-target") if option("--http-target") else None
         authd = parse_address(option("--authd-address"), "--authd-address") if option("--authd-address") else None
+        lookupd_tcp, lookupd_http = (
+            parse_address(option(name), name) if option(name) else None
+            for name in ("--lookupd-target", "--lookupd-http-target"))
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from None
     if http and not tcp:
         raise pytest.UsageError("--http-target needs --target")
+    if bool(lookupd_tcp) != bool(lookupd_http):
+        raise pytest.UsageError("--lookupd-target and --lookupd-http-target go together")
     if tcp and profile.capabilities.get("auth") and not authd:
         raise pytest.UsageError(f"profile {profile.name} with --target needs --authd-address (the address the "
                                 "target's --auth-http-address points at)")
@@ -85,7 +96,7 @@ def _settings(config) -> Settings:
     if time_scale <= 0:
         raise pytest.UsageError("--time-scale must be > 0")
     baseline_path = option("--baseline")
-    return Settings(profile, tcp, http, authd, option("--nsq-strict"), time_scale,
+    return Settings(profile, tcp, http, authd, lookupd_tcp, lookupd_http, option("--nsq-strict"), time_scale,
                     Path(option("--reports-dir") or config.getini("nsq_reports_dir")),
                     load_baseline(Path(baseline_path)) if baseline_path else {})
 
@@ -208,6 +219,39 @@ def nsq_target(pytestconfig):
         broker.stop()
 
 
+@dataclass
+class LookupdTarget:
+    tcp: tuple[str, int]
+    http: tuple[str, int]
+    time_scale: float
+
+
+@pytest.fixture(scope="session")
+def lookupd_target(pytestconfig):
+    """The nsqlookupd under test: --lookupd-target/--lookupd-http-target, or the embedded reference one."""
+    settings = pytestconfig.nsq_settings
+    if settings.lookupd_tcp:
+        for address, option in ((settings.lookupd_tcp, "--lookupd-target"),
+                                (settings.lookupd_http, "--lookupd-http-target")):
+            try:
+                check_reachable(address, option)
+            except TargetError as exc:
+                pytest.exit(str(exc), returncode=2)
+        yield LookupdTarget(settings.lookupd_tcp, settings.lookupd_http, settings.time_scale)
+        return
+    worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
+    settings.reports_dir.mkdir(parents=True, exist_ok=True)
+    lookupd = EmbeddedLookupd(settings.reports_dir / f"lookupd-{worker}.log")
+    try:
+        lookupd.start()
+    except TargetError as exc:
+        pytest.exit(str(exc), returncode=2)
+    try:
+        yield LookupdTarget(lookupd.tcp_address, lookupd.http_address, settings.time_scale)
+    finally:
+        lookupd.stop()
+
+
 _sequence = iter(range(1, 1 << 30))
 
 
@@ -311,6 +355,53 @@ class Case:
                     self.http.post(f"/topic/delete?topic={quote(topic)}")
                 except HarnessError:
                     pass
+
+
+class LookupdCase:
+    """What a lookupd case works with: V1 connections and the HTTP API of the nsqlookupd under test, unique
+    topic names, bounded waits, the verifier; transcript and verdicts as an nsqd case's."""
+
+    def __init__(self, target: LookupdTarget, name: str):
+        self.target = target
+        self.time_scale = target.time_scale
+        self.transcript = Transcript()
+        self.verify = Verifier()
+        self.http = HttpClient(target.http, self.transcript, target.time_scale)
+        self._connections: list[V1Connection] = []
+        self._topics: list[str] = []
+        self._prefix = f"lk{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
+
+    def connect(self, magic: bool = True) -> V1Connection:
+        connection = V1Connection(f"L{len(self._connections)}", self.target.tcp, self.transcript, self.time_scale,
+                                  send_magic=magic)
+        self._connections.append(connection)
+        return connection
+
+    def topic(self) -> str:
+        name = f"{self._prefix}{len(self._topics)}"
+        self._topics.append(name)
+        return name
+
+    until = Case.until
+    seconds = Case.seconds
+
+    def close(self) -> None:
+        for connection in self._connections:
+            connection.close()
+        for topic in self._topics:
+            try:
+                self.http.post(f"/topic/delete?topic={quote(topic)}")
+            except (HarnessError, Mismatch):
+                pass
+
+
+@pytest.fixture
+def lookupd(lookupd_target, request):
+    name = re.sub(r"[^a-zA-Z0-9_-]", "", request.node.name.removeprefix("test_"))[:24]
+    case = LookupdCase(lookupd_target, name)
+    request.node.nsq_case = case
+    yield case
+    case.close()
 
 
 @pytest.fixture

@@ -87,12 +87,16 @@ class EmbeddedBroker:
         self._log_lines: list[str] = []
         self._found = threading.Event()
 
-    def start(self, timeout: float = 20.0) -> EmbeddedBroker:
+    def _argv(self) -> list[str]:
         self._data_path = tempfile.mkdtemp(prefix="nsq-conformance-")
         argv = [*self.command, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
                 f"--data-path={self._data_path}", *self.profile.broker_flags]
         if self.authd_address:
             argv.append(f"--auth-http-address={self.authd_address}")
+        return argv
+
+    def start(self, timeout: float = 20.0) -> EmbeddedBroker:
+        argv = self._argv()
         try:
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.PIPE, text=True, errors="replace")
@@ -143,3 +147,14 @@ class EmbeddedBroker:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+class EmbeddedLookupd(EmbeddedBroker):
+    """`python -m reference_broker.nsqlookupd` on free loopback ports: the default nsqlookupd target."""
+
+    def __init__(self, log_path: Path | None = None):
+        super().__init__(Profile("nsqlookupd", "", (), {}, {}), log_path,
+                         command=[sys.executable, "-m", "reference_broker.nsqlookupd"])
+
+    def _argv(self) -> list[str]:
+        return [*self.command, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conformance.selftest.proxy import FaultyProxy
-from conformance.target import EmbeddedBroker, Profile
+from conformance.target import EmbeddedBroker, EmbeddedLookupd, Profile
 
 REDELIVERY = "cases/test_framing.py::test_redelivery_keeps_id_and_timestamp"
 FATAL_CLOSE = "cases/test_syntax.py::test_unknown_command_is_fatal"
@@ -89,4 +89,24 @@ def test_a_missing_json_field_is_a_fail_naming_it_not_an_error(broker, tmp_path)
     case = {c["id"]: c for c in json.loads((tmp_path / "report.json").read_text())["cases"]}[STATS_COUNTERS]
     assert case["verdict"] == "FAIL", case
     assert "'client_count'" in case["message"] and "Error" not in case["message"], case["message"]
+    assert completed.returncode == 1
+
+
+def test_an_nsqlookupd_that_keeps_connections_open_after_errors_fails_the_v1_error_case(tmp_path):
+    """The lookupd section catches its own fault: the proxy in front of nsqlookupd's TCP port keeps the client
+    side open after the lookupd closed on an error (breaks L-TCP-21, NSQLOOKUPD-V1-004)."""
+    case_id = "cases/test_lookupd_v1.py::test_command_errors_are_fatal[unknown]"
+    with EmbeddedLookupd() as lookupd:
+        proxy = FaultyProxy(lookupd.tcp_address, "no-close-after-fatal").start()
+        try:
+            completed = subprocess.run(
+                [sys.executable, "-m", "conformance", "--lookupd-target", "%s:%d" % proxy.address,
+                 "--lookupd-http-target", "%s:%d" % lookupd.http_address, "--workers", "0",
+                 "--reports-dir", str(tmp_path), "--", "-k", "command_errors_are_fatal and unknown", "-q"],
+                capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
+        finally:
+            proxy.stop()
+    case = {c["id"]: c for c in json.loads((tmp_path / "report.json").read_text())["cases"]}[case_id]
+    assert case["verdict"] == "FAIL", case
+    assert "the connection closes after the error (L-TCP-21)" in case["message"], case["message"]
     assert completed.returncode == 1

@@ -1,0 +1,84 @@
+"""nsqlookupd's HTTP API (nsqlookupd-behavior.md section 3), against --lookupd-http-target or the embedded
+reference nsqlookupd."""
+
+import pytest
+
+requirement = pytest.mark.requirement
+NSQ_CONTENT_TYPE = "nsq; version=1.0"
+
+
+def expect(lookupd, response, status: int, message: str | None = None) -> None:
+    lookupd.verify.equal("HTTP status", status, response.status)
+    if message is not None:
+        lookupd.verify.equal("HTTP error body", {"message": message}, response.json())
+
+
+@requirement("NSQLOOKUPD-HTTP-001")
+def test_ping_info_and_lookup_errors(lookupd):
+    """(L-HTTP-01, -02, -04, -06; rec-0314, rec-0316, rec-0317)"""
+    ping = lookupd.http.get("/ping")
+    lookupd.verify.equal("GET /ping", (200, b"OK"), (ping.status, ping.body))
+    info = lookupd.http.get("/info")
+    lookupd.verify.equal("GET /info status", 200, info.status)
+    lookupd.verify.that("GET /info has a version", isinstance(info.json()["version"], str), "a string",
+                        info.body)
+    expect(lookupd, lookupd.http.get("/lookup"), 400, "MISSING_ARG_TOPIC")
+    expect(lookupd, lookupd.http.get(f"/lookup?topic={lookupd.topic()}"), 404, "TOPIC_NOT_FOUND")
+    expect(lookupd, lookupd.http.get("/channels"), 400, "MISSING_ARG_TOPIC")
+    unknown = lookupd.http.get(f"/channels?topic={lookupd.topic()}")
+    lookupd.verify.equal("/channels of an unknown topic", (200, {"channels": []}), (unknown.status, unknown.json()))
+
+
+@requirement("NSQLOOKUPD-HTTP-003")
+def test_create_and_delete(lookupd):
+    """(L-HTTP-08..11; rec-0318..rec-0321)"""
+    http, topic = lookupd.http, lookupd.topic()
+    expect(lookupd, http.post("/topic/create"), 400, "MISSING_ARG_TOPIC")
+    expect(lookupd, http.post("/topic/create?topic=bad!name"), 400, "INVALID_ARG_TOPIC")
+    expect(lookupd, http.post(f"/channel/create?topic={topic}"), 400, "MISSING_ARG_CHANNEL")
+    expect(lookupd, http.post(f"/channel/create?topic={topic}&channel=bad!name"), 400, "INVALID_ARG_CHANNEL")
+    expect(lookupd, http.post(f"/channel/create?topic={topic}&channel=c"), 200)
+    lookupd.verify.equal("/lookup after /channel/create: the topic too, no producers",
+                         {"channels": ["c"], "producers": []}, http.get(f"/lookup?topic={topic}").json())
+    expect(lookupd, http.post(f"/channel/delete?topic={topic}&channel=other"), 404, "CHANNEL_NOT_FOUND")
+    expect(lookupd, http.post(f"/channel/delete?topic={topic}&channel=c"), 200)
+    lookupd.verify.equal("/channels after /channel/delete", [],
+                         http.get(f"/channels?topic={topic}").json()["channels"])
+    conn = lookupd.connect()
+    conn.identify()
+    conn.command(f"REGISTER {topic} d\n".encode())
+    expect(lookupd, http.post(f"/topic/delete?topic={topic}"), 200)
+    expect(lookupd, http.get(f"/lookup?topic={topic}"), 404, "TOPIC_NOT_FOUND")
+    lookupd.verify.equal("/channels after /topic/delete", [], http.get(f"/channels?topic={topic}").json()["channels"])
+    expect(lookupd, http.post(f"/topic/delete?topic={lookupd.topic()}"), 200)
+
+
+@requirement("NSQLOOKUPD-HTTP-004")
+def test_tombstone_hides_a_producer_of_one_topic(lookupd):
+    """(L-HTTP-12; rec-0322)"""
+    http, tombstoned, other = lookupd.http, lookupd.topic(), lookupd.topic()
+    conn = lookupd.connect()
+    conn.identify(tcp_port=24021, http_port=24022)
+    for topic in (tombstoned, other):
+        conn.command(f"REGISTER {topic}\n".encode())
+    expect(lookupd, http.post("/topic/tombstone"), 400, "MISSING_ARG_TOPIC")
+    expect(lookupd, http.post(f"/topic/tombstone?topic={tombstoned}"), 400, "MISSING_ARG_NODE")
+    expect(lookupd, http.post(f"/topic/tombstone?topic={tombstoned}&node=127.0.0.1:24022"), 200)
+    lookupd.verify.equal("/lookup of the tombstoned topic", [], http.get(f"/lookup?topic={tombstoned}").json()[
+        "producers"])
+    lookupd.verify.equal("/lookup of the other topic", [24021],
+                         [p["tcp_port"] for p in http.get(f"/lookup?topic={other}").json()["producers"]])
+    node = next((n for n in http.get("/nodes").json()["producers"] if n["tcp_port"] == 24021), None)
+    flags = dict(zip(node["topics"], node["tombstones"], strict=False)) if node else {}
+    lookupd.verify.equal("/nodes tombstone flags", {tombstoned: True, other: False}, flags)
+
+
+@requirement("NSQLOOKUPD-HTTP-005")
+def test_unknown_paths_and_methods(lookupd):
+    """(L-HTTP-14, -15; rec-0324, rec-0325)"""
+    expect(lookupd, lookupd.http.get("/nope"), 404, "NOT_FOUND")
+    wrong = lookupd.http.get("/topic/create")
+    expect(lookupd, wrong, 405, "METHOD_NOT_ALLOWED")
+    lookupd.verify.equal("Allow of /topic/create", "OPTIONS, POST", wrong.headers.get("allow"))
+    for path in ("/create_topic", "/delete_topic"):
+        expect(lookupd, lookupd.http.get(f"{path}?topic=x"), 404, "NOT_FOUND")

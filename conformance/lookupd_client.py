@@ -1,0 +1,106 @@
+"""A test connection to an nsqlookupd's TCP protocol "  V1" (nsqlookupd-behavior.md section 2): commands are
+lines, IDENTIFY adds a 4-byte size and a JSON body, and every reply is a 4-byte big-endian size and the data,
+with no frame type (L-TCP-02). Sends and receives are recorded in the case's transcript like V2's."""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+
+from conformance.client import HarnessError, Mismatch
+from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
+
+MAGIC_V1 = b"  V1"
+PRODUCER = {"broadcast_address": "127.0.0.1", "hostname": "conformance", "tcp_port": 4150, "http_port": 4151,
+            "version": "1.3.0"}
+
+
+def identify_command(fields: dict) -> bytes:
+    body = json.dumps(fields).encode()
+    return b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
+
+
+class V1Connection:
+    def __init__(self, name: str, address: tuple[str, int], transcript: Transcript, time_scale: float,
+                 send_magic: bool = True):
+        self.name = name
+        self.transcript = transcript
+        self.time_scale = time_scale
+        try:
+            self.sock = socket.create_connection(address, timeout=5 * time_scale)
+        except OSError as exc:
+            raise HarnessError(f"cannot connect to nsqlookupd {address[0]}:{address[1]}: {exc}") from exc
+        transcript.endpoints[name] = Endpoint(self.sock.getsockname()[:2], self.sock.getpeername()[:2])
+        self._buffer = b""
+        if send_magic:
+            self.send(MAGIC_V1)
+
+    def send(self, data: bytes) -> None:
+        self.transcript.record(self.name, CLIENT_TO_SERVER, [repr(data[:120])], data)
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise Mismatch("nsqlookupd accepts the client's bytes", "write succeeds", f"write failed: {exc}") from exc
+
+    def reply(self, timeout: float = 2.0) -> bytes:
+        """The next V1 reply; a close or silence instead is a Mismatch."""
+        deadline = time.monotonic() + timeout * self.time_scale
+        while True:
+            if len(self._buffer) >= 4:
+                size = struct.unpack(">i", self._buffer[:4])[0]
+                if size < 0:
+                    raise Mismatch("a V1 reply is [4-byte size][data] (L-TCP-02)", "a size >= 0", size)
+                if len(self._buffer) >= 4 + size:
+                    data, self._buffer = self._buffer[4:4 + size], self._buffer[4 + size:]
+                    return data
+            chunk = self._read(deadline)
+            if chunk is None:
+                raise Mismatch("nsqlookupd replies", "a reply", "the connection closed")
+            if chunk == b"":
+                raise Mismatch("nsqlookupd replies", "a reply", f"nothing within {timeout:g} s")
+            self._buffer += chunk
+
+    def command(self, data: bytes) -> bytes:
+        self.send(data)
+        return self.reply()
+
+    def identify(self, **fields) -> dict:
+        reply = self.command(identify_command({**PRODUCER, **fields}))
+        try:
+            return json.loads(reply)
+        except ValueError:
+            raise Mismatch("the IDENTIFY reply is JSON (L-TCP-05)", "a JSON object", reply[:200]) from None
+
+    def closed(self, timeout: float = 2.0) -> bool:
+        """True when the server closes within `timeout` without another byte."""
+        deadline = time.monotonic() + timeout * self.time_scale
+        while True:
+            chunk = self._read(deadline)
+            if chunk is None:
+                return not self._buffer
+            if chunk == b"":
+                return False
+            self._buffer += chunk
+
+    def _read(self, deadline: float) -> bytes | None:
+        """Bytes; b"" at the deadline; None when the server closed (EOF or reset)."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return b""
+        self.sock.settimeout(remaining)
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            return b""
+        except OSError:
+            data = b""
+        if not data:
+            self.transcript.note("server closed the connection", self.name)
+            self.transcript.endpoints[self.name].closed_by_server = True
+            return None
+        self.transcript.record(self.name, SERVER_TO_CLIENT, [repr(data[:200])], data)
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
