@@ -30,6 +30,8 @@ def parse_args(argv):
     parser.add_argument("--lookupd-target", metavar="HOST:PORT", help="TCP address of a running nsqlookupd "
                         "(default: start the embedded reference nsqlookupd)")
     parser.add_argument("--lookupd-http-target", metavar="HOST:PORT", help="its HTTP address")
+    parser.add_argument("--restart-command", metavar="CMD", help="shell command that restarts --target (SIGTERM, "
+                        "same data path and ports) for the restart cases; the cases then run one at a time")
     parser.add_argument("--profile", default="nsqd-defaults", help="nsqd-defaults (default), nsqd-tight, "
                         "nsqd-auth, or a .toml path: the target's limits and capabilities")
     parser.add_argument("--authd-address", metavar="HOST:PORT", help="where the suite's fake auth server "
@@ -53,6 +55,8 @@ def parse_args(argv):
         parser.error("--workers must be >= 0")
     if args.http_target and not args.target:
         parser.error("--http-target needs --target")
+    if args.restart_command and not args.target:
+        parser.error("--restart-command needs --target (the embedded broker is restarted by the suite)")
     if bool(args.lookupd_target) != bool(args.lookupd_http_target):
         parser.error("--lookupd-target and --lookupd-http-target go together")
     return args, passthrough
@@ -73,10 +77,14 @@ def pytest_arguments(args, tcp, http, authd, passthrough) -> list[str]:
                  "--reports-dir", str(reports), "--junitxml", str(reports / "junit.xml")]
     if tcp:
         arguments += ["--target", "%s:%d" % tcp]
+    if not args.target:
+        arguments.append("--embedded-target")
     if http:
         arguments += ["--http-target", "%s:%d" % http]
     if authd:
         arguments += ["--authd-address", authd]
+    if args.restart_command:
+        arguments += ["--restart-command", args.restart_command]
     if args.lookupd_target:
         arguments += ["--lookupd-target", args.lookupd_target, "--lookupd-http-target", args.lookupd_http_target]
     if args.strict:
@@ -85,7 +93,7 @@ def pytest_arguments(args, tcp, http, authd, passthrough) -> list[str]:
         arguments += ["--baseline", args.baseline]
     for prefix in args.requirement:
         arguments += ["--requirement", prefix]
-    if args.workers:
+    if args.workers and not args.restart_command:  # restarting the user's target would cut other workers off
         arguments += ["-n", str(args.workers)]
     return arguments + passthrough
 

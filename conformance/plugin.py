@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,15 @@ from conformance.authd import ALLOW_ALL_SECRET, AuthServer
 from conformance.catalogue import requirements
 from conformance.client import Connection, HarnessError, HttpClient, Mismatch, Unsupported, Verifier, quote
 from conformance.lookupd_client import V1Connection
-from conformance.target import EmbeddedBroker, EmbeddedLookupd, Profile, TargetError, check_reachable, parse_address
+from conformance.target import (
+    EmbeddedBroker,
+    EmbeddedLookupd,
+    Profile,
+    TargetError,
+    check_reachable,
+    parse_address,
+    restart_with_command,
+)
 from conformance.transcript import Transcript
 
 PASS, FAIL, NON_STRICT, UNSUPPORTED, ERROR = "PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "ERROR"
@@ -43,6 +52,10 @@ def pytest_addoption(parser):
     group.addoption("--lookupd-target", help="HOST:PORT of a running nsqlookupd's TCP port (default: spawn the "
                     "embedded reference nsqlookupd)")
     group.addoption("--lookupd-http-target", help="HOST:PORT of that nsqlookupd's HTTP API")
+    group.addoption("--embedded-target", action="store_true", default=False,
+                    help="(set by python -m conformance) --target is the embedded reference broker")
+    group.addoption("--restart-command", help="shell command that restarts --target with SIGTERM on the same data "
+                    "path and ports (the restart cases; the embedded broker is restarted by the suite)")
     group.addoption("--profile", help="profile name (nsqd-defaults, nsqd-tight, nsqd-auth) or path to a .toml")
     # pytest owns --strict; `python -m conformance --strict` maps to this.
     group.addoption("--authd-address", help="HOST:PORT where the suite's fake auth server listens when the "
@@ -67,6 +80,8 @@ class Settings:
     authd: tuple[str, int] | None
     lookupd_tcp: tuple[str, int] | None
     lookupd_http: tuple[str, int] | None
+    restart_command: str | None
+    embedded: bool
     strict: bool
     time_scale: float
     reports_dir: Path
@@ -96,7 +111,8 @@ def _settings(config) -> Settings:
     if time_scale <= 0:
         raise pytest.UsageError("--time-scale must be > 0")
     baseline_path = option("--baseline")
-    return Settings(profile, tcp, http, authd, lookupd_tcp, lookupd_http, option("--nsq-strict"), time_scale,
+    return Settings(profile, tcp, http, authd, lookupd_tcp, lookupd_http, option("--restart-command"),
+                    option("--embedded-target"), option("--nsq-strict"), time_scale,
                     Path(option("--reports-dir") or config.getini("nsq_reports_dir")),
                     load_baseline(Path(baseline_path)) if baseline_path else {})
 
@@ -193,6 +209,7 @@ class Target:
     tcp: tuple[str, int]
     http: tuple[str, int] | None
     time_scale: float
+    restart: Callable[[], None] | None = None  # SIGTERM and start again on the same data path and ports
 
 
 @pytest.fixture(scope="session")
@@ -321,6 +338,17 @@ class Case:
             time.sleep(0.02)
         return condition()
 
+    def restart(self) -> None:
+        """P-RST: the target goes down with SIGTERM and comes back on the same data path and ports. The case's
+        connections went with it."""
+        self.transcript.note("restart the target: SIGTERM, then start again on the same data path and ports")
+        try:
+            self.target.restart()
+        except TargetError as exc:
+            raise HarnessError(str(exc)) from exc
+        for connection in self._connections:
+            connection.close()
+
     def require(self, capability: str) -> None:
         if capability == "http" and self.target.http is None:
             raise Unsupported("the target has no HTTP API configured (--http-target)")
@@ -399,6 +427,52 @@ class LookupdCase:
 def lookupd(lookupd_target, request):
     name = re.sub(r"[^a-zA-Z0-9_-]", "", request.node.name.removeprefix("test_"))[:24]
     case = LookupdCase(lookupd_target, name)
+    request.node.nsq_case = case
+    yield case
+    case.close()
+
+
+@pytest.fixture(scope="session")
+def restartable_target(pytestconfig):
+    """What the restart cases run against: the target with --restart-command; when the suite runs the embedded
+    broker, one of this worker's own (restarting the shared one would cut the other workers' cases off);
+    otherwise none."""
+    settings = pytestconfig.nsq_settings
+    if not settings.profile.capabilities.get("restart"):
+        yield None
+        return
+    if settings.restart_command:
+        addresses = [address for address in (settings.tcp, settings.http) if address]
+        yield Target(settings.profile, settings.tcp, settings.http, settings.time_scale,
+                     lambda: restart_with_command(settings.restart_command, addresses))
+        return
+    if settings.tcp and not settings.embedded:
+        yield None
+        return
+    worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
+    settings.reports_dir.mkdir(parents=True, exist_ok=True)
+    broker = EmbeddedBroker(settings.profile, settings.reports_dir / f"broker-restarts-{worker}.log",
+                            authd_address=pytestconfig.nsq_authd_address)
+    try:
+        broker.start()
+    except TargetError as exc:
+        pytest.exit(str(exc), returncode=2)
+    try:
+        yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale, broker.restart)
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def restartable(restartable_target, request):
+    """A case on a target the suite can restart (P-RST); UNSUPPORTED without one."""
+    if restartable_target is None:
+        raise Unsupported("the suite cannot restart this target: the profile has no `restart` capability, or "
+                          "the target was started by the user without --restart-command")
+    if restartable_target.http is None:
+        raise Unsupported("the restart cases read /stats: the target has no HTTP API (--http-target)")
+    name = re.sub(r"[^a-zA-Z0-9_-]", "", request.node.name.removeprefix("test_"))[:24]
+    case = Case(restartable_target, name)
     request.node.nsq_case = case
     yield case
     case.close()

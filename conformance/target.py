@@ -64,6 +64,25 @@ def free_loopback_address() -> str:
         return "127.0.0.1:%d" % probe.getsockname()[1]
 
 
+def restart_with_command(command: str, addresses: list[tuple[str, int]], timeout: float = 30.0) -> None:
+    """--restart-command for a target the user started: run it, then wait until every address answers."""
+    try:
+        subprocess.run(command, shell=True, check=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        raise TargetError(f"--restart-command {command!r} failed: {exc}") from exc
+    deadline = time.monotonic() + timeout
+    for address in addresses:
+        while True:
+            try:
+                socket.create_connection(address, timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TargetError(f"after --restart-command, {address[0]}:{address[1]} does not answer") from None
+                time.sleep(0.1)
+
+
 def check_reachable(address: tuple[str, int], option: str) -> None:
     try:
         socket.create_connection(address, timeout=3).close()
@@ -84,12 +103,16 @@ class EmbeddedBroker:
         self.http_address: tuple[str, int] | None = None
         self._process: subprocess.Popen | None = None
         self._data_path: str | None = None
+        self._ports: tuple = (None, None)  # kept across a restart
         self._log_lines: list[str] = []
         self._found = threading.Event()
 
     def _argv(self) -> list[str]:
-        self._data_path = tempfile.mkdtemp(prefix="nsq-conformance-")
-        argv = [*self.command, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+        """Free ports at first; a restart keeps the ports and the data path it had (P-RST)."""
+        if self._data_path is None:
+            self._data_path = tempfile.mkdtemp(prefix="nsq-conformance-")
+        tcp, http = ("%s:%d" % address if address else "127.0.0.1:0" for address in self._ports)
+        argv = [*self.command, f"--tcp-address={tcp}", f"--http-address={http}",
                 f"--data-path={self._data_path}", *self.profile.broker_flags]
         if self.authd_address:
             argv.append(f"--auth-http-address={self.authd_address}")
@@ -111,8 +134,16 @@ class EmbeddedBroker:
                 raise TargetError(f"the embedded broker did not start ({' '.join(argv)}): {tail}")
         return self
 
+    def restart(self, timeout: float = 20.0) -> None:
+        """SIGTERM, then the same broker again on the same ports and data path (P-RST-01)."""
+        self._terminate()
+        self._ports = (self.tcp_address, self.http_address)
+        self.tcp_address = self.http_address = None
+        self._found.clear()
+        self.start(timeout)
+
     def _drain(self) -> None:
-        log = self.log_path.open("w") if self.log_path else None
+        log = self.log_path.open("a") if self.log_path else None
         try:
             for line in self._process.stderr:
                 self._log_lines.append(line)
@@ -132,6 +163,11 @@ class EmbeddedBroker:
                 log.close()
 
     def stop(self) -> None:
+        self._terminate()
+        if self._data_path:
+            shutil.rmtree(self._data_path, ignore_errors=True)
+
+    def _terminate(self) -> None:
         if self._process and self._process.poll() is None:
             self._process.terminate()
             try:
@@ -139,8 +175,6 @@ class EmbeddedBroker:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
-        if self._data_path:
-            shutil.rmtree(self._data_path, ignore_errors=True)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
