@@ -57,17 +57,18 @@ def test_an_in_flight_message_survives_a_restart(restartable):
 
 @requirement("NSQ-RST-004")
 def test_deferred_messages_come_at_once_after_a_restart(restartable):
-    """DPUB 60000 and REQ 60000 before the SIGTERM: both delivered within 1.5 s after it (P-RST-03, P-RST-04;
-    rec-0269, rec-0270)."""
+    """DPUB and REQ of 60 s (or the profile's --max-req-timeout) before the SIGTERM: both delivered within 1.5 s
+    after it (P-RST-03, P-RST-04; rec-0269, rec-0270)."""
     nsq = restartable
+    delay = min(60000, nsq.limits["max_req_timeout_ms"])
     topic = nsq.topic()
     conn = nsq.connect()
     conn.subscribe(topic, "c", ready=1)
-    conn.command("DPUB", topic, 60000, body=b"deferred")
+    conn.command("DPUB", topic, delay, body=b"deferred")
     conn.expect_response(b"OK")
     conn.publish(topic, b"requeued")
     message = conn.expect_message(b"requeued", attempts=1)
-    conn.command("REQ", message.message_id.decode(), 60000)
+    conn.command("REQ", message.message_id.decode(), delay)
     conn.expect_silence(0.3)
     nsq.restart()
     consumer = restore(nsq, topic, "c", ready=2)
@@ -103,7 +104,8 @@ def test_messages_beyond_the_memory_queue_go_to_disk(nsq):
         pytest.skip("the profile does not state the target's --mem-queue-size")
     topic = nsq.topic()
     create(nsq, topic, "c")
-    conn, total, batch = nsq.connect(), memory + 5, 2000
+    # MPUBs of one-byte messages (4-byte size + 1 byte each) that fit --max-body-size
+    conn, total, batch = nsq.connect(), memory + 5, min(2000, (nsq.limits["max_body_size"] - 4) // 5)
     for start in range(0, total, batch):
         conn.command("MPUB", topic, body=wire.mpub_body([b"m"] * min(batch, total - start)))
         conn.expect_response(b"OK")
