@@ -27,6 +27,9 @@ def parse_args(argv):
                         "(default: start the embedded reference broker on free ports)")
     parser.add_argument("--http-target", metavar="HOST:PORT", help="its HTTP address (without it HTTP cases "
                         "are UNSUPPORTED)")
+    parser.add_argument("--https-target", metavar="HOST:PORT", help="its HTTPS address (the TLS cases' HTTPS check)")
+    parser.add_argument("--tls-ca", metavar="FILE", help="CA (PEM) that signed the target's certificate: the TLS "
+                        "cases verify it (default: the protocol only; the embedded broker's own test CA)")
     parser.add_argument("--lookupd-target", metavar="HOST:PORT", help="TCP address of a running nsqlookupd "
                         "(default: start the embedded reference nsqlookupd)")
     parser.add_argument("--lookupd-http-target", metavar="HOST:PORT", help="its HTTP address")
@@ -69,7 +72,7 @@ def _split(argv):
     return argv, None, []
 
 
-def pytest_arguments(args, tcp, http, authd, passthrough) -> list[str]:
+def pytest_arguments(args, tcp, http, authd, passthrough, https=None, tls_ca=None) -> list[str]:
     reports = Path(args.reports_dir)
     arguments = [str(PACKAGE_DIR / "cases"), "-c", str(PACKAGE_DIR / "suite.ini"),
                  "--rootdir", str(PACKAGE_DIR), "-p", "no:cacheprovider",
@@ -79,6 +82,10 @@ def pytest_arguments(args, tcp, http, authd, passthrough) -> list[str]:
         arguments += ["--target", "%s:%d" % tcp]
     if not args.target:
         arguments.append("--embedded-target")
+    if https:
+        arguments += ["--https-target", "%s:%d" % https]
+    if tls_ca:
+        arguments += ["--tls-ca", tls_ca]
     if http:
         arguments += ["--http-target", "%s:%d" % http]
     if authd:
@@ -131,6 +138,7 @@ def list_requirements(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
     from conformance.target import (
+        TLS_DIR,
         EmbeddedBroker,
         Profile,
         TargetError,
@@ -160,13 +168,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.target:
             tcp = parse_address(args.target, "--target")
             http = parse_address(args.http_target, "--http-target") if args.http_target else None
+            https = parse_address(args.https_target, "--https-target") if args.https_target else None
+            tls_ca = args.tls_ca
             check_reachable(tcp, "--target")
             if http:
                 check_reachable(http, "--http-target")
         else:
             Path(args.reports_dir).mkdir(parents=True, exist_ok=True)
             broker = EmbeddedBroker(profile, Path(args.reports_dir) / "broker.log", authd_address=authd).start()
-            tcp, http = broker.tcp_address, broker.http_address
+            tcp, http, https = broker.tcp_address, broker.http_address, broker.https_address
+            tls_ca = str(TLS_DIR / "ca.pem")
             print(f"embedded reference broker: TCP {tcp[0]}:{tcp[1]} HTTP {http[0]}:{http[1]} "
                   f"(profile {profile.name}, log {Path(args.reports_dir) / 'broker.log'})", flush=True)
     except TargetError as exc:
@@ -174,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         import pytest
-        code = pytest.main(pytest_arguments(args, tcp, http, authd, passthrough))
+        code = pytest.main(pytest_arguments(args, tcp, http, authd, passthrough, https, tls_ca))
     finally:
         if broker:
             broker.stop()

@@ -77,8 +77,9 @@ class Connection:
     """
 
     def __init__(self, name: str, address: tuple[str, int], transcript: Transcript, verifier: Verifier,
-                 time_scale: float, send_magic: bool = True):
+                 time_scale: float, send_magic: bool = True, tls_ca: str | None = None):
         self.name = name
+        self.tls_ca = tls_ca
         self.transcript = transcript
         self.verify = verifier
         self.time_scale = time_scale
@@ -137,13 +138,15 @@ class Connection:
         self.sock.close()
 
     def start_tls(self, timeout: float) -> None:
-        """Client side of the TLS upgrade right after the IDENTIFY response (ID-31). The suite
-        checks the protocol, not the certificate, so it does not verify the server's."""
+        """Client side of the TLS upgrade right after the IDENTIFY response (ID-31). The server's certificate is
+        verified against `tls_ca` when one is given (--tls-ca; the embedded broker's test CA); otherwise the suite
+        checks the protocol, not the certificate."""
         import ssl
 
-        context = ssl.create_default_context()
+        context = ssl.create_default_context(cafile=self.tls_ca)
         context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
+        if self.tls_ca is None:
+            context.verify_mode = ssl.CERT_NONE
         self.sock.settimeout(timeout * self.time_scale)
         try:
             self.sock = context.wrap_socket(self.sock)

@@ -22,6 +22,7 @@ from conformance.catalogue import requirements
 from conformance.client import Connection, HarnessError, HttpClient, Mismatch, Unsupported, Verifier, quote
 from conformance.lookupd_client import V1Connection
 from conformance.target import (
+    TLS_DIR,
     EmbeddedBroker,
     EmbeddedLookupd,
     Profile,
@@ -49,6 +50,9 @@ def pytest_addoption(parser):
                     "embedded reference broker)")
     group.addoption("--http-target", help="HOST:PORT of that broker's HTTP API (without it, HTTP cases are "
                     "UNSUPPORTED)")
+    group.addoption("--https-target", help="HOST:PORT of that broker's HTTPS API (the TLS cases' HTTPS check)")
+    group.addoption("--tls-ca", help="CA certificate (PEM) that signed the target's TLS certificate: the TLS cases "
+                    "then verify it (default: they check the protocol, not the certificate)")
     group.addoption("--lookupd-target", help="HOST:PORT of a running nsqlookupd's TCP port (default: spawn the "
                     "embedded reference nsqlookupd)")
     group.addoption("--lookupd-http-target", help="HOST:PORT of that nsqlookupd's HTTP API")
@@ -78,6 +82,8 @@ class Settings:
     tcp: tuple[str, int] | None
     http: tuple[str, int] | None
     authd: tuple[str, int] | None
+    https: tuple[str, int] | None
+    tls_ca: str | None
     lookupd_tcp: tuple[str, int] | None
     lookupd_http: tuple[str, int] | None
     restart_command: str | None
@@ -95,6 +101,7 @@ def _settings(config) -> Settings:
         tcp = parse_address(option("--target"), "--target") if option("--target") else None
         http = parse_address(option("--http-target"), "--http-target") if option("--http-target") else None
         authd = parse_address(option("--authd-address"), "--authd-address") if option("--authd-address") else None
+        https = parse_address(option("--https-target"), "--https-target") if option("--https-target") else None
         lookupd_tcp, lookupd_http = (
             parse_address(option(name), name) if option(name) else None
             for name in ("--lookupd-target", "--lookupd-http-target"))
@@ -111,8 +118,8 @@ def _settings(config) -> Settings:
     if time_scale <= 0:
         raise pytest.UsageError("--time-scale must be > 0")
     baseline_path = option("--baseline")
-    return Settings(profile, tcp, http, authd, lookupd_tcp, lookupd_http, option("--restart-command"),
-                    option("--embedded-target"), option("--nsq-strict"), time_scale,
+    return Settings(profile, tcp, http, authd, https, option("--tls-ca"), lookupd_tcp, lookupd_http,
+                    option("--restart-command"), option("--embedded-target"), option("--nsq-strict"), time_scale,
                     Path(option("--reports-dir") or config.getini("nsq_reports_dir")),
                     load_baseline(Path(baseline_path)) if baseline_path else {})
 
@@ -210,6 +217,8 @@ class Target:
     http: tuple[str, int] | None
     time_scale: float
     restart: Callable[[], None] | None = None  # SIGTERM and start again on the same data path and ports
+    https: tuple[str, int] | None = None
+    tls_ca: str | None = None  # verify the target's certificate with this CA
 
 
 @pytest.fixture(scope="session")
@@ -220,7 +229,8 @@ def nsq_target(pytestconfig):
             check_reachable(settings.tcp, "--target")
         except TargetError as exc:
             pytest.exit(str(exc), returncode=2)
-        yield Target(settings.profile, settings.tcp, settings.http, settings.time_scale)
+        yield Target(settings.profile, settings.tcp, settings.http, settings.time_scale, https=settings.https,
+                     tls_ca=settings.tls_ca)
         return
     worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
     settings.reports_dir.mkdir(parents=True, exist_ok=True)
@@ -231,7 +241,8 @@ def nsq_target(pytestconfig):
     except TargetError as exc:
         pytest.exit(str(exc), returncode=2)
     try:
-        yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale)
+        yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale,
+                     https=broker.https_address, tls_ca=str(TLS_DIR / "ca.pem"))
     finally:
         broker.stop()
 
@@ -292,7 +303,7 @@ class Case:
         """A connection; after the magic it sends ``auth_command()`` unless ``authenticate`` is False."""
         name = chr(ord("A") + len(self._connections))
         connection = Connection(name, self.target.tcp, self.transcript, self.verify, self.time_scale,
-                                send_magic=magic)
+                                send_magic=magic, tls_ca=self.target.tls_ca)
         self._connections.append(connection)
         if magic and authenticate and self.auth_command():
             connection.send(self.auth_command())

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
-_LISTENING = re.compile(r"(TCP|HTTP): listening on ([\d.]+):(\d+)")
+_LISTENING = re.compile(r"(TCP|HTTPS?): listening on ([\d.]+):(\d+)")
+TLS_DIR = Path(__file__).parent / "tls"  # the suite's test certificates (the recordings'): test use only
 
 
 class TargetError(Exception):
@@ -44,7 +45,8 @@ class Profile:
             raise TargetError(f"unknown profile {name_or_path!r} (shipped: {known}; or give a .toml path)")
         try:
             document = tomllib.loads(path.read_text())
-            return cls(path.stem, document.get("description", ""), tuple(document.get("broker_flags", [])),
+            flags = tuple(flag.replace("${tls}", str(TLS_DIR)) for flag in document.get("broker_flags", []))
+            return cls(path.stem, document.get("description", ""), flags,
                        dict(document["limits"]), dict(document["capabilities"]))
         except (tomllib.TOMLDecodeError, KeyError) as exc:
             raise TargetError(f"profile {path}: {exc}") from exc
@@ -101,9 +103,10 @@ class EmbeddedBroker:
         self.command = command or [sys.executable, "-m", "reference_broker"]
         self.tcp_address: tuple[str, int] | None = None
         self.http_address: tuple[str, int] | None = None
+        self.https_address: tuple[str, int] | None = None
         self._process: subprocess.Popen | None = None
         self._data_path: str | None = None
-        self._ports: tuple = (None, None)  # kept across a restart
+        self._ports: tuple = (None, None, None)  # TCP, HTTP, HTTPS: kept across a restart
         self._log_lines: list[str] = []
         self._found = threading.Event()
 
@@ -111,9 +114,11 @@ class EmbeddedBroker:
         """Free ports at first; a restart keeps the ports and the data path it had (P-RST)."""
         if self._data_path is None:
             self._data_path = tempfile.mkdtemp(prefix="nsq-conformance-")
-        tcp, http = ("%s:%d" % address if address else "127.0.0.1:0" for address in self._ports)
+        tcp, http, https = ("%s:%d" % address if address else "127.0.0.1:0" for address in self._ports)
+        flags = [f"--https-address={https}" if flag.startswith("--https-address=") else flag
+                 for flag in self.profile.broker_flags]
         argv = [*self.command, f"--tcp-address={tcp}", f"--http-address={http}",
-                f"--data-path={self._data_path}", *self.profile.broker_flags]
+                f"--data-path={self._data_path}", *flags]
         if self.authd_address:
             argv.append(f"--auth-http-address={self.authd_address}")
         return argv
@@ -137,8 +142,8 @@ class EmbeddedBroker:
     def restart(self, timeout: float = 20.0) -> None:
         """SIGTERM, then the same broker again on the same ports and data path (P-RST-01)."""
         self._terminate()
-        self._ports = (self.tcp_address, self.http_address)
-        self.tcp_address = self.http_address = None
+        self._ports = (self.tcp_address, self.http_address, self.https_address)
+        self.tcp_address = self.http_address = self.https_address = None
         self._found.clear()
         self.start(timeout)
 
@@ -152,11 +157,9 @@ class EmbeddedBroker:
                     log.write(line)
                     log.flush()
                 for kind, host, port in _LISTENING.findall(line):
-                    if kind == "TCP":
-                        self.tcp_address = (host, int(port))
-                    else:
-                        self.http_address = (host, int(port))
-                if self.tcp_address and self.http_address:
+                    setattr(self, f"{kind.lower()}_address", (host, int(port)))
+                https_expected = any(flag.startswith("--https-address=") for flag in self.profile.broker_flags)
+                if self.tcp_address and self.http_address and (self.https_address or not https_expected):
                     self._found.set()
         finally:
             if log:

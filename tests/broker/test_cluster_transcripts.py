@@ -80,7 +80,7 @@ def broker_binaries(tmp_path_factory) -> dict[str, str]:
 def ports() -> dict[str, int]:
     from .recorded import cluster
     # The recordings' certificates; replay_cluster imports the engine as the top-level module `cluster`.
-    sys.modules["cluster"].TLS_DIR = str(pathlib.Path(__file__).parents[2] / "fixtures" / "tls")
+    sys.modules["cluster"].TLS_DIR = str(pathlib.Path(__file__).parents[2] / "conformance" / "tls")
     return cluster.port_plan(_free_port_block(_PORT_SPAN))
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from .target import running_target
 
-TLS = pathlib.Path(__file__).parents[2] / "fixtures" / "tls"
+TLS = pathlib.Path(__file__).parents[2] / "conformance" / "tls"
 TLS_FLAGS = (f"--tls-cert={TLS}/server.pem", f"--tls-key={TLS}/server.key", "--https-address=127.0.0.1:0")
 
 

@@ -13,7 +13,7 @@ import tornado.ioloop
 from reference_broker.launcher import running_broker
 from tests.pynsq.ioloop import run_until_stopped
 
-TLS = pathlib.Path(__file__).parents[2] / "fixtures" / "tls"
+TLS = pathlib.Path(__file__).parents[2] / "conformance" / "tls"
 TOPIC = "pynsq_tls"
 MESSAGES = 40
 TLS_OPTIONS = {"ca_certs": str(TLS / "ca.pem"), "cert_reqs": ssl.CERT_REQUIRED}
