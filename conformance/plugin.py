@@ -7,6 +7,8 @@ FAIL under ``--strict``; UNSUPPORTED = an optional capability is missing; ERROR 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import re
 import time
@@ -232,16 +234,24 @@ def nsq_target(pytestconfig):
         yield Target(settings.profile, settings.tcp, settings.http, settings.time_scale, https=settings.https,
                      tls_ca=settings.tls_ca)
         return
+    with _embedded_broker(pytestconfig, "broker") as target:
+        yield dataclasses.replace(target, restart=None)  # the restart cases restart brokers of their own
+
+
+@contextlib.contextmanager
+def _embedded_broker(pytestconfig, log_name: str):
+    """A reference broker of this worker's own, with the profile's flags, as a restartable Target."""
+    settings = pytestconfig.nsq_settings
     worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
     settings.reports_dir.mkdir(parents=True, exist_ok=True)
-    broker = EmbeddedBroker(settings.profile, settings.reports_dir / f"broker-{worker}.log",
+    broker = EmbeddedBroker(settings.profile, settings.reports_dir / f"{log_name}-{worker}.log",
                             authd_address=pytestconfig.nsq_authd_address)
     try:
         broker.start()
     except TargetError as exc:
         pytest.exit(str(exc), returncode=2)
     try:
-        yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale,
+        yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale, broker.restart,
                      https=broker.https_address, tls_ca=str(TLS_DIR / "ca.pem"))
     finally:
         broker.stop()
@@ -460,18 +470,8 @@ def restartable_target(pytestconfig):
     if settings.tcp and not settings.embedded:
         yield None
         return
-    worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
-    settings.reports_dir.mkdir(parents=True, exist_ok=True)
-    broker = EmbeddedBroker(settings.profile, settings.reports_dir / f"broker-restarts-{worker}.log",
-                            authd_address=pytestconfig.nsq_authd_address)
-    try:
-        broker.start()
-    except TargetError as exc:
-        pytest.exit(str(exc), returncode=2)
-    try:
-        yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale, broker.restart)
-    finally:
-        broker.stop()
+    with _embedded_broker(pytestconfig, "broker-restarts") as target:
+        yield target
 
 
 @pytest.fixture

@@ -49,6 +49,15 @@ def accept(listener: socket.socket, closing: Callable[[], bool]) -> tuple[socket
             time.sleep(ACCEPT_RETRY_DELAY)
 
 
+def close_listener(listener: socket.socket) -> None:
+    """Wake the accept loop, then close: Go's listener.Close() ends a blocked Accept the same way."""
+    try:
+        listener.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    listener.close()
+
+
 class TCPServer:
     def __init__(self, nsqd, listener: socket.socket, on_fatal_error: Callable[[], None] | None = None):
         """`on_fatal_error`: called when accepting fails for good; nsqd then exits (Main returns the error)."""
@@ -68,11 +77,7 @@ class TCPServer:
 
     def close(self) -> None:
         self._closing = True
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
+        close_listener(self.listener)
 
     def _serve(self) -> None:
         while True:

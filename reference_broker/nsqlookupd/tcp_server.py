@@ -7,7 +7,7 @@ import logging
 import socket
 import threading
 
-from ..tcp_server import accept
+from ..tcp_server import accept, close_listener
 from .lookup_protocol_v1 import MAGIC_V1, ClientV1, LookupProtocolV1, send_response
 
 log = logging.getLogger("nsqlookupd")
@@ -28,11 +28,7 @@ class TCPServer:
     def close(self) -> None:
         """nsqlookupd's Exit: the listener, then every client connection."""
         self._closing = True
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
+        close_listener(self.listener)
         with self._connections_lock:
             connections = list(self._connections)
         for conn in connections:
