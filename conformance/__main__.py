@@ -30,6 +30,9 @@ def parse_args(argv):
     parser.add_argument("--https-target", metavar="HOST:PORT", help="its HTTPS address (the TLS cases' HTTPS check)")
     parser.add_argument("--tls-ca", metavar="FILE", help="CA (PEM) that signed the target's certificate: the TLS "
                         "cases verify it (default: the protocol only; the embedded broker's own test CA)")
+    parser.add_argument("--lookupd-listen", metavar="HOST:PORT", help="where the suite's fake nsqlookupd listens "
+                        "for the registration cases, when --target was started with --lookupd-tcp-address there "
+                        "(default: a free port, set through PUT /config/nsqlookupd_tcp_addresses)")
     parser.add_argument("--lookupd-target", metavar="HOST:PORT", help="TCP address of a running nsqlookupd "
                         "(default: start the embedded reference nsqlookupd)")
     parser.add_argument("--lookupd-http-target", metavar="HOST:PORT", help="its HTTP address")
@@ -92,6 +95,8 @@ def pytest_arguments(args, tcp, http, authd, passthrough, https=None, tls_ca=Non
         arguments += ["--authd-address", authd]
     if args.restart_command:
         arguments += ["--restart-command", args.restart_command]
+    if args.lookupd_listen:
+        arguments += ["--lookupd-listen", args.lookupd_listen]
     if args.lookupd_target:
         arguments += ["--lookupd-target", args.lookupd_target, "--lookupd-http-target", args.lookupd_http_target]
     if args.strict:
@@ -101,7 +106,7 @@ def pytest_arguments(args, tcp, http, authd, passthrough, https=None, tls_ca=Non
     for prefix in args.requirement:
         arguments += ["--requirement", prefix]
     if args.workers and not args.restart_command:  # restarting the user's target would cut other workers off
-        arguments += ["-n", str(args.workers)]
+        arguments += ["-n", str(args.workers), "--dist", "loadgroup"]  # the registration cases share one worker
     return arguments + passthrough
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import time
@@ -23,6 +24,7 @@ from conformance.authd import ALLOW_ALL_SECRET, AuthServer
 from conformance.catalogue import requirements
 from conformance.client import Connection, HarnessError, HttpClient, Mismatch, Unsupported, Verifier, quote
 from conformance.lookupd_client import V1Connection
+from conformance.lookupd_fake import FakeLookupd
 from conformance.target import (
     TLS_DIR,
     EmbeddedBroker,
@@ -55,6 +57,9 @@ def pytest_addoption(parser):
     group.addoption("--https-target", help="HOST:PORT of that broker's HTTPS API (the TLS cases' HTTPS check)")
     group.addoption("--tls-ca", help="CA certificate (PEM) that signed the target's TLS certificate: the TLS cases "
                     "then verify it (default: they check the protocol, not the certificate)")
+    group.addoption("--lookupd-listen", help="HOST:PORT where the suite's fake nsqlookupd listens for the "
+                    "registration cases, when the target was started with --lookupd-tcp-address pointing there "
+                    "(default: a free port, set through the target's PUT /config/nsqlookupd_tcp_addresses)")
     group.addoption("--lookupd-target", help="HOST:PORT of a running nsqlookupd's TCP port (default: spawn the "
                     "embedded reference nsqlookupd)")
     group.addoption("--lookupd-http-target", help="HOST:PORT of that nsqlookupd's HTTP API")
@@ -89,6 +94,7 @@ class Settings:
     lookupd_tcp: tuple[str, int] | None
     lookupd_http: tuple[str, int] | None
     restart_command: str | None
+    lookupd_listen: tuple[str, int] | None
     embedded: bool
     strict: bool
     time_scale: float
@@ -104,6 +110,8 @@ def _settings(config) -> Settings:
         http = parse_address(option("--http-target"), "--http-target") if option("--http-target") else None
         authd = parse_address(option("--authd-address"), "--authd-address") if option("--authd-address") else None
         https = parse_address(option("--https-target"), "--https-target") if option("--https-target") else None
+        listen = option("--lookupd-listen")
+        lookupd_listen = parse_address(listen, "--lookupd-listen") if listen else None
         lookupd_tcp, lookupd_http = (
             parse_address(option(name), name) if option(name) else None
             for name in ("--lookupd-target", "--lookupd-http-target"))
@@ -121,7 +129,8 @@ def _settings(config) -> Settings:
         raise pytest.UsageError("--time-scale must be > 0")
     baseline_path = option("--baseline")
     return Settings(profile, tcp, http, authd, https, option("--tls-ca"), lookupd_tcp, lookupd_http,
-                    option("--restart-command"), option("--embedded-target"), option("--nsq-strict"), time_scale,
+                    option("--restart-command"), lookupd_listen, option("--embedded-target"), option("--nsq-strict"),
+                    time_scale,
                     Path(option("--reports-dir") or config.getini("nsq_reports_dir")),
                     load_baseline(Path(baseline_path)) if baseline_path else {})
 
@@ -487,6 +496,44 @@ def restartable(restartable_target, request):
     request.node.nsq_case = case
     yield case
     case.close()
+
+
+@pytest.fixture(scope="session")
+def fake_lookupd(pytestconfig, nsq_target):
+    """The suite's fake nsqlookupd, registered with the target: at --lookupd-listen (the target already points
+    there), or on a free port set through PUT /config/nsqlookupd_tcp_addresses (R-11) and put back afterwards.
+    The registration cases run in one xdist group, so one worker owns it."""
+    settings = pytestconfig.nsq_settings
+    if settings.lookupd_listen:
+        lookupd = FakeLookupd(settings.lookupd_listen).start()
+        yield lookupd
+        lookupd.stop()
+        return
+    if nsq_target.http is None:
+        yield None
+        return
+    http = HttpClient(nsq_target.http, Transcript(), settings.time_scale)
+    before = http.get("/config/nsqlookupd_tcp_addresses")
+    if before.status != 200:
+        yield None
+        return
+    lookupd = FakeLookupd().start()
+    http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(["%s:%d" % lookupd.address]).encode())
+    try:
+        yield lookupd
+    finally:
+        http.request("PUT", "/config/nsqlookupd_tcp_addresses", before.body)
+        lookupd.stop()
+
+
+@pytest.fixture
+def registration(nsq, fake_lookupd):
+    """An nsqd case with the fake nsqlookupd the target registers with (section 10)."""
+    if fake_lookupd is None:
+        raise Unsupported("the target's registration cannot be observed: no HTTP API to PUT "
+                          "/config/nsqlookupd_tcp_addresses, and no --lookupd-listen")
+    nsq.lookupd = fake_lookupd
+    return nsq
 
 
 @pytest.fixture

@@ -39,11 +39,21 @@ def _transcripts(flagsets: set[str]) -> list[dict]:
     return [t for t in map(json.loads, lines) if t["flagset"] in flagsets]
 
 
+def _ephemeral_ports_start() -> int:
+    try:
+        return int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def _free_port_block(span: int) -> int:
-    """A base port such that base .. base + span are all free on 127.0.0.1 now; the search starts at a
-    random place, so two test runs on one machine do not pick the same block."""
-    start = random.randrange(20000, 60000 - span, span)
-    for base in list(range(start, 60000 - span, span)) + list(range(20000, start, span)):
+    """A base port such that base .. base + span are all free on 127.0.0.1 now, below the kernel's ephemeral
+    range, where no other test's port-0 listener or outgoing connection can take one of them while the
+    transcripts run (the block is kept for minutes); the search starts at a random place, so two test runs
+    on one machine do not pick the same block."""
+    low, high = 10000, _ephemeral_ports_start()
+    start = random.randrange(low, high - span, span)
+    for base in list(range(start, high - span, span)) + list(range(low, start, span)):
         sockets = []
         try:
             for port in range(base, base + span):

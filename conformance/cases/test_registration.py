@@ -1,0 +1,122 @@
+"""What a broker tells nsqlookupd (nsqd-behavior.md section 10), seen by the suite's fake nsqlookupd, which the
+target is pointed at through PUT /config/nsqlookupd_tcp_addresses (or --lookupd-listen). The target is shared:
+only lines naming this case's topics are judged. The cases run on one worker (xdist group)."""
+
+import time
+
+import pytest
+
+requirement = pytest.mark.requirement
+registration_group = pytest.mark.xdist_group("registration")
+IDENTIFY_KEYS = ["broadcast_address", "hostname", "http_port", "tcp_port", "topology_region", "topology_zone",
+                 "version"]
+
+
+def lines_for(nsq, start: int, topic: str) -> list[str]:
+    return [event.line for event in nsq.lookupd.since(start)
+            if event.line.split(" ")[1:2] == [topic]]
+
+
+def wait_for_lines(nsq, start: int, topic: str, expected: list[str], seconds: float = 3.0) -> None:
+    """The fake lookupd got exactly these commands about `topic`, in any order, within `seconds`."""
+    nsq.until(lambda: len(lines_for(nsq, start, topic)) >= len(expected), seconds,
+              f"the broker tells lookupd {expected}")
+    time.sleep(0.2)  # and nothing more right after
+    nsq.transcript.note(f"fake lookupd got about {topic}: {lines_for(nsq, start, topic)}")
+    nsq.verify.equal(f"commands to nsqlookupd about {topic}", sorted(expected), sorted(lines_for(nsq, start, topic)))
+
+
+def http_ok(nsq, path: str) -> None:
+    nsq.verify.equal(f"POST {path}", 200, nsq.http.post(path).status)
+
+
+@registration_group
+@requirement("NSQ-REG-001")
+def test_the_broker_identifies_itself(registration):
+    """(R-01, R-02, R-11; rec-0328, rec-0337)"""
+    nsq = registration
+    nsq.until(lambda: any(event.line == "IDENTIFY" for event in nsq.lookupd.since(0)), 3.0,
+              "the broker connected and IDENTIFYed")
+    events = nsq.lookupd.since(0)
+    first = next((event for event in events if event.line == "MAGIC"), None)
+    identify = next((event for event in events if event.line == "IDENTIFY"), None)
+    nsq.verify.that("the broker sends the magic '  V1' first (R-01)", first is not None and identify is not None
+                    and first.at <= identify.at, "MAGIC, then IDENTIFY", [event.line for event in events[:3]])
+    body = identify.body if identify else {}
+    nsq.verify.equal("IDENTIFY body keys (R-02)", IDENTIFY_KEYS, sorted(body))
+    nsq.verify.soft_equal("IDENTIFY tcp_port: the broker's TCP port unless --broadcast-tcp-port says otherwise",
+                          nsq.target.tcp[1], body.get("tcp_port"))
+
+
+@registration_group
+@requirement("NSQ-REG-002")
+def test_new_topics_and_channels_are_registered(registration):
+    """(R-03; rec-0329, rec-0330)"""
+    nsq = registration
+    topic, created = nsq.topic(), nsq.topic()
+    start = nsq.lookupd.mark()
+    conn = nsq.connect()
+    conn.publish(topic, b"x")
+    conn.subscribe(topic, "c")
+    conn.publish(topic, b"again")  # nothing more for later activity
+    wait_for_lines(nsq, start, topic, [f"REGISTER {topic}", f"REGISTER {topic} c"])
+    http_ok(nsq, f"/topic/create?topic={created}")
+    http_ok(nsq, f"/channel/create?topic={created}&channel=d")
+    wait_for_lines(nsq, start, created, [f"REGISTER {created}", f"REGISTER {created} d"])
+
+
+@registration_group
+@requirement("NSQ-REG-003")
+def test_deletions_are_unregistered(registration):
+    """(R-04, R-05; rec-0330, rec-0331)"""
+    nsq = registration
+    topic = nsq.topic()
+    for path in (f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel=c1",
+                 f"/channel/create?topic={topic}&channel=c2", f"/channel/create?topic={topic}&channel=c3"):
+        http_ok(nsq, path)
+    wait_for_lines(nsq, 0, topic, [f"REGISTER {topic}"] + [f"REGISTER {topic} c{i}" for i in (1, 2, 3)])
+    start = nsq.lookupd.mark()
+    http_ok(nsq, f"/channel/delete?topic={topic}&channel=c1")
+    wait_for_lines(nsq, start, topic, [f"UNREGISTER {topic} c1"])
+    start = nsq.lookupd.mark()
+    http_ok(nsq, f"/topic/delete?topic={topic}")
+    wait_for_lines(nsq, start, topic, [f"UNREGISTER {topic} c2", f"UNREGISTER {topic} c3", f"UNREGISTER {topic}"])
+
+
+@registration_group
+@requirement("NSQ-REG-004")
+def test_an_ephemeral_channel_comes_and_goes(registration):
+    """(R-06; rec-0332)"""
+    nsq = registration
+    topic = nsq.topic()
+    start = nsq.lookupd.mark()
+    http_ok(nsq, f"/topic/create?topic={topic}")
+    wait_for_lines(nsq, start, topic, [f"REGISTER {topic}"])  # nsqd registers a new topic asynchronously
+    start = nsq.lookupd.mark()
+    conn = nsq.connect()
+    conn.subscribe(topic, "e#ephemeral")
+    wait_for_lines(nsq, start, topic, [f"REGISTER {topic} e#ephemeral"])
+    start = nsq.lookupd.mark()
+    conn.close()
+    nsq.until(lambda: f"UNREGISTER {topic} e#ephemeral" in lines_for(nsq, start, topic), 3.0,
+              "the last client left")
+    nsq.verify.that("UNREGISTER of the ephemeral channel after its last client left (R-06; a repeat is allowed)",
+                    f"UNREGISTER {topic} e#ephemeral" in lines_for(nsq, start, topic), "sent",
+                    lines_for(nsq, start, topic))
+
+
+@registration_group
+@requirement("NSQ-REG-005")
+def test_ping_every_fifteen_seconds(registration):
+    """A PING within 15 s (the ticker runs from the broker's start, so the first one here comes at any phase),
+    then the next 15 s after it (R-08; rec-0334: 14973-14976 ms)."""
+    nsq = registration
+    start = nsq.lookupd.mark()
+
+    def pings():
+        return [event.at for event in nsq.lookupd.since(start) if event.line == "PING"]
+
+    nsq.until(lambda: len(pings()) >= 2, 31.0, "two PINGs")
+    times = pings()
+    nsq.verify.that("two PINGs within 31 s (R-08)", len(times) >= 2, ">= 2", len(times))
+    nsq.within("interval between PINGs (R-08)", times[1] - times[0], 14.5, 16.0)

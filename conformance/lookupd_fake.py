@@ -1,0 +1,97 @@
+"""The suite's fake nsqlookupd: what a broker registers is checked here (nsqd-behavior.md section 10, R-01..R-11).
+
+It accepts the broker's connections, reads the magic and the commands (IDENTIFY with its body), logs each one
+with its arrival time, and answers like nsqlookupd: IDENTIFY with nsqlookupd's JSON, everything else `OK`.
+The IDENTIFY reply names an HTTP port where nothing listens, so the broker's query for a new topic's channels
+fails at once instead of waiting (nsqd logs it and goes on)."""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+MAGIC_V1 = b"  V1"
+_MAX_BODY = 1 << 20
+
+
+@dataclass(frozen=True)
+class Event:
+    at: float  # time.monotonic()
+    connection: int  # the broker's connections, numbered from 1 in accept order
+    line: str  # "MAGIC", a command line, or "CLOSED"
+    body: dict | None = None  # IDENTIFY's JSON
+
+
+class FakeLookupd:
+    def __init__(self, address: tuple[str, int] = ("127.0.0.1", 0)):
+        self.listener = socket.create_server(address)
+        self.address = self.listener.getsockname()[:2]
+        self.events: list[Event] = []
+        self._lock = threading.Lock()
+        self._connections = 0
+        with socket.socket() as probe:  # a port that refuses connections
+            probe.bind(("127.0.0.1", 0))
+            self._dead_http_port = probe.getsockname()[1]
+
+    def start(self) -> FakeLookupd:
+        threading.Thread(target=self._accept, daemon=True, name="fake-lookupd").start()
+        return self
+
+    def stop(self) -> None:
+        self.listener.close()
+
+    def since(self, start: int) -> list[Event]:
+        with self._lock:
+            return self.events[start:]
+
+    def mark(self) -> int:
+        """A position in the log: `since(mark)` is what came after."""
+        with self._lock:
+            return len(self.events)
+
+    def _log(self, connection: int, line: str, body: dict | None = None) -> None:
+        with self._lock:
+            self.events.append(Event(time.monotonic(), connection, line, body))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._connections += 1
+                number = self._connections
+            threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, number: int) -> None:
+        reader = conn.makefile("rb")
+        try:
+            if reader.read(4) != MAGIC_V1:
+                return
+            self._log(number, "MAGIC")
+            while line := reader.readline(65536):
+                command = line.rstrip(b"\n").decode("utf-8", "replace")
+                if command == "IDENTIFY":
+                    size = struct.unpack(">i", reader.read(4))[0]
+                    body = reader.read(min(max(size, 0), _MAX_BODY))
+                    try:
+                        document = json.loads(body)
+                    except ValueError:
+                        document = {"undecodable": body[:200].decode("utf-8", "replace")}
+                    self._log(number, command, document)
+                    reply = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "conformance-lookupd",
+                                        "http_port": self._dead_http_port, "tcp_port": self.address[1],
+                                        "version": "1.3.0"}, separators=(",", ":")).encode()
+                else:
+                    self._log(number, command)
+                    reply = b"OK"
+                conn.sendall(struct.pack(">i", len(reply)) + reply)
+        except (OSError, struct.error):
+            pass
+        finally:
+            self._log(number, "CLOSED")
+            conn.close()
