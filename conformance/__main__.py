@@ -105,8 +105,9 @@ def pytest_arguments(args, tcp, http, authd, passthrough, https=None, tls_ca=Non
         arguments += ["--baseline", args.baseline]
     for prefix in args.requirement:
         arguments += ["--requirement", prefix]
-    if args.workers and not args.restart_command:  # restarting the user's target would cut other workers off
-        arguments += ["-n", str(args.workers), "--dist", "loadgroup"]  # the registration cases share one worker
+    # Restarting the user's target would cut other workers off; --lookupd-listen is one address.
+    if args.workers and not args.restart_command and not args.lookupd_listen:
+        arguments += ["-n", str(args.workers)]
     return arguments + passthrough
 
 

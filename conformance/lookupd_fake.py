@@ -52,6 +52,18 @@ class FakeLookupd:
         with self._lock:
             return len(self.events)
 
+    def settle(self, timeout: float, quiet: float = 0.3) -> None:
+        """Wait (at most `timeout`) until a broker has IDENTIFYed and its REGISTERs of what it already has are
+        over: a topic created during them would be registered twice (nsqd-behavior.md R-09, R-11)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                identified = any(event.line == "IDENTIFY" for event in self.events)
+                last = self.events[-1].at if self.events else 0.0
+            if identified and time.monotonic() - last >= quiet:
+                return
+            time.sleep(0.05)
+
     def _log(self, connection: int, line: str, body: dict | None = None) -> None:
         with self._lock:
             self.events.append(Event(time.monotonic(), connection, line, body))

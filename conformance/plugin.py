@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import re
@@ -499,31 +500,42 @@ def restartable(restartable_target, request):
 
 
 @pytest.fixture(scope="session")
-def fake_lookupd(pytestconfig, nsq_target):
-    """The suite's fake nsqlookupd, registered with the target: at --lookupd-listen (the target already points
-    there), or on a free port set through PUT /config/nsqlookupd_tcp_addresses (R-11) and put back afterwards.
-    The registration cases run in one xdist group, so one worker owns it."""
+def listening_fake_lookupd(pytestconfig):
+    """The fake nsqlookupd at --lookupd-listen, which the target was started with (python -m conformance then
+    runs the cases one at a time: the address is one)."""
+    lookupd = FakeLookupd(pytestconfig.nsq_settings.lookupd_listen).start()
+    yield lookupd
+    lookupd.stop()
+
+
+@pytest.fixture
+def fake_lookupd(pytestconfig, nsq_target, request):
+    """The suite's fake nsqlookupd, registered with the target: the one at --lookupd-listen, or one on a free port
+    set through PUT /config/nsqlookupd_tcp_addresses (R-11) and put back afterwards. The target is shared by
+    the workers, so a file lock lets one registration case at a time change its lookupd."""
     settings = pytestconfig.nsq_settings
     if settings.lookupd_listen:
-        lookupd = FakeLookupd(settings.lookupd_listen).start()
-        yield lookupd
-        lookupd.stop()
+        yield request.getfixturevalue("listening_fake_lookupd")
         return
     if nsq_target.http is None:
         yield None
         return
-    http = HttpClient(nsq_target.http, Transcript(), settings.time_scale)
-    before = http.get("/config/nsqlookupd_tcp_addresses")
-    if before.status != 200:
-        yield None
-        return
-    lookupd = FakeLookupd().start()
-    http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(["%s:%d" % lookupd.address]).encode())
-    try:
-        yield lookupd
-    finally:
-        http.request("PUT", "/config/nsqlookupd_tcp_addresses", before.body)
-        lookupd.stop()
+    settings.reports_dir.mkdir(parents=True, exist_ok=True)
+    with (settings.reports_dir / ".registration.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        http = HttpClient(nsq_target.http, Transcript(), settings.time_scale)
+        before = http.get("/config/nsqlookupd_tcp_addresses")
+        if before.status != 200:
+            yield None
+            return
+        lookupd = FakeLookupd().start()
+        http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(["%s:%d" % lookupd.address]).encode())
+        lookupd.settle(5.0 * settings.time_scale)
+        try:
+            yield lookupd
+        finally:
+            http.request("PUT", "/config/nsqlookupd_tcp_addresses", before.body)
+            lookupd.stop()
 
 
 @pytest.fixture

@@ -1,13 +1,12 @@
 """What a broker tells nsqlookupd (nsqd-behavior.md section 10), seen by the suite's fake nsqlookupd, which the
 target is pointed at through PUT /config/nsqlookupd_tcp_addresses (or --lookupd-listen). The target is shared:
-only lines naming this case's topics are judged. The cases run on one worker (xdist group)."""
+only lines naming this case's topics are judged, and one registration case at a time sets its lookupd."""
 
 import time
 
 import pytest
 
 requirement = pytest.mark.requirement
-registration_group = pytest.mark.xdist_group("registration")
 IDENTIFY_KEYS = ["broadcast_address", "hostname", "http_port", "tcp_port", "topology_region", "topology_zone",
                  "version"]
 
@@ -23,14 +22,15 @@ def wait_for_lines(nsq, start: int, topic: str, expected: list[str], seconds: fl
               f"the broker tells lookupd {expected}")
     time.sleep(0.2)  # and nothing more right after
     nsq.transcript.note(f"fake lookupd got about {topic}: {lines_for(nsq, start, topic)}")
-    nsq.verify.equal(f"commands to nsqlookupd about {topic}", sorted(expected), sorted(lines_for(nsq, start, topic)))
+    # A repeat is allowed: nsqd itself repeats what raced with a (re)connection's REGISTERs (R-06, R-09).
+    nsq.verify.equal(f"commands to nsqlookupd about {topic}", sorted(set(expected)),
+                     sorted(set(lines_for(nsq, start, topic))))
 
 
 def http_ok(nsq, path: str) -> None:
     nsq.verify.equal(f"POST {path}", 200, nsq.http.post(path).status)
 
 
-@registration_group
 @requirement("NSQ-REG-001")
 def test_the_broker_identifies_itself(registration):
     """(R-01, R-02, R-11; rec-0328, rec-0337)"""
@@ -48,7 +48,6 @@ def test_the_broker_identifies_itself(registration):
                           nsq.target.tcp[1], body.get("tcp_port"))
 
 
-@registration_group
 @requirement("NSQ-REG-002")
 def test_new_topics_and_channels_are_registered(registration):
     """(R-03; rec-0329, rec-0330)"""
@@ -65,7 +64,6 @@ def test_new_topics_and_channels_are_registered(registration):
     wait_for_lines(nsq, start, created, [f"REGISTER {created}", f"REGISTER {created} d"])
 
 
-@registration_group
 @requirement("NSQ-REG-003")
 def test_deletions_are_unregistered(registration):
     """(R-04, R-05; rec-0330, rec-0331)"""
@@ -83,7 +81,6 @@ def test_deletions_are_unregistered(registration):
     wait_for_lines(nsq, start, topic, [f"UNREGISTER {topic} c2", f"UNREGISTER {topic} c3", f"UNREGISTER {topic}"])
 
 
-@registration_group
 @requirement("NSQ-REG-004")
 def test_an_ephemeral_channel_comes_and_goes(registration):
     """(R-06; rec-0332)"""
@@ -105,18 +102,12 @@ def test_an_ephemeral_channel_comes_and_goes(registration):
                     lines_for(nsq, start, topic))
 
 
-@registration_group
 @requirement("NSQ-REG-005")
 def test_ping_every_fifteen_seconds(registration):
-    """A PING within 15 s (the ticker runs from the broker's start, so the first one here comes at any phase),
-    then the next 15 s after it (R-08; rec-0334: 14973-14976 ms)."""
+    """The ticker runs from the broker's start, so the first PING to a new lookupd comes at any phase, but within
+    15 s (R-08; rec-0334: every 14973-14976 ms)."""
     nsq = registration
     start = nsq.lookupd.mark()
-
-    def pings():
-        return [event.at for event in nsq.lookupd.since(start) if event.line == "PING"]
-
-    nsq.until(lambda: len(pings()) >= 2, 31.0, "two PINGs")
-    times = pings()
-    nsq.verify.that("two PINGs within 31 s (R-08)", len(times) >= 2, ">= 2", len(times))
-    nsq.within("interval between PINGs (R-08)", times[1] - times[0], 14.5, 16.0)
+    nsq.until(lambda: any(event.line == "PING" for event in nsq.lookupd.since(start)), 15.5, "a PING")
+    pings = [event for event in nsq.lookupd.since(start) if event.line == "PING"]
+    nsq.verify.that("a PING within 15 s (R-08)", bool(pings), "PING", "none within 15.5 s")
