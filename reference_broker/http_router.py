@@ -165,11 +165,6 @@ class Request:
         self.body = body
         self.params = params
         self.raw_query = raw_query
-        self._handler = handler
-
-    def after_response(self, action) -> None:
-        """`action()` once the response has gone out."""
-        self._handler.after_response.append(action)
 
     def query(self) -> dict[str, list[str]]:
         values, ok = parse_query(self.raw_query)
@@ -193,12 +188,9 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         if not self.raw_requestline:
             self.close_connection = True
             return
-        self.after_response = []
         if self.parse_request():
             self._serve()
             self.wfile.flush()
-            for action in self.after_response:
-                action()
 
     def send_error(self, code: int, message=None, explain=None) -> None:
         """Go's server answers unparseable requests in plain text and closes."""

@@ -3,10 +3,12 @@ of its channels (nsqd/topic.go).
 
 Publishers only queue and return: the OK never waits for fan-out, and no publisher holds a channel's lock.
 The pump moves messages to the channels while there are channels and the topic is not paused; until then
-they stay here (D-36, D-61). A turn of the pump runs on the pump's thread, or on the publisher's right after
-its OK went out (`hand_over`): Go runs the goroutine a send woke next on the sender's processor, so nsqd's
-fan-out follows its OK at once, where a woken Python thread may wait for the GIL or the OS, and a client that
-saw the OK would find its message still in the topic (an empty channel, a stats count).
+they stay here (D-36, D-61). A turn of the pump runs on the pump's thread, or on the publisher's (`hand_over`):
+right after a TCP publisher's OK went out, before an HTTP publisher's OK. Go runs the goroutine a send woke next
+on the sender's processor, so nsqd's fan-out follows its OK at once, where a woken Python thread may wait for the
+GIL or the OS, and a client that saw the OK would find its message still in the topic (an empty channel, a
+stats count); an HTTP client's next request comes on another connection, served by another thread, so its
+publish's turn must be over before it sees the OK.
 As in nsqd, the pump takes from memory and disk in turn, so once both are in use the publish order is not kept (D-73).
 """
 from __future__ import annotations
@@ -127,12 +129,11 @@ class Topic:
                 self._pump_turn()
 
     def hand_over(self) -> None:
-        """After a publisher's response: a pump turn on its thread, unless the pump is in one already."""
-        if self._turn_lock.acquire(blocking=False):
-            try:
+        """A pump turn on the publisher's thread, after the pump's current turn if it is in one (which may have
+        taken the queue before this publisher's messages): once it returns, they are in the channels."""
+        with self._turn_lock:
+            if self._has_work():
                 self._pump_turn()
-            finally:
-                self._turn_lock.release()
 
     def _has_work(self) -> bool:
         return self._flowing() and bool(self.memory or self.backend_depth)
