@@ -479,7 +479,7 @@ class HttpClient:
             raise Mismatch(f"HTTP {method} {path} is answered", "a well-formed HTTP response", repr(exc)) from exc
         finally:
             sock.close()
-        self.transcript.record("HTTP", SERVER_TO_CLIENT, [f"{response.status} {response.body[:200]!r}"])
+        self.transcript.record("HTTP", SERVER_TO_CLIENT, [f"{response.status} {response.body[:200]!r}"], response.body)
         return response
 
     def post(self, path: str, body: bytes | None = b"") -> HttpResponse:

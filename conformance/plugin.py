@@ -1,5 +1,9 @@
 """pytest plugin of the conformance suite: options, the target, graded verdicts, baseline, reports.
 
+Registered through the ``pytest11`` entry point, so ``pytest --nsq-target HOST:PORT`` runs the suite's cases in
+any project that installs the package; it stays inert (no fixtures started, no verdicts, other tests untouched)
+until one of its ``--nsq-*`` options is given. ``python -m conformance`` gives them.
+
 Verdicts (set in ``pytest_runtest_makereport``, the way pytest's skipping plugin sets xfail):
 PASS; FAIL = a MUST is broken; NON-STRICT = only a SHOULD (or nsqd's exact wording) is broken,
 FAIL under ``--strict``; UNSUPPORTED = an optional capability is missing; ERROR = harness trouble.
@@ -11,29 +15,23 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import os
 import re
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conformance import wire
-from conformance.authd import ALLOW_ALL_SECRET, AuthServer
+from conformance import compare, options
+from conformance.authd import AuthServer
+from conformance.case import Case, LookupdCase, LookupdTarget, Target
 from conformance.catalogue import requirements
-from conformance.client import Connection, HarnessError, HttpClient, Mismatch, Unsupported, Verifier, quote
-from conformance.lookupd_client import V1Connection
+from conformance.client import HarnessError, HttpClient, Mismatch, Unsupported
 from conformance.lookupd_fake import FakeLookupd
 from conformance.target import (
     TLS_DIR,
     EmbeddedBroker,
     EmbeddedLookupd,
-    Profile,
     TargetError,
     check_reachable,
-    parse_address,
     restart_with_command,
 )
 from conformance.transcript import Transcript
@@ -50,102 +48,14 @@ _TEST_STATUS = {
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("nsq-conformance", "NSQ conformance suite")
-    group.addoption("--target", help="HOST:PORT of a running broker's TCP port (default: spawn the "
-                    "embedded reference broker)")
-    group.addoption("--http-target", help="HOST:PORT of that broker's HTTP API (without it, HTTP cases are "
-                    "UNSUPPORTED)")
-    group.addoption("--https-target", help="HOST:PORT of that broker's HTTPS API (the TLS cases' HTTPS check)")
-    group.addoption("--tls-ca", help="CA certificate (PEM) that signed the target's TLS certificate: the TLS cases "
-                    "then verify it (default: they check the protocol, not the certificate)")
-    group.addoption("--lookupd-listen", help="HOST:PORT where the suite's fake nsqlookupd listens for the "
-                    "registration cases, when the target was started with --lookupd-tcp-address pointing there "
-                    "(default: a free port, set through the target's PUT /config/nsqlookupd_tcp_addresses)")
-    group.addoption("--lookupd-target", help="HOST:PORT of a running nsqlookupd's TCP port (default: spawn the "
-                    "embedded reference nsqlookupd)")
-    group.addoption("--lookupd-http-target", help="HOST:PORT of that nsqlookupd's HTTP API")
-    group.addoption("--embedded-target", action="store_true", default=False,
-                    help="(set by python -m conformance) --target is the embedded reference broker")
-    group.addoption("--restart-command", help="shell command that restarts --target with SIGTERM on the same data "
-                    "path and ports (the restart cases; the embedded broker is restarted by the suite)")
-    group.addoption("--profile", help="profile name (nsqd-defaults, nsqd-tight, nsqd-auth) or path to a .toml")
-    # pytest owns --strict; `python -m conformance --strict` maps to this.
-    group.addoption("--authd-address", help="HOST:PORT where the suite's fake auth server listens when the "
-                    "profile has auth (default: a free loopback port; needed with --target)")
-    group.addoption("--nsq-strict", action="store_true", default=False,
-                    help="NON-STRICT verdicts count as FAIL")
-    group.addoption("--baseline", help="file of expected failures, one case id per line ('#' comments)")
-    group.addoption("--time-scale", type=float, help="stretch every wait and deadline by this factor")
-    group.addoption("--reports-dir", help="where JSON/HTML reports and pcaps go")
-    group.addoption("--requirement", action="append", default=[], metavar="PREFIX",
-                    help="run only cases checking a requirement ID starting with PREFIX (repeatable)")
-    parser.addini("nsq_profile", "default profile", default="nsqd-defaults")
-    parser.addini("nsq_time_scale", "default time scale", default="1.0")
-    parser.addini("nsq_reports_dir", "default reports directory", default="reports/conformance")
+    options.add_to_pytest(parser.getgroup("nsq-conformance", "NSQ conformance suite (any --nsq-* option turns it on)"))
 
 
-@dataclass
-class Settings:
-    profile: Profile
-    tcp: tuple[str, int] | None
-    http: tuple[str, int] | None
-    authd: tuple[str, int] | None
-    https: tuple[str, int] | None
-    tls_ca: str | None
-    lookupd_tcp: tuple[str, int] | None
-    lookupd_http: tuple[str, int] | None
-    restart_command: str | None
-    lookupd_listen: tuple[str, int] | None
-    embedded: bool
-    strict: bool
-    time_scale: float
-    reports_dir: Path
-    baseline: dict[str, str]
-
-
-def _settings(config) -> Settings:
-    option = config.getoption
-    try:
-        profile = Profile.load(option("--profile") or config.getini("nsq_profile"))
-        tcp = parse_address(option("--target"), "--target") if option("--target") else None
-        http = parse_address(option("--http-target"), "--http-target") if option("--http-target") else None
-        authd = parse_address(option("--authd-address"), "--authd-address") if option("--authd-address") else None
-        https = parse_address(option("--https-target"), "--https-target") if option("--https-target") else None
-        listen = option("--lookupd-listen")
-        lookupd_listen = parse_address(listen, "--lookupd-listen") if listen else None
-        lookupd_tcp, lookupd_http = (
-            parse_address(option(name), name) if option(name) else None
-            for name in ("--lookupd-target", "--lookupd-http-target"))
-    except TargetError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    if http and not tcp:
-        raise pytest.UsageError("--http-target needs --target")
-    if bool(lookupd_tcp) != bool(lookupd_http):
-        raise pytest.UsageError("--lookupd-target and --lookupd-http-target go together")
-    if tcp and profile.capabilities.get("auth") and not authd:
-        raise pytest.UsageError(f"profile {profile.name} with --target needs --authd-address (the address the "
-                                "target's --auth-http-address points at)")
-    time_scale = option("--time-scale") or float(config.getini("nsq_time_scale"))
-    if time_scale <= 0:
-        raise pytest.UsageError("--time-scale must be > 0")
-    baseline_path = option("--baseline")
-    return Settings(profile, tcp, http, authd, https, option("--tls-ca"), lookupd_tcp, lookupd_http,
-                    option("--restart-command"), lookupd_listen, option("--embedded-target"), option("--nsq-strict"),
-                    time_scale,
-                    Path(option("--reports-dir") or config.getini("nsq_reports_dir")),
-                    load_baseline(Path(baseline_path)) if baseline_path else {})
-
-
-def load_baseline(path: Path) -> dict[str, str]:
-    """``case-id  # why`` per line; the reason is kept for the report."""
-    if not path.is_file():
-        raise pytest.UsageError(f"--baseline {path}: no such file")
-    baseline = {}
-    for line in path.read_text().splitlines():
-        case_id, _, reason = line.partition("#")
-        if case_id.strip():
-            baseline[case_id.strip()] = reason.strip()
-    return baseline
+def _active(config) -> bool:
+    """Any of the suite's options given (a value other than its default) turns the plugin on."""
+    defaults = {"nsq_" + option.name.replace("-", "_"): option.default
+                for option in (*options.OPTIONS, options.EMBEDDED)}
+    return any(config.getoption(dest) not in (default, [], False) for dest, default in defaults.items())
 
 
 def in_baseline(nodeid: str, baseline: dict[str, str]) -> bool:
@@ -154,7 +64,15 @@ def in_baseline(nodeid: str, baseline: dict[str, str]) -> bool:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "requirement(*ids): the catalogue requirement IDs a case checks")
-    config.nsq_settings = _settings(config)
+    config.addinivalue_line("markers", "transcript_varies(why): --compare judges this case by its verdict only, "
+                            "its transcript differs from run to run by design (e.g. concurrent clients)")
+    config.nsq_active = _active(config)
+    if not config.nsq_active:
+        return
+    try:
+        config.nsq_settings = options.settings(config.getoption)
+    except TargetError as exc:
+        raise pytest.UsageError(str(exc)) from None
     config.nsq_authd = None
     if hasattr(config, "workerinput"):
         config.nsq_authd_address = config.workerinput.get("nsq_authd_address")
@@ -180,7 +98,8 @@ def _start_authd(config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
-    node.workerinput["nsq_authd_address"] = node.config.nsq_authd_address
+    if node.config.nsq_active:
+        node.workerinput["nsq_authd_address"] = node.config.nsq_authd_address
 
 
 def pytest_unconfigure(config):
@@ -189,6 +108,8 @@ def pytest_unconfigure(config):
 
 
 def pytest_report_header(config):
+    if not config.nsq_active:
+        return None
     settings = config.nsq_settings
     where = f"{settings.tcp[0]}:{settings.tcp[1]}" if settings.tcp else "embedded reference broker"
     http = f"{settings.http[0]}:{settings.http[1]}" if settings.http else (
@@ -203,35 +124,40 @@ def case_requirements(item) -> list[str]:
     return [requirement_id for marker in item.iter_markers("requirement") for requirement_id in marker.args]
 
 
+CASE_FIXTURES = frozenset({"nsq", "restartable", "registration", "lookupd"})
+
+
+def is_case(item) -> bool:
+    """A conformance case: it works with one of this plugin's Case fixtures (a project's own fixture of the same
+    name does not count). Other tests in the run are left alone."""
+    fixtures = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(fixtures[name][-1].func.__module__ == __name__ for name in CASE_FIXTURES.intersection(fixtures))
+
+
 def pytest_collection_modifyitems(config, items):
+    cases = [item for item in items if is_case(item)]
+    if not config.nsq_active:
+        if cases:
+            raise pytest.UsageError(f"{cases[0].nodeid} is an NSQ conformance case: give the suite's options, e.g. "
+                                    "--nsq-target HOST:PORT --nsq-http-target HOST:PORT, or --nsq-embedded")
+        return
     catalogue = requirements()
-    for item in items:
+    for item in cases:
         ids = case_requirements(item)
         if not ids:
             raise pytest.UsageError(f"{item.nodeid} has no @pytest.mark.requirement(...)")
         unknown = [requirement_id for requirement_id in ids if requirement_id not in catalogue]
         if unknown:
             raise pytest.UsageError(f"{item.nodeid} names unknown requirements {unknown}")
-    prefixes = config.getoption("--requirement")
+    prefixes = config.nsq_settings.requirement_prefixes
     if prefixes:
-        selected = [item for item in items
-                    if any(i.startswith(p) for i in case_requirements(item) for p in prefixes)]
-        config.hook.pytest_deselected(items=[item for item in items if item not in selected])
-        items[:] = selected
+        deselected = [item for item in cases
+                      if not any(i.startswith(p) for i in case_requirements(item) for p in prefixes)]
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item not in deselected]
 
 
 # ---- the target ----------------------------------------------------------------------------------
-
-@dataclass
-class Target:
-    profile: Profile
-    tcp: tuple[str, int]
-    http: tuple[str, int] | None
-    time_scale: float
-    restart: Callable[[], None] | None = None  # SIGTERM and start again on the same data path and ports
-    https: tuple[str, int] | None = None
-    tls_ca: str | None = None  # verify the target's certificate with this CA
-
 
 @pytest.fixture(scope="session")
 def nsq_target(pytestconfig):
@@ -267,13 +193,6 @@ def _embedded_broker(pytestconfig, log_name: str):
         broker.stop()
 
 
-@dataclass
-class LookupdTarget:
-    tcp: tuple[str, int]
-    http: tuple[str, int]
-    time_scale: float
-
-
 @pytest.fixture(scope="session")
 def lookupd_target(pytestconfig):
     """The nsqlookupd under test: --lookupd-target/--lookupd-http-target, or the embedded reference one."""
@@ -300,164 +219,14 @@ def lookupd_target(pytestconfig):
         lookupd.stop()
 
 
-_sequence = iter(range(1, 1 << 30))
-
-
-class Case:
-    """What a case works with: connections, HTTP, unique names, scaled waits, the verifier."""
-
-    def __init__(self, target: Target, name: str):
-        self.target = target
-        self.profile = target.profile
-        self.limits = target.profile.limits
-        self.time_scale = target.time_scale
-        self.transcript = Transcript()
-        self.verify = Verifier()
-        self.http = HttpClient(target.http, self.transcript, target.time_scale)
-        self._connections: list[Connection] = []
-        self._topics: list[str] = []
-        # Unique per process, case and run: the target may be shared and is never assumed fresh.
-        self._prefix = f"cf{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
-
-    def connect(self, magic: bool = True, authenticate: bool = True) -> Connection:
-        """A connection; after the magic it sends ``auth_command()`` unless ``authenticate`` is False."""
-        name = chr(ord("A") + len(self._connections))
-        connection = Connection(name, self.target.tcp, self.transcript, self.verify, self.time_scale,
-                                send_magic=magic, tls_ca=self.target.tls_ca)
-        self._connections.append(connection)
-        if magic and authenticate and self.auth_command():
-            connection.send(self.auth_command())
-            self.expect_authenticated(connection)
-        return connection
-
-    def auth_command(self) -> bytes:
-        """What a connection sends right after the magic: with a profile that has auth, an AUTH whose
-        secret allows everything (conformance/authd.py), so that cases about other behaviour are not
-        stopped by E_AUTH_FIRST (P-AUTH-09); without auth, nothing."""
-        if not self.profile.capabilities.get("auth"):
-            return b""
-        return wire.encode_command("AUTH", body=ALLOW_ALL_SECRET.encode())
-
-    def expect_authenticated(self, connection: Connection) -> None:
-        """The answer to ``auth_command()``, if it sent anything (P-AUTH-08)."""
-        if self.auth_command():
-            connection.expect_json_response()
-
-    def topic(self, suffix: str = "", length: int | None = None) -> str:
-        """A fresh topic name for this case (padded to ``length`` characters including ``suffix``),
-        deleted over HTTP, when available, afterwards."""
-        name = f"{self._prefix}{len(self._topics)}"
-        name = name + "a" * ((length or 0) - len(name) - len(suffix)) + suffix
-        self._topics.append(name)
-        return name
-
-    def seconds(self, seconds: float) -> float:
-        return seconds * self.time_scale
-
-    def wait(self, seconds: float, why: str) -> None:
-        self.transcript.note(f"wait {self.seconds(seconds):.2f} s: {why}")
-        time.sleep(self.seconds(seconds))
-
-    def until(self, condition, seconds: float, why: str) -> bool:
-        """Poll `condition` until it holds or `seconds` (scaled) pass: broker state changes asynchronously
-        (nsqd's topic pump fans out after the OK, deletions run in goroutines), so it is never read once."""
-        self.transcript.note(f"until {why} (at most {self.seconds(seconds):.2f} s)")
-        deadline = time.monotonic() + self.seconds(seconds)
-        while time.monotonic() < deadline:
-            if condition():
-                return True
-            time.sleep(0.02)
-        return condition()
-
-    def restart(self) -> None:
-        """P-RST: the target goes down with SIGTERM and comes back on the same data path and ports. The case's
-        connections went with it."""
-        self.transcript.note("restart the target: SIGTERM, then start again on the same data path and ports")
-        try:
-            self.target.restart()
-        except TargetError as exc:
-            raise HarnessError(str(exc)) from exc
-        for connection in self._connections:
-            connection.close()
-
-    def require(self, capability: str) -> None:
-        if capability == "http" and self.target.http is None:
-            raise Unsupported("the target has no HTTP API configured (--http-target)")
-        if not self.profile.capabilities.get(capability, False):
-            raise Unsupported(f"profile {self.profile.name} says the target does not offer {capability}")
-
-    def fresh_channel(self, topic: str, *channels: str) -> None:
-        """Create topic and channels over HTTP, then wait out nsqd's 5 s channel-list refresh (D-14)
-        so that timeouts and deferrals on them are not late by up to 5 s."""
-        self.require("http")
-        self.verify.equal("POST /topic/create", 200, self.http.post(f"/topic/create?topic={quote(topic)}").status)
-        for channel in channels:
-            self.verify.equal("POST /channel/create", 200, self.http.post(
-                f"/channel/create?topic={quote(topic)}&channel={quote(channel)}").status)
-        self.wait(5.2, "nsqd scans a new channel only after its 5 s channel-list refresh (D-14)")
-
-    def elapsed_since(self, start: float) -> float:
-        """Seconds since ``start`` (a ``time.monotonic()``), divided by the time scale."""
-        return (time.monotonic() - start) / self.time_scale
-
-    def within(self, what: str, elapsed: float, low: float, high: float) -> None:
-        """A timing check: strict lower bound, generous upper bound, both stated (unscaled seconds)."""
-        self.verify.that(f"{what} (tolerance {low:g}..{high:g} s)", low <= elapsed <= high,
-                         f"{low:g}..{high:g} s", f"{elapsed:.3f} s")
-
-    def close(self) -> None:
-        for connection in self._connections:
-            connection.close()
-        if self.target.http:
-            for topic in self._topics:
-                try:
-                    self.http.post(f"/topic/delete?topic={quote(topic)}")
-                except HarnessError:
-                    pass
-
-
-class LookupdCase:
-    """What a lookupd case works with: V1 connections and the HTTP API of the nsqlookupd under test, unique
-    topic names, bounded waits, the verifier; transcript and verdicts as an nsqd case's."""
-
-    def __init__(self, target: LookupdTarget, name: str):
-        self.target = target
-        self.time_scale = target.time_scale
-        self.transcript = Transcript()
-        self.verify = Verifier()
-        self.http = HttpClient(target.http, self.transcript, target.time_scale)
-        self._connections: list[V1Connection] = []
-        self._topics: list[str] = []
-        self._prefix = f"lk{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
-
-    def connect(self, magic: bool = True) -> V1Connection:
-        connection = V1Connection(f"L{len(self._connections)}", self.target.tcp, self.transcript, self.time_scale,
-                                  send_magic=magic)
-        self._connections.append(connection)
-        return connection
-
-    def topic(self) -> str:
-        name = f"{self._prefix}{len(self._topics)}"
-        self._topics.append(name)
-        return name
-
-    until = Case.until
-    seconds = Case.seconds
-
-    def close(self) -> None:
-        for connection in self._connections:
-            connection.close()
-        for topic in self._topics:
-            try:
-                self.http.post(f"/topic/delete?topic={quote(topic)}")
-            except (HarnessError, Mismatch):
-                pass
+def _case_name(request) -> str:
+    """The case's part of its topic names."""
+    return re.sub(r"[^a-zA-Z0-9_-]", "", request.node.name.removeprefix("test_"))[:24]
 
 
 @pytest.fixture
 def lookupd(lookupd_target, request):
-    name = re.sub(r"[^a-zA-Z0-9_-]", "", request.node.name.removeprefix("test_"))[:24]
-    case = LookupdCase(lookupd_target, name)
+    case = LookupdCase(lookupd_target, _case_name(request))
     request.node.nsq_case = case
     yield case
     case.close()
@@ -492,8 +261,7 @@ def restartable(restartable_target, request):
                           "the target was started by the user without --restart-command")
     if restartable_target.http is None:
         raise Unsupported("the restart cases read /stats: the target has no HTTP API (--http-target)")
-    name = re.sub(r"[^a-zA-Z0-9_-]", "", request.node.name.removeprefix("test_"))[:24]
-    case = Case(restartable_target, name)
+    case = Case(restartable_target, _case_name(request))
     request.node.nsq_case = case
     yield case
     case.close()
@@ -550,8 +318,7 @@ def registration(nsq, fake_lookupd):
 
 @pytest.fixture
 def nsq(nsq_target, request):
-    name = re.sub(r"[^a-zA-Z0-9_-]", "", request.node.name.removeprefix("test_"))[:24]
-    case = Case(nsq_target, name)
+    case = Case(nsq_target, _case_name(request))
     request.node.nsq_case = case
     yield case
     case.close()
@@ -559,17 +326,16 @@ def nsq(nsq_target, request):
 
 # ---- verdicts ------------------------------------------------------------------------------------
 
-def _verdict(item, call) -> tuple[str, str]:
-    case: Case | None = getattr(item, "nsq_case", None)
+def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tuple[str, str]:
     catalogue = requirements()
     levels = {catalogue[i].level for i in case_requirements(item)}
     strict = item.config.nsq_settings.strict
-    if call.excinfo is None:
+    if excinfo is None:
         if case and case.verify.soft_mismatches:
             message = "\n".join(str(mismatch) for mismatch in case.verify.soft_mismatches)
             return (FAIL if strict else NON_STRICT), message
         return PASS, ""
-    error = call.excinfo.value
+    error = excinfo.value
     if isinstance(error, (Unsupported, pytest.skip.Exception)):
         return UNSUPPORTED, str(error)
     if isinstance(error, AssertionError):
@@ -579,13 +345,67 @@ def _verdict(item, call) -> tuple[str, str]:
         return NON_STRICT, str(error)
     if isinstance(error, (HarnessError, pytest.fail.Exception)):
         return ERROR, str(error)
-    if isinstance(error, (KeyError, IndexError, TypeError)) and _raised_in_case(call.excinfo):
+    if isinstance(error, (KeyError, IndexError, TypeError)) and _raised_in_case(excinfo):
         # The case read a part of the broker's answer that is not there (a null where an object was due, a
         # missing frame field): the broker's doing, judged as the requirement says, not harness trouble.
-        what = f"the broker's answer has what {Path(call.excinfo.traceback[-1].path).name} reads"
+        what = f"the broker's answer has what {Path(excinfo.traceback[-1].path).name} reads"
         return (FAIL if levels - {"SHOULD"} or strict else NON_STRICT), \
             f"{what}\n  expected: a value there\n  actual:   {type(error).__name__}: {error}"
     return ERROR, f"{type(error).__name__}: {error}"
+
+
+# ---- differential mode (--compare) -------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def compare_target(pytestconfig) -> Target | None:
+    settings = pytestconfig.nsq_settings
+    if not settings.compare_tcp:
+        return None
+    return Target(settings.profile, settings.compare_tcp, settings.compare_http, settings.time_scale)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    finally:
+        if item.config.nsq_active and item.config.nsq_settings.compare_tcp and is_case(item):
+            item.nsq_compare = _run_on_compare_target(item)
+
+
+def _run_on_compare_target(item) -> dict:
+    """The case once more, against --compare, right after its run on the target: its verdict there and where the
+    two normalised transcripts differ."""
+    settings = item.config.nsq_settings
+    against = "%s:%d" % settings.compare_tcp
+    case = getattr(item, "nsq_case", None)
+    if not isinstance(case, Case) or set(item.fixturenames) & {"restartable", "registration"}:
+        return {"against": against, "status": "not compared",
+                "why": "restart, registration and nsqlookupd cases run against the target only"}
+    other = Case(item._request.getfixturevalue("compare_target"), _case_name(item._request))
+    # the case fixtures, and the cases' own fixtures made of them (`auth` is the case, `http` its HTTP client)
+    counterpart = {id(case): other, id(case.http): other.http}
+    arguments = {name: counterpart.get(id(item.funcargs[name]), item.funcargs[name])
+                 for name in item._fixtureinfo.argnames}
+    excinfo = None
+    try:
+        item.obj(**arguments)
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as error:
+        excinfo = pytest.ExceptionInfo.from_exception(error)
+    varies = item.get_closest_marker("transcript_varies")
+    # before the clean-up, which the target's run has not had yet
+    diff = [] if varies else compare.differences((case.transcript, case.name_prefix),
+                                                 (other.transcript, other.name_prefix), against)
+    other.close()
+    verdict, message = _verdict(item, other, excinfo)
+    return {"against": against, "status": "different" if diff else "same", "verdict": verdict, "message": message,
+            "diff": diff, "transcripts": f"not compared: {varies.args[0]}" if varies else "compared"}
+
+
+def _with_verdicts_compared(compared: dict | None, verdict: str) -> dict | None:
+    if compared and compared["status"] == "same" and compared["verdict"] != verdict:
+        return {**compared, "status": "different"}
+    return compared
 
 
 def _raised_in_case(excinfo) -> bool:
@@ -595,10 +415,12 @@ def _raised_in_case(excinfo) -> bool:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
+    if not item.config.nsq_active or not is_case(item):
+        return report
     if call.when == "teardown" or (call.when == "setup" and call.excinfo is None):
         return report
-    verdict, message = _verdict(item, call)
     case: Case | None = getattr(item, "nsq_case", None)
+    verdict, message = _verdict(item, case, call.excinfo)
     ids = case_requirements(item)
     pcap = None
     settings = item.config.nsq_settings
@@ -613,6 +435,7 @@ def pytest_runtest_makereport(item, call):
         "transcript": case.transcript.as_dicts() if case else [],
         "pcap": str(pcap) if pcap else None,
         "baseline": in_baseline(item.nodeid, settings.baseline),
+        "compare": _with_verdicts_compared(getattr(item, "nsq_compare", None), verdict),
     }
     properties = [("verdict", verdict), ("requirements", " ".join(ids)),
                   ("levels", " ".join(requirements()[i].level for i in ids))]

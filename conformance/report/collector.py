@@ -34,9 +34,17 @@ class ResultCollector:
                     and case["baseline"]]
         fixed = [case["id"] for case in self.cases.values()
                  if case["baseline"] and case["verdict"] in ("PASS", "NON-STRICT")]
-        return {"counts": {verdict: counts.get(verdict, 0) for verdict in
-                           ("PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "ERROR")},
-                "unexpected_failures": bad, "baseline_failures": expected, "baseline_now_passing": fixed}
+        summary = {"counts": {verdict: counts.get(verdict, 0) for verdict in
+                              ("PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "ERROR")},
+                   "unexpected_failures": bad, "baseline_failures": expected, "baseline_now_passing": fixed}
+        if self.settings.compare_tcp:
+            compared = Counter(case["compare"]["status"] for case in self.cases.values() if case.get("compare"))
+            summary["compare"] = {
+                "against": "%s:%d" % self.settings.compare_tcp, "same": compared["same"],
+                "not_compared": compared["not compared"],
+                "different": sorted(case["id"] for case in self.cases.values()
+                                    if (case.get("compare") or {}).get("status") == "different")}
+        return summary
 
     def coverage(self) -> list[dict]:
         rows = []
@@ -104,6 +112,12 @@ class ResultCollector:
             write(f"expected failure (baseline): {case_id}")
         for case_id in summary["baseline_now_passing"]:
             write(f"baseline case now passes, remove it from the baseline: {case_id}", yellow=True)
+        if "compare" in summary:
+            compared = summary["compare"]
+            write(f"compared with {compared['against']}: {compared['same']} the same, {len(compared['different'])} "
+                  f"different, {compared['not_compared']} not compared", yellow=bool(compared["different"]))
+            for case_id in compared["different"]:
+                write(f"differs: {case_id}", yellow=True)
         coverage = Counter(row["status"] for row in self.coverage())
         write(f"requirements: {coverage.get('exercised', 0)} exercised, {coverage.get('skipped', 0)} "
               f"skipped, {coverage.get('not covered', 0)} not covered (of {len(requirements())})")

@@ -64,6 +64,8 @@ def render_html(document: dict, catalogue: dict) -> str:
                  "SHOULD or nsqd's exact wording differs (FAIL with --strict); UNSUPPORTED = an optional "
                  "capability the target does not offer; ERROR = the harness could not run the case.</p>")
 
+    if "compare" in summary:
+        parts.append(_differences(summary["compare"], document["cases"]))
     parts.append(_sections(document["cases"]))
     parts.append("<h2>Cases</h2>")
     cases = sorted(document["cases"], key=lambda case: (ORDER[case["verdict"]], case["id"]))
@@ -97,6 +99,10 @@ def _case(case: dict, catalogue: dict, started: float) -> str:
     if case["pcap"]:
         body.append(f"<p>pcap of the exchange: <a href='{escape(_relative(case['pcap']))}'>"
                     f"{escape(os.path.basename(case['pcap']))}</a></p>")
+    compared = case.get("compare")
+    if compared and compared["status"] == "different":
+        body.append(f"<b>differs from {escape(compared['against'])}</b> (verdict there: {badge(compared['verdict'])})"
+                    f"<pre>{escape(chr(10).join(compared['diff'][:400]) or compared['message'][:4000])}</pre>")
     if case["transcript"]:
         rows = []
         for event in case["transcript"]:
@@ -112,6 +118,20 @@ def _case(case: dict, catalogue: dict, started: float) -> str:
     return (f"<details{opened}><summary>{badge(case['verdict'])} <code>{escape(case['id'])}</code> "
             f"<span class='req'>{' '.join(case['requirements'])} · {case['duration_s']:.2f} s</span></summary>"
             f"<div class='body'>{''.join(body)}</div></details>")
+
+
+def _differences(compared: dict, cases: list[dict]) -> str:
+    """Differential mode: the cases whose normalised transcripts (or verdicts) differ, each linked to its diff."""
+    different = [case for case in cases if (case.get("compare") or {}).get("status") == "different"]
+    rows = "".join(
+        f"<tr><td><code>{escape(case['id'])}</code></td><td>{badge(case['verdict'])}</td>"
+        f"<td>{badge(case['compare']['verdict'])}</td><td>{len(case['compare']['diff'])}</td></tr>"
+        for case in sorted(different, key=lambda case: case["id"]))
+    table = (f"<table><tr><th>case</th><th>verdict on the target</th><th>verdict on {escape(compared['against'])}"
+             f"</th><th>diff lines</th></tr>{rows}</table>" if rows else "")
+    return (f"<h2>Differences from {escape(compared['against'])}</h2><p>{compared['same']} case(s) the same, "
+            f"{len(compared['different'])} different, {compared['not_compared']} not compared (IDs, timestamps, "
+            f"ports and the cases' topic prefixes masked; each case's diff is in its entry below).</p>{table}")
 
 
 def _sections(cases: list[dict]) -> str:

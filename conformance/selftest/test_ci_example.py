@@ -13,7 +13,7 @@ def test_the_ci_example_runs_the_suite_with_options_it_has():
     text = EXAMPLE.read_text()
     command = re.search(r"nsq-conformance (.+?)\n(?!\s+--)", text.replace("\\\n", " "), re.S).group(1)
     args, passthrough = parse_args(shlex.split(command))
-    assert (args.target, args.http_target, args.profile, args.baseline) == (
+    assert (args.nsq_target, args.nsq_http_target, args.nsq_profile, args.nsq_baseline) == (
         "127.0.0.1:4150", "127.0.0.1:4151", "nsqd-defaults", "conformance.baseline")
     assert passthrough == []
     for commented in re.findall(r"# (--[a-z-]+ \S+(?: --[a-z-]+ \S+)?)", text):

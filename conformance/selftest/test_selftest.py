@@ -5,14 +5,23 @@ front of its TCP port and runs a few cases through ``python -m conformance``.
 """
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conformance.selftest import amnesiac
 from conformance.selftest.proxy import FaultyProxy
-from conformance.target import EmbeddedBroker, EmbeddedLookupd, Profile
+from conformance.target import (
+    EmbeddedBroker,
+    EmbeddedLookupd,
+    Profile,
+    free_loopback_address,
+    parse_address,
+    restart_with_command,
+)
 
 REDELIVERY = "cases/test_framing.py::test_redelivery_keeps_id_and_timestamp"
 FATAL_CLOSE = "cases/test_syntax.py::test_unknown_command_is_fatal"
@@ -110,3 +119,95 @@ def test_an_nsqlookupd_that_keeps_connections_open_after_errors_fails_the_v1_err
     assert case["verdict"] == "FAIL", case
     assert "the connection closes after the error (L-TCP-21)" in case["message"], case["message"]
     assert completed.returncode == 1
+
+
+def run_cases(reports: Path, *options: str, selection: str) -> tuple[int, dict, dict]:
+    """python -m conformance with these options and a -k selection: exit code, cases by id, the report."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "conformance", "--workers", "0", "--reports-dir", str(reports), *options,
+         "--", "-k", selection, "-q"],
+        capture_output=True, text=True, timeout=180, cwd=Path(__file__).parents[2])
+    report = json.loads((reports / "report.json").read_text())
+    return completed.returncode, {case["id"]: case for case in report["cases"]}, report
+
+
+def test_a_broker_that_says_no_tls_but_upgrades_fails_the_tls_upgrade_case(tmp_path):
+    """The TLS section catches its fault: the IDENTIFY response hides tls_v1 (breaks T-01, NSQ-TLS-002)."""
+    case_id = "cases/test_tls.py::test_tls_then_snappy_inside_it"
+    with EmbeddedBroker(Profile.load("nsqd-tls")) as broker:
+        proxy = FaultyProxy(broker.tcp_address, "tls-not-offered").start()
+        try:
+            code, cases, _ = run_cases(tmp_path, "--target", "%s:%d" % proxy.address, "--http-target",
+                                       "%s:%d" % broker.http_address, "--profile", "nsqd-tls",
+                                       selection="tls_then_snappy or does_not_ask")
+        finally:
+            proxy.stop()
+    # the client, told no TLS, waits for the OK the broker would send after a handshake that never starts
+    assert cases[case_id]["verdict"] == "FAIL", cases[case_id]
+    assert "a response/error frame arrives" in cases[case_id]["message"], cases[case_id]["message"]
+    assert cases["cases/test_tls.py::test_a_client_that_does_not_ask_stays_plaintext"]["verdict"] == "PASS"
+    assert code == 1
+
+
+def test_a_broker_that_ignores_its_new_lookupd_address_fails_the_registration_cases(broker, tmp_path):
+    """The registration section catches its fault: PUT /config/nsqlookupd_tcp_addresses answered but without
+    effect (breaks R-11, NSQ-REG-001)."""
+    case_id = "cases/test_registration.py::test_the_broker_identifies_itself"
+    proxy = FaultyProxy(broker.http_address, "lookupd-config-ignored").start()
+    try:
+        code, cases, _ = run_cases(tmp_path, "--target", "%s:%d" % broker.tcp_address, "--http-target",
+                                   "%s:%d" % proxy.address, selection="broker_identifies_itself")
+    finally:
+        proxy.stop()
+    assert cases[case_id]["verdict"] == "FAIL", cases[case_id]
+    assert code == 1
+
+
+def test_a_broker_that_forgets_its_queues_on_restart_fails_the_restart_cases(tmp_path):
+    """The restart section catches its fault: a restart that comes back with an empty data path (breaks P-RST-01,
+    NSQ-RST-001), given as --restart-command (conformance/selftest/amnesiac.py)."""
+    case_id = "cases/test_restart.py::test_queued_messages_survive_a_restart"
+    pidfile, addresses = tmp_path / "broker.pid", [free_loopback_address(), free_loopback_address()]
+    command = shlex.join([sys.executable, "-m", "conformance.selftest.amnesiac", str(pidfile),
+                          str(tmp_path / "data"), *addresses])
+    restart_with_command(command, [parse_address(address, "broker") for address in addresses])
+    try:
+        code, cases, _ = run_cases(tmp_path / "reports", "--target", addresses[0], "--http-target", addresses[1],
+                                   "--restart-command", command, selection="queued_messages_survive")
+    finally:
+        amnesiac.stop(pidfile)
+    assert cases[case_id]["verdict"] == "FAIL", cases[case_id]
+    assert code == 1
+
+
+def test_compare_with_the_same_broker_finds_no_difference(broker, tmp_path):
+    """Differential mode: the reference broker against itself (through a faithful proxy) differs nowhere."""
+    proxy = FaultyProxy(broker.tcp_address, "none").start()
+    try:
+        code, cases, report = run_cases(tmp_path, "--target", "%s:%d" % broker.tcp_address, "--http-target",
+                                        "%s:%d" % broker.http_address, "--compare", "%s:%d" % proxy.address,
+                                        "--compare-http", "%s:%d" % broker.http_address,
+                                        selection=SELECTION + " or stats_counters")
+    finally:
+        proxy.stop()
+    compared = report["summary"]["compare"]
+    assert (compared["same"], compared["different"]) == (4, []), [case["compare"] for case in cases.values()]
+    assert code == 0
+
+
+def test_compare_names_the_case_where_a_faulty_broker_differs(broker, tmp_path):
+    """Differential mode: against the attempts-stuck proxy, the redelivery case differs (attempts 2 vs 1) and the
+    exit status is 3 though every case passes on the target."""
+    proxy = FaultyProxy(broker.tcp_address, "attempts-stuck").start()
+    try:
+        code, cases, report = run_cases(tmp_path, "--target", "%s:%d" % broker.tcp_address, "--http-target",
+                                        "%s:%d" % broker.http_address, "--compare", "%s:%d" % proxy.address,
+                                        "--compare-http", "%s:%d" % broker.http_address, selection=SELECTION)
+    finally:
+        proxy.stop()
+    assert report["summary"]["compare"]["different"] == [REDELIVERY]
+    compared = cases[REDELIVERY]["compare"]
+    assert compared["verdict"] == "FAIL" and cases[REDELIVERY]["verdict"] == "PASS"
+    assert any(line.startswith("-") and "attempts=2" in line for line in compared["diff"]), compared["diff"]
+    assert any(line.startswith("+") and "attempts=1" in line for line in compared["diff"]), compared["diff"]
+    assert code == 3

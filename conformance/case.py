@@ -1,0 +1,188 @@
+"""What a case works with (the ``nsq``, ``restartable``, ``registration`` and ``lookupd`` fixtures): the target's
+addresses, connections that record a transcript, HTTP, unique names, scaled waits and the verifier."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from conformance import wire
+from conformance.authd import ALLOW_ALL_SECRET
+from conformance.client import Connection, HarnessError, HttpClient, Mismatch, Unsupported, Verifier, quote
+from conformance.lookupd_client import V1Connection
+from conformance.target import Profile, TargetError
+from conformance.transcript import Transcript
+
+
+@dataclass
+class Target:
+    profile: Profile
+    tcp: tuple[str, int]
+    http: tuple[str, int] | None
+    time_scale: float
+    restart: Callable[[], None] | None = None  # SIGTERM and start again on the same data path and ports
+    https: tuple[str, int] | None = None
+    tls_ca: str | None = None  # verify the target's certificate with this CA
+
+
+@dataclass
+class LookupdTarget:
+    tcp: tuple[str, int]
+    http: tuple[str, int]
+    time_scale: float
+
+
+_sequence = iter(range(1, 1 << 30))
+
+
+class Case:
+    """What a case works with: connections, HTTP, unique names, scaled waits, the verifier."""
+
+    def __init__(self, target: Target, name: str):
+        self.target = target
+        self.profile = target.profile
+        self.limits = target.profile.limits
+        self.time_scale = target.time_scale
+        self.transcript = Transcript()
+        self.verify = Verifier()
+        self.http = HttpClient(target.http, self.transcript, target.time_scale)
+        self._connections: list[Connection] = []
+        self._topics: list[str] = []
+        # Unique per process, case and run: the target may be shared and is never assumed fresh.
+        self.name_prefix = f"cf{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
+
+    def connect(self, magic: bool = True, authenticate: bool = True) -> Connection:
+        """A connection; after the magic it sends ``auth_command()`` unless ``authenticate`` is False."""
+        name = chr(ord("A") + len(self._connections))
+        connection = Connection(name, self.target.tcp, self.transcript, self.verify, self.time_scale,
+                                send_magic=magic, tls_ca=self.target.tls_ca)
+        self._connections.append(connection)
+        if magic and authenticate and self.auth_command():
+            connection.send(self.auth_command())
+            self.expect_authenticated(connection)
+        return connection
+
+    def auth_command(self) -> bytes:
+        """What a connection sends right after the magic: with a profile that has auth, an AUTH whose
+        secret allows everything (conformance/authd.py), so that cases about other behaviour are not
+        stopped by E_AUTH_FIRST (P-AUTH-09); without auth, nothing."""
+        if not self.profile.capabilities.get("auth"):
+            return b""
+        return wire.encode_command("AUTH", body=ALLOW_ALL_SECRET.encode())
+
+    def expect_authenticated(self, connection: Connection) -> None:
+        """The answer to ``auth_command()``, if it sent anything (P-AUTH-08)."""
+        if self.auth_command():
+            connection.expect_json_response()
+
+    def topic(self, suffix: str = "", length: int | None = None) -> str:
+        """A fresh topic name for this case (padded to ``length`` characters including ``suffix``),
+        deleted over HTTP, when available, afterwards."""
+        name = f"{self.name_prefix}{len(self._topics)}"
+        name = name + "a" * ((length or 0) - len(name) - len(suffix)) + suffix
+        self._topics.append(name)
+        return name
+
+    def seconds(self, seconds: float) -> float:
+        return seconds * self.time_scale
+
+    def wait(self, seconds: float, why: str) -> None:
+        self.transcript.note(f"wait {self.seconds(seconds):.2f} s: {why}")
+        time.sleep(self.seconds(seconds))
+
+    def until(self, condition, seconds: float, why: str) -> bool:
+        """Poll `condition` until it holds or `seconds` (scaled) pass: broker state changes asynchronously
+        (nsqd's topic pump fans out after the OK, deletions run in goroutines), so it is never read once."""
+        self.transcript.note(f"until {why} (at most {self.seconds(seconds):.2f} s)")
+        deadline = time.monotonic() + self.seconds(seconds)
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            time.sleep(0.02)
+        return condition()
+
+    def restart(self) -> None:
+        """P-RST: the target goes down with SIGTERM and comes back on the same data path and ports. The case's
+        connections went with it."""
+        self.transcript.note("restart the target: SIGTERM, then start again on the same data path and ports")
+        try:
+            self.target.restart()
+        except TargetError as exc:
+            raise HarnessError(str(exc)) from exc
+        for connection in self._connections:
+            connection.close()
+
+    def require(self, capability: str) -> None:
+        if capability == "http" and self.target.http is None:
+            raise Unsupported("the target has no HTTP API configured (--http-target)")
+        if not self.profile.capabilities.get(capability, False):
+            raise Unsupported(f"profile {self.profile.name} says the target does not offer {capability}")
+
+    def fresh_channel(self, topic: str, *channels: str) -> None:
+        """Create topic and channels over HTTP, then wait out nsqd's 5 s channel-list refresh (D-14)
+        so that timeouts and deferrals on them are not late by up to 5 s."""
+        self.require("http")
+        self.verify.equal("POST /topic/create", 200, self.http.post(f"/topic/create?topic={quote(topic)}").status)
+        for channel in channels:
+            self.verify.equal("POST /channel/create", 200, self.http.post(
+                f"/channel/create?topic={quote(topic)}&channel={quote(channel)}").status)
+        self.wait(5.2, "nsqd scans a new channel only after its 5 s channel-list refresh (D-14)")
+
+    def elapsed_since(self, start: float) -> float:
+        """Seconds since ``start`` (a ``time.monotonic()``), divided by the time scale."""
+        return (time.monotonic() - start) / self.time_scale
+
+    def within(self, what: str, elapsed: float, low: float, high: float) -> None:
+        """A timing check: strict lower bound, generous upper bound, both stated (unscaled seconds)."""
+        self.verify.that(f"{what} (tolerance {low:g}..{high:g} s)", low <= elapsed <= high,
+                         f"{low:g}..{high:g} s", f"{elapsed:.3f} s")
+
+    def close(self) -> None:
+        for connection in self._connections:
+            connection.close()
+        if self.target.http:
+            for topic in self._topics:
+                try:
+                    self.http.post(f"/topic/delete?topic={quote(topic)}")
+                except HarnessError:
+                    pass
+
+
+class LookupdCase:
+    """What a lookupd case works with: V1 connections and the HTTP API of the nsqlookupd under test, unique
+    topic names, bounded waits, the verifier; transcript and verdicts as an nsqd case's."""
+
+    def __init__(self, target: LookupdTarget, name: str):
+        self.target = target
+        self.time_scale = target.time_scale
+        self.transcript = Transcript()
+        self.verify = Verifier()
+        self.http = HttpClient(target.http, self.transcript, target.time_scale)
+        self._connections: list[V1Connection] = []
+        self._topics: list[str] = []
+        self.name_prefix = f"lk{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
+
+    def connect(self, magic: bool = True) -> V1Connection:
+        connection = V1Connection(f"L{len(self._connections)}", self.target.tcp, self.transcript, self.time_scale,
+                                  send_magic=magic)
+        self._connections.append(connection)
+        return connection
+
+    def topic(self) -> str:
+        name = f"{self.name_prefix}{len(self._topics)}"
+        self._topics.append(name)
+        return name
+
+    until = Case.until
+    seconds = Case.seconds
+
+    def close(self) -> None:
+        for connection in self._connections:
+            connection.close()
+        for topic in self._topics:
+            try:
+                self.http.post(f"/topic/delete?topic={quote(topic)}")
+            except (HarnessError, Mismatch):
+                pass

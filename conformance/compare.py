@@ -1,0 +1,120 @@
+"""Differential mode (``--compare``): a case's transcript on the target against the same case's on a second
+broker, both normalised so that only what a broker decides remains.
+
+Masked: the cases' unique topic-name prefixes, message IDs, timestamps, ports and addresses, host names, and
+in JSON answers the fields that name a moment or a process (``start_time``, ``connect_ts``, ...). Dropped:
+notes about waits, heartbeats and the NOPs that answer them (their number depends on timing), partial-frame
+markers (they depend on how the kernel split the bytes), and in ``/stats`` every topic that is not this case's
+and every client that did not publish to the case's topics (the target is shared with other cases). Each
+connection is compared as three sequences (commands sent, frames received, what happened to it), so neither the
+interleaving of connections, nor when a frame arrived between two commands, nor the recv chunking counts;
+HTTP exchanges in order, a request polled back to back counted once with its last answer.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+
+from conformance import wire
+from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Transcript
+
+_CASE_PREFIX = re.compile(r"(?:cf|lk)\d+-\d+-\d+-")
+_MESSAGE_ID = re.compile(r"(?<=\bid=)\S{16}|(?<=^FIN )\S{16}|(?<=^REQ )\S{16}|(?<=^TOUCH )\S{16}|\b[0-9a-f]{16}\b")
+_TIMESTAMP = re.compile(r"\bts=\d+")
+_LONG_NUMBER = re.compile(r"(?<![\w.])\d{10,}(?![\w.])")  # epoch seconds, ms and ns
+_ADDRESS = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?|\blocalhost:\d+")
+_CONNECTED = re.compile(r"^connected \d+ -> \d+$")
+_VOLATILE_KEYS = frozenset({
+    "start_time", "uptime", "uptime_seconds", "connect_ts", "last_update", "remote_address", "hostname",
+    "broadcast_address", "tcp_port", "http_port", "https_port", "client_id", "pid", "user_agent", "last_pong",
+    "tombstoned_at", "memory", "e2e_processing_latency",
+})
+_STATS_TEXT_VOLATILE = re.compile(r"^(?:start_time|uptime) .*$", re.MULTILINE)
+_HEARTBEAT_LINES = frozenset({f"RESPONSE {wire.HEARTBEAT.decode()}", "NOP"})
+
+
+def normalised(transcript: Transcript, own_prefix: str) -> list[str]:
+    """Per TCP connection (in order of first use): what the client sent, what it received, what happened to the
+    connection, each as its own sequence, because when a frame arrives relative to the client's next command
+    is timing. Then the HTTP exchanges in order, a request repeated back to back (a bounded wait polling
+    /stats) counted once with its last answer. ``own_prefix`` starts the names of the case's topics."""
+    streams: dict[str, dict[str, list[str]]] = {}
+    exchanges: list[list[str]] = []
+    for event in transcript.events:
+        if event.connection == "-":
+            continue  # the case's own notes: waits and deadlines
+        if event.connection == "HTTP":
+            if event.direction == SERVER_TO_CLIENT and exchanges:
+                exchanges[-1][1] = f"{event.lines[0].split(' ', 1)[0]} {_json_or_text(event.wire, own_prefix)}"
+            elif event.direction != SERVER_TO_CLIENT:
+                exchanges.append([_mask(event.lines[0]), "(no answer)"])
+            continue
+        connection = streams.setdefault(event.connection, {NOTE: [], CLIENT_TO_SERVER: [], SERVER_TO_CLIENT: []})
+        connection[event.direction] += [_mask(line) for line in event.lines if not _CONNECTED.match(line)
+                                        and line not in _HEARTBEAT_LINES
+                                        and not line.endswith("bytes of a partial frame)")]
+    lines = [f"{name} {direction} {line}" for name, connection in streams.items()
+             for direction in (CLIENT_TO_SERVER, SERVER_TO_CLIENT, NOTE) for line in connection[direction]]
+    polled: list[list[str]] = []
+    for exchange in exchanges:
+        if polled and polled[-1][0] == exchange[0]:
+            polled[-1] = exchange
+        else:
+            polled.append(exchange)
+    return lines + [f"HTTP {arrow} {line}" for exchange in polled for arrow, line in zip("><", exchange, strict=True)]
+
+
+def differences(target: tuple[Transcript, str], other: tuple[Transcript, str], other_name: str) -> list[str]:
+    """A unified diff of two (transcript, own prefix) normalised; empty when they agree."""
+    return list(difflib.unified_diff(normalised(*target), normalised(*other), "target", other_name, n=2,
+                                     lineterm=""))
+
+
+def _mask(text: str) -> str:
+    text = _CASE_PREFIX.sub("<case>-", text)
+    text = _MESSAGE_ID.sub("<id>", text)
+    text = _TIMESTAMP.sub("ts=<ts>", text)
+    text = _ADDRESS.sub("<address>", text)
+    return _LONG_NUMBER.sub("<n>", text)
+
+
+def _json_or_text(body: bytes, own_prefix: str) -> str:
+    try:
+        document = json.loads(body)
+    except ValueError:
+        text = body.decode("utf-8", "replace")
+        if text.startswith("nsqd v"):  # /stats?format=text: the moment, and every client of the shared target
+            text = _STATS_TEXT_VOLATILE.sub("", text.split("\nProducers:", 1)[0])
+        return _mask(text)
+    return _mask(json.dumps(_only_this_case(document, own_prefix), sort_keys=True))
+
+
+def _only_this_case(value, own_prefix: str):
+    """The JSON answer without volatile fields, other cases' topics and other clients (/stats lists every topic
+    and every client of the shared target: a client is this case's if it published to the case's topics)."""
+    if isinstance(value, dict):
+        return {key: _only_this_case(_own_producers(item, own_prefix) if key == "producers" else item, own_prefix)
+                for key, item in value.items() if key not in _VOLATILE_KEYS}
+    if isinstance(value, list):
+        return [_only_this_case(item, own_prefix) for item in value if not _foreign(item, own_prefix)]
+    return value
+
+
+def _own_producers(producers, own_prefix: str):
+    if producers is None:
+        return []  # nsqd's null for a broker without clients: none of them is this case's either
+    if not isinstance(producers, list):
+        return producers
+    return [producer for producer in producers if isinstance(producer, dict) and any(
+        _own(count.get("topic"), own_prefix) for count in producer.get("pub_counts") or [])]
+
+
+def _foreign(item, own_prefix: str) -> bool:
+    name = item.get("topic_name") if isinstance(item, dict) else item
+    return isinstance(name, str) and bool(_CASE_PREFIX.match(name)) and not _own(name, own_prefix)
+
+
+def _own(name, own_prefix: str) -> bool:
+    return isinstance(name, str) and name.startswith(own_prefix)

@@ -1,0 +1,168 @@
+"""The suite's options, declared once: ``nsq-conformance --NAME`` and the pytest plugin's ``--nsq-NAME``
+come from this table, and ``settings()`` checks them the same way for both (one-line errors)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.target import Profile, TargetError, parse_address
+
+PYTEST_PREFIX = "nsq-"  # pytest's own options (--strict, --baseline of plugins) must not clash
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # `--name` for nsq-conformance, `--nsq-name` for pytest
+    help: str
+    metavar: str | None = None
+    type: Callable = str
+    default: object = None
+    flag: bool = False
+    repeatable: bool = False
+
+    @property
+    def dest(self) -> str:
+        return "nsq_" + self.name.replace("-", "_")
+
+    def add_to(self, add: Callable, prefix: str, dest: str) -> None:
+        """``add`` is argparse's ``add_argument`` or pytest's ``addoption``: the same keywords."""
+        keywords: dict = {"dest": dest, "help": self.help}
+        if self.flag:
+            keywords.update(action="store_true", default=False)
+        else:
+            keywords.update(metavar=self.metavar, type=self.type,
+                            action="append" if self.repeatable else "store",
+                            default=[] if self.repeatable else self.default)
+        add(f"--{prefix}{self.name}", **keywords)
+
+
+OPTIONS = (
+    Option("target", "TCP address of a running broker (default: start the embedded reference broker on free "
+           "loopback ports)", "HOST:PORT"),
+    Option("http-target", "its HTTP address (without it, HTTP cases are UNSUPPORTED)", "HOST:PORT"),
+    Option("https-target", "its HTTPS address (the TLS cases' HTTPS check)", "HOST:PORT"),
+    Option("tls-ca", "CA (PEM) that signed the target's certificate: the TLS cases verify it (default: the "
+           "protocol only; the embedded broker's own test CA)", "FILE"),
+    Option("profile", "nsqd-defaults, nsqd-tight, nsqd-auth, nsqd-tls, or a .toml path: the target's limits and "
+           "capabilities", "NAME", default="nsqd-defaults"),
+    Option("strict", "count NON-STRICT verdicts as FAIL", flag=True),
+    Option("baseline", "expected failures, one case id per line ('#' comments)", "FILE"),
+    Option("time-scale", "stretch every wait and deadline by X for slow targets", "X", type=float, default=1.0),
+    Option("reports-dir", "where report.html, report.json, junit.xml and pcaps go", "DIR",
+           default="reports/conformance"),
+    Option("requirement", "only cases checking requirement IDs with this prefix (repeatable)", "PREFIX",
+           repeatable=True),
+    Option("authd-address", "where the suite's fake auth server listens for a profile with auth (default: a free "
+           "loopback port; needed with --target, whose --auth-http-address points there)", "HOST:PORT"),
+    Option("lookupd-listen", "where the suite's fake nsqlookupd listens for the registration cases, when the target "
+           "was started with --lookupd-tcp-address there (default: a free port, set through the target's "
+           "PUT /config/nsqlookupd_tcp_addresses)", "HOST:PORT"),
+    Option("lookupd-target", "TCP address of a running nsqlookupd (default: start the embedded reference "
+           "nsqlookupd)", "HOST:PORT"),
+    Option("lookupd-http-target", "its HTTP address", "HOST:PORT"),
+    Option("restart-command", "shell command that restarts --target (SIGTERM, same data path and ports) for the "
+           "restart cases; the cases then run one at a time", "CMD"),
+    Option("compare", "differential mode: every case also runs against this second broker (e.g. the real nsqd), "
+           "and the report shows where their normalised transcripts differ", "HOST:PORT"),
+    Option("compare-http", "the second broker's HTTP address", "HOST:PORT"),
+)
+EMBEDDED = Option("embedded", "test the embedded reference broker: the suite starts it (or, with --nsq-target, "
+                  "python -m conformance started it there)", flag=True)
+
+
+def add_to_argparse(parser: argparse.ArgumentParser) -> None:
+    for option in OPTIONS:
+        option.add_to(parser.add_argument, "", option.dest)
+
+
+def add_to_pytest(group) -> None:
+    for option in (*OPTIONS, EMBEDDED):
+        option.add_to(group.addoption, PYTEST_PREFIX, option.dest)
+
+
+def as_pytest_arguments(values: dict) -> list[str]:
+    """nsq-conformance's parsed values (by ``dest``) as the plugin's command line."""
+    arguments = []
+    for option in (*OPTIONS, EMBEDDED):
+        value = values.get(option.dest)
+        if option.flag:
+            arguments += [f"--{PYTEST_PREFIX}{option.name}"] if value else []
+        elif option.repeatable:
+            for item in value or []:
+                arguments += [f"--{PYTEST_PREFIX}{option.name}", str(item)]
+        elif value is not None:
+            arguments += [f"--{PYTEST_PREFIX}{option.name}", str(value)]
+    return arguments
+
+
+Address = tuple[str, int]
+
+
+@dataclass
+class Settings:
+    profile: Profile
+    tcp: Address | None
+    http: Address | None
+    https: Address | None
+    tls_ca: str | None
+    authd: Address | None
+    lookupd_listen: Address | None
+    lookupd_tcp: Address | None
+    lookupd_http: Address | None
+    restart_command: str | None
+    compare_tcp: Address | None
+    compare_http: Address | None
+    embedded: bool
+    strict: bool
+    time_scale: float
+    reports_dir: Path
+    baseline: dict[str, str]
+    requirement_prefixes: list[str]
+
+
+def settings(value: Callable[[str], object]) -> Settings:
+    """The checked settings from ``value(dest)``; raises TargetError with a one-line message."""
+    def address(name: str) -> Address | None:
+        text = value("nsq_" + name.replace("-", "_"))
+        return parse_address(text, f"--{name}") if text else None
+
+    tcp, http, compare_tcp = address("target"), address("http-target"), address("compare")
+    embedded = bool(value("nsq_embedded"))
+    lookupd_tcp, lookupd_http = address("lookupd-target"), address("lookupd-http-target")
+    profile = Profile.load(value("nsq_profile"))
+    if http and not tcp:
+        raise TargetError("--http-target needs --target")
+    if value("nsq_restart_command") and not tcp:
+        raise TargetError("--restart-command needs --target (the embedded broker is restarted by the suite)")
+    if bool(lookupd_tcp) != bool(lookupd_http):
+        raise TargetError("--lookupd-target and --lookupd-http-target go together")
+    if address("compare-http") and not compare_tcp:
+        raise TargetError("--compare-http needs --compare")
+    authd = address("authd-address")
+    if tcp and not embedded and profile.capabilities.get("auth") and not authd:
+        raise TargetError(f"profile {profile.name} with --target needs --authd-address (the address the target's "
+                          "--auth-http-address points at)")
+    time_scale = value("nsq_time_scale")
+    if time_scale <= 0:
+        raise TargetError("--time-scale must be > 0")
+    baseline = value("nsq_baseline")
+    return Settings(profile, tcp, http, address("https-target"), value("nsq_tls_ca"), authd,
+                    address("lookupd-listen"), lookupd_tcp, lookupd_http, value("nsq_restart_command"),
+                    compare_tcp, address("compare-http"), embedded, bool(value("nsq_strict")), time_scale,
+                    Path(value("nsq_reports_dir")), load_baseline(Path(baseline)) if baseline else {},
+                    list(value("nsq_requirement") or []))
+
+
+def load_baseline(path: Path) -> dict[str, str]:
+    """``case-id  # why`` per line; the reason is kept for the report."""
+    if not path.is_file():
+        raise TargetError(f"--baseline {path}: no such file")
+    baseline = {}
+    for line in path.read_text().splitlines():
+        case_id, _, reason = line.partition("#")
+        if case_id.strip():
+            baseline[case_id.strip()] = reason.strip()
+    return baseline
