@@ -1,8 +1,13 @@
-"""Trace-analysis throughput: generate a >= 1 GB seeded trace, analyse it with Spark on local[2],
-and parse the same file with dpkt (whole file) and scapy (a bounded sample, extrapolated).
+"""Trace-analysis throughput: generate seeded traces, analyse them with Spark on local[2], and
+count or parse the same files with a plain-Python counter (trace_baseline.py), dpkt (whole file)
+and scapy (a bounded sample, extrapolated). Two workloads side by side: the generator's mixed
+one (1 GB, ~6 KB messages) and the bench one (350 MB of nsq's bench tools' 100-300 B messages),
+where the per-message cost shows; the bench figure is message events per second (published +
+deliveries + FIN/REQ/TOUCH) and its ratio to the plain counter's time. The 1-minute load average
+goes with each figure: the machine's 2 cores are shared.
 
-    python -m benchmarks.trace_throughput                 # 1 GB, writes bench-results/trace.json
-    python -m benchmarks.trace_throughput --size 200MB    # quicker
+    python -m benchmarks.trace_throughput                 # writes bench-results/trace.json
+    python -m benchmarks.trace_throughput --size 200MB --workloads bench    # quicker
 
 The analysis is checked against the generator's truth, so a fast wrong answer does not count.
 The driver JVM maps the class archive of ``nsq-trace prepare``; the bench builds it first (timed
@@ -24,6 +29,7 @@ import tempfile
 import threading
 import time
 
+from benchmarks import trace_baseline
 from spark_analysis.cli import parse_size
 
 TRUTH_KEYS = ("totals", "topics")
@@ -113,17 +119,22 @@ def scapy_pass(path: str, sample_packets: int) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=parse_size, default=parse_size("1GB"))
+    parser.add_argument("--size", type=parse_size, default=parse_size("1GB"), help="the mixed trace (default 1GB)")
+    parser.add_argument(
+        "--bench-size", type=parse_size, default=parse_size("350MB"), help="the bench-workload trace (default 350MB)"
+    )
+    parser.add_argument("--workloads", default="mixed,bench", help="which traces to run (default mixed,bench)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--scapy-sample", type=int, default=20_000, help="packets scapy parses (default 20000)")
     parser.add_argument("--workdir", default=None, help="where the trace goes (default: a temp dir, deleted)")
     parser.add_argument("--output", default="bench-results/trace.json")
     args = parser.parse_args(argv)
+    workloads = [w for w in args.workloads.split(",") if w]
+    if not workloads or set(workloads) - {"mixed", "bench"}:
+        parser.error("--workloads: a comma-separated subset of mixed,bench")
 
-    from spark_analysis.analysis import run_analysis, spark_session
-    from spark_analysis.generate import generate
-    from spark_analysis.jvm_archive import archive_path
+    from spark_analysis.session import archive_path
 
     archive = archive_path()
     prepare_seconds = None
@@ -134,92 +145,21 @@ def main(argv=None) -> int:
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="nsq-trace-bench-")
     os.makedirs(workdir, exist_ok=True)
-    trace = os.path.join(workdir, "bench.pcap")
+    result = {
+        "class_archive": {
+            "path": archive,
+            "mb": round(os.path.getsize(archive) / 1e6),
+            "prepare_seconds": None if prepare_seconds is None else round(prepare_seconds, 1),
+        },
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+    }
     try:
-        print(f"generating {args.size / 1e9:.2f} GB (seed {args.seed}) -> {trace}", flush=True)
-        truth, generate_seconds = timed(generate, trace, args.size, seed=args.seed)
-        size = os.path.getsize(trace)
-        print(
-            f"  {size / 1e6:,.0f} MB in {generate_seconds:.1f} s = {size / 1e6 / generate_seconds:.0f} MB/s",
-            flush=True,
-        )
-
-        with PeakMemory(os.getpid()) as memory:
-            started = time.perf_counter()
-            with spark_session(args.master, shuffle_partitions=4) as spark:
-                session_seconds = time.perf_counter() - started
-                print(f"analysing on {args.master}", flush=True)
-                phases: list[tuple[str, float]] = []
-
-                def step(message: str):
-                    phases.append((message, time.perf_counter()))
-                    print(f"  {message}", flush=True)
-
-                summary, analysis_seconds = timed(
-                    run_analysis, spark, [trace], os.path.join(workdir, "out"), report=False, step=step
-                )
-                phases.append(("end", time.perf_counter()))
-        mismatches = [key for key in TRUTH_KEYS if _comparable(summary[key]) != _comparable(truth[key])]
-        end_to_end = session_seconds + analysis_seconds
-        messages = summary["totals"]["deliveries"]
-
-        print("dpkt: whole file", flush=True)
-        dpkt_result, dpkt_seconds = timed(dpkt_pass, trace)
-        print(f"scapy: first {args.scapy_sample:,} packets", flush=True)
-        scapy_result, scapy_seconds = timed(scapy_pass, trace, args.scapy_sample)
-
-        result = {
-            "trace": {
-                "bytes": size,
-                "seed": args.seed,
-                "packets": dpkt_result["packets"],
-                "deliveries": messages,
-                "published": summary["totals"]["messages_published"],
-            },
-            "class_archive": {
-                "path": archive,
-                "mb": round(os.path.getsize(archive) / 1e6),
-                "prepare_seconds": None if prepare_seconds is None else round(prepare_seconds, 1),
-            },
-            "generator": {
-                "seconds": round(generate_seconds, 2),
-                "mb_per_s": round(size / 1e6 / generate_seconds, 1),
-            },
-            "spark_analysis": {
-                "master": args.master,
-                "session_start_seconds": round(session_seconds, 2),
-                "analysis_seconds": round(analysis_seconds, 2),
-                "end_to_end_seconds": round(end_to_end, 2),
-                "mb_per_s": round(size / 1e6 / end_to_end, 1),
-                "mb_per_s_excluding_session_start": round(size / 1e6 / analysis_seconds, 1),
-                "messages_per_s": round(messages / end_to_end),
-                "phase_seconds": {
-                    name: round(end - start, 2) for (name, start), (_, end) in zip(phases, phases[1:], strict=False)
-                },
-                "peak_rss_mb_all_processes": round(memory.peak_bytes / 1e6),
-                "peak_anonymous_mb_all_processes": round(memory.peak_anonymous_bytes / 1e6),
-                "summary_matches_truth": not mismatches,
-                "mismatched_sections": mismatches,
-            },
-            "dpkt_tcp_pass": {
-                "seconds": round(dpkt_seconds, 2),
-                "mb_per_s": round(size / 1e6 / dpkt_seconds, 1),
-                "packets_per_s": round(dpkt_result["packets"] / dpkt_seconds),
-            },
-            "scapy_tcp_pass": {
-                "sampled_packets": scapy_result["packets"],
-                "sampled_bytes": scapy_result["sample_file_bytes"],
-                "seconds": round(scapy_seconds, 2),
-                "mb_per_s_extrapolated": round(scapy_result["sample_file_bytes"] / 1e6 / scapy_seconds, 1),
-                "note": "scapy parses a bounded sample (the first packets); MB/s is over that sample",
-            },
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "platform": platform.platform(),
-            },
-            "target_mb_per_s": 100,
-        }
+        if "mixed" in workloads:
+            result["mixed"] = _run_workload("mixed", args.size, args, workdir)
+            result["mixed"]["target_mb_per_s"] = 100
+        if "bench" in workloads:
+            result["bench"] = _run_workload("bench", args.bench_size, args, workdir)
+            result["bench"]["target_message_events_per_s"] = 150_000
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -227,7 +167,102 @@ def main(argv=None) -> int:
     with open(args.output, "w") as handle:
         json.dump(result, handle, indent=1)
     print(json.dumps(result, indent=1))
-    return 0 if not mismatches else 1
+    return 0 if all(result[w]["spark_analysis"]["summary_matches_truth"] for w in workloads) else 1
+
+
+def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
+    """Generate, count with the plain-Python baseline, analyse with Spark, parse with dpkt and scapy."""
+    from spark_analysis.analysis import run_analysis
+    from spark_analysis.generate import generate
+    from spark_analysis.session import spark_session
+
+    trace = os.path.join(workdir, f"{workload}.pcap")
+    print(f"generating {size / 1e9:.2f} GB of the {workload} workload (seed {args.seed}) -> {trace}", flush=True)
+    truth, generate_seconds = timed(generate, trace, size, seed=args.seed, workload=workload)
+    size = os.path.getsize(trace)
+    print(f"  {size / 1e6:,.0f} MB in {generate_seconds:.1f} s = {size / 1e6 / generate_seconds:.0f} MB/s", flush=True)
+    # The file is in the page cache for both: the generator has just written it.
+    print("baseline: plain-Python counter", flush=True)
+    baseline_load = os.getloadavg()[0]
+    counts, baseline_seconds = timed(trace_baseline.count, trace)
+    with PeakMemory(os.getpid()) as memory:
+        load_before = os.getloadavg()[0]
+        started = time.perf_counter()
+        with spark_session(args.master, shuffle_partitions=4, tuned=True) as spark:
+            session_seconds = time.perf_counter() - started
+            print(f"analysing on {args.master}", flush=True)
+            phases: list[tuple[str, float]] = []
+
+            def step(message: str):
+                phases.append((message, time.perf_counter()))
+                print(f"  {message}", flush=True)
+
+            summary, analysis_seconds = timed(
+                run_analysis, spark, [trace], os.path.join(workdir, f"{workload}-out"), report=False, step=step
+            )
+            phases.append(("end", time.perf_counter()))
+        load_after = os.getloadavg()[0]
+    mismatches = [key for key in TRUTH_KEYS if _comparable(summary[key]) != _comparable(truth[key])]
+    end_to_end = session_seconds + analysis_seconds
+    totals = summary["totals"]
+    events = totals["messages_published"] + totals["deliveries"] + totals["fin"] + totals["req"] + totals["touch"]
+    spark_rate = events / end_to_end
+    baseline_rate = counts["message_events"] / baseline_seconds
+
+    print("dpkt: whole file", flush=True)
+    dpkt_result, dpkt_seconds = timed(dpkt_pass, trace)
+    print(f"scapy: first {args.scapy_sample:,} packets", flush=True)
+    scapy_result, scapy_seconds = timed(scapy_pass, trace, args.scapy_sample)
+    return {
+        "trace": {
+            "workload": workload,
+            "bytes": size,
+            "seed": args.seed,
+            "packets": dpkt_result["packets"],
+            "deliveries": totals["deliveries"],
+            "published": totals["messages_published"],
+            "message_events": events,
+        },
+        "generator": {"seconds": round(generate_seconds, 2), "mb_per_s": round(size / 1e6 / generate_seconds, 1)},
+        "spark_analysis": {
+            "master": args.master,
+            "session_start_seconds": round(session_seconds, 2),
+            "analysis_seconds": round(analysis_seconds, 2),
+            "end_to_end_seconds": round(end_to_end, 2),
+            "mb_per_s": round(size / 1e6 / end_to_end, 1),
+            "mb_per_s_excluding_session_start": round(size / 1e6 / analysis_seconds, 1),
+            "message_events_per_s": round(spark_rate),
+            "phase_seconds": {
+                name: round(end - start, 2) for (name, start), (_, end) in zip(phases, phases[1:], strict=False)
+            },
+            "peak_rss_mb_all_processes": round(memory.peak_bytes / 1e6),
+            "peak_anonymous_mb_all_processes": round(memory.peak_anonymous_bytes / 1e6),
+            "load_average_1min_before_after": [round(load_before, 2), round(load_after, 2)],
+            "summary_matches_truth": not mismatches,
+            "mismatched_sections": mismatches,
+        },
+        "baseline_counter": {
+            "what": "benchmarks/trace_baseline.py: one Python process, reassemble + count per connection, no Spark",
+            "seconds": round(baseline_seconds, 2),
+            "message_events": counts["message_events"],
+            "counts_match_truth": counts["message_events"] == events,
+            "message_events_per_s": round(baseline_rate),
+            "load_average_1min_before": round(baseline_load, 2),
+        },
+        "spark_to_baseline_time_ratio": round(end_to_end / baseline_seconds, 2),
+        "dpkt_tcp_pass": {
+            "seconds": round(dpkt_seconds, 2),
+            "mb_per_s": round(size / 1e6 / dpkt_seconds, 1),
+            "packets_per_s": round(dpkt_result["packets"] / dpkt_seconds),
+        },
+        "scapy_tcp_pass": {
+            "sampled_packets": scapy_result["packets"],
+            "sampled_bytes": scapy_result["sample_file_bytes"],
+            "seconds": round(scapy_seconds, 2),
+            "mb_per_s_extrapolated": round(scapy_result["sample_file_bytes"] / 1e6 / scapy_seconds, 1),
+            "note": "scapy parses a bounded sample (the first packets); MB/s is over that sample",
+        },
+    }
 
 
 def _comparable(section: dict) -> dict:

@@ -17,94 +17,26 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 
 import pyarrow as pa
-from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark_analysis import jvm_archive
 from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource, expand_paths
 from spark_analysis.decode import EVENT_SCHEMA, decode_connection
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.reassembly import reassemble
-from spark_analysis.worker_python import spark_is_this_installation, worker_python
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-# C1 alone shrinks the default code cache from 240 MB to 48 MB. A long session (the trace tests run
-# dozens of analyses in one JVM) then filled it: "Out of space in CodeCache for adapters", which
-# Spark reported as InternalError: no such method MethodHandle.linkToStatic.
-FULL_CODE_CACHE = "-XX:ReservedCodeCacheSize=240m"
 SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"]
-
-
-@contextmanager
-def spark_session(
-    master: str | None = "local[2]",
-    shuffle_partitions: int = 4,
-    driver_memory: str = "4g",
-    show_progress: bool = True,
-    driver_java_options: str | None = None,
-) -> Iterator[SparkSession]:
-    """A Spark session; ``driver_java_options`` replaces the class archive's options (jvm_archive.py)."""
-    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
-    # Only a JVM that pyspark launches here takes start-up options; spark-submit's is already running.
-    launching = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
-    if launching:
-        # An analysis is too short for C2's slower, better code to pay off: C1 alone saved ~10 s of
-        # 40 on a 1 GB trace. defaultJavaOptions, so that a user's extraJavaOptions still apply.
-        options = jvm_archive.java_options() if driver_java_options is None else driver_java_options
-        builder = builder.config("spark.driver.defaultJavaOptions", f"{QUICK_JIT} {FULL_CODE_CACHE} {options}".strip())
-    elif driver_java_options is not None:
-        raise RuntimeError("driver JVM options need a process whose Spark JVM has not started yet")
-    with ExitStack() as stack:
-        # Python workers must run this interpreter (the one with pyarrow and this package), not "python3".
-        python = os.environ.get("PYSPARK_PYTHON") or sys.executable
-        if "PYSPARK_PYTHON" not in os.environ and launching and (master or "").startswith("local"):
-            if spark_is_this_installation():
-                python = stack.enter_context(worker_python())
-        with _environment_variable("PYSPARK_PYTHON", python):
-            session = (
-                builder.appName("nsq-trace")
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", str(show_progress).lower())
-                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-                .config("spark.sql.adaptive.enabled", "true")
-                .config("spark.driver.memory", driver_memory)
-                .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
-                .config("spark.sql.session.timeZone", "UTC")
-                .getOrCreate()
-            )
-        try:
-            session.sparkContext.setLogLevel("ERROR")
-            session.dataSource.register(NsqPcapDataSource)
-            yield session
-        finally:
-            session.stop()
-
-
-@contextmanager
-def _environment_variable(name: str, value: str) -> Iterator[None]:
-    """``name`` set to ``value`` while a session starts (the session keeps its own copy)."""
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = previous
 
 
 def packets(
     spark: SparkSession, paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES, payload: str = "bytes"
 ) -> DataFrame:
+    spark.dataSource.register(NsqPcapDataSource)  # any session will do: this one may not know the source yet
     return (
         spark.read.format("nsqpcap")
         # the schema is fixed: stating it spares a Python worker that would only report it

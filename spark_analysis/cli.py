@@ -1,7 +1,7 @@
 """``nsq-trace``: analyse pcaps with Spark, generate seeded traces, capture live traffic.
 
     nsq-trace analyze pcaps/workload-small.pcap --out reports/workload
-    nsq-trace generate --size 1GB --seed 7 -o big.pcap
+    nsq-trace generate --size 1GB --seed 7 -o big.pcap [--workload bench]
     nsq-trace capture --port 4150 -o out.pcap -- python my_producer.py
     nsq-trace prepare    (once per installation: an archive of Spark's classes for faster JVM starts)
 
@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="drop this fraction of consumer segments from the capture (e.g. 0.001)",
     )
     generate.add_argument("--format", choices=("pcap", "pcapng"), default="pcap")
+    generate.add_argument(
+        "--workload",
+        choices=("mixed", "bench"),
+        default="mixed",
+        help="mixed: every feature, ~6 KB messages; bench: nsq's bench tools, 100-300 B messages in MPUB batches",
+    )
 
     capture = commands.add_parser("capture", help="record the NSQ traffic of a command")
     capture.add_argument("--port", type=parse_port, default=4150)
@@ -110,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             drop_fraction=args.drop_segments,
             file_format=args.format,
             progress=True,
+            workload=args.workload,
         )
         print(
             f"wrote {args.output} ({truth['file']['bytes']:,} bytes, "
@@ -130,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
 def _analyze(parser, args) -> int:
     from rich.console import Console
 
-    from spark_analysis import jvm_archive
-    from spark_analysis.analysis import DEFAULT_NSQ_PORTS, run_analysis, spark_session
+    from spark_analysis.analysis import DEFAULT_NSQ_PORTS, run_analysis
     from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, expand_paths
+    from spark_analysis.session import archive_java_options, spark_session
 
     files = expand_paths(args.pcaps)
     missing = [path for path in files if not os.path.isfile(path)]
@@ -150,9 +157,11 @@ def _analyze(parser, args) -> int:
         f"starting Spark ({master or 'from spark-submit'}) for {len(files)} file(s), "
         f"{sum(os.path.getsize(p) for p in files) / 1e6:,.1f} MB"
     )
-    if master is not None and master.startswith("local") and not jvm_archive.java_options():
+    # A JVM and Python processes started on this machine: the session's measured tuning applies.
+    local = master is not None and master.startswith("local")
+    if local and not archive_java_options():
         step("no class archive yet: run `nsq-trace prepare` once for quicker starts")
-    with spark_session(master, args.shuffle_partitions) as spark:
+    with spark_session(master, args.shuffle_partitions, tuned=local) as spark:
         result = run_analysis(
             spark,
             files,
@@ -174,7 +183,7 @@ def _analyze(parser, args) -> int:
 def _prepare() -> int:
     from rich.console import Console
 
-    from spark_analysis.jvm_archive import prepare
+    from spark_analysis.session import prepare
 
     console = Console(stderr=True)
     started = time.monotonic()

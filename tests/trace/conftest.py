@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
-from trace_helpers import PCAPS, REPO
+from trace_helpers import PCAPS
 
-from spark_analysis.analysis import run_analysis, spark_session
-from spark_analysis.jvm_archive import archive_path
-
-
-@pytest.fixture(scope="session")
-def class_archive(tmp_path_factory):
-    """Every JVM of the test run maps a class archive that ``nsq-trace prepare`` built for it."""
-    os.environ["NSQ_TRACE_CACHE"] = str(tmp_path_factory.mktemp("nsq-trace-cache"))
-    prepared = subprocess.run(
-        [sys.executable, "-m", "spark_analysis", "prepare"], capture_output=True, text=True, cwd=REPO, timeout=600
-    )
-    assert prepared.returncode == 0, prepared.stderr[-2000:]
-    assert "wrote " in prepared.stderr
-    return archive_path()
+from spark_analysis.analysis import run_analysis
+from spark_analysis.session import spark_session
 
 
 @pytest.fixture(scope="session")
-def spark(class_archive):
+def spark():
+    """A plain session: the tuning of session.py is opt-in and tested on its own (test_session.py)."""
     with spark_session("local[2]", shuffle_partitions=2, driver_memory="1g", show_progress=False) as session:
         yield session
 

@@ -66,3 +66,24 @@ def test_pcapng_output_holds_the_same_packets(tmp_path):
         ts // 1000 for ts in tables[0].column("ts_ns").to_pylist()
     ]
     assert tables[1].column("error").null_count == tables[1].num_rows
+
+
+def test_bench_workload_trace_meets_its_truth(analyse, tmp_path):
+    """nsq's bench tools' shape: small messages in MPUB batches, RDY 2500 consumers FINing all."""
+    path = tmp_path / "bench.pcap"
+    truth = generate(str(path), 6_000_000, seed=12, drop_fraction=0.02, workload="bench")
+    assert truth["totals"]["messages_published"] > 10_000
+    assert truth["totals"]["deliveries"] < truth["totals"]["messages_published"]  # some segments dropped
+    summary = analyse("generated-bench", [path])
+    assert truth_mismatches(summary, truth) == []
+    assert summary["errors"] == {} and summary["violations"] == {}
+    assert sum(c["gaps"] for c in summary["connections"]) > 0
+    per_port = {c["port"]: c for c in summary["connections"]}
+    for expected in truth["connections"]:
+        got = per_port[expected["port"]]
+        assert (got["deliveries"], got["fin"], got["messages_published"], got["cls"]) == (
+            expected["deliveries"],
+            expected["fin"],
+            expected["messages_published"],
+            expected["cls"],
+        )

@@ -2,44 +2,84 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 
-import pyarrow as pa
 import pytest
-from trace_helpers import PCAPS
+from trace_helpers import PCAPS, REPO
 
-from spark_analysis.analysis import FULL_CODE_CACHE, QUICK_JIT
-from spark_analysis.worker_python import worker_python
+from spark_analysis.session import FULL_CODE_CACHE, QUICK_JIT, archive_path, worker_python
+
+# A tuned session must launch its own JVM, so it runs in a process of its own.
+TUNED_SESSION = """
+import json, pyarrow as pa
+from spark_analysis.session import spark_session
+
+def where_pyspark_comes_from(batches):
+    import pyspark
+    for _ in batches:
+        yield pa.RecordBatch.from_pydict({"origin": [pyspark.__file__]})
+
+with spark_session("local[2]", driver_memory="1g", show_progress=False, tuned=True) as spark:
+    jvm = spark._jvm.java.lang.management.ManagementFactory
+    bean = spark._jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    diagnostics = jvm.getPlatformMXBean(bean)
+    rows = spark.range(2).repartition(2).mapInArrow(where_pyspark_comes_from, "origin STRING").collect()
+    print(json.dumps({
+        "arguments": list(jvm.getRuntimeMXBean().getInputArguments()),
+        "code_cache": int(diagnostics.getVMOption("ReservedCodeCacheSize").getValue()),
+        "worker_pyspark": sorted({row.origin for row in rows}),
+    }))
+"""
 
 
-def test_the_driver_jvm_runs_with_the_quick_jit_only(spark):
-    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert QUICK_JIT in list(runtime.getInputArguments())
+@pytest.fixture(scope="module")
+def class_archive(tmp_path_factory):
+    """A class archive that ``nsq-trace prepare`` built in a cache of this test module's own."""
+    cache = str(tmp_path_factory.mktemp("nsq-trace-cache"))
+    environment = {**os.environ, "NSQ_TRACE_CACHE": cache}
+    prepared = subprocess.run(
+        [sys.executable, "-m", "spark_analysis", "prepare"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+        env=environment,
+    )
+    assert prepared.returncode == 0, prepared.stderr[-2000:]
+    assert "wrote " in prepared.stderr
+    os.environ["NSQ_TRACE_CACHE"], previous = cache, os.environ.get("NSQ_TRACE_CACHE")
+    try:
+        return archive_path()
+    finally:
+        if previous is None:
+            del os.environ["NSQ_TRACE_CACHE"]
+        else:
+            os.environ["NSQ_TRACE_CACHE"] = previous
 
 
-def test_the_quick_jit_keeps_the_full_code_cache(spark):
-    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert FULL_CODE_CACHE in list(runtime.getInputArguments())
-    code_cache = spark._jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
-        spark._jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
-    ).getVMOption("ReservedCodeCacheSize")
-    assert int(code_cache.getValue()) == 240 * 1024 * 1024
+def test_the_plain_session_is_not_tuned(spark):
+    arguments = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert QUICK_JIT not in arguments
+    assert not any(argument.startswith("-XX:SharedArchiveFile=") for argument in arguments)
 
 
-def test_python_workers_import_the_installed_pyspark_not_the_zip(spark):
-    def where_pyspark_comes_from(batches):
-        import pyspark
-
-        for _ in batches:
-            yield pa.RecordBatch.from_pydict({"origin": [pyspark.__file__]})
-
-    origins = {row.origin for row in spark.range(2).mapInArrow(where_pyspark_comes_from, "origin STRING").collect()}
+def test_a_tuned_session_has_the_quick_jit_the_full_code_cache_the_archive_and_installed_pyspark(class_archive):
     import pyspark
 
-    assert origins == {pyspark.__file__}
+    environment = {**os.environ, "NSQ_TRACE_CACHE": os.path.dirname(class_archive)}
+    environment.pop("PYSPARK_PYTHON", None)
+    run = subprocess.run(
+        [sys.executable, "-c", TUNED_SESSION], capture_output=True, text=True, cwd=REPO, timeout=300, env=environment
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert {QUICK_JIT, FULL_CODE_CACHE, f"-XX:SharedArchiveFile={class_archive}"} <= set(seen["arguments"])
+    assert seen["code_cache"] == 240 * 1024 * 1024
+    assert seen["worker_pyspark"] == [pyspark.__file__]
 
 
 def test_the_worker_launcher_drops_only_sparks_zips_from_pythonpath(tmp_path):
@@ -56,11 +96,6 @@ def test_the_worker_launcher_drops_only_sparks_zips_from_pythonpath(tmp_path):
         ).stdout.splitlines()
     assert printed == [os.pathsep.join(kept), sys.executable]
     assert not os.path.exists(launcher)
-
-
-def test_the_driver_jvm_maps_the_prepared_class_archive(spark, class_archive):
-    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert f"-XX:SharedArchiveFile={class_archive}" in list(runtime.getInputArguments())
 
 
 @pytest.mark.parametrize(
