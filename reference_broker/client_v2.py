@@ -110,8 +110,8 @@ class ClientV2:
     def has_authorizations(self) -> bool:
         return bool(self.auth_state and self.auth_state.authorizations)
 
-    def __repr__(self) -> str:
-        return f"<client {self.id} {self.remote_address}>"
+    def __str__(self) -> str:
+        return self.remote_address  # nsqd's clientV2.String(): how its log lines name a client
 
     # -- flow control (D-01..D-05) ----------------------------------------------------------------------
 

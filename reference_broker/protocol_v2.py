@@ -53,7 +53,10 @@ class ProtocolV2:
     # -- the I/O loop -------------------------------------------------------------------------------------
 
     def io_loop(self) -> None:
+        """nsqd's IOLoop, whose every way out is logged as nsqd logs it: each error an error frame answers, a
+        read or write that failed (not a client's EOF), then "exiting ioloop"."""
         client, reader = self.client, self.client.reader
+        failure = None
         while True:
             # C-29: a complete command within 2x the heartbeat interval; none when heartbeats are off (C-32).
             interval = client.heartbeat_interval
@@ -62,20 +65,33 @@ class ProtocolV2:
                 line = reader.readline()
                 name, params = wire.parse_command_line(line)
                 response = self.execute(name, params)
-                if response is not None:
-                    client.send_frame(wire.FRAME_TYPE_RESPONSE, response)
-                if self._published_to is not None:
-                    topic, self._published_to = self._published_to, None
-                    topic.hand_over()
             except ClientError as error:
+                log.error("[%s] - %s", client, error)
                 try:
                     client.send_frame(wire.FRAME_TYPE_ERROR, str(error).encode("utf-8", "surrogateescape"))
-                except ConnectionClosed:
-                    return
+                except ConnectionClosed as closed:
+                    log.error("[%s] - %s", client, closed)
+                    break
                 if error.fatal:  # C-23
-                    return
-            except ConnectionClosed:
-                return  # C-19, C-25, C-29: closed without an error frame
+                    break
+                continue
+            except ConnectionClosed as closed:  # C-19, C-25, C-29: closed without an error frame
+                failure = None if str(closed) == "EOF" else f"failed to read command - {closed}"
+                break
+            try:
+                if response is not None:
+                    client.send_frame(wire.FRAME_TYPE_RESPONSE, response)
+            except ConnectionClosed as closed:
+                failure = f"failed to send response - {closed}"
+            finally:
+                if self._published_to is not None:  # published whether or not the OK got out
+                    topic, self._published_to = self._published_to, None
+                    topic.hand_over()
+            if failure:
+                break
+        log.info("PROTOCOL(V2): [%s] exiting ioloop", client)
+        if failure:
+            log.error("client(%s) - %s", client, failure)
 
     def execute(self, name: bytes, params: list[bytes]) -> bytes | None:
         if name != b"IDENTIFY" and self.options.tls_required and self.client.tls is None:

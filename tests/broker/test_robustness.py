@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from reference_broker.guid import GUIDFactory
 from reference_broker.launcher import running_broker
+from tests.broker.target import running_target
 
 VERBS = [b"IDENTIFY", b"SUB", b"PUB", b"MPUB", b"DPUB", b"RDY", b"FIN", b"REQ", b"TOUCH", b"CLS", b"NOP",
          b"AUTH", b"nop", b""]
@@ -82,3 +83,22 @@ def test_guids_increase_within_a_topic_and_are_16_hex():
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert all(len(i) == 16 and int(i, 16) >> 12 & 1023 == 617 for i in ids)
     assert abs(((int(ids[0], 16) >> 22) + 1288834974288) - (time.time_ns() >> 20)) < 1000
+
+
+def test_every_way_out_of_a_connection_is_logged_as_nsqd_logs_it():
+    """No error ends a client's I/O loop silently: the error an error frame answers, a read that failed (here the
+    heartbeat deadline, C-29), then "exiting ioloop" (nsqd's IOLoop and tcp.go Handle)."""
+    with running_target() as broker:
+        with socket.create_connection(broker.tcp_address) as fatal:
+            fatal.sendall(b"  V2BOGUS\n")
+            _read_all_frames(fatal, 1.0)
+        with socket.create_connection(broker.tcp_address) as idle:
+            body = b'{"heartbeat_interval":1000}'
+            idle.sendall(b"  V2IDENTIFY\n" + struct.pack(">I", len(body)) + body)
+            _read_all_frames(idle, 3.0)  # no NOP: the broker gives up after 2 x 1 s
+        deadline = time.monotonic() + 5
+        while not (any("- E_INVALID invalid command BOGUS" in line for line in broker.log)
+                   and any("failed to read command - " in line for line in broker.log)
+                   and sum("exiting ioloop" in line for line in broker.log) >= 2):
+            assert time.monotonic() < deadline, "".join(broker.log[-20:])
+            time.sleep(0.05)
