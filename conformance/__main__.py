@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                 check_reachable(address, option)
         if not settings.tcp:
             # The plugin serves the fake auth server there once pytest runs; the broker asks it only on AUTH.
-            authd = free_loopback_address() if settings.profile.capabilities.get("auth") else None
+            authd = None
+            if settings.profile.capabilities.get("auth"):
+                authd = "%s:%d" % settings.authd if settings.authd else free_loopback_address()
             reports = Path(args.nsq_reports_dir)
             reports.mkdir(parents=True, exist_ok=True)
             broker = EmbeddedBroker(settings.profile, reports / "broker.log", authd_address=authd).start()

@@ -4,6 +4,7 @@ addresses, connections that record a transcript, HTTP, unique names, scaled wait
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,13 @@ class LookupdTarget:
 
 
 _sequence = iter(range(1, 1 << 30))
+# The start of every topic name a case makes (``cf`` for nsqd cases, ``lk`` for nsqlookupd's), unique per process,
+# case and run: the target may be shared and is never assumed fresh. --compare masks it (compare.py).
+NAME_PREFIX = re.compile(r"(?:cf|lk)\d+-\d+-\d+-")
+
+
+def _name_prefix(kind: str, name: str) -> str:
+    return f"{kind}{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
 
 
 class Case:
@@ -50,8 +58,7 @@ class Case:
         self.http = HttpClient(target.http, self.transcript, target.time_scale)
         self._connections: list[Connection] = []
         self._topics: list[str] = []
-        # Unique per process, case and run: the target may be shared and is never assumed fresh.
-        self.name_prefix = f"cf{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
+        self.name_prefix = _name_prefix("cf", name)
 
     def connect(self, magic: bool = True, authenticate: bool = True) -> Connection:
         """A connection; after the magic it sends ``auth_command()`` unless ``authenticate`` is False."""
@@ -162,7 +169,7 @@ class LookupdCase:
         self.http = HttpClient(target.http, self.transcript, target.time_scale)
         self._connections: list[V1Connection] = []
         self._topics: list[str] = []
-        self.name_prefix = f"lk{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
+        self.name_prefix = _name_prefix("lk", name)
 
     def connect(self, magic: bool = True) -> V1Connection:
         connection = V1Connection(f"L{len(self._connections)}", self.target.tcp, self.transcript, self.time_scale,

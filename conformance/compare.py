@@ -18,9 +18,9 @@ import json
 import re
 
 from conformance import wire
+from conformance.case import NAME_PREFIX, Case
 from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Transcript
 
-_CASE_PREFIX = re.compile(r"(?:cf|lk)\d+-\d+-\d+-")
 _MESSAGE_ID = re.compile(r"(?<=\bid=)\S{16}|(?<=^FIN )\S{16}|(?<=^REQ )\S{16}|(?<=^TOUCH )\S{16}|\b[0-9a-f]{16}\b")
 _TIMESTAMP = re.compile(r"\bts=\d+")
 _LONG_NUMBER = re.compile(r"(?<![\w.])\d{10,}(?![\w.])")  # epoch seconds, ms and ns
@@ -66,14 +66,15 @@ def normalised(transcript: Transcript, own_prefix: str) -> list[str]:
     return lines + [f"HTTP {arrow} {line}" for exchange in polled for arrow, line in zip("><", exchange, strict=True)]
 
 
-def differences(target: tuple[Transcript, str], other: tuple[Transcript, str], other_name: str) -> list[str]:
-    """A unified diff of two (transcript, own prefix) normalised; empty when they agree."""
-    return list(difflib.unified_diff(normalised(*target), normalised(*other), "target", other_name, n=2,
+def differences(target: Case, other: Case, other_name: str) -> list[str]:
+    """A unified diff of the two cases' normalised transcripts; empty when they agree."""
+    return list(difflib.unified_diff(normalised(target.transcript, target.name_prefix),
+                                     normalised(other.transcript, other.name_prefix), "target", other_name, n=2,
                                      lineterm=""))
 
 
 def _mask(text: str) -> str:
-    text = _CASE_PREFIX.sub("<case>-", text)
+    text = NAME_PREFIX.sub("<case>-", text)
     text = _MESSAGE_ID.sub("<id>", text)
     text = _TIMESTAMP.sub("ts=<ts>", text)
     text = _ADDRESS.sub("<address>", text)
@@ -113,7 +114,7 @@ def _own_producers(producers, own_prefix: str):
 
 def _foreign(item, own_prefix: str) -> bool:
     name = item.get("topic_name") if isinstance(item, dict) else item
-    return isinstance(name, str) and bool(_CASE_PREFIX.match(name)) and not _own(name, own_prefix)
+    return isinstance(name, str) and bool(NAME_PREFIX.match(name)) and not _own(name, own_prefix)
 
 
 def _own(name, own_prefix: str) -> bool:

@@ -27,9 +27,9 @@ class Option:
     def dest(self) -> str:
         return "nsq_" + self.name.replace("-", "_")
 
-    def add_to(self, add: Callable, prefix: str, dest: str) -> None:
+    def add_to(self, add: Callable, prefix: str) -> None:
         """``add`` is argparse's ``add_argument`` or pytest's ``addoption``: the same keywords."""
-        keywords: dict = {"dest": dest, "help": self.help}
+        keywords: dict = {"dest": self.dest, "help": self.help}
         if self.flag:
             keywords.update(action="store_true", default=False)
         else:
@@ -75,12 +75,12 @@ EMBEDDED = Option("embedded", "test the embedded reference broker: the suite sta
 
 def add_to_argparse(parser: argparse.ArgumentParser) -> None:
     for option in OPTIONS:
-        option.add_to(parser.add_argument, "", option.dest)
+        option.add_to(parser.add_argument, "")
 
 
 def add_to_pytest(group) -> None:
     for option in (*OPTIONS, EMBEDDED):
-        option.add_to(group.addoption, PYTEST_PREFIX, option.dest)
+        option.add_to(group.addoption, PYTEST_PREFIX)
 
 
 def as_pytest_arguments(values: dict) -> list[str]:

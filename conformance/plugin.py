@@ -53,9 +53,8 @@ def pytest_addoption(parser):
 
 def _active(config) -> bool:
     """Any of the suite's options given (a value other than its default) turns the plugin on."""
-    defaults = {"nsq_" + option.name.replace("-", "_"): option.default
-                for option in (*options.OPTIONS, options.EMBEDDED)}
-    return any(config.getoption(dest) not in (default, [], False) for dest, default in defaults.items())
+    return any(config.getoption(option.dest) not in (option.default, [], False)
+               for option in (*options.OPTIONS, options.EMBEDDED))
 
 
 def in_baseline(nodeid: str, baseline: dict[str, str]) -> bool:
@@ -219,14 +218,14 @@ def lookupd_target(pytestconfig):
         lookupd.stop()
 
 
-def _case_name(request) -> str:
+def _case_name(item) -> str:
     """The case's part of its topic names."""
-    return re.sub(r"[^a-zA-Z0-9_-]", "", request.node.name.removeprefix("test_"))[:24]
+    return re.sub(r"[^a-zA-Z0-9_-]", "", item.name.removeprefix("test_"))[:24]
 
 
 @pytest.fixture
 def lookupd(lookupd_target, request):
-    case = LookupdCase(lookupd_target, _case_name(request))
+    case = LookupdCase(lookupd_target, _case_name(request.node))
     request.node.nsq_case = case
     yield case
     case.close()
@@ -261,7 +260,7 @@ def restartable(restartable_target, request):
                           "the target was started by the user without --restart-command")
     if restartable_target.http is None:
         raise Unsupported("the restart cases read /stats: the target has no HTTP API (--http-target)")
-    case = Case(restartable_target, _case_name(request))
+    case = Case(restartable_target, _case_name(request.node))
     request.node.nsq_case = case
     yield case
     case.close()
@@ -318,7 +317,7 @@ def registration(nsq, fake_lookupd):
 
 @pytest.fixture
 def nsq(nsq_target, request):
-    case = Case(nsq_target, _case_name(request))
+    case = Case(nsq_target, _case_name(request.node))
     request.node.nsq_case = case
     yield case
     case.close()
@@ -356,14 +355,6 @@ def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> t
 
 # ---- differential mode (--compare) -------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def compare_target(pytestconfig) -> Target | None:
-    settings = pytestconfig.nsq_settings
-    if not settings.compare_tcp:
-        return None
-    return Target(settings.profile, settings.compare_tcp, settings.compare_http, settings.time_scale)
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     try:
@@ -382,7 +373,8 @@ def _run_on_compare_target(item) -> dict:
     if not isinstance(case, Case) or set(item.fixturenames) & {"restartable", "registration"}:
         return {"against": against, "status": "not compared",
                 "why": "restart, registration and nsqlookupd cases run against the target only"}
-    other = Case(item._request.getfixturevalue("compare_target"), _case_name(item._request))
+    other = Case(Target(settings.profile, settings.compare_tcp, settings.compare_http, settings.time_scale),
+                 _case_name(item))
     # the case fixtures, and the cases' own fixtures made of them (`auth` is the case, `http` its HTTP client)
     counterpart = {id(case): other, id(case.http): other.http}
     arguments = {name: counterpart.get(id(item.funcargs[name]), item.funcargs[name])
@@ -394,8 +386,7 @@ def _run_on_compare_target(item) -> dict:
         excinfo = pytest.ExceptionInfo.from_exception(error)
     varies = item.get_closest_marker("transcript_varies")
     # before the clean-up, which the target's run has not had yet
-    diff = [] if varies else compare.differences((case.transcript, case.name_prefix),
-                                                 (other.transcript, other.name_prefix), against)
+    diff = [] if varies else compare.differences(case, other, against)
     other.close()
     verdict, message = _verdict(item, other, excinfo)
     return {"against": against, "status": "different" if diff else "same", "verdict": verdict, "message": message,

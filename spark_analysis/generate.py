@@ -212,6 +212,55 @@ class _ChannelTruth:
         self.consumers: list[_Consumer] = []
         self.next_consumer = 0
 
+    def as_truth(self, unique_delivered: int, unique_finished: int) -> dict:
+        counts = self.counts
+        return {
+            "deliveries": counts["deliveries"],
+            "deliveries_by_attempts": {str(k): v for k, v in sorted(self.by_attempts.items())},
+            "unique_messages_delivered": unique_delivered,
+            "unique_messages_finished": unique_finished,
+            "fin": counts["fin"],
+            "req": counts["req"],
+            "req_delay0": counts["req_delay0"],
+            "req_delayed": counts["req_delayed"],
+            "touch": counts["touch"],
+            "timeouts_redelivered": counts["timeouts_redelivered"],
+            "noack_deliberate": counts["timeouts_redelivered"],
+            "abandoned_by_disconnect": 0,
+            "e_fin_failed": counts["e_fin_failed"],
+            "e_fin_failed_deliberate_unknown_id": counts["e_fin_failed"],
+            "e_fin_failed_unexpected": 0,
+            "tcp_connections": len(self.consumers),
+            "consumer_connections": [c.conn.name for c in self.consumers],
+            "heartbeats": counts["heartbeats"],
+            "nops": counts["nops"],
+        }
+
+
+def _truth_document(
+    definitions: dict, messages_published: int, topics: dict, connections: list, other_error_frames: int
+) -> dict:
+    """The truth file of either workload: ``topics`` {topic: {"published": ..., "channels": {name: truth}}},
+    ``connections`` [(connection, role, topic, channel)]."""
+    channels = [c for t in topics.values() for c in t["channels"].values()]
+    totals = {
+        "messages_published": messages_published,
+        "deliveries": sum(c["deliveries"] for c in channels),
+        "fin": sum(c["fin"] for c in channels),
+        "req": sum(c["req"] for c in channels),
+        "touch": sum(c["touch"] for c in channels),
+        "timeouts_redelivered": sum(c["timeouts_redelivered"] for c in channels),
+        "e_fin_failed": sum(c["e_fin_failed"] for c in channels),
+        "other_error_frames": other_error_frames,
+        "heartbeats_all_connections": sum(conn.counts["heartbeats"] for conn, *_ in connections),
+        "tcp_connections_nsqd_tcp_port": len(connections),
+    }
+    documented = [
+        dict(conn.counts, name=conn.name, port=conn.port, role=role, topic=topic, channel=channel)
+        for conn, role, topic, channel in connections
+    ]
+    return {"definitions": definitions, "totals": totals, "topics": topics, "connections": documented}
+
 
 def generate(
     path: str,
@@ -550,47 +599,10 @@ class _Simulation:
     def truth(self) -> dict:
         topics = {}
         for (topic, channel), truth in self.channels.items():
-            counts = truth.counts
             entry = topics.setdefault(topic, {"published": self.published[topic], "channels": {}})
-            entry["channels"][channel] = {
-                "deliveries": counts["deliveries"],
-                "deliveries_by_attempts": {str(k): v for k, v in sorted(truth.by_attempts.items())},
-                "unique_messages_delivered": len(truth.delivered),
-                "unique_messages_finished": len(truth.finished),
-                "fin": counts["fin"],
-                "req": counts["req"],
-                "req_delay0": counts["req_delay0"],
-                "req_delayed": counts["req_delayed"],
-                "touch": counts["touch"],
-                "timeouts_redelivered": counts["timeouts_redelivered"],
-                "noack_deliberate": counts["timeouts_redelivered"],
-                "abandoned_by_disconnect": 0,
-                "e_fin_failed": counts["e_fin_failed"],
-                "e_fin_failed_deliberate_unknown_id": counts["e_fin_failed"],
-                "e_fin_failed_unexpected": 0,
-                "tcp_connections": len(truth.consumers),
-                "consumer_connections": [c.conn.name for c in truth.consumers],
-                "heartbeats": counts["heartbeats"],
-                "nops": counts["nops"],
-            }
-        channels = [c for t in topics.values() for c in t["channels"].values()]
-        totals = {
-            "messages_published": sum(p["total"] for p in self.published.values()),
-            "deliveries": sum(c["deliveries"] for c in channels),
-            "fin": sum(c["fin"] for c in channels),
-            "req": sum(c["req"] for c in channels),
-            "touch": sum(c["touch"] for c in channels),
-            "timeouts_redelivered": sum(c["timeouts_redelivered"] for c in channels),
-            "e_fin_failed": sum(c["e_fin_failed"] for c in channels),
-            "other_error_frames": self.other_error_frames,
-            "heartbeats_all_connections": sum(conn.counts["heartbeats"] for conn, *_ in self.connections),
-            "tcp_connections_nsqd_tcp_port": len(self.connections),
-        }
-        connections = [
-            dict(conn.counts, name=conn.name, port=conn.port, role=role, topic=topic, channel=channel)
-            for conn, role, topic, channel in self.connections
-        ]
-        return {"definitions": DEFINITIONS, "totals": totals, "topics": topics, "connections": connections}
+            entry["channels"][channel] = truth.as_truth(len(truth.delivered), len(truth.finished))
+        published = sum(p["total"] for p in self.published.values())
+        return _truth_document(DEFINITIONS, published, topics, self.connections, self.other_error_frames)
 
 
 # -- the bench workload ------------------------------------------------------------------------------
@@ -621,9 +633,8 @@ class _BenchSimulation:
         self.producers: list[_Connection] = []
         self.consumers: list[_Connection] = []
         self.published = {"PUB": 0, "MPUB": 0, "MPUB_commands": 0, "DPUB": 0, "total": 0, "publish_commands": 0}
-        self.counts = {"deliveries": 0, "fin": 0, "heartbeats": 0, "nops": 0}
+        self.channel = _ChannelTruth()
         self.delivered = 0  # captured deliveries: each message is delivered once, so also unique ones
-        self.by_attempts: dict[int, int] = {}
         self.body_pool = bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(1 << 16))
         self.next_heartbeat = self.now + HEARTBEAT_NS
         self.last_report = 0.0
@@ -636,6 +647,7 @@ class _BenchSimulation:
         for number in range(BENCH_CONSUMERS):
             conn = self._connection(f"bench_reader-{number}")
             self.consumers.append(conn)
+            self.channel.consumers.append(_Consumer(conn, BENCH_TOPIC, BENCH_CHANNEL, BENCH_RDY, None))
             self._start(conn)
             conn.send("c2s", self.now + 300_000, wire.encode_command("SUB", BENCH_TOPIC, BENCH_CHANNEL))
             conn.send("s2c", self.now + 340_000, wire.encode_frame(wire.FRAME_RESPONSE, b"OK"))
@@ -675,7 +687,7 @@ class _BenchSimulation:
                 self._deliver(consumer, ids, mine, self.now + 60_000 + index * 10_000)
                 consumer.send("c2s", self.now + 300_000 + index * 10_000, b"".join(b"FIN %s\n" % i for i in ids))
                 consumer.counts["fin"] += len(ids)
-                self.counts["fin"] += len(ids)
+                self.channel.counts["fin"] += len(ids)
             self.now += BENCH_ROUND_NS
             rounds += 1
             if self.progress and time.monotonic() - self.last_report > 2:
@@ -730,9 +742,9 @@ class _BenchSimulation:
         consumer.delivered += count
         if captured:
             consumer.counts["deliveries"] += count
-            self.counts["deliveries"] += count
+            self.channel.counts["deliveries"] += count
             self.delivered += count
-            self.by_attempts[1] = self.by_attempts.get(1, 0) + count
+            self.channel.by_attempts[1] = self.channel.by_attempts.get(1, 0) + count
 
     def _heartbeats(self):
         for conn in self.consumers + self.producers:
@@ -740,59 +752,18 @@ class _BenchSimulation:
             conn.send("c2s", self.now + 20_000, b"NOP\n")
             conn.counts["heartbeats"] += 1
             conn.counts["nops"] += 1
-        self.counts["heartbeats"] += len(self.consumers)
-        self.counts["nops"] += len(self.consumers)
+        self.channel.counts["heartbeats"] += len(self.consumers)
+        self.channel.counts["nops"] += len(self.consumers)
         self.next_heartbeat += HEARTBEAT_NS
         self.now += 40_000
 
     def truth(self) -> dict:
-        counts = self.counts
-        channel = {
-            "deliveries": counts["deliveries"],
-            "deliveries_by_attempts": {str(k): v for k, v in sorted(self.by_attempts.items())},
-            "unique_messages_delivered": self.delivered,
-            "unique_messages_finished": self.delivered,  # every delivery is FINed, and every FIN captured
-            "fin": counts["fin"],
-            "req": 0,
-            "req_delay0": 0,
-            "req_delayed": 0,
-            "touch": 0,
-            "timeouts_redelivered": 0,
-            "noack_deliberate": 0,
-            "abandoned_by_disconnect": 0,
-            "e_fin_failed": 0,
-            "e_fin_failed_deliberate_unknown_id": 0,
-            "e_fin_failed_unexpected": 0,
-            "tcp_connections": len(self.consumers),
-            "consumer_connections": [c.name for c in self.consumers],
-            "heartbeats": counts["heartbeats"],
-            "nops": counts["nops"],
-        }
-        connections = self.consumers + self.producers
-        totals = {
-            "messages_published": self.published["total"],
-            "deliveries": counts["deliveries"],
-            "fin": counts["fin"],
-            "req": 0,
-            "touch": 0,
-            "timeouts_redelivered": 0,
-            "e_fin_failed": 0,
-            "other_error_frames": 0,
-            "heartbeats_all_connections": sum(conn.counts["heartbeats"] for conn in connections),
-            "tcp_connections_nsqd_tcp_port": len(connections),
-        }
-        roles = [("consumer", BENCH_TOPIC, BENCH_CHANNEL)] * len(self.consumers) + [
-            ("producer", BENCH_TOPIC, None)
-        ] * len(self.producers)
-        return {
-            "definitions": BENCH_DEFINITIONS,
-            "totals": totals,
-            "topics": {BENCH_TOPIC: {"published": self.published, "channels": {BENCH_CHANNEL: channel}}},
-            "connections": [
-                dict(conn.counts, name=conn.name, port=conn.port, role=role, topic=topic, channel=channel_name)
-                for conn, (role, topic, channel_name) in zip(connections, roles, strict=True)
-            ],
-        }
+        # every delivery is FINed, and every FIN captured: the unique messages finished are the ones delivered
+        channel = self.channel.as_truth(self.delivered, self.delivered)
+        topics = {BENCH_TOPIC: {"published": self.published, "channels": {BENCH_CHANNEL: channel}}}
+        connections = [(conn, "consumer", BENCH_TOPIC, BENCH_CHANNEL) for conn in self.consumers]
+        connections += [(conn, "producer", BENCH_TOPIC, None) for conn in self.producers]
+        return _truth_document(BENCH_DEFINITIONS, self.published["total"], topics, connections, 0)
 
 
 WORKLOADS = {"mixed": _Simulation, "bench": _BenchSimulation}
