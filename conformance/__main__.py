@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
     if args.list:
         return list_requirements(args)
-    from conformance.target import TLS_DIR, EmbeddedBroker, check_reachable, free_loopback_address
+    from conformance.target import EmbeddedBroker, check_reachable, free_loopback_address
     broker = None
     embedded = {}
     try:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             broker = EmbeddedBroker(settings.profile, reports / "broker.log", authd_address=authd).start()
             embedded = {"nsq_target": "%s:%d" % broker.tcp_address, "nsq_http_target": "%s:%d" % broker.http_address,
                         "nsq_https_target": "%s:%d" % broker.https_address if broker.https_address else None,
-                        "nsq_tls_ca": str(TLS_DIR / "ca.pem"), "nsq_authd_address": authd, "nsq_embedded": True}
+                        **options.EMBEDDED_TLS, "nsq_authd_address": authd, "nsq_embedded": True}
             print(f"embedded reference broker: TCP {embedded['nsq_target']} HTTP {embedded['nsq_http_target']} "
                   f"(profile {settings.profile.name}, log {reports / 'broker.log'})", flush=True)
     except TargetError as exc:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from conformance import wire
 from conformance.authd import ALLOW_ALL_SECRET
-from conformance.client import Connection, HarnessError, HttpClient, Mismatch, Unsupported, Verifier, quote
+from conformance.client import Connection, HarnessError, HttpClient, Mismatch, TlsClient, Unsupported, Verifier, quote
 from conformance.lookupd_client import V1Connection
 from conformance.target import Profile, TargetError
 from conformance.transcript import Transcript
@@ -25,7 +25,13 @@ class Target:
     time_scale: float
     restart: Callable[[], None] | None = None  # SIGTERM and start again on the same data path and ports
     https: tuple[str, int] | None = None
-    tls_ca: str | None = None  # verify the target's certificate with this CA
+    tls: TlsClient = TlsClient()  # how the suite upgrades to TLS with it: --tls-ca, --tls-client-cert
+
+    def requires_tls(self, on: str) -> bool:
+        """Whether the profile says the target refuses plain ``on`` ("tcp" or "http"): nsqd's --tls-required
+        (T-07, T-10, T-11), which a client auth policy turns on for both (T-12)."""
+        required = self.profile.capabilities.get("tls_required", False)
+        return required == "true" or (required == "tcp-https" and on == "tcp")
 
 
 @dataclass
@@ -55,16 +61,25 @@ class Case:
         self.time_scale = target.time_scale
         self.transcript = Transcript()
         self.verify = Verifier()
-        self.http = HttpClient(target.http, self.transcript, target.time_scale)
+        if target.requires_tls("http"):  # plain HTTP is answered 403 TLS_REQUIRED (T-10): the cases use HTTPS
+            self.http = HttpClient(target.https, self.transcript, target.time_scale, tls=target.tls, absent=(
+                f"profile {self.profile.name}: the target requires HTTPS (T-10), and there is no --https-target"))
+        else:
+            self.http = HttpClient(target.http, self.transcript, target.time_scale)
         self._connections: list[Connection] = []
         self._topics: list[str] = []
         self.name_prefix = _name_prefix("cf", name)
 
-    def connect(self, magic: bool = True, authenticate: bool = True) -> Connection:
-        """A connection; after the magic it sends ``auth_command()`` unless ``authenticate`` is False."""
+    def connect(self, magic: bool = True, authenticate: bool = True, tls: TlsClient | None = None) -> Connection:
+        """A connection; after the magic it sends ``auth_command()`` unless ``authenticate`` is False. With
+        ``tls`` the case upgrades it (IDENTIFY tls_v1) as that says, or checks what happens before it does;
+        without, it speaks plain TCP, which a target that requires TLS refuses: the case is UNSUPPORTED there."""
+        if tls is None and self.target.requires_tls("tcp"):
+            raise Unsupported(f"profile {self.profile.name}: the target requires TLS on TCP (T-07), and this case "
+                              "speaks plain TCP")
         name = chr(ord("A") + len(self._connections))
         connection = Connection(name, self.target.tcp, self.transcript, self.verify, self.time_scale,
-                                send_magic=magic, tls_ca=self.target.tls_ca)
+                                send_magic=magic, tls=tls or self.target.tls)
         self._connections.append(connection)
         if magic and authenticate and self.auth_command():
             connection.send(self.auth_command())
@@ -121,11 +136,15 @@ class Case:
         for connection in self._connections:
             connection.close()
 
-    def require(self, capability: str) -> None:
-        if capability == "http" and self.target.http is None:
-            raise Unsupported("the target has no HTTP API configured (--http-target)")
-        if not self.profile.capabilities.get(capability, False):
+    def require(self, capability: str, value: str | None = None) -> None:
+        """UNSUPPORTED unless the profile offers ``capability`` (with this ``value``, when given)."""
+        if capability == "http" and self.http.address is None:
+            raise Unsupported(self.http.absent)
+        offered = self.profile.capabilities.get(capability, False)
+        if not offered:
             raise Unsupported(f"profile {self.profile.name} says the target does not offer {capability}")
+        if value is not None and offered != value:
+            raise Unsupported(f"profile {self.profile.name} has {capability} = {offered!r}; the case needs {value!r}")
 
     def fresh_channel(self, topic: str, *channels: str) -> None:
         """Create topic and channels over HTTP, then wait out nsqd's 5 s channel-list refresh (D-14)
@@ -149,7 +168,7 @@ class Case:
     def close(self) -> None:
         for connection in self._connections:
             connection.close()
-        if self.target.http:
+        if self.http.address:
             for topic in self._topics:
                 try:
                     self.http.post(f"/topic/delete?topic={quote(topic)}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -65,6 +66,27 @@ class Verifier:
             self.soft_mismatches.append(SoftMismatch(what, expected, actual))
 
 
+@dataclass(frozen=True)
+class TlsClient:
+    """The suite's side of a TLS session (the tls_v1 upgrade, ID-31; HTTPS): the CA that verifies the server's
+    certificate (None: the protocol is checked, not the certificate), the certificate the suite presents for
+    the client auth policies (T-12..T-16; None: none), and the newest TLS version it offers (T-17)."""
+    ca: str | None = None
+    certificate: str | None = None
+    key: str | None = None  # None: the key is in the certificate's file
+    maximum_version: ssl.TLSVersion = ssl.TLSVersion.MAXIMUM_SUPPORTED
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca)
+        context.check_hostname = False
+        if self.ca is None:
+            context.verify_mode = ssl.CERT_NONE
+        if self.certificate:
+            context.load_cert_chain(self.certificate, self.key)
+        context.maximum_version = self.maximum_version
+        return context
+
+
 class Closed(Exception):
     """The server closed the connection (EOF or reset)."""
 
@@ -77,9 +99,9 @@ class Connection:
     """
 
     def __init__(self, name: str, address: tuple[str, int], transcript: Transcript, verifier: Verifier,
-                 time_scale: float, send_magic: bool = True, tls_ca: str | None = None):
+                 time_scale: float, send_magic: bool = True, tls: TlsClient = TlsClient()):
         self.name = name
-        self.tls_ca = tls_ca
+        self.tls = tls
         self.transcript = transcript
         self.verify = verifier
         self.time_scale = time_scale
@@ -90,7 +112,7 @@ class Connection:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transcript.endpoints[name] = Endpoint(self.sock.getsockname()[:2], self.sock.getpeername()[:2])
         transcript.note(f"connected {self.sock.getsockname()[1]} -> {address[1]}", name)
-        self.frames = wire.FrameDecoder()
+        self.frames = wire.FrameDecoder(pause_at_upgrade=True)
         self.commands = wire.CommandDecoder()
         self.inbox: deque[wire.Frame] = deque()  # frames read but not yet consumed
         self.heartbeats = 0
@@ -138,21 +160,26 @@ class Connection:
         self.sock.close()
 
     def start_tls(self, timeout: float) -> None:
-        """Client side of the TLS upgrade right after the IDENTIFY response (ID-31). The server's certificate is
-        verified against `tls_ca` when one is given (--tls-ca; the embedded broker's test CA); otherwise the suite
-        checks the protocol, not the certificate."""
-        import ssl
-
-        context = ssl.create_default_context(cafile=self.tls_ca)
-        context.check_hostname = False
-        if self.tls_ca is None:
-            context.verify_mode = ssl.CERT_NONE
+        """Client side of the TLS upgrade right after the IDENTIFY response (ID-31), as ``self.tls`` says."""
         self.sock.settimeout(timeout * self.time_scale)
         try:
-            self.sock = context.wrap_socket(self.sock)
+            self.sock = self.tls.context().wrap_socket(self.sock)
         except (OSError, ssl.SSLError) as exc:
             raise Mismatch("the TLS handshake after IDENTIFY succeeds (ID-31)", "a TLS session", str(exc)) from exc
         self.transcript.note(f"TLS established ({self.sock.version()})", self.name)
+
+    def expect_tls_refused(self, what: str, timeout: float = 3.0) -> None:
+        """The server refuses this side of the TLS upgrade (its certificate, its version): the handshake fails or,
+        in TLS 1.3, where the client finishes its handshake before the server has judged its certificate, the
+        first read does; either way the connection ends without the upgrade's OK (T-12, T-15, T-17)."""
+        self.sock.settimeout(timeout * self.time_scale)
+        try:
+            self.sock = self.tls.context().wrap_socket(self.sock)
+        except OSError as exc:  # ssl.SSLError included
+            self._mark_closed(f"TLS handshake refused: {exc}")
+            return
+        self.transcript.note(f"client's side of the TLS handshake done ({self.sock.version()})", self.name)
+        self.expect_close(timeout, what)
 
     def upgrade(self, kind: str, level: int = 6) -> None:
         """Switch both directions to deflate or snappy right after the IDENTIFY response (ID-30)."""
@@ -182,16 +209,23 @@ class Connection:
         if not data:
             self._mark_closed("server closed the connection (EOF)")
             raise Closed
+        self._decode(data, data)
+
+    def _decode(self, data: bytes, on_wire: bytes) -> None:
+        """Frames from ``data`` (through the compression layer, if any) into the inbox; ``on_wire`` is what the
+        transcript keeps of it (nothing for the bytes after a switch point: recorded when they arrived)."""
         plain = self._decoder.feed(data) if self._decoder else data
         try:
             frames = self.frames.feed(plain)
         except wire.ProtocolViolation as exc:
             self.transcript.record(self.name, SERVER_TO_CLIENT,
-                                   [frame.describe() for frame in exc.frames] + [f"UNDECODABLE: {exc}"], data)
+                                   [frame.describe() for frame in exc.frames] + [f"UNDECODABLE: {exc}"], on_wire)
             raise Mismatch("every frame is [size][type][data] with a known type (C-06, C-07)",
                            "decodable frames", str(exc)) from exc
         lines = [frame.describe() for frame in frames] or [f"({len(plain)} bytes of a partial frame)"]
-        self.transcript.record(self.name, SERVER_TO_CLIENT, lines, data)
+        if self.frames.paused:
+            lines.append("(protocol switch: the bytes after it belong to the new layer)")
+        self.transcript.record(self.name, SERVER_TO_CLIENT, lines, on_wire)
         for frame in frames:
             if frame.is_heartbeat:
                 self.heartbeats += 1
@@ -340,53 +374,33 @@ class Connection:
         self.expect_silence(0.2, what="the connection stays open after a non-fatal error (C-23)")
 
     # ---- compound helpers ----------------------------------------------------------------------
-    def identify(self, fields: dict, timeout: float = 3.0) -> dict | None:
-        """IDENTIFY; with feature_negotiation returns the JSON response and, when the server agreed to
-        deflate or snappy, switches this connection to it and expects the upgrade's OK (ID-30)."""
-        keys = {key.lower(): value for key, value in fields.items()}  # keys match case-insensitively
-        self.command("IDENTIFY", body=wire.identify_body(fields))
-        if not keys.get("feature_negotiation"):
+    def identify(self, fields: dict, timeout: float = 3.0, upgrade: bool = True) -> dict | None:
+        """IDENTIFY; with feature_negotiation returns the JSON response and, when the server agreed to TLS,
+        deflate or snappy, switches this connection to it and expects the upgrade's OK (ID-30), unless
+        ``upgrade`` is False (the case then checks the upgrade itself)."""
+        body = wire.identify_body(fields)
+        self.command("IDENTIFY", body=body)
+        if not wire.upgrades(body, request=True):
+            if any(key.lower() == "feature_negotiation" for key in fields):
+                return self.expect_json_response(timeout)
             self.expect_response(b"OK", timeout)
             return None
-        if not (keys.get("deflate") or keys.get("snappy") or keys.get("tls_v1")):
-            return self.expect_json_response(timeout)
-        # Compressed bytes may follow the JSON frame at once: read exactly one frame, no more.
-        frame = self._read_one_frame_exactly(timeout)
-        self.verify.that("IDENTIFY response", frame.frame_type == wire.FRAME_RESPONSE and
-                         frame.data.startswith(b"{"), "RESPONSE {...}", _summary(frame))
-        response = json.loads(frame.data)
-        if response.get("tls_v1"):  # ID-30: TLS first, then compression, one OK after each
-            self.start_tls(timeout)
+        response = self.expect_json_response(timeout)  # the frame decoder pauses right after it (ID-30)
+        if not upgrade:
+            return response
+        if not self.frames.paused:  # the server agreed to nothing: the stream goes on as it was
+            return response
+        for layer in wire.upgrades(response):  # TLS first, then compression, an OK after each
+            trailing = self.frames.take_trailing_data()
+            if layer == "tls_v1":
+                self.verify.equal("bytes between the IDENTIFY response and the client's TLS handshake (ID-31)",
+                                  b"", trailing)
+                self.start_tls(timeout)
+            else:
+                self.upgrade(layer, response.get("deflate_level", 6))
+                self._decode(trailing, b"")
             self.expect_response(b"OK", timeout)
-        for kind in ("deflate", "snappy"):
-            if response.get(kind):
-                self.upgrade(kind, response.get("deflate_level", 6))
-                self.expect_response(b"OK", timeout)
         return response
-
-    def _read_one_frame_exactly(self, timeout: float) -> wire.Frame:
-        deadline = time.monotonic() + timeout * self.time_scale
-        header = self._recv_exactly(8, deadline)
-        size = int.from_bytes(header[:4], "big")
-        data = self._recv_exactly(size - 4, deadline) if size >= 4 else b""
-        frame = self.frames.feed(header + data)[0]
-        self.transcript.record(self.name, SERVER_TO_CLIENT, [frame.describe()], header + data)
-        return frame
-
-    def _recv_exactly(self, count: int, deadline: float) -> bytes:
-        chunks = b""
-        while len(chunks) < count:
-            self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
-            try:
-                data = self.sock.recv(count - len(chunks))
-            except TimeoutError:
-                raise Mismatch("IDENTIFY response arrives", "a frame", "nothing within the deadline") from None
-            except OSError as exc:
-                raise Mismatch("IDENTIFY response arrives", "a frame", f"connection error {exc}") from None
-            if not data:
-                raise Mismatch("IDENTIFY response arrives", "a frame", "the server closed the connection")
-            chunks += data
-        return chunks
 
     def subscribe(self, topic: str, channel: str, ready: int | None = None) -> None:
         self.command("SUB", topic, channel)
@@ -442,21 +456,25 @@ def _reply(value):
 
 
 class HttpClient:
-    """One request per connection to the target's HTTP port, recorded in the transcript."""
+    """One request per connection to the target's HTTP port (HTTPS with ``tls``), recorded in the transcript."""
 
-    def __init__(self, address: tuple[str, int] | None, transcript: Transcript, time_scale: float):
+    def __init__(self, address: tuple[str, int] | None, transcript: Transcript, time_scale: float,
+                 tls: TlsClient | None = None, absent: str = "the target has no HTTP API (no --http-target)"):
         self.address = address
         self.transcript = transcript
         self.time_scale = time_scale
+        self.tls = tls
+        self.absent = absent  # why there is no address: the UNSUPPORTED reason of a case that needs one
+        self.scheme = "HTTPS" if tls else "HTTP"
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict | None = None) -> HttpResponse:
         """One HTTP/1.1 request. The body is written in full even if the server answers early
         (H-PUB-01: 413 before reading), and a write error still lets the response be read."""
         if self.address is None:
-            raise Unsupported("the target has no HTTP API (no --http-target)")
+            raise Unsupported(self.absent)
         body = body or b""
-        self.transcript.record("HTTP", CLIENT_TO_SERVER, [f"{method} {path}" + (
+        self.transcript.record(self.scheme, CLIENT_TO_SERVER, [f"{method} {path}" + (
             f" [{len(body)} bytes] {body[:80]!r}" if body else "")])
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.address[0]}:{self.address[1]}",
                 f"Content-Length: {len(body)}", "Connection: close"]
@@ -464,8 +482,10 @@ class HttpClient:
         try:
             sock = socket.create_connection(self.address, timeout=10 * self.time_scale)
         except OSError as exc:
-            raise HarnessError(f"HTTP {method} {path}: cannot connect: {exc}") from exc
+            raise HarnessError(f"{self.scheme} {method} {path}: cannot connect: {exc}") from exc
         try:
+            if self.tls:
+                sock = self.tls.context().wrap_socket(sock)
             try:
                 sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
             except OSError:
@@ -476,10 +496,12 @@ class HttpClient:
                                     raw.read())
         except (OSError, http.client.HTTPException) as exc:
             # Connected, then no well-formed answer: the broker's doing, a FAIL of the case's requirement.
-            raise Mismatch(f"HTTP {method} {path} is answered", "a well-formed HTTP response", repr(exc)) from exc
+            raise Mismatch(f"{self.scheme} {method} {path} is answered", f"a well-formed {self.scheme} response",
+                           repr(exc)) from exc
         finally:
             sock.close()
-        self.transcript.record("HTTP", SERVER_TO_CLIENT, [f"{response.status} {response.body[:200]!r}"], response.body)
+        self.transcript.record(self.scheme, SERVER_TO_CLIENT, [f"{response.status} {response.body[:200]!r}"],
+                               response.body)
         return response
 
     def post(self, path: str, body: bytes | None = b"") -> HttpResponse:

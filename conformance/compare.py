@@ -45,11 +45,11 @@ def normalised(transcript: Transcript, own_prefix: str) -> list[str]:
     for event in transcript.events:
         if event.connection == "-":
             continue  # the case's own notes: waits and deadlines
-        if event.connection == "HTTP":
+        if event.connection in ("HTTP", "HTTPS"):
             if event.direction == SERVER_TO_CLIENT and exchanges:
-                exchanges[-1][1] = f"{event.lines[0].split(' ', 1)[0]} {_json_or_text(event.wire, own_prefix)}"
+                exchanges[-1][2] = f"{event.lines[0].split(' ', 1)[0]} {_json_or_text(event.wire, own_prefix)}"
             elif event.direction != SERVER_TO_CLIENT:
-                exchanges.append([_mask(event.lines[0]), "(no answer)"])
+                exchanges.append([event.connection, _mask(event.lines[0]), "(no answer)"])
             continue
         connection = streams.setdefault(event.connection, {NOTE: [], CLIENT_TO_SERVER: [], SERVER_TO_CLIENT: []})
         connection[event.direction] += [_mask(line) for line in event.lines if not _CONNECTED.match(line)
@@ -59,11 +59,12 @@ def normalised(transcript: Transcript, own_prefix: str) -> list[str]:
              for direction in (CLIENT_TO_SERVER, SERVER_TO_CLIENT, NOTE) for line in connection[direction]]
     polled: list[list[str]] = []
     for exchange in exchanges:
-        if polled and polled[-1][0] == exchange[0]:
+        if polled and polled[-1][:2] == exchange[:2]:
             polled[-1] = exchange
         else:
             polled.append(exchange)
-    return lines + [f"HTTP {arrow} {line}" for exchange in polled for arrow, line in zip("><", exchange, strict=True)]
+    return lines + [f"{scheme} {arrow} {line}" for scheme, *exchange in polled
+                    for arrow, line in zip("><", exchange, strict=True)]
 
 
 def differences(target: Case, other: Case, other_name: str) -> list[str]:

@@ -4,11 +4,13 @@ come from this table, and ``settings()`` checks them the same way for both (one-
 from __future__ import annotations
 
 import argparse
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.target import Profile, TargetError, parse_address
+from conformance.client import TlsClient
+from conformance.target import TLS_DIR, Profile, TargetError, parse_address
 
 PYTEST_PREFIX = "nsq-"  # pytest's own options (--strict, --baseline of plugins) must not clash
 
@@ -46,6 +48,10 @@ OPTIONS = (
     Option("https-target", "its HTTPS address (the TLS cases' HTTPS check)", "HOST:PORT"),
     Option("tls-ca", "CA (PEM) that signed the target's certificate: the TLS cases verify it (default: the "
            "protocol only; the embedded broker's own test CA)", "FILE"),
+    Option("tls-client-cert", "client certificate (PEM) the suite presents in TLS, for a target with a client auth "
+           "policy (profile capability tls_client_auth; default: none; the embedded broker: the suite's test "
+           "client)", "FILE"),
+    Option("tls-client-key", "its private key (PEM; default: in the --tls-client-cert file)", "FILE"),
     Option("profile", "nsqd-defaults, nsqd-tight, nsqd-auth, nsqd-tls, or a .toml path: the target's limits and "
            "capabilities", "NAME", default="nsqd-defaults"),
     Option("strict", "count NON-STRICT verdicts as FAIL", flag=True),
@@ -107,7 +113,7 @@ class Settings:
     tcp: Address | None
     http: Address | None
     https: Address | None
-    tls_ca: str | None
+    tls: TlsClient
     authd: Address | None
     lookupd_listen: Address | None
     lookupd_tcp: Address | None
@@ -149,11 +155,29 @@ def settings(value: Callable[[str], object]) -> Settings:
     if time_scale <= 0:
         raise TargetError("--time-scale must be > 0")
     baseline = value("nsq_baseline")
-    return Settings(profile, tcp, http, address("https-target"), value("nsq_tls_ca"), authd,
+    return Settings(profile, tcp, http, address("https-target"), tls_client(value), authd,
                     address("lookupd-listen"), lookupd_tcp, lookupd_http, value("nsq_restart_command"),
                     compare_tcp, address("compare-http"), embedded, bool(value("nsq_strict")), time_scale,
                     Path(value("nsq_reports_dir")), load_baseline(Path(baseline)) if baseline else {},
                     list(value("nsq_requirement") or []))
+
+
+# The embedded broker's --tls-* values: the suite's test CA, which signed its certificate, and test client.
+EMBEDDED_TLS = {"nsq_tls_ca": str(TLS_DIR / "ca.pem"), "nsq_tls_client_cert": str(TLS_DIR / "client.pem"),
+                "nsq_tls_client_key": str(TLS_DIR / "client.key")}
+
+
+def tls_client(value: Callable[[str], object]) -> TlsClient:
+    """--tls-ca, --tls-client-cert and --tls-client-key, loaded once here so that a bad file is one line."""
+    ca, certificate, key = value("nsq_tls_ca"), value("nsq_tls_client_cert"), value("nsq_tls_client_key")
+    if key and not certificate:
+        raise TargetError("--tls-client-key needs --tls-client-cert")
+    tls = TlsClient(ca, certificate, key)
+    try:
+        tls.context()
+    except (OSError, ssl.SSLError) as exc:
+        raise TargetError(f"--tls-ca/--tls-client-cert/--tls-client-key: cannot load: {exc}") from exc
+    return tls
 
 
 def load_baseline(path: Path) -> dict[str, str]:

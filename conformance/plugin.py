@@ -27,7 +27,6 @@ from conformance.catalogue import requirements
 from conformance.client import HarnessError, HttpClient, Mismatch, Unsupported
 from conformance.lookupd_fake import FakeLookupd
 from conformance.target import (
-    TLS_DIR,
     EmbeddedBroker,
     EmbeddedLookupd,
     TargetError,
@@ -167,7 +166,7 @@ def nsq_target(pytestconfig):
         except TargetError as exc:
             pytest.exit(str(exc), returncode=2)
         yield Target(settings.profile, settings.tcp, settings.http, settings.time_scale, https=settings.https,
-                     tls_ca=settings.tls_ca)
+                     tls=settings.tls)
         return
     with _embedded_broker(pytestconfig, "broker") as target:
         yield dataclasses.replace(target, restart=None)  # the restart cases restart brokers of their own
@@ -187,7 +186,7 @@ def _embedded_broker(pytestconfig, log_name: str):
         pytest.exit(str(exc), returncode=2)
     try:
         yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale, broker.restart,
-                     https=broker.https_address, tls_ca=str(TLS_DIR / "ca.pem"))
+                     https=broker.https_address, tls=options.tls_client(options.EMBEDDED_TLS.get))
     finally:
         broker.stop()
 
@@ -258,9 +257,8 @@ def restartable(restartable_target, request):
     if restartable_target is None:
         raise Unsupported("the suite cannot restart this target: the profile has no `restart` capability, or "
                           "the target was started by the user without --restart-command")
-    if restartable_target.http is None:
-        raise Unsupported("the restart cases read /stats: the target has no HTTP API (--http-target)")
     case = Case(restartable_target, _case_name(request.node))
+    case.require("http")  # the restart cases read /stats
     request.node.nsq_case = case
     yield case
     case.close()
@@ -284,7 +282,7 @@ def fake_lookupd(pytestconfig, nsq_target, request):
     if settings.lookupd_listen:
         yield request.getfixturevalue("listening_fake_lookupd")
         return
-    if nsq_target.http is None:
+    if nsq_target.http is None or nsq_target.requires_tls("http"):
         yield None
         return
     settings.reports_dir.mkdir(parents=True, exist_ok=True)
@@ -309,7 +307,7 @@ def fake_lookupd(pytestconfig, nsq_target, request):
 def registration(nsq, fake_lookupd):
     """An nsqd case with the fake nsqlookupd the target registers with (section 10)."""
     if fake_lookupd is None:
-        raise Unsupported("the target's registration cannot be observed: no HTTP API to PUT "
+        raise Unsupported("the target's registration cannot be observed: no plain HTTP API to PUT "
                           "/config/nsqlookupd_tcp_addresses, and no --lookupd-listen")
     nsq.lookupd = fake_lookupd
     return nsq

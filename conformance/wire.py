@@ -162,13 +162,52 @@ def _preview(data: bytes, limit: int = 120) -> str:
     return text + (f"... (+{len(data) - limit} bytes)" if len(data) > limit else "")
 
 
-class _StreamDecoder:
-    """What both decoders share: the unconsumed bytes, the stream offset, and failing for good."""
+def upgrades(identify_json: bytes | dict | None, request: bool = False) -> tuple[str, ...]:
+    """The layers an IDENTIFY body (``request``) asks for, or its JSON response agrees to (bytes, or already
+    decoded), in the order they start (ID-30): ``tls_v1``, then ``snappy`` or ``deflate``. A body asks only with
+    feature_negotiation, and its keys match case-insensitively, as Go's JSON decoding does. Not a JSON object,
+    or none of them: ()."""
+    fields = identify_json
+    if not isinstance(fields, dict):
+        try:
+            fields = json.loads(identify_json or b"")
+        except ValueError:
+            return ()
+        if not isinstance(fields, dict):
+            return ()
+    fields = {str(key).lower(): value for key, value in fields.items()}
+    if request and fields.get("feature_negotiation") is not True:
+        return ()
+    return tuple(layer for layer in ("tls_v1", "snappy", "deflate") if fields.get(layer) is True)
 
-    def __init__(self):
+
+class _StreamDecoder:
+    """What both decoders share: the unconsumed bytes, the stream offset, failing for good, and pausing at the
+    protocol switch (h11's PAUSED and trailing_data): with ``pause_at_upgrade`` the decoder stops right after
+    the IDENTIFY (command) or its JSON response (frame) that names TLS or compression, because the bytes after
+    it belong to the new layer. The caller then takes them with ``take_trailing_data()`` (and feeds back what
+    the new layer makes of them), or calls ``resume()`` when the switch does not happen."""
+
+    def __init__(self, pause_at_upgrade: bool = False):
         self._buffer = bytearray()
         self._consumed = 0
         self._failure: ProtocolViolation | None = None
+        self._pause_at_upgrade = pause_at_upgrade
+        self.paused = False  # stopped at a protocol switch; feed() only holds bytes until the caller decides
+
+    def take_trailing_data(self) -> bytes:
+        """Leave the pause at a switch: the bytes received after the switch point, which this decoder no longer
+        holds (they are counted as consumed: the stream continues through the new layer)."""
+        data = bytes(self._buffer)
+        del self._buffer[:]
+        self._consumed += len(data)
+        self.paused = False
+        return data
+
+    def resume(self) -> None:
+        """Leave the pause without a switch (the server declined, or the IDENTIFY failed): the held bytes are
+        decoded by the next ``feed`` (``feed(b"")`` decodes them at once)."""
+        self.paused = False
 
     @property
     def pending(self) -> int:
@@ -192,14 +231,31 @@ class _StreamDecoder:
 class FrameDecoder(_StreamDecoder):
     """Incremental decoder of the server -> client stream (after the client's magic)."""
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
-        super().__init__()
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, pause_at_upgrade: bool = False):
+        super().__init__(pause_at_upgrade)
         self._max_frame_size = max_frame_size
+        self._compression_after_ok = False  # TLS and compression agreed: the OK inside TLS is a switch point too
+
+    def _switches_after(self, response: bytes) -> bool:
+        """ID-30: the JSON response that agrees to a layer ends the plain stream; when it agrees to TLS and
+        compression, the OK inside TLS ends the part before compression."""
+        if self._compression_after_ok:
+            self._compression_after_ok = False
+            return response == b"OK"
+        layers = upgrades(response) if response[:1] == b"{" else ()
+        self._compression_after_ok = layers[:1] == ("tls_v1",) and len(layers) > 1
+        return bool(layers)
+
+    def resume(self) -> None:
+        self._compression_after_ok = False
+        super().resume()
 
     def feed(self, data: bytes) -> list[Frame]:
         self._check_not_failed()
         buffer = self._buffer
         buffer += data
+        if self.paused:
+            return []
         view = memoryview(buffer)
         end = len(buffer)
         position = 0
@@ -218,6 +274,9 @@ class FrameDecoder(_StreamDecoder):
                     raise self._fail(f"message frame of {len(frame_data)} bytes < 26", position, frames)
                 frames.append(Frame(frame_type, frame_data))
                 position += 4 + size
+                if self._pause_at_upgrade and frame_type == FRAME_RESPONSE and self._switches_after(frame_data):
+                    self.paused = True
+                    break
         finally:
             view.release()
             del buffer[:position]
@@ -232,8 +291,9 @@ class CommandDecoder(_StreamDecoder):
     two spaces give an empty parameter (C-15). A body command's 4-byte size is read as int32 (C-18).
     """
 
-    def __init__(self, max_line: int = DEFAULT_MAX_LINE, max_body_size: int = DEFAULT_MAX_BODY_SIZE):
-        super().__init__()
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE, max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+                 pause_at_upgrade: bool = False):
+        super().__init__(pause_at_upgrade)
         self.magic: bytes | None = None
         self._max_line = max_line
         self._max_body_size = max_body_size
@@ -242,6 +302,8 @@ class CommandDecoder(_StreamDecoder):
         self._check_not_failed()
         buffer = self._buffer
         buffer += data
+        if self.paused:
+            return []
         position = 0
         commands: list[Command] = []
         try:
@@ -277,6 +339,9 @@ class CommandDecoder(_StreamDecoder):
                     next_position += 4 + size
                 commands.append(Command(name, tuple(params), body))
                 position = next_position
+                if self._pause_at_upgrade and name == b"IDENTIFY" and upgrades(body, request=True):
+                    self.paused = True
+                    break
         finally:
             del buffer[:position]
             self._consumed += position

@@ -13,13 +13,13 @@ def test_cls_answers_close_wait_and_keeps_socket(nsq):
     topic = nsq.topic()
     conn = nsq.connect()
     conn.subscribe(topic, "c")
-    if nsq.target.http:
+    if nsq.http.address:
         nsq.verify.soft_equal("client state when subscribed (ST-01)", 3,
                               nsq.http.channel_stats(topic, "c")["clients"][0]["state"])
     conn.command("CLS")
     conn.expect_response(b"CLOSE_WAIT")
     conn.expect_silence(0.5, what="the server does not close after CLS (P-CLS-02)")
-    if nsq.target.http:
+    if nsq.http.address:
         nsq.verify.soft_equal("client state after CLS (ST-01)", 4,
                               nsq.http.channel_stats(topic, "c")["clients"][0]["state"])
 

@@ -87,7 +87,7 @@ def test_mpub_with_empty_member_is_rejected_whole(nsq):
     conn = nsq.connect()
     conn.command("MPUB", topic, body=wire.mpub_body([b"ok", b"", b"ok"]))
     conn.expect_error("E_BAD_MESSAGE", "MPUB invalid message(1) body size 0")
-    if nsq.target.http:
+    if nsq.http.address:
         stats = nsq.http.stats(topic)
         nsq.verify.soft_equal("a failed MPUB still creates the topic (P-MPUB-05)", True, stats is not None)
         nsq.verify.equal("messages published by the failed MPUB", 0, (stats or {}).get("message_count", 0))

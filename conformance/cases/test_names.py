@@ -25,7 +25,7 @@ def test_valid_topic_names(nsq, length, literal):
     topic = name(nsq, length, literal)
     conn = nsq.connect()
     conn.publish(topic, b"x")
-    if not length and nsq.target.http:
+    if not length and nsq.http.address:
         nsq.http.post(f"/topic/delete?topic={quote(topic)}")  # a literal name is not the case's own topic
 
 

@@ -14,7 +14,7 @@ def test_sub_creates_topic_and_channel_at_rdy_0(nsq):
     conn = nsq.connect()
     conn.subscribe(topic, "c")
     conn.expect_silence(0.5, what="nothing is delivered at RDY 0 (D-04)")
-    if nsq.target.http:
+    if nsq.http.address:
         channel = nsq.http.channel_stats(topic, "c")
         nsq.verify.that("SUB created the channel", channel is not None, "channel c in /stats", channel)
         nsq.verify.equal("channel depth before RDY", 1, channel["depth"])

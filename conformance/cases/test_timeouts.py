@@ -27,7 +27,7 @@ def test_unsettled_message_times_out(nsq):
                      (again.message_id, again.timestamp))
     conn.command("FIN", first.message_id.decode())
     conn.expect_silence(0.3, what="FIN of the redelivered message succeeds (D-12)")
-    if nsq.target.http:
+    if nsq.http.address:
         channel = nsq.http.channel_stats(topic, "c")
         nsq.verify.equal("(timeout_count, requeue_count) (H-STATS-11, D-22)", (1, 0),
                          (channel["timeout_count"], channel["requeue_count"]))

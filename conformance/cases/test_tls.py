@@ -1,14 +1,41 @@
-"""TLS on a server with a certificate (nsqd-behavior.md section 11): profile nsqd-tls, whose embedded broker
-has the suite's test certificates; for a target started by the user, a profile with the `tls` capability and
---https-target (and --tls-ca to verify its certificate)."""
+"""TLS on a server with a certificate (nsqd-behavior.md section 11). Profile nsqd-tls: the embedded broker with the
+suite's test certificates; nsqd-tls-required and nsqd-tls-client-cert add --tls-required, the client auth policies
+and --tls-min-version. For a target started by the user: a profile with the `tls` capability (and `tls_required`,
+`tls_client_auth`, `tls_min_version` as its flags say), --https-target, --tls-ca to verify its certificate and
+--tls-client-cert for the certificate its policy asks for. The refused certificate of NSQ-TLS-011/012 is the
+suite's own, from a CA of its own (tls/other-client.pem), unrelated to any CA of the target."""
 
-import json
-import socket
+import dataclasses
 import ssl
 
 import pytest
 
+from conformance.client import HttpClient
+from conformance.target import TLS_DIR
+
 requirement = pytest.mark.requirement
+UPGRADE = {"feature_negotiation": True, "tls_v1": True}
+
+
+def https(nsq, tls=None) -> HttpClient:
+    """The target's HTTPS API, the suite presenting ``tls`` (default: --tls-ca and --tls-client-cert)."""
+    if nsq.target.https is None:
+        pytest.skip("no HTTPS address (--https-target)")
+    return HttpClient(nsq.target.https, nsq.transcript, nsq.time_scale, tls=tls or nsq.target.tls)
+
+
+def unrelated_client(nsq):
+    """The suite's test client certificate from a CA of its own, which no target trusts (T-13, T-15)."""
+    return dataclasses.replace(nsq.target.tls, certificate=str(TLS_DIR / "other-client.pem"),
+                               key=str(TLS_DIR / "other-client.key"))
+
+
+def works_inside_tls(nsq, conn, topic: str) -> None:
+    conn.publish(topic, b"inside tls")
+    conn.subscribe(topic, "c", ready=1)
+    message = conn.expect_message(b"inside tls", attempts=1)
+    conn.command("FIN", message.message_id.decode())
+    conn.expect_silence(0.2, "FIN of the delivered message is silent")
 
 
 @requirement("NSQ-TLS-001")
@@ -27,8 +54,8 @@ def test_tls_then_snappy_inside_it(nsq):
     nsq.require("tls")
     nsq.require("snappy")
     topic = nsq.topic()
-    conn = nsq.connect()
-    response = conn.identify({"feature_negotiation": True, "tls_v1": True, "snappy": True})
+    conn = nsq.connect(tls=nsq.target.tls)
+    response = conn.identify({**UPGRADE, "snappy": True})
     nsq.verify.equal("(tls_v1, snappy) in the IDENTIFY response", (True, True),
                      (response["tls_v1"], response["snappy"]))
     conn.subscribe(topic, "c", ready=1)
@@ -42,50 +69,144 @@ def test_stats_show_the_tls_client(nsq):
     nsq.require("tls")
     nsq.require("http")
     topic = nsq.topic()
-    secure, plain = nsq.connect(), nsq.connect()
-    secure.identify({"feature_negotiation": True, "tls_v1": True, "client_id": "secure"})
-    plain.identify({"feature_negotiation": True, "client_id": "plain"})
+    secure = nsq.connect(tls=nsq.target.tls)
+    secure.identify({**UPGRADE, "client_id": "secure"})
     secure.subscribe(topic, "c")
-    plain.subscribe(topic, "c")
+    plain = None if nsq.target.requires_tls("tcp") else nsq.connect()  # T-07: no plain client to compare
+    if plain:
+        plain.identify({"feature_negotiation": True, "client_id": "plain"})
+        plain.subscribe(topic, "c")
 
     def clients():
         channel = nsq.http.channel_stats(topic, "c") or {"clients": []}
         return {client["client_id"]: client for client in channel["clients"]}
 
-    nsq.until(lambda: len(clients()) == 2, 2.0, "both clients are in /stats")
+    expected = {"secure", "plain"} if plain else {"secure"}
+    nsq.until(lambda: set(clients()) == expected, 2.0, f"the clients {sorted(expected)} are in /stats")
     found = clients()
-    tls, no_tls = found.get("secure", {}), found.get("plain", {})
+    tls = found.get("secure", {})
     nsq.verify.equal("(tls, tls_version in TLS1.2/TLS1.3, tls_negotiated_protocol) of the TLS client",
                      (True, True, ""), (tls.get("tls"), tls.get("tls_version") in ("TLS1.2", "TLS1.3"),
                                         tls.get("tls_negotiated_protocol")))
-    nsq.verify.equal("(tls, tls_version) of the plaintext client", (False, ""),
-                     (no_tls.get("tls"), no_tls.get("tls_version")))
+    if plain:
+        no_tls = found.get("plain", {})
+        nsq.verify.equal("(tls, tls_version) of the plaintext client", (False, ""),
+                         (no_tls.get("tls"), no_tls.get("tls_version")))
 
 
 @requirement("NSQ-TLS-004")
 def test_https_serves_the_api(nsq):
     """(T-06; rec-0347)"""
     nsq.require("tls")
-    nsq.require("http")
-    if nsq.target.https is None:
-        pytest.skip("no HTTPS address (--https-target)")
-    context = ssl.create_default_context(cafile=nsq.target.tls_ca)
-    context.check_hostname = False
-    if nsq.target.tls_ca is None:
-        context.verify_mode = ssl.CERT_NONE
-    replies = {}
-    for path in ("/ping", "/info"):
-        nsq.transcript.note(f"HTTPS GET {path}")
-        with context.wrap_socket(socket.create_connection(nsq.target.https, timeout=5)) as tls:
-            tls.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-            data = b""
-            while chunk := tls.recv(65536):
-                data += chunk
-        replies[path] = data
-    head, _, body = replies["/ping"].partition(b"\r\n\r\n")
-    nsq.verify.equal("HTTPS /ping", (b"HTTP/1.1 200 OK", b"OK"), (head.split(b"\r\n")[0], body))
-    info = replies["/info"].partition(b"\r\n\r\n")[2]
-    nsq.verify.that("HTTPS /info is nsqd's JSON", b"version" in info and json.loads(info).get("version"),
-                    "a version", info[:200])
-    plain = nsq.http.get("/ping")
-    nsq.verify.equal("plain HTTP /ping still works", (200, b"OK"), (plain.status, plain.body))
+    api = https(nsq)
+    ping = api.get("/ping")
+    nsq.verify.equal("HTTPS /ping", (200, b"OK"), (ping.status, ping.body))
+    info = api.get("/info")
+    nsq.verify.that("HTTPS /info is nsqd's JSON", info.status == 200 and info.json().get("version"), "a version",
+                    info.body[:200])
+    if not nsq.target.requires_tls("http"):
+        plain = nsq.http.get("/ping")
+        nsq.verify.equal("plain HTTP /ping still works", (200, b"OK"), (plain.status, plain.body))
+
+
+@requirement("NSQ-TLS-005")
+def test_commands_before_the_upgrade_are_refused(nsq):
+    """(T-07, T-11, T-12, P-G-01; rec-0348, rec-0349, rec-0353, rec-0355)"""
+    nsq.require("tls_required")
+    topic = nsq.topic()
+    for command, body in (("PUB", b"x"), ("NOP", None)):
+        conn = nsq.connect(tls=nsq.target.tls)
+        conn.command(command, *([topic] if body else []), body=body)
+        conn.expect_error("E_INVALID", f"cannot {command} in current state (TLS required)")
+
+
+@requirement("NSQ-TLS-006")
+def test_identify_without_tls_does_not_lift_the_requirement(nsq):
+    """(T-08, ID-20; rec-0350)"""
+    nsq.require("tls_required")
+    conn = nsq.connect(tls=nsq.target.tls)
+    response = conn.identify({"feature_negotiation": True})
+    nsq.verify.equal("tls_v1 in the IDENTIFY response", False, response["tls_v1"])
+    conn.command("SUB", nsq.topic(), "c")
+    conn.expect_error("E_INVALID", "cannot SUB in current state (TLS required)")
+
+
+@requirement("NSQ-TLS-007")
+def test_the_protocol_goes_on_inside_tls(nsq):
+    """(T-01, T-09, T-12, T-14, ID-31; rec-0342, rec-0351, rec-0355, rec-0357)"""
+    nsq.require("tls")
+    conn = nsq.connect(tls=nsq.target.tls)
+    response = conn.identify(UPGRADE)
+    nsq.verify.equal("tls_v1 in the IDENTIFY response", True, response["tls_v1"])
+    works_inside_tls(nsq, conn, nsq.topic())
+
+
+@requirement("NSQ-TLS-008")
+def test_plain_http_is_refused_with_the_https_port(nsq):
+    """(T-10, T-16, H-06; rec-0352, rec-0359)"""
+    nsq.require("tls_required", "true")
+    api = https(nsq)
+    if nsq.target.http is None:
+        pytest.skip("no HTTP address (--http-target)")
+    plain = HttpClient(nsq.target.http, nsq.transcript, nsq.time_scale)
+    topic = nsq.topic()
+    for method, path in (("GET", "/ping"), ("GET", "/nope"), ("POST", f"/pub?topic={topic}")):
+        answer = plain.request(method, path, b"x" if method == "POST" else None)
+        nsq.verify.equal(f"plain HTTP {method} {path}: status", 403, answer.status)
+        nsq.verify.equal(f"plain HTTP {method} {path}: body", {"message": "TLS_REQUIRED",
+                                                                "https_port": nsq.target.https[1]}, answer.json())
+    ping, pub = api.get("/ping"), api.post(f"/pub?topic={topic}", b"x")
+    nsq.verify.equal("HTTPS /ping and /pub", [(200, b"OK"), (200, b"OK")],
+                     [(ping.status, ping.body), (pub.status, pub.body)])
+    nsq.verify.equal("HTTPS /topic/delete", 200, api.post(f"/topic/delete?topic={topic}").status)
+
+
+@requirement("NSQ-TLS-009")
+def test_tcp_https_leaves_plain_http_open(nsq):
+    """(T-11, H-06; rec-0353)"""
+    nsq.require("tls_required", "tcp-https")
+    ping = nsq.http.get("/ping")
+    nsq.verify.equal("plain HTTP /ping", (200, b"OK"), (ping.status, ping.body))
+    conn = nsq.connect(tls=nsq.target.tls)
+    conn.command("PUB", nsq.topic(), body=b"x")
+    conn.expect_error("E_INVALID", "cannot PUB in current state (TLS required)")
+
+
+@requirement("NSQ-TLS-010")
+def test_a_client_without_a_certificate_is_refused(nsq):
+    """(T-12, ID-32; rec-0354)"""
+    nsq.require("tls_client_auth")
+    conn = nsq.connect(tls=dataclasses.replace(nsq.target.tls, certificate=None, key=None))
+    response = conn.identify(UPGRADE, upgrade=False)
+    nsq.verify.equal("tls_v1 in the IDENTIFY response", True, response["tls_v1"])
+    conn.expect_tls_refused("a client without a certificate is refused (T-12)")
+
+
+@requirement("NSQ-TLS-011")
+def test_require_accepts_any_certificate(nsq):
+    """(T-13; rec-0356)"""
+    nsq.require("tls_client_auth", "require")
+    conn = nsq.connect(tls=unrelated_client(nsq))
+    conn.identify(UPGRADE)
+    works_inside_tls(nsq, conn, nsq.topic())
+
+
+@requirement("NSQ-TLS-012")
+def test_require_verify_refuses_a_certificate_of_another_ca(nsq):
+    """(T-15, ID-32; rec-0358)"""
+    nsq.require("tls_client_auth", "require-verify")
+    conn = nsq.connect(tls=unrelated_client(nsq))
+    conn.identify(UPGRADE, upgrade=False)
+    conn.expect_tls_refused("a certificate from another CA is refused (T-15)")
+
+
+@requirement("NSQ-TLS-013")
+def test_a_client_below_the_minimum_version_is_refused(nsq):
+    """(T-17, ID-32; rec-0360)"""
+    nsq.require("tls_min_version", "tls1.3")
+    old = nsq.connect(tls=dataclasses.replace(nsq.target.tls, maximum_version=ssl.TLSVersion.TLSv1_2))
+    old.identify(UPGRADE, upgrade=False)
+    old.expect_tls_refused("a TLS 1.2 client is refused at the handshake (T-17)")
+    current = nsq.connect(tls=nsq.target.tls)
+    current.identify(UPGRADE)
+    works_inside_tls(nsq, current, nsq.topic())

@@ -26,22 +26,17 @@ def tcp_streams(path: Path) -> dict[tuple, bytes]:
 
 
 def decode_connection(to_server: bytes, to_client: bytes):
-    """Plain up to the IDENTIFY response, then the negotiated layer both ways (ID-30)."""
-    size = int.from_bytes(to_client[:4], "big")
-    response = wire.FrameDecoder().feed(to_client[:4 + size])[0]
-    negotiated = json.loads(response.data) if response.data.startswith(b"{") else {}  # plain OK (P-ID-04)
-    kind = "snappy" if negotiated.get("snappy") else "deflate" if negotiated.get("deflate") else None
-    identify_end = to_server.index(b"}") + 1  # the IDENTIFY JSON body ends the plaintext part
-    commands = wire.CommandDecoder()
-    sent = commands.feed(to_server[:identify_end])
-    if kind == "snappy":
-        downstream, upstream = wire.SnappyStreamDecoder(True), wire.SnappyStreamDecoder(True)
-    elif kind == "deflate":
-        downstream, upstream = wire.DeflateStreamDecoder(), wire.DeflateStreamDecoder()
-    else:
-        return kind, sent + commands.feed(to_server[identify_end:]), wire.FrameDecoder().feed(to_client)
-    frames = wire.FrameDecoder().feed(downstream.feed(to_client[4 + size:]))
-    return kind, sent + commands.feed(upstream.feed(to_server[identify_end:])), frames
+    """Plain up to the IDENTIFY upgrade, where both decoders pause; then the negotiated layer both ways (ID-30)."""
+    frame_decoder = wire.FrameDecoder(pause_at_upgrade=True)
+    command_decoder = wire.CommandDecoder(pause_at_upgrade=True)
+    frames, commands = frame_decoder.feed(to_client), command_decoder.feed(to_server)
+    kind = next(iter(wire.upgrades(frames[-1].data)), None) if frame_decoder.paused else None
+    assert command_decoder.paused == bool(kind)  # the client asked for what the server agreed to
+    if kind:
+        layer = {"snappy": lambda: wire.SnappyStreamDecoder(True), "deflate": wire.DeflateStreamDecoder}[kind]
+        frames += frame_decoder.feed(layer().feed(frame_decoder.take_trailing_data()))
+        commands += command_decoder.feed(layer().feed(command_decoder.take_trailing_data()))
+    return kind, commands, frames
 
 
 @pytest.mark.parametrize("name", ["S-snappy", "Z-deflate", "P-plain"])
@@ -93,3 +88,29 @@ def test_undecodable_frames_raise():
     with pytest.raises(wire.ProtocolViolation) as caught:
         wire.FrameDecoder().feed(wire.encode_frame(0, b"OK") + b"\x00\x00\x00\x02\x00\x00\x00\x00")
     assert [frame.data for frame in caught.value.frames] == [b"OK"]
+
+
+def test_decoders_pause_at_the_upgrade_and_hand_back_the_rest():
+    """h11's PAUSED + trailing_data: the frame decoder stops after the IDENTIFY response naming a layer, and, with
+    TLS and compression, again after the OK inside TLS (ID-30); the command decoder after an IDENTIFY asking."""
+    ok = wire.encode_frame(wire.FRAME_RESPONSE, b"OK")
+    answer = wire.encode_frame(wire.FRAME_RESPONSE, b'{"tls_v1":true,"snappy":true,"max_rdy_count":2500}')
+    frames = wire.FrameDecoder(pause_at_upgrade=True)
+    assert [frame.data[:1] for frame in frames.feed(answer + b"\x16\x03\x01")] == [b"{"]
+    assert frames.paused and frames.feed(b"more") == []  # held while paused
+    assert frames.take_trailing_data() == b"\x16\x03\x01more" and not frames.paused
+    assert [frame.data for frame in frames.feed(ok + b"\xff\x06\x00\x00sNaPpY")] == [b"OK"]  # the OK inside TLS
+    assert frames.paused and frames.take_trailing_data() == b"\xff\x06\x00\x00sNaPpY"
+
+    declined = wire.FrameDecoder(pause_at_upgrade=True)
+    assert len(declined.feed(wire.encode_frame(wire.FRAME_RESPONSE, b'{"tls_v1":false}') + ok)) == 2
+    assert not declined.paused
+
+    commands = wire.CommandDecoder(pause_at_upgrade=True)
+    asked = wire.encode_command("IDENTIFY", body=b'{"Feature_Negotiation":true,"DEFLATE":true}')
+    assert [c.name for c in commands.feed(wire.MAGIC_V2 + asked + b"NOP\n")] == [b"IDENTIFY"]
+    commands.resume()  # the server declined: the bytes after it are plain
+    assert [c.name for c in commands.feed(b"")] == [b"NOP"]
+    plain = wire.CommandDecoder(pause_at_upgrade=True)
+    body = wire.encode_command("IDENTIFY", body=b'{"deflate":true}')  # without feature_negotiation: no upgrade
+    assert len(plain.feed(wire.MAGIC_V2 + body + b"NOP\n")) == 2 and not plain.paused
