@@ -364,6 +364,21 @@ class _Direction:
         self.resync_buffer = None
         return bytes(buffer[start:])
 
+    def _switch(self, rest: bytes):
+        """The decoder stopped at the IDENTIFY upgrade's switch point, and ``rest`` came after it (ID-30). The
+        server's IDENTIFY response, decoded first, says what the connection switched to, if anything."""
+        if self.upgrade.tls:
+            self._lose("tls_opaque", "TLS negotiated: the rest of the connection is encrypted")
+            return
+        if self.upgrade.codec:
+            self.decompressor = _Upgrade.decompressor(self.upgrade.codec)
+            try:
+                rest = self.decompressor.feed(rest)
+            except wire.ProtocolViolation as exc:
+                self._lose("decompression_failed", str(exc))
+                return
+        self.feed(rest)
+
     def violation(self, reason: str, exc: wire.ProtocolViolation):
         self.rows.add(
             self.ts_ns,
@@ -377,7 +392,7 @@ class _Direction:
         self.resync_buffer = bytearray()
         self.resync_offset = self.offset
 
-    # subclasses: feed(data), reset(), find_start(buffer)
+    # subclasses: feed(data), reset(), find_start(buffer); feed() calls _switch() when the decoder pauses
 
 
 class _ServerSide(_Direction):
@@ -385,25 +400,21 @@ class _ServerSide(_Direction):
 
     def __init__(self, rows, stream, upgrade):
         super().__init__(rows, stream, upgrade)
-        self.decoder = wire.FrameDecoder()
-        # Until the upgrade question is settled, frames are fed one at a time so the bytes after the
-        # IDENTIFY response can be handed to the decompressor (FrameDecoder has no "stop after").
-        self.settling = stream.syn_seen
-        self.settle_buffer = bytearray()
+        # The decoder stops after an IDENTIFY response that agrees to TLS or compression (ID-30), so that
+        # the bytes after it go through the new layer.
+        self.decoder = wire.FrameDecoder(pause_at_upgrade=True)
+        self.identify_pending = stream.syn_seen  # the first JSON response before any message answers IDENTIFY
         self.expect_upgrade_ok = False
         self.last_heartbeat_ts_ns = None
 
     def reset(self):
-        self.decoder = wire.FrameDecoder()
-        self.settling = False
+        self.decoder = wire.FrameDecoder()  # resumed mid-stream: its upgrade point, if any, is long past
+        self.identify_pending = False
 
     def find_start(self, buffer) -> int:
         return _frame_start(buffer, 0)
 
     def feed(self, data: bytes):
-        if self.settling:
-            self._settle(data)
-            return
         try:
             frames = self.decoder.feed(data)
         except wire.ProtocolViolation as exc:
@@ -411,40 +422,8 @@ class _ServerSide(_Direction):
             self.violation("frame", exc)
             return
         self._frames(frames)
-
-    def _settle(self, data: bytes):
-        buffer = self.settle_buffer
-        buffer += data
-        position = 0
-        while self.settling and len(buffer) - position >= 8:
-            size = struct.unpack_from(">I", buffer, position)[0]
-            if 4 + size > len(buffer) - position and 4 <= size <= wire.DEFAULT_MAX_FRAME_SIZE:
-                break
-            end = position + 4 + size if size >= 4 else len(buffer)
-            try:
-                frames = self.decoder.feed(bytes(buffer[position:end]))
-            except wire.ProtocolViolation as exc:
-                del buffer[:]
-                self.violation("frame", exc)
-                return
-            position = end
-            self._frames(frames)
-            if self.upgrade.codec or self.upgrade.tls:
-                rest = bytes(buffer[position:])
-                del buffer[:]
-                self.settling = False
-                if self.upgrade.tls:
-                    self._lose("tls_opaque", "TLS negotiated: the rest of the connection is encrypted")
-                    return
-                self.decompressor = _Upgrade.decompressor(self.upgrade.codec)
-                self.expect_upgrade_ok = True
-                self.feed(self.decompressor.feed(rest))
-                return
-        del buffer[:position]
-        if not self.settling and buffer:
-            rest = bytes(buffer)
-            del buffer[:]
-            self.feed(rest)
+        if self.decoder.paused:
+            self._switch(self.decoder.take_trailing_data())
 
     def _frames(self, frames):
         add = self.rows.add
@@ -466,7 +445,7 @@ class _ServerSide(_Direction):
                     body_len=len(body),
                     body_hash=body_hash(body),
                 )
-                self.settling = False  # a subscriber can no longer IDENTIFY (P-ID-01)
+                self.identify_pending = False  # a subscriber can no longer IDENTIFY (P-ID-01)
             elif frame.is_heartbeat:
                 since_last = None if self.last_heartbeat_ts_ns is None else ts_ns - self.last_heartbeat_ts_ns
                 self.last_heartbeat_ts_ns = ts_ns
@@ -476,7 +455,7 @@ class _ServerSide(_Direction):
                 status = None
                 if self.expect_upgrade_ok:
                     status, self.expect_upgrade_ok = "upgrade", False  # ID-30: the OK through the new layer
-                elif self.settling and data.startswith(b"{"):
+                elif self.identify_pending and data.startswith(b"{"):
                     self._identify_response(data)
                 add(ts_ns, direction, "frame", "response", detail=text, status=status)
             else:
@@ -488,19 +467,16 @@ class _ServerSide(_Direction):
                 add(ts_ns, direction, "frame", "error", code=code, msg_id=msg_id, detail=frame.error_text)
 
     def _identify_response(self, data: bytes):
-        try:
-            response = json.loads(data)
-        except ValueError:
-            return
-        if not isinstance(response, dict):
-            return
+        self.identify_pending = False
+        response = _json_object(data)
+        layers = wire.upgrades(response)
         self.upgrade.identify = response
-        self.upgrade.tls = bool(response.get("tls_v1"))
-        if response.get("snappy"):
-            self.upgrade.codec = "snappy"
-        elif response.get("deflate"):
-            self.upgrade.codec = "deflate"
-        self.settling = bool(self.upgrade.codec or self.upgrade.tls)
+        self.upgrade.tls = "tls_v1" in layers
+        self.upgrade.codec = next((layer for layer in layers if layer != "tls_v1"), None)
+
+    def _switch(self, rest: bytes):
+        self.expect_upgrade_ok = bool(self.upgrade.codec) and not self.upgrade.tls  # ID-30: an OK in the new layer
+        super()._switch(rest)
 
 
 _MESSAGE_HEADER = struct.Struct(">qH16s")
@@ -511,16 +487,15 @@ class _ClientSide(_Direction):
 
     def __init__(self, rows, stream, upgrade):
         super().__init__(rows, stream, upgrade)
-        self.decoder = wire.CommandDecoder()
+        # The decoder stops after an IDENTIFY that asks for TLS or compression: the server's answer, decoded
+        # first, says whether the bytes after it go through a new layer (ID-30).
+        self.decoder = wire.CommandDecoder(pause_at_upgrade=True)
         self.subscription: tuple[str | None, str | None] = (None, None)
         self.identify: dict = {}
-        self.settling = bool(upgrade.codec or upgrade.tls) and stream.syn_seen
-        self.settle_buffer = bytearray()
 
     def reset(self):
         self.decoder = wire.CommandDecoder()
         self.decoder.feed(wire.MAGIC_V2)  # resumed mid-stream: the magic was sent long ago
-        self.settling = False
 
     def find_start(self, buffer) -> int:
         return _command_start(buffer, 0)
@@ -531,22 +506,6 @@ class _ClientSide(_Direction):
         super().run()
 
     def feed(self, data: bytes):
-        if self.settling:
-            buffer = self.settle_buffer
-            buffer += data
-            end = _upgrading_identify_end(buffer)
-            if end is None:
-                return
-            self.settling = False
-            head, rest = bytes(buffer[:end]), bytes(buffer[end:])
-            del buffer[:]
-            self.feed(head)
-            if self.upgrade.tls:
-                self._lose("tls_opaque", "TLS negotiated: the rest of the connection is encrypted")
-                return
-            self.decompressor = _Upgrade.decompressor(self.upgrade.codec)
-            self.feed(self.decompressor.feed(rest))
-            return
         try:
             commands = self.decoder.feed(data)
         except wire.ProtocolViolation as exc:
@@ -565,6 +524,8 @@ class _ClientSide(_Direction):
             self.violation("command", exc)
             return
         self._commands(commands)
+        if self.decoder.paused:
+            self._switch(self.decoder.take_trailing_data())
 
     def _publish(self, command_row, name, topic, body, defer=None):
         """One `publish` row per message, linked to the row of the command that carried it."""
@@ -656,40 +617,6 @@ def _integer(params, empty=None):
     if not text:
         return empty
     return int(text) if text.isdigit() and len(text) < 19 else None
-
-
-def _upgrading_identify_end(buffer) -> int | None:
-    """Offset just past the IDENTIFY that asked for compression or TLS, once it is all buffered.
-
-    The bytes after it are compressed, so they must not reach the plain CommandDecoder; its API has
-    no "stop after this command", hence this small walk over the plain prefix (C-14, C-18)."""
-    position = 4
-    while True:
-        newline = buffer.find(b"\n", position)
-        if newline < 0:
-            return None
-        name = bytes(buffer[position:newline]).rstrip(b"\r").split(b" ")[0]
-        position = newline + 1
-        if name not in wire.BODY_COMMANDS:
-            continue
-        if len(buffer) < position + 4:
-            return None
-        size = struct.unpack_from(">I", buffer, position)[0]
-        end = position + 4 + size
-        if len(buffer) < end:
-            return None
-        if name == b"IDENTIFY":
-            try:
-                fields = json.loads(bytes(buffer[position + 4 : end]))
-            except ValueError:
-                fields = {}
-            if (
-                isinstance(fields, dict)
-                and fields.get("feature_negotiation")
-                and (fields.get("snappy") or fields.get("deflate") or fields.get("tls_v1"))
-            ):
-                return end
-        position = end
 
 
 def _pair_answers(rows: _Rows):

@@ -8,13 +8,16 @@ import pytest
 from trace_helpers import PCAPS
 
 from spark_analysis.analysis import run_analysis
+from spark_analysis.datasource import NsqPcapDataSource
 from spark_analysis.session import spark_session
 
 
 @pytest.fixture(scope="session")
 def spark():
-    """A plain session: the tuning of session.py is opt-in and tested on its own (test_session.py)."""
+    """A plain session: the tuning of session.py is opt-in and tested on its own (test_session.py). It knows the
+    nsqpcap source from the start, so that no test depends on an analysis having run before it."""
     with spark_session("local[2]", shuffle_partitions=2, driver_memory="1g", show_progress=False) as session:
+        session.dataSource.register(NsqPcapDataSource)
         yield session
 
 
