@@ -175,6 +175,7 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
     from spark_analysis.analysis import run_analysis
     from spark_analysis.generate import generate
     from spark_analysis.session import spark_session
+    from spark_analysis.summary import message_events
 
     trace = os.path.join(workdir, f"{workload}.pcap")
     print(f"generating {size / 1e9:.2f} GB of the {workload} workload (seed {args.seed}) -> {trace}", flush=True)
@@ -205,7 +206,7 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
     mismatches = [key for key in TRUTH_KEYS if _comparable(summary[key]) != _comparable(truth[key])]
     end_to_end = session_seconds + analysis_seconds
     totals = summary["totals"]
-    events = totals["messages_published"] + totals["deliveries"] + totals["fin"] + totals["req"] + totals["touch"]
+    events = message_events(totals)
     spark_rate = events / end_to_end
     baseline_rate = counts["message_events"] / baseline_seconds
 

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import json
 import socket
-import struct
 import time
+from collections import deque
 
+from conformance import wire_v1
 from conformance.client import HarnessError, Mismatch
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
+from conformance.wire import ProtocolViolation
 
-MAGIC_V1 = b"  V1"
 PRODUCER = {"broadcast_address": "127.0.0.1", "hostname": "conformance", "tcp_port": 4150, "http_port": 4151,
             "version": "1.3.0"}
 
 
 def identify_command(fields: dict) -> bytes:
-    body = json.dumps(fields).encode()
-    return b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
+    return wire_v1.encode_command("IDENTIFY", body=json.dumps(fields).encode())
 
 
 class V1Connection:
@@ -32,9 +32,10 @@ class V1Connection:
         except OSError as exc:
             raise HarnessError(f"cannot connect to nsqlookupd {address[0]}:{address[1]}: {exc}") from exc
         transcript.endpoints[name] = Endpoint(self.sock.getsockname()[:2], self.sock.getpeername()[:2])
-        self._buffer = b""
+        self._replies = wire_v1.V1ReplyDecoder()
+        self._received: deque[bytes] = deque()
         if send_magic:
-            self.send(MAGIC_V1)
+            self.send(wire_v1.MAGIC_V1)
 
     def send(self, data: bytes) -> None:
         self.transcript.record(self.name, CLIENT_TO_SERVER, [repr(data[:120])], data)
@@ -46,20 +47,20 @@ class V1Connection:
     def reply(self, timeout: float = 2.0) -> bytes:
         """The next V1 reply; a close or silence instead is a Mismatch."""
         deadline = time.monotonic() + timeout * self.time_scale
-        while True:
-            if len(self._buffer) >= 4:
-                size = struct.unpack(">i", self._buffer[:4])[0]
-                if size < 0:
-                    raise Mismatch("a V1 reply is [4-byte size][data] (L-TCP-02)", "a size >= 0", size)
-                if len(self._buffer) >= 4 + size:
-                    data, self._buffer = self._buffer[4:4 + size], self._buffer[4 + size:]
-                    return data
+        while not self._received:
             chunk = self._read(deadline)
             if chunk is None:
                 raise Mismatch("nsqlookupd replies", "a reply", "the connection closed")
             if chunk == b"":
                 raise Mismatch("nsqlookupd replies", "a reply", f"nothing within {timeout:g} s")
-            self._buffer += chunk
+            self._decode(chunk)
+        return self._received.popleft()
+
+    def _decode(self, chunk: bytes) -> None:
+        try:
+            self._received.extend(self._replies.feed(chunk))
+        except ProtocolViolation as exc:
+            raise Mismatch("a V1 reply is [4-byte size][data] (L-TCP-02)", "a size >= 0", exc.reason) from None
 
     def command(self, data: bytes) -> bytes:
         self.send(data)
@@ -78,10 +79,10 @@ class V1Connection:
         while True:
             chunk = self._read(deadline)
             if chunk is None:
-                return not self._buffer
+                return not (self._received or self._replies.pending)
             if chunk == b"":
                 return False
-            self._buffer += chunk
+            self._decode(chunk)
 
     def _read(self, deadline: float) -> bytes | None:
         """Bytes; b"" at the deadline; None when the server closed (EOF or reset)."""

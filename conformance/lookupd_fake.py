@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import socket
-import struct
 import threading
 import time
 from dataclasses import dataclass
 
-MAGIC_V1 = b"  V1"
+from conformance import wire_v1
+from conformance.wire import ProtocolViolation
+
 _MAX_BODY = 1 << 20
 
 
@@ -80,29 +81,29 @@ class FakeLookupd:
             threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
 
     def _serve(self, conn: socket.socket, number: int) -> None:
-        reader = conn.makefile("rb")
+        commands = wire_v1.V1CommandDecoder(max_body_size=_MAX_BODY)
         try:
-            if reader.read(4) != MAGIC_V1:
-                return
-            self._log(number, "MAGIC")
-            while line := reader.readline(65536):
-                command = line.rstrip(b"\n").decode("utf-8", "replace")
-                if command == "IDENTIFY":
-                    size = struct.unpack(">i", reader.read(4))[0]
-                    body = reader.read(min(max(size, 0), _MAX_BODY))
-                    try:
-                        document = json.loads(body)
-                    except ValueError:
-                        document = {"undecodable": body[:200].decode("utf-8", "replace")}
-                    self._log(number, command, document)
-                    reply = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "conformance-lookupd",
-                                        "http_port": self._dead_http_port, "tcp_port": self.address[1],
-                                        "version": "1.3.0"}, separators=(",", ":")).encode()
-                else:
-                    self._log(number, command)
-                    reply = b"OK"
-                conn.sendall(struct.pack(">i", len(reply)) + reply)
-        except (OSError, struct.error):
+            while data := conn.recv(65536):
+                magic_seen = commands.magic is not None
+                decoded = commands.feed(data)  # a magic other than "  V1" raises: the connection ends
+                if not magic_seen and commands.magic is not None:
+                    self._log(number, "MAGIC")
+                for command in decoded:
+                    line = b" ".join((command.name, *command.params)).decode("utf-8", "replace")
+                    if command.name == b"IDENTIFY":
+                        try:
+                            document = json.loads(command.body)
+                        except ValueError:
+                            document = {"undecodable": command.body[:200].decode("utf-8", "replace")}
+                        self._log(number, line, document)
+                        reply = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "conformance-lookupd",
+                                            "http_port": self._dead_http_port, "tcp_port": self.address[1],
+                                            "version": "1.3.0"}, separators=(",", ":")).encode()
+                    else:
+                        self._log(number, line)
+                        reply = b"OK"
+                    conn.sendall(wire_v1.encode_reply(reply))
+        except (OSError, ProtocolViolation):
             pass
         finally:
             self._log(number, "CLOSED")

@@ -25,7 +25,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource, expand_paths
-from spark_analysis.decode import EVENT_SCHEMA, decode_connection
+from spark_analysis.decode import decode_connection
+from spark_analysis.events import EVENT_SCHEMA
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.reassembly import reassemble
 

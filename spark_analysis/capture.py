@@ -14,9 +14,10 @@ import time
 SETTLE_SECONDS = 1.0  # the sniffer must be listening before the command starts, and drain after
 
 
-def capture(port: int, output: str, command: list[str], interface: str = "lo") -> int:
-    """Run ``command`` while capturing ``tcp port <port>`` on ``interface``; return its exit status."""
-    bpf = f"tcp port {port}"
+def capture(ports: list[int], output: str, command: list[str], interface: str = "lo") -> int:
+    """Run ``command`` while capturing ``tcp port <port>`` of each of ``ports`` (nsqd's, nsqlookupd's) on
+    ``interface``; return its exit status."""
+    bpf = " or ".join(f"tcp port {port}" for port in ports)
     tcpdump = shutil.which("tcpdump")
     if tcpdump:
         sniffer = subprocess.Popen(
@@ -30,13 +31,15 @@ def capture(port: int, output: str, command: list[str], interface: str = "lo") -
             sniffer.terminate()
             sniffer.wait(timeout=10)
     else:
-        from scapy.all import TCP, AsyncSniffer, wrpcap
+        from scapy.all import TCP, AsyncSniffer, conf, wrpcap
 
-        # A Python-side filter: scapy compiles BPF only when libpcap is installed.
+        # A Python-side filter: scapy compiles BPF only when libpcap is installed. The sending socket type drops
+        # the kernel's outgoing copy of each packet, as tcpdump does: on loopback every packet is seen twice.
         sniffer = AsyncSniffer(
             iface=interface,
+            L2socket=conf.L2socket,
             store=True,
-            lfilter=lambda packet: TCP in packet and port in (packet[TCP].sport, packet[TCP].dport),
+            lfilter=lambda packet: TCP in packet and not {packet[TCP].sport, packet[TCP].dport}.isdisjoint(ports),
         )
         sniffer.start()
         time.sleep(SETTLE_SECONDS)

@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     capture = commands.add_parser("capture", help="record the NSQ traffic of a command")
-    capture.add_argument("--port", type=parse_port, default=4150)
+    capture.add_argument("--port", type=parse_port, action="append",
+                         help="a TCP port to capture (repeatable: nsqd's and nsqlookupd's; default 4150)")
     capture.add_argument("-o", "--output", required=True)
     capture.add_argument("--interface", default="lo")
     capture.add_argument("argv", nargs=argparse.REMAINDER, help="-- command to run while capturing")
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         parser.error("capture needs a command after --")
-    return capture(args.port, args.output, command, interface=args.interface)
+    return capture(args.port or [4150], args.output, command, interface=args.interface)
 
 
 def _analyze(parser, args) -> int:

@@ -22,35 +22,18 @@ from collections import Counter
 import pyarrow as pa
 
 from conformance import wire
-from spark_analysis.reassembly import Connection, Gap, Stream
-from spark_analysis.violations import ID_ERRORS, check_connection
-
-EVENT_SCHEMA = pa.schema(
-    [
-        ("conn_id", pa.string()),
-        ("client", pa.string()),
-        ("server", pa.string()),
-        ("client_port", pa.int32()),
-        ("server_port", pa.int32()),
-        ("ts_ns", pa.int64()),
-        ("direction", pa.string()),  # c2s | s2c | conn
-        ("kind", pa.string()),  # command | frame | publish | gap | error | violation | connection
-        ("name", pa.string()),  # verb, frame kind (message/heartbeat/response/error), error or requirement ID
-        ("topic", pa.string()),
-        ("channel", pa.string()),
-        ("msg_id", pa.string()),
-        ("attempts", pa.int32()),
-        ("msg_ts_ns", pa.int64()),  # message frames: the publish timestamp carried in the frame (C-09)
-        ("body_len", pa.int64()),
-        ("body_hash", pa.int64()),  # crc32 and adler32 of the body: joins publishes with deliveries
-        # RDY count, REQ timeout, DPUB defer, MPUB message count, gap length, ns since the previous heartbeat
-        ("value", pa.int64()),
-        ("status", pa.string()),  # commands: ok | failed | error | unanswered
-        ("code", pa.string()),  # error frames: E_*; commands: the error code they got
-        ("detail", pa.string()),
-        ("stream_offset", pa.int64()),
-    ]
+from spark_analysis import decode_v1
+from spark_analysis.events import (
+    Rows,
+    StreamWalk,
+    close_kind,
+    connection_row,
+    first_bytes,
+    json_object,
+    pair_answers,
 )
+from spark_analysis.reassembly import Connection, Stream
+from spark_analysis.violations import ID_ERRORS, check_connection
 
 # Commands that get exactly one response or error frame in command order (C-13).
 ANSWERED_COMMANDS = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
@@ -81,66 +64,6 @@ def body_hash(body: bytes) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-class _Rows:
-    """Column lists of EVENT_SCHEMA for one connection."""
-
-    def __init__(self, conn: Connection):
-        self.conn = conn
-        self.columns = {name: [] for name in EVENT_SCHEMA.names}
-        self.publish_command: dict[int, int] = {}  # publish row -> the PUB/MPUB/DPUB command row
-
-    def add(
-        self,
-        ts_ns,
-        direction,
-        kind,
-        name,
-        *,
-        topic=None,
-        channel=None,
-        msg_id=None,
-        attempts=None,
-        msg_ts_ns=None,
-        body_len=None,
-        body_hash=None,
-        value=None,
-        status=None,
-        code=None,
-        detail=None,
-        stream_offset=None,
-    ) -> int:
-        c = self.columns
-        c["ts_ns"].append(ts_ns)
-        c["direction"].append(direction)
-        c["kind"].append(kind)
-        c["name"].append(name)
-        c["topic"].append(topic)
-        c["channel"].append(channel)
-        c["msg_id"].append(msg_id)
-        c["attempts"].append(attempts)
-        c["msg_ts_ns"].append(msg_ts_ns)
-        c["body_len"].append(body_len)
-        c["body_hash"].append(body_hash)
-        c["value"].append(value)
-        c["status"].append(status)
-        c["code"].append(code)
-        c["detail"].append(
-            detail if detail is None or len(detail) <= _DETAIL_LIMIT or kind == "connection" else detail[:_DETAIL_LIMIT]
-        )
-        c["stream_offset"].append(stream_offset)
-        return len(c["ts_ns"]) - 1
-
-    def table(self) -> pa.Table:
-        count = len(self.columns["ts_ns"])
-        conn = self.conn
-        self.columns["conn_id"] = [conn.conn_id] * count
-        self.columns["client"] = [f"{conn.client[0]} {conn.client[1]}"] * count
-        self.columns["server"] = [f"{conn.server[0]} {conn.server[1]}"] * count
-        self.columns["client_port"] = [conn.client[1]] * count
-        self.columns["server_port"] = [conn.server[1]] * count
-        return pa.Table.from_pydict(self.columns, schema=EVENT_SCHEMA)
-
-
 class _Upgrade:
     """What the server's IDENTIFY response switched on (ID-30)."""
 
@@ -155,8 +78,11 @@ class _Upgrade:
 
 
 def decode_connection(conn: Connection, nsq_ports: frozenset[int]) -> pa.Table:
-    rows = _Rows(conn)
-    c2s_start = _first_bytes(conn.c2s, 4)
+    """The connection's events: nsqlookupd's V1 (decode_v1.py), NSQ's V2 (here), or a connection row alone."""
+    if decode_v1.is_lookupd(conn):
+        return decode_v1.decode_connection(conn)
+    rows = Rows(conn)
+    c2s_start = first_bytes(conn.c2s, 4)
     # NSQ: the V2 magic (C-01), a known port, or a server that answers in NSQ frames (E_BAD_PROTOCOL
     # after a bad magic, C-02; any frames when the capture started mid-connection).
     is_nsq = c2s_start == wire.MAGIC_V2 or conn.server[1] in nsq_ports or _looks_like_nsq(conn.s2c)
@@ -166,69 +92,28 @@ def decode_connection(conn: Connection, nsq_ports: frozenset[int]) -> pa.Table:
         server.run()
         client = _ClientSide(rows, conn.c2s, upgrade)
         client.run()
-        _pair_answers(rows)
-    close = _close_kind(conn)
+        pair_answers(rows, ANSWERED_COMMANDS.__contains__)
+    close = close_kind(conn)
     topic, channel = client.subscription if is_nsq else (None, None)
     if is_nsq:
         check_connection(rows, client.identify, upgrade.identify, close)
         if channel is not None:
             _label_subscription(rows, topic, channel)
-    codec = "tls" if upgrade.tls else upgrade.codec or "plain"
     activity = Counter(zip(rows.columns["kind"], rows.columns["name"], strict=True))
-    rows.add(
-        conn.first_ts_ns,
-        "conn",
-        "connection",
+    connection_row(
+        rows,
         "nsq" if is_nsq else "other",
-        status=close,
-        value=conn.packets,
-        detail=json.dumps(
-            {
-                "codec": codec,
-                "syn_seen": conn.c2s.syn_seen,
-                "last_ts_ns": conn.last_ts_ns,
-                "c2s_bytes": conn.c2s.length,
-                "s2c_bytes": conn.s2c.length,
-                "gaps": len(conn.c2s.gaps) + len(conn.s2c.gaps),
-                "retransmitted_bytes": conn.c2s.retransmitted_bytes + conn.s2c.retransmitted_bytes,
-                "conflicting_bytes": conn.c2s.conflicting_bytes + conn.s2c.conflicting_bytes,
-                "magic": c2s_start.decode("latin-1") if c2s_start else None,
-                "identify_request": json.dumps(client.identify) if is_nsq else None,
-                "identify_response": json.dumps(upgrade.identify) if upgrade.identify else None,
-                "topic": topic,
-                "channel": channel,
-                "cls": activity["command", "CLS"],
-                "publish_commands": sum(activity["command", verb] for verb in ("PUB", "MPUB", "DPUB")),
-                "deliveries": activity["frame", "message"],
-            }
-        ),
+        close,
+        codec="tls" if upgrade.tls else upgrade.codec or "plain",
+        identify_request=json.dumps(client.identify) if is_nsq else None,
+        identify_response=json.dumps(upgrade.identify) if upgrade.identify else None,
+        topic=topic,
+        channel=channel,
+        cls=activity["command", "CLS"],
+        publish_commands=sum(activity["command", verb] for verb in ("PUB", "MPUB", "DPUB")),
+        deliveries=activity["frame", "message"],
     )
     return rows.table()
-
-
-def _first_bytes(stream: Stream, count: int) -> bytes:
-    if not stream.syn_seen or not stream.chunks or stream.chunks[0][0] != 0:
-        return b""
-    head = b""
-    for offset, data, _ in stream.chunks:
-        if offset != len(head):
-            break
-        head += data[: count - len(head)]
-        if len(head) >= count:
-            break
-    return head
-
-
-def _close_kind(conn: Connection) -> str:
-    """Who ended the connection: rst, the first FIN's sender, or still open at the capture's end."""
-    if conn.rst_seen:
-        return "rst"
-    client_fin, server_fin = conn.c2s.fin_ts_ns, conn.s2c.fin_ts_ns
-    if client_fin is None and server_fin is None:
-        return "open"
-    if server_fin is None or (client_fin is not None and client_fin <= server_fin):
-        return "client_fin"
-    return "server_fin"
 
 
 def _looks_like_nsq(stream: Stream) -> bool:
@@ -271,98 +156,12 @@ def _command_start(buffer, start: int) -> int:
     return match.start() if match else -1
 
 
-class _Direction:
-    """Shared walk over a stream's chunks and gaps with resync and decompression."""
+class _V2Walk(StreamWalk):
+    """A V2 direction: its decoder pauses at the IDENTIFY upgrade, which ``_switch`` carries out."""
 
-    direction = ""
-
-    def __init__(self, rows: _Rows, stream: Stream, upgrade: _Upgrade):
-        self.rows = rows
-        self.stream = stream
+    def __init__(self, rows: Rows, stream: Stream, upgrade: _Upgrade):
+        super().__init__(rows, stream)
         self.upgrade = upgrade
-        self.decompressor = None
-        self.lost = False  # the rest of this direction cannot be decoded
-        self.resync_buffer: bytearray | None = None if stream.syn_seen else bytearray()
-        self.resync_offset = 0
-        self.ts_ns = 0
-        self.offset = 0
-
-    def run(self):
-        for piece in self.stream.pieces():
-            if isinstance(piece, Gap):
-                self._gap(piece)
-                continue
-            self.offset, data, self.ts_ns = piece
-            if self.lost:
-                continue
-            if self.decompressor is not None:
-                try:
-                    data = self.decompressor.feed(data)
-                except wire.ProtocolViolation as exc:
-                    self._lose("decompression_failed", str(exc))
-                    continue
-            elif self.resync_buffer is not None:
-                data = self._resynced(data)
-                if data is None:
-                    continue
-            self.feed(data)
-        if self.resync_buffer:
-            self.rows.add(
-                self.ts_ns,
-                self.direction,
-                "error",
-                "undecodable_bytes",
-                value=len(self.resync_buffer),
-                stream_offset=self.resync_offset,
-                detail="no frame or command boundary found",
-            )
-
-    def _gap(self, gap: Gap):
-        self.rows.add(gap.ts_ns, self.direction, "gap", "gap", value=gap.length, stream_offset=gap.offset)
-        if self.lost:
-            return
-        if self.decompressor is not None:
-            self._lose("compressed_stream_gap", f"{gap.length} bytes missing inside a compressed stream")
-            return
-        self.reset()
-        self.resync_buffer = bytearray()
-        self.resync_offset = gap.offset + gap.length
-
-    def _lose(self, name: str, detail: str):
-        self.lost = True
-        self.rows.add(self.ts_ns, self.direction, "error", name, detail=detail, stream_offset=self.offset)
-
-    def _resynced(self, data: bytes) -> bytes | None:
-        buffer = self.resync_buffer
-        buffer += data
-        start = self.find_start(buffer)
-        if start < 0:
-            if len(buffer) > _RESYNC_WINDOW:
-                dropped = len(buffer) - _RESYNC_WINDOW // 2
-                self.rows.add(
-                    self.ts_ns,
-                    self.direction,
-                    "error",
-                    "undecodable_bytes",
-                    value=dropped,
-                    stream_offset=self.resync_offset,
-                    detail="no frame or command boundary found",
-                )
-                del buffer[:dropped]
-                self.resync_offset += dropped
-            return None
-        if start:
-            self.rows.add(
-                self.ts_ns,
-                self.direction,
-                "error",
-                "undecodable_bytes",
-                value=start,
-                stream_offset=self.resync_offset,
-                detail="skipped while resynchronising",
-            )
-        self.resync_buffer = None
-        return bytes(buffer[start:])
 
     def _switch(self, rest: bytes):
         """The decoder stopped at the IDENTIFY upgrade's switch point, and ``rest`` came after it (ID-30). The
@@ -379,23 +178,8 @@ class _Direction:
                 return
         self.feed(rest)
 
-    def violation(self, reason: str, exc: wire.ProtocolViolation):
-        self.rows.add(
-            self.ts_ns,
-            self.direction,
-            "error",
-            "protocol_violation",
-            detail=f"{reason}: {exc.reason}",
-            stream_offset=exc.offset,
-        )
-        self.reset()
-        self.resync_buffer = bytearray()
-        self.resync_offset = self.offset
 
-    # subclasses: feed(data), reset(), find_start(buffer); feed() calls _switch() when the decoder pauses
-
-
-class _ServerSide(_Direction):
+class _ServerSide(_V2Walk):
     direction = "s2c"
 
     def __init__(self, rows, stream, upgrade):
@@ -468,7 +252,7 @@ class _ServerSide(_Direction):
 
     def _identify_response(self, data: bytes):
         self.identify_pending = False
-        response = _json_object(data)
+        response = json_object(data)
         layers = wire.upgrades(response)
         self.upgrade.identify = response
         self.upgrade.tls = "tls_v1" in layers
@@ -482,7 +266,7 @@ class _ServerSide(_Direction):
 _MESSAGE_HEADER = struct.Struct(">qH16s")
 
 
-class _ClientSide(_Direction):
+class _ClientSide(_V2Walk):
     direction = "c2s"
 
     def __init__(self, rows, stream, upgrade):
@@ -590,7 +374,7 @@ class _ClientSide(_Direction):
                     self._publish(row, name, first, message)
             elif name == "IDENTIFY":
                 if not self.identify:
-                    self.identify = _json_object(command.body)
+                    self.identify = json_object(command.body)
                 add(ts_ns, direction, "command", name, detail=(command.body or b"").decode("utf-8", "replace"))
             else:
                 add(
@@ -602,14 +386,6 @@ class _ClientSide(_Direction):
                 )
 
 
-def _json_object(body: bytes | None) -> dict:
-    try:
-        value = json.loads(body or b"")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _integer(params, empty=None):
     if not params:
         return None
@@ -619,43 +395,7 @@ def _integer(params, empty=None):
     return int(text) if text.isdigit() and len(text) < 19 else None
 
 
-def _pair_answers(rows: _Rows):
-    """Give each answered command its response or error (C-13), and each FIN/REQ/TOUCH its outcome."""
-    c = rows.columns
-    order = sorted(range(len(c["ts_ns"])), key=lambda i: (c["ts_ns"][i], c["direction"][i] != "c2s", i))
-    waiting: list[int] = []
-    by_id: dict[tuple[str, str], list[int]] = {}
-    for index in order:
-        kind, name, direction = c["kind"][index], c["name"][index], c["direction"][index]
-        if kind == "command":
-            if name in ANSWERED_COMMANDS:
-                waiting.append(index)
-            elif name in ("FIN", "REQ", "TOUCH"):
-                c["status"][index] = "ok"
-                by_id.setdefault((name, c["msg_id"][index]), []).append(index)
-        elif kind == "frame" and name == "error" and c["code"][index] in ID_ERRORS:
-            pending = by_id.get((ID_ERRORS[c["code"][index]], c["msg_id"][index]))
-            if pending:
-                command = pending.pop()
-                c["status"][command] = "failed"
-                c["code"][command] = c["code"][index]
-        elif kind == "frame" and name in ("response", "error") and c["status"][index] != "upgrade":
-            if waiting:
-                command = waiting.pop(0)
-                c["status"][command] = "ok" if name == "response" else "error"
-                c["code"][command] = c["code"][index]
-        elif kind == "gap" and direction == "s2c":
-            # Answers inside the gap are lost: what was waiting stays unanswered, not failed.
-            for command in waiting:
-                c["status"][command] = "unanswered"
-            waiting.clear()
-    for command in waiting:
-        c["status"][command] = "unanswered"
-    for publish, command in rows.publish_command.items():
-        c["status"][publish] = c["status"][command]  # a message is accepted when its command got OK
-
-
-def _label_subscription(rows: _Rows, topic: str, channel: str):
+def _label_subscription(rows: Rows, topic: str, channel: str):
     c = rows.columns
     for index, kind in enumerate(c["kind"]):
         if kind in ("frame", "gap", "violation", "inflight") or (

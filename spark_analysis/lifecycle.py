@@ -19,7 +19,7 @@ CONNECTION_DETAIL = (
     "codec STRING, syn_seen BOOLEAN, last_ts_ns BIGINT, c2s_bytes BIGINT, s2c_bytes BIGINT, "
     "gaps INT, retransmitted_bytes BIGINT, conflicting_bytes BIGINT, magic STRING, "
     "identify_request STRING, identify_response STRING, topic STRING, channel STRING, cls INT, "
-    "publish_commands INT, deliveries INT"
+    "publish_commands INT, deliveries INT, producer STRING"
 )
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 DELIVERY_COLUMNS = [*MESSAGE_KEY, "conn_id", "ts_ns", "attempts", "msg_ts_ns", "body_len", "body_hash"]
@@ -73,7 +73,7 @@ def tables(events: DataFrame, materialise: Callable[[str, DataFrame], DataFrame]
     }
     # Both cores stay busy through these jobs; running them side by side keeps them so while one job
     # waits on another's stage. Only messages reads another table: the deliveries it summarises.
-    independent = {**projections, "connections": connections(events)}
+    independent = {**projections, "connections": connections(events), "registrations": registrations(events)}
     with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
         stored = {name: pool.submit(materialise, name, frame) for name, frame in independent.items()}
         delivery = materialise("deliveries", deliveries(events))
@@ -93,6 +93,7 @@ def connections(events: DataFrame) -> DataFrame:
             "server_port",
             F.col("ts_ns").alias("first_ts_ns"),
             (F.col("name") == "nsq").alias("is_nsq"),
+            (F.col("name") == "lookupd").alias("is_lookupd"),
             F.col("status").alias("close"),
             F.col("value").alias("packets"),
             F.from_json("detail", CONNECTION_DETAIL).alias("d"),
@@ -106,7 +107,28 @@ def connections(events: DataFrame) -> DataFrame:
         F.when(F.col("channel").isNotNull(), "consumer")
         .when(F.col("publish_commands") > 0, "producer")
         .when(F.col("is_nsq"), "nsq-other")
+        .when(F.col("is_lookupd"), "lookupd-peer")
         .otherwise("not-nsq"),
+    )
+
+
+def registrations(events: DataFrame) -> DataFrame:
+    """What producers told nsqlookupd (R-03..R-07, L-TCP-12..15): each REGISTER and UNREGISTER of a V1 connection
+    with its producer and nsqlookupd's answer."""
+    lookupd_connections = events.where("kind = 'connection' AND name = 'lookupd'").select("conn_id")
+    return (
+        events.where("kind = 'command' AND name IN ('REGISTER', 'UNREGISTER')")
+        .join(lookupd_connections, "conn_id", "left_semi")
+        .select(
+            "conn_id",
+            "ts_ns",
+            F.col("detail").alias("producer"),
+            F.col("name").alias("action"),
+            "topic",
+            "channel",
+            "status",
+            "code",
+        )
     )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import os
 
 import matplotlib
@@ -17,6 +16,7 @@ from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from conformance.catalogue import requirements  # noqa: E402
+from spark_analysis.summary import message_events  # noqa: E402
 
 NS_PER_S = 1_000_000_000
 CDF_POINTS = 200
@@ -31,6 +31,7 @@ def write(tables: dict[str, DataFrame], summary: dict, out_dir: str) -> str:
         ("Errors by code", _errors(summary)),
         ("Heartbeat gaps", _heartbeat_gaps(tables["heartbeats"])),
         ("RDY and in flight per consumer connection", _flow_control(tables["flow_control"])),
+        ("Registrations with nsqlookupd", _registrations(summary["lookupd"])),
     ]
     path = os.path.join(out_dir, "report.html")
     with open(path, "w") as handle:
@@ -180,6 +181,23 @@ def _errors(summary: dict) -> str:
     return _figure_html(figure)
 
 
+def _registrations(lookupd: dict) -> str:
+    """What each producer told nsqlookupd (R-03..R-07) and how it answered."""
+    if not lookupd["connections"]:
+        return "<p>No nsqlookupd connection (TCP protocol V1) in the capture.</p>"
+    commands = ", ".join(f"{name} {count:,}" for name, count in lookupd["commands"].items())
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(value))}</td>" for value in (
+            row["producer"] or "(no IDENTIFY seen)", row["action"], row["topic"], row["channel"] or "(topic)",
+            row["status"], f"{row['count']:,}")) + "</tr>"
+        for row in lookupd["registrations"]
+    )
+    return (f"<p>{lookupd['connections']:,} V1 connections from {len(lookupd['producers']):,} producers "
+            f"({html.escape(', '.join(lookupd['producers']))}); commands: {html.escape(commands)}.</p>"
+            "<table><tr><th>producer</th><th>command</th><th>topic</th><th>channel</th><th>answer</th>"
+            f"<th>count</th></tr>{rows}</table>")
+
+
 def _heartbeat_gaps(heartbeats: DataFrame) -> str:
     frame = (
         heartbeats.where("gap_ms IS NOT NULL")
@@ -233,6 +251,26 @@ def _requirement_text(requirement_id: str) -> str:
     return f"{requirement.level}: {requirement.text} ({requirement.source})" if requirement else ""
 
 
+def _inputs(summary: dict) -> str:
+    """The header: what was analysed, and how fast."""
+    given = summary.get("input", {})
+    size, seconds = given.get("bytes", 0), given.get("analysis_seconds", 0)
+    events = message_events(summary["totals"])
+    rows = [
+        ("analysed", "<br>".join(f"<code>{html.escape(path)}</code>" for path in given.get("files", []))),
+        ("size", f"{size:,} bytes ({size / 1e6:,.1f} MB)"),
+        ("NSQ connections", f"{summary['totals']['tcp_connections_nsqd_tcp_port']:,} to nsqd"
+                            f" ({summary['tls_connections']:,} of them TLS, opaque after the upgrade),"
+                            f" {summary['lookupd']['connections']:,} to nsqlookupd,"
+                            f" {summary['other_connections']:,} other TCP connections"),
+        ("message events", f"{events:,} (published, delivered, FIN, REQ, TOUCH)"),
+        ("analysis time", f"{seconds:,.1f} s (Spark session start excluded)"),
+    ]
+    if seconds:
+        rows.append(("rate", f"{events / seconds:,.0f} message events/s, {size / 1e6 / seconds:,.1f} MB/s"))
+    return "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in rows)
+
+
 def _page(summary: dict, sections) -> str:
     totals = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:,}</td></tr>" for k, v in summary["totals"].items())
     violations = (
@@ -243,12 +281,11 @@ def _page(summary: dict, sections) -> str:
         or "<tr><td colspan=3>none found</td></tr>"
     )
     body = "".join(f"<h2>{html.escape(title)}</h2>{content}" for title, content in sections)
-    inputs = html.escape(json.dumps(summary.get("input", {})))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>NSQ trace report</title>
 <style>body{{font-family:sans-serif;max-width:1150px;margin:auto}}
 td,th{{padding:2px 8px;text-align:left}} table{{border-collapse:collapse}}
 tr:nth-child(even){{background:#f3f3f3}} img{{max-width:100%}}</style></head>
-<body><h1>NSQ trace report</h1><p><code>{inputs}</code></p>
+<body><h1>NSQ trace report</h1><table>{_inputs(summary)}</table>
 <h2>Totals (truth-file terms)</h2><table>{totals}</table>
 <h2>Protocol violations (catalogue IDs)</h2>
 <table><tr><th>requirement</th><th>count</th><th>rule</th></tr>{violations}</table>

@@ -18,6 +18,14 @@ PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
 NS_PER_S = 1e9
 
 
+MESSAGE_EVENT_TOTALS = ("messages_published", "deliveries", "fin", "req", "touch")
+
+
+def message_events(totals: dict) -> int:
+    """What the throughput figures count: publishes, deliveries and FIN/REQ/TOUCH (issue 12's "message events")."""
+    return sum(totals[key] for key in MESSAGE_EVENT_TOTALS)
+
+
 def summarise(events: DataFrame, tables: dict[str, DataFrame]) -> dict:
     quantiles = [0.5, 0.9, 0.99, 1.0]
     messages = tables["messages"]
@@ -46,6 +54,9 @@ def summarise(events: DataFrame, tables: dict[str, DataFrame]) -> dict:
         .join(messages.select(*MESSAGE_KEY), MESSAGE_KEY, "left_anti")
         .groupBy("topic", "channel")
         .count(),
+        "registrations": tables["registrations"]
+        .groupBy("producer", "action", "topic", "channel", "status")
+        .count(),
         "latencies": messages.agg(
             F.percentile_approx("publish_to_first_delivery_ms", quantiles, 10000).alias("publish_to_deliver"),
             F.percentile_approx("last_delivery_to_fin_ms", quantiles, 10000).alias("deliver_to_fin"),
@@ -56,6 +67,7 @@ def summarise(events: DataFrame, tables: dict[str, DataFrame]) -> dict:
 
     conns = [row.asDict() for row in rows["connections"]]
     nsq_conns = {c["conn_id"]: c for c in conns if c["to_nsqd_port"]}
+    lookupd_conns = {c["conn_id"]: c for c in conns if c["is_lookupd"]}
     activity = [row.asDict() for row in rows["activity"]]
     per_conn = defaultdict(Counter)
     for a in activity:
@@ -143,7 +155,27 @@ def summarise(events: DataFrame, tables: dict[str, DataFrame]) -> dict:
             name: dict(zip(("p50", "p90", "p99", "max"), rows["latencies"][0][name] or [], strict=False))
             for name in ("publish_to_deliver", "deliver_to_fin")
         },
-        "other_connections": len(conns) - len(nsq_conns),
+        "tls_connections": sum(conn["codec"] == "tls" for conn in nsq_conns.values()),
+        "lookupd": _lookupd(lookupd_conns, activity, rows["registrations"]),
+        "other_connections": len(conns) - len(nsq_conns) - len(lookupd_conns),
+    }
+
+
+def _lookupd(conns: dict, activity: list[dict], registrations) -> dict:
+    """nsqlookupd's side of the capture: its V1 connections, their producers, their commands, each REGISTER and
+    UNREGISTER with its answer."""
+    commands = Counter()
+    for a in activity:
+        if a["conn_id"] in conns and a["kind"] == "command":
+            commands[a["name"]] += a["count"]
+    return {
+        "connections": len(conns),
+        "producers": sorted({conn["producer"] for conn in conns.values() if conn["producer"]}),
+        "commands": dict(sorted(commands.items())),
+        "registrations": sorted(
+            ({**row.asDict(), "channel": row["channel"] or ""} for row in registrations),
+            key=lambda row: (row["producer"] or "", row["topic"] or "", row["channel"], row["action"]),
+        ),
     }
 
 

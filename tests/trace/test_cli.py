@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 from trace_helpers import PCAPS, REPO
 
 from spark_analysis.analysis import run_analysis
+from spark_analysis.summary import message_events
 
 
 def nsq_trace(*args, timeout=300):
@@ -51,6 +53,10 @@ def test_analyze_end_to_end_with_a_corrupt_file_among_good_ones(tmp_path):
     html = (out / "report.html").read_text()
     assert html.count('<img src="data:image/png;base64,') == 7
     assert "<td>NSQ-FIN-003</td>" in html
+    events = message_events(json.loads(summary)["totals"])
+    header = html[html.index("<h1>"):html.index("<h2>")]  # the inputs and figures, as a table
+    assert f"<code>{cut}</code><br><code>{PCAPS / 'workload-small.pcap'}</code>" in header
+    assert f"<tr><th>message events</th><td>{events:,} (" in header and events > 0
 
 
 def test_report_names_violations_by_requirement_id(spark, tmp_path):

@@ -30,9 +30,9 @@ def test_byte_range_splits_read_exactly_the_same_rows(spark):
 
 
 def test_directory_and_glob_paths(spark):
-    by_glob = load(spark, str(PCAPS / "c*.pcap"))
+    by_glob = load(spark, str(PCAPS / "co*.pcap"))
     assertDataFrameEqual(by_glob, load(spark, str(PCAPS / "compressed.pcap")))
-    assert load(spark, str(PCAPS)).select("file").distinct().count() == 3
+    assert load(spark, str(PCAPS)).select("file").distinct().count() == len(list(PCAPS.glob("*.pcap")))
 
 
 def test_truncated_file_is_a_counted_error_row(spark, tmp_path):

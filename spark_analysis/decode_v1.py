@@ -1,0 +1,125 @@
+"""nsqlookupd's connections in a capture: what producers (nsqds) tell a lookupd over the TCP protocol "  V1"
+(nsqd-behavior.md section 10, nsqlookupd-behavior.md section 2), through ``conformance.wire_v1``.
+
+One connection in, rows of ``EVENT_SCHEMA`` out: a ``command`` row per IDENTIFY, REGISTER, UNREGISTER and PING
+(``topic``, ``channel``; ``detail``: the producer, ``broadcast_address:tcp_port`` of its IDENTIFY), a ``frame`` row
+per reply (``response`` or ``error`` with its code: L-TCP-02), each command paired with its reply, and the
+connection row (``lookupd``, with the producer). A connection is nsqlookupd's when it starts with the magic
+"  V1", or, caught mid-stream, when it goes to nsqlookupd's port (4160 by default).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+
+from conformance import wire_v1
+from conformance.wire import ProtocolViolation
+from spark_analysis.events import Rows, StreamWalk, close_kind, connection_row, first_bytes, json_object, pair_answers
+from spark_analysis.reassembly import Connection
+
+LOOKUPD_PORTS = frozenset({4160})  # nsqlookupd's default --tcp-address port
+_COMMAND_START = re.compile(rb"(?:^|(?<=\n))(?:IDENTIFY\n|(?:REGISTER|UNREGISTER) |PING\n)")
+_REPLY_START = re.compile(rb"\x00\x00\x00\x02OK|\x00\x00\x00[\x05-\x7f]E_[A-Z_]+ ")
+
+
+def is_lookupd(conn: Connection) -> bool:
+    start = first_bytes(conn.c2s, 4)
+    return start == wire_v1.MAGIC_V1 or (not start and conn.server[1] in LOOKUPD_PORTS)
+
+
+def decode_connection(conn: Connection) -> pa.Table:
+    rows = Rows(conn)
+    _Replies(rows, conn.s2c).run()
+    commands = _Commands(rows, conn.c2s)
+    commands.run()
+    pair_answers(rows, lambda name: True)  # every V1 command gets one reply, in order (L-TCP-02)
+    connection_row(rows, "lookupd", close_kind(conn), codec="plain", producer=commands.producer,
+                   identify_request=commands.identify_body)
+    return rows.table()
+
+
+class _Commands(StreamWalk):
+    direction = "c2s"
+
+    def __init__(self, rows, stream):
+        super().__init__(rows, stream)
+        self.decoder = wire_v1.V1CommandDecoder()
+        self.producer: str | None = None  # broadcast_address:tcp_port, as nsqlookupd lists it (L-HTTP lookup)
+        self.identify_body: str | None = None
+
+    def reset(self):
+        self.decoder = wire_v1.V1CommandDecoder()
+        self.decoder.feed(wire_v1.MAGIC_V1)  # resumed mid-stream: the magic was sent long ago
+
+    def find_start(self, buffer) -> int:
+        match = _COMMAND_START.search(buffer)
+        return match.start() if match else -1
+
+    def run(self):
+        if self.resync_buffer is not None:
+            self.reset()
+        super().run()
+
+    def feed(self, data: bytes):
+        try:
+            commands = self.decoder.feed(data)
+        except ProtocolViolation as exc:
+            self._commands(exc.commands)
+            if self.decoder.magic != wire_v1.MAGIC_V1:
+                self.rows.add(self.ts_ns, self.direction, "error", "bad_magic", detail=repr(self.decoder.magic),
+                              stream_offset=0)  # L-TCP-03
+                self.lost = True
+                return
+            self.violation("command", exc)
+            return
+        self._commands(commands)
+
+    def _commands(self, commands):
+        for command in commands:
+            name = command.name.decode("latin-1")
+            params = [param.decode("latin-1") for param in command.params]
+            if name == "IDENTIFY":
+                fields = json_object(command.body)
+                self.identify_body = (command.body or b"").decode("utf-8", "replace")
+                if self.producer is None and "broadcast_address" in fields:
+                    self.producer = f"{fields['broadcast_address']}:{fields.get('tcp_port')}"
+                self.rows.add(self.ts_ns, self.direction, "command", name, detail=self.identify_body)
+            elif name in ("REGISTER", "UNREGISTER"):
+                self.rows.add(self.ts_ns, self.direction, "command", name, topic=params[0] if params else None,
+                              channel=params[1] if len(params) > 1 else None, detail=self.producer)
+            else:
+                self.rows.add(self.ts_ns, self.direction, "command", name, detail=" ".join(params) or None)
+
+
+class _Replies(StreamWalk):
+    direction = "s2c"
+
+    def __init__(self, rows, stream):
+        super().__init__(rows, stream)
+        self.decoder = wire_v1.V1ReplyDecoder()
+
+    def reset(self):
+        self.decoder = wire_v1.V1ReplyDecoder()
+
+    def find_start(self, buffer) -> int:
+        match = _REPLY_START.search(buffer)
+        return match.start() if match else -1
+
+    def feed(self, data: bytes):
+        try:
+            replies = self.decoder.feed(data)
+        except ProtocolViolation as exc:
+            self._replies(exc.decoded)
+            self.violation("reply", exc)
+            return
+        self._replies(replies)
+
+    def _replies(self, replies):
+        for reply in replies:
+            text = reply.decode("utf-8", "replace")
+            if wire_v1.is_error(reply):  # L-TCP-21: the code, then the text; the connection then ends
+                self.rows.add(self.ts_ns, self.direction, "frame", "error", code=text.split(" ", 1)[0], detail=text)
+            else:
+                self.rows.add(self.ts_ns, self.direction, "frame", "response", detail=text)

@@ -1,0 +1,313 @@
+"""What the decoders of both protocols share: the event schema, the row builder of one connection, the walk over
+a stream's chunks and gaps with resync, and the pairing of commands with their answers. ``decode.py`` decodes nsqd's
+V2 connections with it, ``decode_v1.py`` nsqlookupd's V1 ones."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from conformance import wire
+from spark_analysis.reassembly import Connection, Gap, Stream
+from spark_analysis.violations import ID_ERRORS
+
+EVENT_SCHEMA = pa.schema(
+    [
+        ("conn_id", pa.string()),
+        ("client", pa.string()),
+        ("server", pa.string()),
+        ("client_port", pa.int32()),
+        ("server_port", pa.int32()),
+        ("ts_ns", pa.int64()),
+        ("direction", pa.string()),  # c2s | s2c | conn
+        ("kind", pa.string()),  # command | frame | publish | gap | error | violation | connection
+        ("name", pa.string()),  # verb, frame kind (message/heartbeat/response/error), error or requirement ID
+        ("topic", pa.string()),
+        ("channel", pa.string()),
+        ("msg_id", pa.string()),
+        ("attempts", pa.int32()),
+        ("msg_ts_ns", pa.int64()),  # message frames: the publish timestamp carried in the frame (C-09)
+        ("body_len", pa.int64()),
+        ("body_hash", pa.int64()),  # crc32 and adler32 of the body: joins publishes with deliveries
+        # RDY count, REQ timeout, DPUB defer, MPUB message count, gap length, ns since the previous heartbeat
+        ("value", pa.int64()),
+        ("status", pa.string()),  # commands: ok | failed | error | unanswered
+        ("code", pa.string()),  # error frames: E_*; commands: the error code they got
+        ("detail", pa.string()),
+        ("stream_offset", pa.int64()),
+    ]
+)
+
+RESYNC_WINDOW = 1 << 20  # bytes kept while searching for a resync point
+DETAIL_LIMIT = 300
+
+
+class Rows:
+    """Column lists of EVENT_SCHEMA for one connection."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.columns = {name: [] for name in EVENT_SCHEMA.names}
+        self.publish_command: dict[int, int] = {}  # publish row -> the PUB/MPUB/DPUB command row
+
+    def add(
+        self,
+        ts_ns,
+        direction,
+        kind,
+        name,
+        *,
+        topic=None,
+        channel=None,
+        msg_id=None,
+        attempts=None,
+        msg_ts_ns=None,
+        body_len=None,
+        body_hash=None,
+        value=None,
+        status=None,
+        code=None,
+        detail=None,
+        stream_offset=None,
+    ) -> int:
+        c = self.columns
+        c["ts_ns"].append(ts_ns)
+        c["direction"].append(direction)
+        c["kind"].append(kind)
+        c["name"].append(name)
+        c["topic"].append(topic)
+        c["channel"].append(channel)
+        c["msg_id"].append(msg_id)
+        c["attempts"].append(attempts)
+        c["msg_ts_ns"].append(msg_ts_ns)
+        c["body_len"].append(body_len)
+        c["body_hash"].append(body_hash)
+        c["value"].append(value)
+        c["status"].append(status)
+        c["code"].append(code)
+        c["detail"].append(
+            detail if detail is None or len(detail) <= DETAIL_LIMIT or kind == "connection" else detail[:DETAIL_LIMIT]
+        )
+        c["stream_offset"].append(stream_offset)
+        return len(c["ts_ns"]) - 1
+
+    def table(self) -> pa.Table:
+        count = len(self.columns["ts_ns"])
+        conn = self.conn
+        self.columns["conn_id"] = [conn.conn_id] * count
+        self.columns["client"] = [f"{conn.client[0]} {conn.client[1]}"] * count
+        self.columns["server"] = [f"{conn.server[0]} {conn.server[1]}"] * count
+        self.columns["client_port"] = [conn.client[1]] * count
+        self.columns["server_port"] = [conn.server[1]] * count
+        return pa.Table.from_pydict(self.columns, schema=EVENT_SCHEMA)
+
+
+def first_bytes(stream: Stream, count: int) -> bytes:
+    if not stream.syn_seen or not stream.chunks or stream.chunks[0][0] != 0:
+        return b""
+    head = b""
+    for offset, data, _ in stream.chunks:
+        if offset != len(head):
+            break
+        head += data[: count - len(head)]
+        if len(head) >= count:
+            break
+    return head
+
+
+def close_kind(conn: Connection) -> str:
+    """Who ended the connection: rst, the first FIN's sender, or still open at the capture's end."""
+    if conn.rst_seen:
+        return "rst"
+    client_fin, server_fin = conn.c2s.fin_ts_ns, conn.s2c.fin_ts_ns
+    if client_fin is None and server_fin is None:
+        return "open"
+    if server_fin is None or (client_fin is not None and client_fin <= server_fin):
+        return "client_fin"
+    return "server_fin"
+
+
+class StreamWalk:
+    """One direction of a connection, walked chunk by chunk with its gaps: resync after a gap or a protocol
+    violation, or at the start of a capture that missed the connection's start; decompression once a
+    subclass has switched it on. Subclasses: ``feed(data)``, ``reset()``, ``find_start(buffer)``."""
+
+    direction = ""
+
+    def __init__(self, rows: Rows, stream: Stream):
+        self.rows = rows
+        self.stream = stream
+        self.decompressor = None
+        self.lost = False  # the rest of this direction cannot be decoded
+        self.resync_buffer: bytearray | None = None if stream.syn_seen else bytearray()
+        self.resync_offset = 0
+        self.ts_ns = 0
+        self.offset = 0
+
+    def run(self):
+        for piece in self.stream.pieces():
+            if isinstance(piece, Gap):
+                self._gap(piece)
+                continue
+            self.offset, data, self.ts_ns = piece
+            if self.lost:
+                continue
+            if self.decompressor is not None:
+                try:
+                    data = self.decompressor.feed(data)
+                except wire.ProtocolViolation as exc:
+                    self._lose("decompression_failed", str(exc))
+                    continue
+            elif self.resync_buffer is not None:
+                data = self._resynced(data)
+                if data is None:
+                    continue
+            self.feed(data)
+        if self.resync_buffer:
+            self.rows.add(
+                self.ts_ns,
+                self.direction,
+                "error",
+                "undecodable_bytes",
+                value=len(self.resync_buffer),
+                stream_offset=self.resync_offset,
+                detail="no frame or command boundary found",
+            )
+
+    def _gap(self, gap: Gap):
+        self.rows.add(gap.ts_ns, self.direction, "gap", "gap", value=gap.length, stream_offset=gap.offset)
+        if self.lost:
+            return
+        if self.decompressor is not None:
+            self._lose("compressed_stream_gap", f"{gap.length} bytes missing inside a compressed stream")
+            return
+        self.reset()
+        self.resync_buffer = bytearray()
+        self.resync_offset = gap.offset + gap.length
+
+    def _lose(self, name: str, detail: str):
+        self.lost = True
+        self.rows.add(self.ts_ns, self.direction, "error", name, detail=detail, stream_offset=self.offset)
+
+    def _resynced(self, data: bytes) -> bytes | None:
+        buffer = self.resync_buffer
+        buffer += data
+        start = self.find_start(buffer)
+        if start < 0:
+            if len(buffer) > RESYNC_WINDOW:
+                dropped = len(buffer) - RESYNC_WINDOW // 2
+                self.rows.add(
+                    self.ts_ns,
+                    self.direction,
+                    "error",
+                    "undecodable_bytes",
+                    value=dropped,
+                    stream_offset=self.resync_offset,
+                    detail="no frame or command boundary found",
+                )
+                del buffer[:dropped]
+                self.resync_offset += dropped
+            return None
+        if start:
+            self.rows.add(
+                self.ts_ns,
+                self.direction,
+                "error",
+                "undecodable_bytes",
+                value=start,
+                stream_offset=self.resync_offset,
+                detail="skipped while resynchronising",
+            )
+        self.resync_buffer = None
+        return bytes(buffer[start:])
+
+    def violation(self, reason: str, exc: wire.ProtocolViolation):
+        self.rows.add(
+            self.ts_ns,
+            self.direction,
+            "error",
+            "protocol_violation",
+            detail=f"{reason}: {exc.reason}",
+            stream_offset=exc.offset,
+        )
+        self.reset()
+        self.resync_buffer = bytearray()
+        self.resync_offset = self.offset
+
+
+
+def json_object(body: bytes | None) -> dict:
+    try:
+        value = json.loads(body or b"")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def pair_answers(rows: Rows, answered: Callable[[str], bool]):
+    """Give each ``answered`` command its response or error, in order (V2: C-13; V1: L-TCP-02), and each FIN/REQ/TOUCH
+    its outcome."""
+    c = rows.columns
+    order = sorted(range(len(c["ts_ns"])), key=lambda i: (c["ts_ns"][i], c["direction"][i] != "c2s", i))
+    waiting: list[int] = []
+    by_id: dict[tuple[str, str], list[int]] = {}
+    for index in order:
+        kind, name, direction = c["kind"][index], c["name"][index], c["direction"][index]
+        if kind == "command":
+            if answered(name):
+                waiting.append(index)
+            elif name in ("FIN", "REQ", "TOUCH"):
+                c["status"][index] = "ok"
+                by_id.setdefault((name, c["msg_id"][index]), []).append(index)
+        elif kind == "frame" and name == "error" and c["code"][index] in ID_ERRORS:
+            pending = by_id.get((ID_ERRORS[c["code"][index]], c["msg_id"][index]))
+            if pending:
+                command = pending.pop()
+                c["status"][command] = "failed"
+                c["code"][command] = c["code"][index]
+        elif kind == "frame" and name in ("response", "error") and c["status"][index] != "upgrade":
+            if waiting:
+                command = waiting.pop(0)
+                c["status"][command] = "ok" if name == "response" else "error"
+                c["code"][command] = c["code"][index]
+        elif kind == "gap" and direction == "s2c":
+            # Answers inside the gap are lost: what was waiting stays unanswered, not failed.
+            for command in waiting:
+                c["status"][command] = "unanswered"
+            waiting.clear()
+    for command in waiting:
+        c["status"][command] = "unanswered"
+    for publish, command in rows.publish_command.items():
+        c["status"][publish] = c["status"][command]  # a message is accepted when its command got OK
+
+
+
+
+def connection_row(rows: Rows, name: str, close: str, **detail) -> None:
+    """The connection's own row: ``name`` (nsq, lookupd, other), how it ended, and in ``detail`` what the capture
+    shows of it (lifecycle.CONNECTION_DETAIL), the protocol's fields among them."""
+    conn = rows.conn
+    c2s_start = first_bytes(conn.c2s, 4)
+    rows.add(
+        conn.first_ts_ns,
+        "conn",
+        "connection",
+        name,
+        status=close,
+        value=conn.packets,
+        detail=json.dumps(
+            {
+                "syn_seen": conn.c2s.syn_seen,
+                "last_ts_ns": conn.last_ts_ns,
+                "c2s_bytes": conn.c2s.length,
+                "s2c_bytes": conn.s2c.length,
+                "gaps": len(conn.c2s.gaps) + len(conn.s2c.gaps),
+                "retransmitted_bytes": conn.c2s.retransmitted_bytes + conn.s2c.retransmitted_bytes,
+                "conflicting_bytes": conn.c2s.conflicting_bytes + conn.s2c.conflicting_bytes,
+                "magic": c2s_start.decode("latin-1") if c2s_start else None,
+                **detail,
+            }
+        ),
+    )
