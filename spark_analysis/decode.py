@@ -33,7 +33,7 @@ from spark_analysis.events import (
     pair_answers,
 )
 from spark_analysis.reassembly import Connection, Stream
-from spark_analysis.violations import ID_ERRORS, check_connection
+from spark_analysis.violations import ID_ERRORS, NS_PER_S, check_connection
 
 # Commands that get exactly one response or error frame in command order (C-13).
 ANSWERED_COMMANDS = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
@@ -96,7 +96,12 @@ def decode_connection(conn: Connection, nsq_ports: frozenset[int]) -> pa.Table:
     close = close_kind(conn)
     topic, channel = client.subscription if is_nsq else (None, None)
     if is_nsq:
-        check_connection(rows, client.identify, upgrade.identify, close)
+        findings, in_flight = check_connection(rows.columns, rows.time_order(), client.identify, upgrade.identify,
+                                               close)
+        for finding in findings:
+            rows.add(finding.ts_ns, "conn", "violation", finding.requirement, detail=finding.detail)
+        for second, count in sorted(in_flight.items()):
+            rows.add(second * NS_PER_S, "conn", "inflight", "in_flight", value=count)
         if channel is not None:
             _label_subscription(rows, topic, channel)
     activity = Counter(zip(rows.columns["kind"], rows.columns["name"], strict=True))

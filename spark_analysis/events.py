@@ -5,13 +5,38 @@ V2 connections with it, ``decode_v1.py`` nsqlookupd's V1 ones."""
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
 
 from conformance import wire
 from spark_analysis.reassembly import Connection, Gap, Stream
 from spark_analysis.violations import ID_ERRORS
+
+# The connection row's facts (kind = connection): what the capture shows of the connection, and the protocol's.
+CONNECTION_TYPE = pa.struct(
+    [
+        ("codec", pa.string()),  # plain | snappy | deflate | tls
+        ("syn_seen", pa.bool_()),
+        ("last_ts_ns", pa.int64()),
+        ("c2s_bytes", pa.int64()),
+        ("s2c_bytes", pa.int64()),
+        ("gaps", pa.int32()),
+        ("retransmitted_bytes", pa.int64()),
+        ("conflicting_bytes", pa.int64()),
+        ("magic", pa.string()),
+        ("identify_request", pa.string()),  # the client's IDENTIFY body (V2 and V1)
+        ("identify_response", pa.string()),  # nsqd's JSON answer (V2)
+        ("topic", pa.string()),  # the subscription (V2)
+        ("channel", pa.string()),
+        ("cls", pa.int32()),
+        ("publish_commands", pa.int32()),
+        ("deliveries", pa.int32()),
+        ("producer", pa.string()),  # broadcast_address:tcp_port of a V1 IDENTIFY
+    ]
+)
 
 EVENT_SCHEMA = pa.schema(
     [
@@ -37,6 +62,7 @@ EVENT_SCHEMA = pa.schema(
         ("code", pa.string()),  # error frames: E_*; commands: the error code they got
         ("detail", pa.string()),
         ("stream_offset", pa.int64()),
+        ("connection", CONNECTION_TYPE),
     ]
 )
 
@@ -44,12 +70,18 @@ RESYNC_WINDOW = 1 << 20  # bytes kept while searching for a resync point
 DETAIL_LIMIT = 300
 
 
+_ROW_FIELDS = EVENT_SCHEMA.names[5:]  # what add() takes; the first five are the connection's own
+
+
 class Rows:
-    """Column lists of EVENT_SCHEMA for one connection."""
+    """The event rows of one connection. While decoding, one tuple per row (one append, the cost that matters
+    at hundreds of thousands of messages); ``columns`` turns them into column lists once, for the passes that
+    read and amend them (pairing, checks), and ``add`` appends to those from then on."""
 
     def __init__(self, conn: Connection):
         self.conn = conn
-        self.columns = {name: [] for name in EVENT_SCHEMA.names}
+        self._tuples: list[tuple] = []
+        self._columns: dict[str, list] | None = None
         self.publish_command: dict[int, int] = {}  # publish row -> the PUB/MPUB/DPUB command row
 
     def add(
@@ -71,37 +103,49 @@ class Rows:
         code=None,
         detail=None,
         stream_offset=None,
+        connection=None,
     ) -> int:
+        if detail is not None and len(detail) > DETAIL_LIMIT and kind != "connection":
+            detail = detail[:DETAIL_LIMIT]
+        row = (ts_ns, direction, kind, name, topic, channel, msg_id, attempts, msg_ts_ns, body_len, body_hash, value,
+               status, code, detail, stream_offset, connection)
+        if self._columns is None:
+            self._tuples.append(row)
+            return len(self._tuples) - 1
+        for column, value in zip(self._columns.values(), row, strict=True):
+            column.append(value)
+        return len(self._columns["ts_ns"]) - 1
+
+    @property
+    def columns(self) -> dict[str, list]:
+        if self._columns is None:
+            transposed = list(zip(*self._tuples, strict=True)) or [()] * len(_ROW_FIELDS)
+            self._columns = {name: list(values) for name, values in zip(_ROW_FIELDS, transposed, strict=True)}
+            self._tuples = []
+        return self._columns
+
+    def time_order(self) -> list[int]:
+        """Row indices by capture time; at the same instant a client's row before the server's (an answer follows
+        its command), then in decode order."""
         c = self.columns
-        c["ts_ns"].append(ts_ns)
-        c["direction"].append(direction)
-        c["kind"].append(kind)
-        c["name"].append(name)
-        c["topic"].append(topic)
-        c["channel"].append(channel)
-        c["msg_id"].append(msg_id)
-        c["attempts"].append(attempts)
-        c["msg_ts_ns"].append(msg_ts_ns)
-        c["body_len"].append(body_len)
-        c["body_hash"].append(body_hash)
-        c["value"].append(value)
-        c["status"].append(status)
-        c["code"].append(code)
-        c["detail"].append(
-            detail if detail is None or len(detail) <= DETAIL_LIMIT or kind == "connection" else detail[:DETAIL_LIMIT]
-        )
-        c["stream_offset"].append(stream_offset)
-        return len(c["ts_ns"]) - 1
+        count = len(c["ts_ns"])
+        ts = np.fromiter(c["ts_ns"], np.int64, count)
+        from_server = np.fromiter((direction != "c2s" for direction in c["direction"]), bool, count)
+        return np.lexsort((from_server, ts)).tolist()  # stable: ties keep decode order
 
     def table(self) -> pa.Table:
-        count = len(self.columns["ts_ns"])
+        columns = self.columns
+        count = len(columns["ts_ns"])
         conn = self.conn
-        self.columns["conn_id"] = [conn.conn_id] * count
-        self.columns["client"] = [f"{conn.client[0]} {conn.client[1]}"] * count
-        self.columns["server"] = [f"{conn.server[0]} {conn.server[1]}"] * count
-        self.columns["client_port"] = [conn.client[1]] * count
-        self.columns["server_port"] = [conn.server[1]] * count
-        return pa.Table.from_pydict(self.columns, schema=EVENT_SCHEMA)
+        constant = {
+            "conn_id": conn.conn_id,
+            "client": f"{conn.client[0]} {conn.client[1]}",
+            "server": f"{conn.server[0]} {conn.server[1]}",
+            "client_port": conn.client[1],
+            "server_port": conn.server[1],
+        }
+        return pa.Table.from_pydict({**{name: [value] * count for name, value in constant.items()}, **columns},
+                                    schema=EVENT_SCHEMA)
 
 
 def first_bytes(stream: Stream, count: int) -> bytes:
@@ -250,10 +294,9 @@ def pair_answers(rows: Rows, answered: Callable[[str], bool]):
     """Give each ``answered`` command its response or error, in order (V2: C-13; V1: L-TCP-02), and each FIN/REQ/TOUCH
     its outcome."""
     c = rows.columns
-    order = sorted(range(len(c["ts_ns"])), key=lambda i: (c["ts_ns"][i], c["direction"][i] != "c2s", i))
-    waiting: list[int] = []
+    waiting: deque[int] = deque()
     by_id: dict[tuple[str, str], list[int]] = {}
-    for index in order:
+    for index in rows.time_order():
         kind, name, direction = c["kind"][index], c["name"][index], c["direction"][index]
         if kind == "command":
             if answered(name):
@@ -269,7 +312,7 @@ def pair_answers(rows: Rows, answered: Callable[[str], bool]):
                 c["code"][command] = c["code"][index]
         elif kind == "frame" and name in ("response", "error") and c["status"][index] != "upgrade":
             if waiting:
-                command = waiting.pop(0)
+                command = waiting.popleft()
                 c["status"][command] = "ok" if name == "response" else "error"
                 c["code"][command] = c["code"][index]
         elif kind == "gap" and direction == "s2c":
@@ -285,9 +328,9 @@ def pair_answers(rows: Rows, answered: Callable[[str], bool]):
 
 
 
-def connection_row(rows: Rows, name: str, close: str, **detail) -> None:
-    """The connection's own row: ``name`` (nsq, lookupd, other), how it ended, and in ``detail`` what the capture
-    shows of it (lifecycle.CONNECTION_DETAIL), the protocol's fields among them."""
+def connection_row(rows: Rows, name: str, close: str, **facts) -> None:
+    """The connection's own row: ``name`` (nsq, lookupd, other), how it ended, and in ``connection`` what the
+    capture shows of it, the protocol's ``facts`` among them (CONNECTION_TYPE)."""
     conn = rows.conn
     c2s_start = first_bytes(conn.c2s, 4)
     rows.add(
@@ -297,17 +340,15 @@ def connection_row(rows: Rows, name: str, close: str, **detail) -> None:
         name,
         status=close,
         value=conn.packets,
-        detail=json.dumps(
-            {
-                "syn_seen": conn.c2s.syn_seen,
-                "last_ts_ns": conn.last_ts_ns,
-                "c2s_bytes": conn.c2s.length,
-                "s2c_bytes": conn.s2c.length,
-                "gaps": len(conn.c2s.gaps) + len(conn.s2c.gaps),
-                "retransmitted_bytes": conn.c2s.retransmitted_bytes + conn.s2c.retransmitted_bytes,
-                "conflicting_bytes": conn.c2s.conflicting_bytes + conn.s2c.conflicting_bytes,
-                "magic": c2s_start.decode("latin-1") if c2s_start else None,
-                **detail,
-            }
-        ),
+        connection={
+            "syn_seen": conn.c2s.syn_seen,
+            "last_ts_ns": conn.last_ts_ns,
+            "c2s_bytes": conn.c2s.length,
+            "s2c_bytes": conn.s2c.length,
+            "gaps": len(conn.c2s.gaps) + len(conn.s2c.gaps),
+            "retransmitted_bytes": conn.c2s.retransmitted_bytes + conn.s2c.retransmitted_bytes,
+            "conflicting_bytes": conn.c2s.conflicting_bytes + conn.s2c.conflicting_bytes,
+            "magic": c2s_start.decode("latin-1") if c2s_start else None,
+            **facts,
+        },
     )

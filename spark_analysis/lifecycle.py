@@ -15,12 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-CONNECTION_DETAIL = (
-    "codec STRING, syn_seen BOOLEAN, last_ts_ns BIGINT, c2s_bytes BIGINT, s2c_bytes BIGINT, "
-    "gaps INT, retransmitted_bytes BIGINT, conflicting_bytes BIGINT, magic STRING, "
-    "identify_request STRING, identify_response STRING, topic STRING, channel STRING, cls INT, "
-    "publish_commands INT, deliveries INT, producer STRING"
-)
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 DELIVERY_COLUMNS = [*MESSAGE_KEY, "conn_id", "ts_ns", "attempts", "msg_ts_ns", "body_len", "body_hash"]
 NS_PER_MS = 1_000_000
@@ -96,10 +90,8 @@ def connections(events: DataFrame) -> DataFrame:
             (F.col("name") == "lookupd").alias("is_lookupd"),
             F.col("status").alias("close"),
             F.col("value").alias("packets"),
-            F.from_json("detail", CONNECTION_DETAIL).alias("d"),
+            "connection.*",
         )
-        .select("*", "d.*")
-        .drop("d")
     )
     # A server port counts as nsqd's TCP port when any connection to it spoke NSQ (the magic, C-01).
     return rows.withColumn("to_nsqd_port", F.max("is_nsq").over(Window.partitionBy("server"))).withColumn(
@@ -162,9 +154,9 @@ def deliveries(events: DataFrame) -> DataFrame:
         events.where("kind = 'connection'")
         .select(
             "conn_id",
-            F.from_json("detail", "cls INT, last_ts_ns BIGINT").alias("d"),
+            (F.col("connection.cls") == 0).alias("no_cls"),
+            F.col("connection.last_ts_ns").alias("conn_last_ts_ns"),
         )
-        .select("conn_id", (F.col("d.cls") == 0).alias("no_cls"), F.col("d.last_ts_ns").alias("conn_last_ts_ns"))
     )
     return (
         ordered.where("event = 'deliver'")

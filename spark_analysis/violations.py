@@ -1,14 +1,15 @@
 """Passive conformance checks on one decoded connection, named by requirement IDs.
 
-Each finding becomes a ``violation`` row: ``name`` = the requirement ID of the conformance
-catalogue (``conformance/requirements.toml``), ``detail`` = the nsqd-behavior.md item, who broke it
-and how. The same pass emits the connection's in-flight count per second (``inflight`` rows) for the
-report. Timing-based checks use generous margins because capture time is not the broker's clock.
+Each finding names the requirement ID of the conformance catalogue (``conformance/requirements.toml``),
+the nsqd-behavior.md item, who broke it and how; the decoder makes it a ``violation`` row. The same pass
+counts the connection's messages in flight per second (``inflight`` rows) for the report.
+Timing-based checks use generous margins because capture time is not the broker's clock.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 DEFAULT_MSG_TIMEOUT_MS = 60_000  # ID-07
 DEFAULT_HEARTBEAT_MS = 30_000  # C-27
@@ -32,10 +33,17 @@ REQUIREMENT_OF = {
 }
 
 
-def check_connection(rows, identify_request: dict, identify_response: dict, close_kind: str):
-    """Append violation and in-flight rows to ``rows`` (a ``decode._Rows``)."""
-    c = rows.columns
-    order = sorted(range(len(c["ts_ns"])), key=lambda i: (c["ts_ns"][i], c["direction"][i] != "c2s", i))
+@dataclass(frozen=True)
+class Finding:
+    ts_ns: int
+    requirement: str  # the catalogue's ID
+    detail: str  # the behaviour item, who broke it and how
+
+
+def check_connection(c: dict[str, list], order: list[int], identify_request: dict, identify_response: dict,
+                     close_kind: str) -> tuple[list[Finding], dict[int, int]]:
+    """The findings on one connection's decoded rows (``c``: its columns, ``order``: its rows by time), and its
+    most messages in flight per second (for the report)."""
     # A message counts as in flight from when nsqd buffered it (D-16), up to output_buffer_timeout
     # before it shows on the wire; the queue scan adds ~100 ms (D-14). Expire ours that much earlier.
     buffered_ms = identify_response.get("output_buffer_timeout", DEFAULT_OUTPUT_BUFFER_MS) + SCAN_MS
@@ -43,6 +51,9 @@ def check_connection(rows, identify_request: dict, identify_response: dict, clos
     heartbeat_ms = identify_request.get("heartbeat_interval") or DEFAULT_HEARTBEAT_MS
     rdy_history: deque[tuple[int, int]] = deque()  # (ts, count): the current RDY and those within the grace
     in_flight: dict[str, int] = {}  # msg id -> deadline
+    # (deadline, msg id) in delivery order, so deadlines only grow: expiry looks at the front alone. A TOUCH or a
+    # FIN leaves its entry behind; it is skipped when its deadline no longer matches in_flight.
+    expiries: deque[tuple[int, str]] = deque()
     delivered: set[str] = set()
     buckets: dict[int, int] = {}
     last_heartbeat = None
@@ -68,16 +79,20 @@ def check_connection(rows, identify_request: dict, identify_response: dict, clos
                 in_flight.pop(c["msg_id"][index], None)
             elif name == "TOUCH" and c["msg_id"][index] in in_flight:
                 in_flight[c["msg_id"][index]] = ts + msg_timeout_ns  # P-TOUCH-04
+                expiries.append((ts + msg_timeout_ns, c["msg_id"][index]))
             elif name == "FIN" and c["status"][index] == "failed" and c["msg_id"][index] not in delivered:
                 found.append((ts, "P-FIN-04", "client: FIN of a message ID never delivered on this connection"))
         elif kind == "frame" and name == "message":
-            for msg_id in [m for m, deadline in in_flight.items() if deadline <= ts]:
-                del in_flight[msg_id]  # D-11: timed out
+            while expiries and expiries[0][0] <= ts:
+                deadline, msg_id = expiries.popleft()
+                if in_flight.get(msg_id) == deadline:
+                    del in_flight[msg_id]  # D-11: timed out
             rdy = effective_rdy(ts)
             if len(in_flight) >= rdy:
                 found.append((ts, "D-01", f"server: delivery with {len(in_flight)} in flight and RDY {rdy}"))
             msg_id = c["msg_id"][index]
             in_flight[msg_id] = ts + msg_timeout_ns
+            expiries.append((ts + msg_timeout_ns, msg_id))
             delivered.add(msg_id)
             second = ts // NS_PER_S
             buckets[second] = max(buckets.get(second, 0), len(in_flight))
@@ -110,7 +125,4 @@ def check_connection(rows, identify_request: dict, identify_response: dict, clos
         and last_ts - last_command_ts >= 2 * heartbeat_ms * NS_PER_MS
     ):
         found.append((last_ts, "C-29", "client: no command for 2 x heartbeat interval; the server closed"))
-    for ts, behaviour, detail in found:
-        rows.add(ts, "conn", "violation", REQUIREMENT_OF[behaviour], detail=f"{behaviour} {detail}")
-    for second, count in sorted(buckets.items()):
-        rows.add(second * NS_PER_S, "conn", "inflight", "in_flight", value=count)
+    return [Finding(ts, REQUIREMENT_OF[behaviour], f"{behaviour} {detail}") for ts, behaviour, detail in found], buckets

@@ -164,4 +164,4 @@ def test_tls_after_identify_is_reported_as_opaque():
         ("c2s", "tls_opaque"),
     ]
     assert [r["name"] for r in rows if r["kind"] == "command"] == ["IDENTIFY"]
-    assert '"codec": "tls"' in [r for r in rows if r["kind"] == "connection"][0]["detail"]
+    assert [r for r in rows if r["kind"] == "connection"][0]["connection"]["codec"] == "tls"
