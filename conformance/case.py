@@ -48,7 +48,8 @@ NAME_PREFIX = re.compile(r"(?:cf|lk)\d+-\d+-\d+-")
 
 
 def _name_prefix(kind: str, name: str) -> str:
-    return f"{kind}{os.getpid() % 100000}-{next(_sequence)}-{int(time.time()) % 100000}-{name}"[:48]
+    # fixed width, so that the same case gives names of the same length, and the same byte counts, in every run
+    return f"{kind}{os.getpid() % 100000:05d}-{next(_sequence):06d}-{int(time.time()) % 100000:05d}-{name}"[:48]
 
 
 class Case:

@@ -26,6 +26,7 @@ _TIMESTAMP = re.compile(r"\bts=\d+")
 _LONG_NUMBER = re.compile(r"(?<![\w.])\d{10,}(?![\w.])")  # epoch seconds, ms and ns
 _ADDRESS = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?|\blocalhost:\d+")
 _CONNECTED = re.compile(r"^connected \d+ -> \d+$")
+_BUILD = re.compile(r"\(built w/[^)]*\)")  # the build line of /stats?format=text: go1.19.8, or a Python
 _VOLATILE_KEYS = frozenset({
     "start_time", "uptime", "uptime_seconds", "connect_ts", "last_update", "remote_address", "hostname",
     "broadcast_address", "tcp_port", "http_port", "https_port", "client_id", "pid", "user_agent", "last_pong",
@@ -79,6 +80,7 @@ def _mask(text: str) -> str:
     text = _MESSAGE_ID.sub("<id>", text)
     text = _TIMESTAMP.sub("ts=<ts>", text)
     text = _ADDRESS.sub("<address>", text)
+    text = _BUILD.sub("(built w/<build>)", text)
     return _LONG_NUMBER.sub("<n>", text)
 
 

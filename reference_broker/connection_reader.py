@@ -29,7 +29,7 @@ class ConnectionReader:
         self._decoder = None
         self.deadline: float | None = None
 
-    def _recv(self) -> bytes:
+    def _recv(self, most: int = _RECV_SIZE) -> bytes:
         while True:
             if self.deadline is None:
                 timeout = NO_DEADLINE_POLL
@@ -39,7 +39,7 @@ class ConnectionReader:
                     raise ConnectionClosed("read deadline")
             self._sock.settimeout(timeout)
             try:
-                data = self._sock.recv(_RECV_SIZE)
+                data = self._sock.recv(most)
             except TimeoutError:
                 continue
             except OSError as error:
@@ -49,9 +49,11 @@ class ConnectionReader:
             return data
 
     def _fill(self, wanted: int) -> None:
-        """Append at least one byte and at most max(wanted, one receive) bytes to the buffer."""
+        """Append at least one byte and at most ``wanted`` bytes from the socket, as nsqd's bufio.Reader reads:
+        what it has not asked for stays in the kernel, so a close then resets the connection, as nsqd's does
+        (C-19). Through a decoder, at most max(wanted, one receive)."""
         if self._decoder is None:
-            data = self._recv()
+            data = self._recv(wanted)
         else:
             try:
                 while not (data := self._decoder.read(max(wanted, _RECV_SIZE))):
@@ -71,13 +73,14 @@ class ConnectionReader:
                 line = bytes(self._buffer[self._pos:end])
                 self._pos = end + 1
                 return line
-            if len(self._buffer) - self._pos >= LINE_BUFFER_SIZE:
+            buffered = len(self._buffer) - self._pos
+            if buffered >= LINE_BUFFER_SIZE:
                 raise ConnectionClosed("line too long")  # C-19: bufio: buffer full
-            self._fill(LINE_BUFFER_SIZE)
+            self._fill(LINE_BUFFER_SIZE - buffered)  # the room left in bufio's buffer
 
     def read_exactly(self, size: int) -> bytes:
         while (buffered := len(self._buffer) - self._pos) < size:
-            self._fill(size - buffered)
+            self._fill(max(size - buffered, LINE_BUFFER_SIZE))  # a body: bufio fills its buffer, or reads past it
         data = bytes(self._buffer[self._pos:self._pos + size])
         self._pos += size
         return data
