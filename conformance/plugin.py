@@ -62,6 +62,8 @@ def in_baseline(nodeid: str, baseline: dict[str, str]) -> bool:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "requirement(*ids): the catalogue requirement IDs a case checks")
+    config.addinivalue_line("markers", "long_wait(seconds): the case waits about this long on the broker's timers; "
+                            "such cases start first, longest first, so that parallel workers end together")
     config.addinivalue_line("markers", "transcript_varies(why): --compare judges this case by its verdict only, "
                             "its transcript differs from run to run by design (e.g. concurrent clients)")
     config.nsq_active = _active(config)
@@ -71,6 +73,8 @@ def pytest_configure(config):
         config.nsq_settings = options.settings(config.getoption)
     except TargetError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if getattr(config.option, "maxschedchunk", 0) is None:
+        config.option.maxschedchunk = 1  # pytest-xdist then sends each worker 2 cases first, then 1 at a time
     config.nsq_authd = None
     if hasattr(config, "workerinput"):
         config.nsq_authd_address = config.workerinput.get("nsq_authd_address")
@@ -147,12 +151,25 @@ def pytest_collection_modifyitems(config, items):
         unknown = [requirement_id for requirement_id in ids if requirement_id not in catalogue]
         if unknown:
             raise pytest.UsageError(f"{item.nodeid} names unknown requirements {unknown}")
+    items[:] = _long_waits_first(items)
     prefixes = config.nsq_settings.requirement_prefixes
     if prefixes:
         deselected = [item for item in cases
                       if not any(i.startswith(p) for i in case_requirements(item) for p in prefixes)]
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if item not in deselected]
+
+
+def _long_waits_first(items: list) -> list:
+    """The long_wait cases first, longest first, each followed by one other case: pytest-xdist's first hand to a
+    worker is two cases (with maxschedchunk 1), so every worker starts one long wait at once and no worker gets
+    two. The rest keep their order."""
+    markers = {item: item.get_closest_marker("long_wait") for item in items}
+    waits = {item: marker.args[0] for item, marker in markers.items() if marker}
+    long = sorted(waits, key=waits.get, reverse=True)
+    rest = [item for item in items if item not in waits]
+    paired = [item for pair in zip(long, rest, strict=False) for item in pair]
+    return paired + long[len(rest):] + rest[len(long):]
 
 
 # ---- the target ----------------------------------------------------------------------------------

@@ -77,6 +77,7 @@ def test_dpub_body_too_big(nsq):
     conn.expect_error("E_BAD_MESSAGE", f"DPUB message too big {maximum + 1} > {maximum}")
 
 
+@pytest.mark.long_wait(6)
 @requirement("NSQ-DPUB-005", "NSQ-FANOUT-001")
 def test_dpub_is_deferred_in_every_channel(nsq):
     """DPUB 1000 to a topic with 2 pre-created channels: each gets it after >= 1 s, attempts 1, same ID

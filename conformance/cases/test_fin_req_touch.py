@@ -120,6 +120,7 @@ def test_req_zero_goes_to_the_tail(nsq):
                      (again.message_id, again.timestamp))
 
 
+@pytest.mark.long_wait(6)
 @requirement("NSQ-REQ-002", "NSQ-HTTP-008")
 def test_req_with_delay_defers(nsq):
     """REQ 1000: deferred_count 1, redelivered with attempts 2 after >= 1 s (D-21; rec-0157 observed ~1.0 s)."""
@@ -157,6 +158,7 @@ def test_req_above_max_is_clamped(nsq):
     nsq.within("clamped REQ redelivery", nsq.elapsed_since(start), maximum - 0.05, maximum + 2.5)
 
 
+@pytest.mark.long_wait(8)
 @requirement("NSQ-TOUCH-001")
 def test_touch_extends_the_timeout(nsq):
     """msg_timeout 2000, TOUCH at 1.5 s, nothing redelivered by 3 s, FIN then succeeds (P-TOUCH-04; rec-0162)."""

@@ -266,6 +266,7 @@ def test_tls_without_certificate_is_not_negotiated(nsq):
     conn.publish(nsq.topic(), b"plain")
 
 
+@pytest.mark.long_wait(6)
 @requirement("NSQ-ID-002", "NSQ-TIMEOUT-001")
 def test_second_identify_msg_timeout_is_echoed_only(nsq):
     """msg_timeout 1000 then 4000: the response says 4000 but messages still time out after ~1 s

@@ -89,6 +89,7 @@ class Consumer(threading.Thread):
             self.error = exc
 
 
+@pytest.mark.long_wait(18)
 @pytest.mark.transcript_varies("concurrent producers and consumers: which consumer gets which message, and "
                                 "in which order connections open, changes from run to run")
 @requirement("NSQ-SEM-001", "NSQ-SEM-002")
@@ -231,6 +232,7 @@ class ChannelMachine(RuleBasedStateMachine):
             self.producer.close()
 
 
+@pytest.mark.long_wait(10)
 @pytest.mark.transcript_varies("which read window a message arrives in depends on timing, and with it when the "
                                 "machine settles it")
 @requirement("NSQ-SEM-001", "NSQ-SEM-002", "NSQ-RDY-004", "NSQ-REQ-001")

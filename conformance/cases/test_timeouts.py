@@ -9,6 +9,7 @@ requirement = pytest.mark.requirement
 ONE_SECOND = {"msg_timeout": 1000}
 
 
+@pytest.mark.long_wait(7)
 @requirement("NSQ-TIMEOUT-001")
 def test_unsettled_message_times_out(nsq):
     """msg_timeout 1000: the message comes back to the same client after >= 1 s with attempts 2
@@ -33,6 +34,7 @@ def test_unsettled_message_times_out(nsq):
                          (channel["timeout_count"], channel["requeue_count"]))
 
 
+@pytest.mark.long_wait(7)
 @requirement("NSQ-TIMEOUT-002")
 def test_late_fin_after_redelivery_elsewhere(nsq):
     """A times out, B gets the redelivery: A's late FIN is 'client does not own message', B's FIN works
@@ -57,6 +59,7 @@ def test_late_fin_after_redelivery_elsewhere(nsq):
     other.expect_silence(0.3)
 
 
+@pytest.mark.long_wait(8)
 @requirement("NSQ-TIMEOUT-002")
 def test_late_fin_after_timeout(nsq):
     """Timed out and not redelivered (RDY 0): a late FIN is 'ID not in flight', non-fatal (D-12; rec-0173)."""
@@ -74,6 +77,7 @@ def test_late_fin_after_timeout(nsq):
     conn.expect_error("E_FIN_FAILED", f"FIN {message_id} failed ID not in flight", fatal=False)
 
 
+@pytest.mark.long_wait(6)
 @requirement("NSQ-TIMEOUT-003")
 def test_disconnect_does_not_requeue_at_once(nsq):
     """A closes with a message in flight: B gets it only after A's msg_timeout, attempts 2 (D-15, X-20;
