@@ -284,35 +284,42 @@ class FrameDecoder(_StreamDecoder):
         return frames
 
 
-class CommandDecoder(_StreamDecoder):
-    """Incremental decoder of the client -> server stream, starting with the 4-byte magic (C-01).
+class CommandLineDecoder(_StreamDecoder):
+    """The walk both TCP protocols share on the client's side: a 4-byte magic, then commands as lines, some of them
+    followed by a 4-byte int32 size and a body. Subclasses say the magic, which commands have a body, how a line
+    splits into a name and parameters, and what a command is."""
 
-    One ``\\r`` right before ``\\n`` is stripped (C-14); parameters are split on single spaces, so
-    two spaces give an empty parameter (C-15). A body command's 4-byte size is read as int32 (C-18).
-    """
+    MAGIC = b""
+    BODY_COMMANDS: frozenset[bytes] = frozenset()
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE, max_body_size: int = DEFAULT_MAX_BODY_SIZE,
                  pause_at_upgrade: bool = False):
         super().__init__(pause_at_upgrade)
-        self.magic: bytes | None = None
+        self.magic: bytes | None = None  # what the client sent first, whatever it was
         self._max_line = max_line
         self._max_body_size = max_body_size
 
-    def feed(self, data: bytes) -> list[Command]:
+    def split(self, line: bytes) -> list[bytes]:
+        raise NotImplementedError
+
+    def command(self, name: bytes, params: tuple[bytes, ...], body: bytes | None):
+        raise NotImplementedError
+
+    def feed(self, data: bytes) -> list:
         self._check_not_failed()
         buffer = self._buffer
         buffer += data
         if self.paused:
             return []
         position = 0
-        commands: list[Command] = []
+        commands: list = []
         try:
             if self.magic is None:
                 if len(buffer) < 4:
                     return commands
                 self.magic = bytes(buffer[:4])
                 position = 4
-                if self.magic != MAGIC_V2:  # C-02, C-05
+                if self.magic != self.MAGIC:  # C-02, C-05; L-TCP-03
                     raise self._fail(f"bad magic {self.magic!r}", 0, commands)
             end = len(buffer)
             while position < end:
@@ -322,11 +329,10 @@ class CommandDecoder(_StreamDecoder):
                         raise self._fail(f"command line longer than {self._max_line} bytes", position,
                                          commands)
                     break
-                line_end = newline - 1 if newline > position and buffer[newline - 1] == 0x0D else newline
-                name, *params = bytes(buffer[position:line_end]).split(b" ")
+                name, *params = self.split(bytes(buffer[position:newline]))
                 body = None
                 next_position = newline + 1
-                if name in BODY_COMMANDS:
+                if name in self.BODY_COMMANDS:
                     if end - next_position < 4:
                         break
                     (size,) = _I32.unpack_from(buffer, next_position)
@@ -337,7 +343,7 @@ class CommandDecoder(_StreamDecoder):
                         break
                     body = bytes(buffer[next_position + 4:next_position + 4 + size])
                     next_position += 4 + size
-                commands.append(Command(name, tuple(params), body))
+                commands.append(self.command(name, tuple(params), body))
                 position = next_position
                 if self._pause_at_upgrade and name == b"IDENTIFY" and upgrades(body, request=True):
                     self.paused = True
@@ -346,6 +352,23 @@ class CommandDecoder(_StreamDecoder):
             del buffer[:position]
             self._consumed += position
         return commands
+
+
+class CommandDecoder(CommandLineDecoder):
+    """Incremental decoder of the client -> server stream, starting with the 4-byte magic (C-01).
+
+    One ``\\r`` right before ``\\n`` is stripped (C-14); parameters are split on single spaces, so
+    two spaces give an empty parameter (C-15). A body command's 4-byte size is read as int32 (C-18).
+    """
+
+    MAGIC = MAGIC_V2
+    BODY_COMMANDS = BODY_COMMANDS
+
+    def split(self, line: bytes) -> list[bytes]:
+        return (line[:-1] if line.endswith(b"\r") else line).split(b" ")
+
+    def command(self, name: bytes, params: tuple[bytes, ...], body: bytes | None) -> Command:
+        return Command(name, params, body)
 
 
 # ---------------------------------------------------------------------------------------------

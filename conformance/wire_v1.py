@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from conformance.wire import DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_LINE, _StreamDecoder
+from conformance.wire import DEFAULT_MAX_BODY_SIZE, CommandLineDecoder, _StreamDecoder
 
 MAGIC_V1 = b"  V1"  # L-TCP-01
 REGISTRATION_COMMANDS = frozenset({b"REGISTER", b"UNREGISTER"})
@@ -28,57 +28,19 @@ class V1Command:
         return words + (f" [{len(self.body)} bytes] {self.body[:120]!r}" if self.body is not None else "")
 
 
-class V1CommandDecoder(_StreamDecoder):
+class V1CommandDecoder(CommandLineDecoder):
     """Incremental decoder of the client -> nsqlookupd stream, starting with the magic (L-TCP-01). A line is
     trimmed of white space and split on single spaces (L-TCP-20); IDENTIFY reads a 4-byte size and its body
     (L-TCP-04). ``magic`` is what the client sent first, whatever it was (L-TCP-03 answers any other)."""
 
-    def __init__(self, max_line: int = DEFAULT_MAX_LINE, max_body_size: int = DEFAULT_MAX_BODY_SIZE):
-        super().__init__()
-        self.magic: bytes | None = None
-        self._max_line = max_line
-        self._max_body_size = max_body_size
+    MAGIC = MAGIC_V1
+    BODY_COMMANDS = frozenset({b"IDENTIFY"})
 
-    def feed(self, data: bytes) -> list[V1Command]:
-        self._check_not_failed()
-        buffer = self._buffer
-        buffer += data
-        position = 0
-        commands: list[V1Command] = []
-        try:
-            if self.magic is None:
-                if len(buffer) < 4:
-                    return commands
-                self.magic = bytes(buffer[:4])
-                position = 4
-                if self.magic != MAGIC_V1:
-                    raise self._fail(f"bad magic {self.magic!r}", 0, commands)
-            end = len(buffer)
-            while position < end:
-                newline = buffer.find(b"\n", position, position + self._max_line)
-                if newline < 0:
-                    if end - position >= self._max_line:
-                        raise self._fail(f"command line longer than {self._max_line} bytes", position, commands)
-                    break
-                name, *params = bytes(buffer[position:newline]).strip().split(b" ")
-                next_position = newline + 1
-                body = None
-                if name == b"IDENTIFY":
-                    if end - next_position < 4:
-                        break
-                    (size,) = _SIZE.unpack_from(buffer, next_position)
-                    if size < 0 or size > self._max_body_size:
-                        raise self._fail(f"IDENTIFY body size {size} out of range", next_position, commands)
-                    if end - next_position - 4 < size:
-                        break
-                    body = bytes(buffer[next_position + 4:next_position + 4 + size])
-                    next_position += 4 + size
-                commands.append(V1Command(name, tuple(params), body))
-                position = next_position
-        finally:
-            del buffer[:position]
-            self._consumed += position
-        return commands
+    def split(self, line: bytes) -> list[bytes]:
+        return line.strip().split(b" ")
+
+    def command(self, name: bytes, params: tuple[bytes, ...], body: bytes | None) -> V1Command:
+        return V1Command(name, params, body)
 
 
 class V1ReplyDecoder(_StreamDecoder):

@@ -24,6 +24,7 @@ import pyarrow as pa
 from conformance import wire
 from spark_analysis import decode_v1
 from spark_analysis.events import (
+    CommandWalk,
     Rows,
     StreamWalk,
     close_kind,
@@ -156,11 +157,6 @@ def _frame_start(buffer, start: int) -> int:
     return -1
 
 
-def _command_start(buffer, start: int) -> int:
-    match = _COMMAND_START.search(buffer, start)
-    return match.start() if match else -1
-
-
 class _V2Walk(StreamWalk):
     """A V2 direction: its decoder pauses at the IDENTIFY upgrade, which ``_switch`` carries out."""
 
@@ -271,8 +267,8 @@ class _ServerSide(_V2Walk):
 _MESSAGE_HEADER = struct.Struct(">qH16s")
 
 
-class _ClientSide(_V2Walk):
-    direction = "c2s"
+class _ClientSide(_V2Walk, CommandWalk):
+    command_start = _COMMAND_START
 
     def __init__(self, rows, stream, upgrade):
         super().__init__(rows, stream, upgrade)
@@ -281,40 +277,6 @@ class _ClientSide(_V2Walk):
         self.decoder = wire.CommandDecoder(pause_at_upgrade=True)
         self.subscription: tuple[str | None, str | None] = (None, None)
         self.identify: dict = {}
-
-    def reset(self):
-        self.decoder = wire.CommandDecoder()
-        self.decoder.feed(wire.MAGIC_V2)  # resumed mid-stream: the magic was sent long ago
-
-    def find_start(self, buffer) -> int:
-        return _command_start(buffer, 0)
-
-    def run(self):
-        if self.resync_buffer is not None:
-            self.reset()
-        super().run()
-
-    def feed(self, data: bytes):
-        try:
-            commands = self.decoder.feed(data)
-        except wire.ProtocolViolation as exc:
-            self._commands(exc.commands)
-            if self.decoder.magic is not None and self.decoder.magic != wire.MAGIC_V2:
-                self.rows.add(
-                    self.ts_ns,
-                    self.direction,
-                    "error",
-                    "bad_magic",  # C-02
-                    detail=repr(self.decoder.magic),
-                    stream_offset=0,
-                )
-                self.lost = True
-                return
-            self.violation("command", exc)
-            return
-        self._commands(commands)
-        if self.decoder.paused:
-            self._switch(self.decoder.take_trailing_data())
 
     def _publish(self, command_row, name, topic, body, defer=None):
         """One `publish` row per message, linked to the row of the command that carried it."""

@@ -16,7 +16,16 @@ import pyarrow as pa
 
 from conformance import wire_v1
 from conformance.wire import ProtocolViolation
-from spark_analysis.events import Rows, StreamWalk, close_kind, connection_row, first_bytes, json_object, pair_answers
+from spark_analysis.events import (
+    CommandWalk,
+    Rows,
+    StreamWalk,
+    close_kind,
+    connection_row,
+    first_bytes,
+    json_object,
+    pair_answers,
+)
 from spark_analysis.reassembly import Connection
 
 LOOKUPD_PORTS = frozenset({4160})  # nsqlookupd's default --tcp-address port
@@ -40,41 +49,14 @@ def decode_connection(conn: Connection) -> pa.Table:
     return rows.table()
 
 
-class _Commands(StreamWalk):
-    direction = "c2s"
+class _Commands(CommandWalk):
+    command_start = _COMMAND_START
 
     def __init__(self, rows, stream):
         super().__init__(rows, stream)
         self.decoder = wire_v1.V1CommandDecoder()
         self.producer: str | None = None  # broadcast_address:tcp_port, as nsqlookupd lists it (L-HTTP lookup)
         self.identify_body: str | None = None
-
-    def reset(self):
-        self.decoder = wire_v1.V1CommandDecoder()
-        self.decoder.feed(wire_v1.MAGIC_V1)  # resumed mid-stream: the magic was sent long ago
-
-    def find_start(self, buffer) -> int:
-        match = _COMMAND_START.search(buffer)
-        return match.start() if match else -1
-
-    def run(self):
-        if self.resync_buffer is not None:
-            self.reset()
-        super().run()
-
-    def feed(self, data: bytes):
-        try:
-            commands = self.decoder.feed(data)
-        except ProtocolViolation as exc:
-            self._commands(exc.commands)
-            if self.decoder.magic != wire_v1.MAGIC_V1:
-                self.rows.add(self.ts_ns, self.direction, "error", "bad_magic", detail=repr(self.decoder.magic),
-                              stream_offset=0)  # L-TCP-03
-                self.lost = True
-                return
-            self.violation("command", exc)
-            return
-        self._commands(commands)
 
     def _commands(self, commands):
         for command in commands:

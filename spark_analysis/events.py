@@ -5,6 +5,7 @@ V2 connections with it, ``decode_v1.py`` nsqlookupd's V1 ones."""
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
 from collections.abc import Callable
 
@@ -280,6 +281,50 @@ class StreamWalk:
         self.resync_buffer = bytearray()
         self.resync_offset = self.offset
 
+
+
+class CommandWalk(StreamWalk):
+    """A client's direction: ``decoder`` (a ``wire.CommandLineDecoder``: V2's or V1's) after the protocol's magic,
+    its commands handed to ``_commands``; caught mid-stream, decoded as if the magic had been sent. A decoder that
+    pauses at an upgrade hands the bytes after it to ``_switch``."""
+
+    direction = "c2s"
+    command_start: re.Pattern[bytes]  # where a command line may start: the resync point
+
+    def reset(self):
+        self.decoder = type(self.decoder)()
+        self.decoder.feed(self.decoder.MAGIC)  # resumed mid-stream: the magic was sent long ago
+
+    def find_start(self, buffer) -> int:
+        match = self.command_start.search(buffer)
+        return match.start() if match else -1
+
+    def run(self):
+        if self.resync_buffer is not None:
+            self.reset()
+        super().run()
+
+    def feed(self, data: bytes):
+        try:
+            commands = self.decoder.feed(data)
+        except wire.ProtocolViolation as exc:
+            self._commands(exc.commands)
+            if self.decoder.magic is not None and self.decoder.magic != self.decoder.MAGIC:  # C-02, L-TCP-03
+                self.rows.add(self.ts_ns, self.direction, "error", "bad_magic", detail=repr(self.decoder.magic),
+                              stream_offset=0)
+                self.lost = True
+                return
+            self.violation("command", exc)
+            return
+        self._commands(commands)
+        if self.decoder.paused:
+            self._switch(self.decoder.take_trailing_data())
+
+    def _commands(self, commands):
+        raise NotImplementedError
+
+    def _switch(self, rest: bytes):
+        raise NotImplementedError
 
 
 def json_object(body: bytes | None) -> dict:
