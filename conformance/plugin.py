@@ -459,9 +459,10 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "passed"
     else:
         report.outcome = "failed"
-        if call.excinfo and isinstance(call.excinfo.value, (Mismatch, HarnessError)):
-            # The requirement, expected and actual say it all; the harness traceback would not help.
-            in_case = [e for e in call.excinfo.traceback if Path(e.path).parent.name == "cases"]
+        if call.excinfo is None or isinstance(call.excinfo.value, (Mismatch, HarnessError)):
+            # The requirement, expected and actual say it all (also for NON-STRICT details under --strict, which
+            # raise nothing); the harness traceback would not help.
+            in_case = [e for e in call.excinfo.traceback if Path(e.path).parent.name == "cases"] if call.excinfo else []
             entry = in_case[-1] if in_case else None
             where = f"{item.nodeid}" + (f" (at {Path(entry.path).name}:{entry.lineno + 1})" if entry else "")
             report.longrepr = "\n".join([where, *(f"{i} [{requirements()[i].level}] {requirements()[i].text}"

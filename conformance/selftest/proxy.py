@@ -13,6 +13,8 @@ Faults:
 - ``lookupd-config-ignored``: in front of the HTTP port, ``PUT /config/nsqlookupd_tcp_addresses`` is answered
   200 with the addresses echoed and never reaches the broker (a setting accepted without effect; breaks R-11,
   the registration cases).
+- ``error-reworded``: error frames keep their code but not nsqd's wording (``E_INVALID reworded: ...``): NON-STRICT,
+  and FAIL under ``--strict`` (a verdict without an exception, which the report must still explain).
 - ``none``: a faithful proxy (the control).
 
 Uncompressed sessions only: the proxy decodes server frames with ``conformance.wire``.
@@ -29,8 +31,8 @@ import threading
 from conformance import wire
 
 FAULTS = ("none", "attempts-stuck", "no-close-after-fatal", "stats-without-client-count", "tls-not-offered",
-          "lookupd-config-ignored")
-_FRAME_REWRITES = ("attempts-stuck", "tls-not-offered")
+          "lookupd-config-ignored", "error-reworded")
+_FRAME_REWRITES = ("attempts-stuck", "tls-not-offered", "error-reworded")
 _CONFIG_PUT = b"PUT /config/nsqlookupd_tcp_addresses "
 
 
@@ -115,6 +117,9 @@ class FaultyProxy:
             return wire.encode_frame(wire.FRAME_MESSAGE, data)
         if self.fault == "tls-not-offered" and frame.frame_type == wire.FRAME_RESPONSE:
             return wire.encode_frame(wire.FRAME_RESPONSE, frame.data.replace(b'"tls_v1":true', b'"tls_v1":false'))
+        if self.fault == "error-reworded" and frame.frame_type == wire.FRAME_ERROR:
+            code, _, text = frame.data.partition(b" ")
+            return wire.encode_frame(wire.FRAME_ERROR, code + b" reworded: " + text)
         return frame.encode()
 
     @staticmethod

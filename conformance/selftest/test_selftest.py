@@ -76,6 +76,18 @@ def test_missing_close_fails_the_fatal_error_case(broker, tmp_path):
     assert code == 1
 
 
+def test_a_reworded_error_is_non_strict_and_a_fail_under_strict(broker, tmp_path):
+    """A soft mismatch raises nothing: under --strict the FAIL must still be reported, not end the run in an
+    INTERNALERROR (found against the nsqd v1.3.0 tag, whose lookupd IDENTIFY lacks the topology pair)."""
+    code, cases = run_suite(broker, "error-reworded", tmp_path / "lenient")
+    assert cases[FATAL_CLOSE]["verdict"] == "NON-STRICT" and code == 0
+    code, cases = run_suite(broker, "error-reworded", tmp_path / "strict", "--strict")
+    assert cases[FATAL_CLOSE]["verdict"] == "FAIL" and code == 1
+    assert "error text as nsqd words it" in cases[FATAL_CLOSE]["message"]
+    junit = (tmp_path / "strict" / "junit.xml").read_text()
+    assert "<failure" in junit and "reworded:" in junit
+
+
 def test_baseline_accepts_the_known_failure(broker, tmp_path):
     baseline = tmp_path / "baseline.txt"
     baseline.write_text(f"{FATAL_CLOSE}  # the proxy keeps connections open\n")
