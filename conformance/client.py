@@ -164,7 +164,7 @@ class Connection:
         self.sock.settimeout(timeout * self.time_scale)
         try:
             self.sock = self.tls.context().wrap_socket(self.sock)
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:  # ssl.SSLError included
             raise Mismatch("the TLS handshake after IDENTIFY succeeds (ID-31)", "a TLS session", str(exc)) from exc
         self.transcript.note(f"TLS established ({self.sock.version()})", self.name)
 
@@ -380,15 +380,11 @@ class Connection:
         ``upgrade`` is False (the case then checks the upgrade itself)."""
         body = wire.identify_body(fields)
         self.command("IDENTIFY", body=body)
-        if not wire.upgrades(body, request=True):
-            if any(key.lower() == "feature_negotiation" for key in fields):
-                return self.expect_json_response(timeout)
-            self.expect_response(b"OK", timeout)
+        if not {key.lower(): value for key, value in fields.items()}.get("feature_negotiation"):
+            self.expect_response(b"OK", timeout)  # keys match case-insensitively, as in Go
             return None
         response = self.expect_json_response(timeout)  # the frame decoder pauses right after it (ID-30)
-        if not upgrade:
-            return response
-        if not self.frames.paused:  # the server agreed to nothing: the stream goes on as it was
+        if not upgrade or not self.frames.paused:  # not paused: the server agreed to no layer
             return response
         for layer in wire.upgrades(response):  # TLS first, then compression, an OK after each
             trailing = self.frames.take_trailing_data()

@@ -185,8 +185,8 @@ class _StreamDecoder:
     """What both decoders share: the unconsumed bytes, the stream offset, failing for good, and pausing at the
     protocol switch (h11's PAUSED and trailing_data): with ``pause_at_upgrade`` the decoder stops right after
     the IDENTIFY (command) or its JSON response (frame) that names TLS or compression, because the bytes after
-    it belong to the new layer. The caller then takes them with ``take_trailing_data()`` (and feeds back what
-    the new layer makes of them), or calls ``resume()`` when the switch does not happen."""
+    it belong to the new layer. The caller takes them with ``take_trailing_data()`` and feeds back what the new
+    layer makes of them (the bytes themselves, when the server declined)."""
 
     def __init__(self, pause_at_upgrade: bool = False):
         self._buffer = bytearray()
@@ -197,17 +197,12 @@ class _StreamDecoder:
 
     def take_trailing_data(self) -> bytes:
         """Leave the pause at a switch: the bytes received after the switch point, which this decoder no longer
-        holds (they are counted as consumed: the stream continues through the new layer)."""
+        holds (they are counted as consumed: the stream continues through the new layer, if any)."""
         data = bytes(self._buffer)
         del self._buffer[:]
         self._consumed += len(data)
         self.paused = False
         return data
-
-    def resume(self) -> None:
-        """Leave the pause without a switch (the server declined, or the IDENTIFY failed): the held bytes are
-        decoded by the next ``feed`` (``feed(b"")`` decodes them at once)."""
-        self.paused = False
 
     @property
     def pending(self) -> int:
@@ -245,10 +240,6 @@ class FrameDecoder(_StreamDecoder):
         layers = upgrades(response) if response[:1] == b"{" else ()
         self._compression_after_ok = layers[:1] == ("tls_v1",) and len(layers) > 1
         return bool(layers)
-
-    def resume(self) -> None:
-        self._compression_after_ok = False
-        super().resume()
 
     def feed(self, data: bytes) -> list[Frame]:
         self._check_not_failed()

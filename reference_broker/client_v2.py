@@ -282,7 +282,7 @@ class ClientV2:
         try:
             self._write(wire.frame(wire.FRAME_TYPE_RESPONSE, wire.HEARTBEAT))
         except ConnectionClosed:
-            pass
+            pass  # the I/O loop ends the connection and logs why (the write error is kept in _output_error)
 
     def _flush_tick_waiting(self) -> bool:
         """Under the output lock, when messages start waiting in the buffer. Go's Ticker keeps one tick that
@@ -366,7 +366,7 @@ class ClientV2:
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
-            pass
+            pass  # the peer or the reader closed it already: shut either way
 
     def stop(self) -> None:
         """After the I/O loop, before the socket closes: from now on nothing touches its descriptor. The

@@ -109,8 +109,8 @@ def test_decoders_pause_at_the_upgrade_and_hand_back_the_rest():
     commands = wire.CommandDecoder(pause_at_upgrade=True)
     asked = wire.encode_command("IDENTIFY", body=b'{"Feature_Negotiation":true,"DEFLATE":true}')
     assert [c.name for c in commands.feed(wire.MAGIC_V2 + asked + b"NOP\n")] == [b"IDENTIFY"]
-    commands.resume()  # the server declined: the bytes after it are plain
-    assert [c.name for c in commands.feed(b"")] == [b"NOP"]
+    trailing = commands.take_trailing_data()  # the server declined: the bytes after it are plain
+    assert [c.name for c in commands.feed(trailing)] == [b"NOP"]
     plain = wire.CommandDecoder(pause_at_upgrade=True)
     body = wire.encode_command("IDENTIFY", body=b'{"deflate":true}')  # without feature_negotiation: no upgrade
     assert len(plain.feed(wire.MAGIC_V2 + body + b"NOP\n")) == 2 and not plain.paused

@@ -35,7 +35,7 @@ class TCPServer:
             try:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
-                pass
+                pass  # already closed by its peer; the next one is still shut
 
     def _serve(self) -> None:
         while True:
