@@ -1,50 +1,81 @@
-"""A tiny TCP proxy in front of a broker that breaks exactly one behaviour, to prove the suite notices.
+"""A TCP proxy in front of a broker that breaks exactly one behaviour (a fault of ``faults.py``), to prove the
+suite notices.
 
-Faults:
-- ``attempts-stuck``: every message frame reports attempts = 1, so redeliveries look like first
-  deliveries (breaks C-12, requirement NSQ-FRAME-004).
-- ``no-close-after-fatal``: when the broker closes a connection, the proxy keeps the client side
-  open (breaks C-23, requirement NSQ-ERR-001).
-- ``stats-without-client-count``: in front of the HTTP port, every channel in ``/stats`` JSON loses its
-  ``client_count`` (an older nsqd's shape; requirement NSQ-HTTP-008): the case must FAIL naming the field,
-  not end in a Python error.
-- ``tls-not-offered``: the IDENTIFY response says ``"tls_v1":false`` where the broker said true, though the
-  broker still upgrades (a broker that mis-reports its negotiation; breaks T-01, requirement NSQ-TLS-002).
-- ``lookupd-config-ignored``: in front of the HTTP port, ``PUT /config/nsqlookupd_tcp_addresses`` is answered
-  200 with the addresses echoed and never reaches the broker (a setting accepted without effect; breaks R-11,
-  the registration cases).
-- ``error-reworded``: error frames keep their code but not nsqd's wording (``E_INVALID reworded: ...``): NON-STRICT,
-  and FAIL under ``--strict`` (a verdict without an exception, which the report must still explain).
-- ``none``: a faithful proxy (the control).
+One proxy stands in front of one port. A connection whose client starts with an HTTP request line speaks HTTP
+(the suite asks with ``Connection: close``): the fault sees the request line and body, and the whole response.
+Any other speaks the TCP protocol (the magic ``  V2``): the proxy decodes the client's commands and the broker's
+frames and lets the fault rewrite, drop or answer them. A fault with a ``relay`` puts a V1 relay of its own between
+the broker and the nsqlookupd that ``PUT /config/nsqlookupd_tcp_addresses`` names (the registration faults). A
+fault without a hook for a direction leaves that direction's bytes untouched.
 
-Uncompressed sessions only: the proxy decodes server frames with ``conformance.wire``.
+Compressed and TLS sessions are rewritten up to the upgrade (ID-30) and forwarded untouched after it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import socket
-import struct
 import threading
+import time
 
-from conformance import wire
+from conformance import wire, wire_v1
+from conformance.selftest.faults import BY_NAME, Fault, HttpRequest
 
-FAULTS = ("none", "attempts-stuck", "no-close-after-fatal", "stats-without-client-count", "tls-not-offered",
-          "lookupd-config-ignored", "error-reworded")
-_FRAME_REWRITES = ("attempts-stuck", "tls-not-offered", "error-reworded")
-_CONFIG_PUT = b"PUT /config/nsqlookupd_tcp_addresses "
+# Bodies above this are forwarded as they come, unrewritten: the proxy never holds a body the broker refuses by its
+# size alone (P-PUB-03), nor waits for one the client sends in part.
+_MAX_REWRITTEN_BODY = 64 * 1024
+_FLUSH_PENDING_AFTER = 0.05  # seconds a fault's held frames wait for the next frame
+
+
+class Session:
+    """One proxied connection: the two sockets, a lock that keeps whole frames whole when the proxy answers in the
+    broker's place, and the fault's memory of this connection."""
+
+    def __init__(self, client: socket.socket, server: socket.socket, fault: Fault, proxy: FaultyProxy):
+        self.client, self.server, self.fault, self.proxy = client, server, fault, proxy
+        self.state: dict = {}
+        self.pending = b""  # frames a fault holds back (flushed when the broker is quiet for a moment)
+        self.hang_up = False  # set by a fault: close both sides after this write
+        self._lock = threading.Lock()
+        self._closed = False
+        self.request_path = ""  # HTTP: the path of the request the response answers
+
+    def to_client(self, data: bytes) -> None:
+        if data:
+            with self._lock:
+                self.client.sendall(data)
+
+    def client_done(self) -> None:
+        """The client closed (or half-closed) its side: so does the proxy towards the broker, whose answers still
+        come through until it closes (P-PUB-05: a body cut short gets its error)."""
+        if self.fault.linger:
+            time.sleep(self.fault.linger)  # the broker notices the client's departure late
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for sock in (self.client, self.server):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
 
 
 class FaultyProxy:
-    def __init__(self, upstream: tuple[str, int], fault: str):
-        if fault not in FAULTS:
-            raise ValueError(f"fault must be one of {FAULTS}")
-        self.upstream, self.fault = upstream, fault
+    def __init__(self, upstream: tuple[str, int] | None, fault: str | Fault, v1: bool = False):
+        self.fault = BY_NAME[fault] if isinstance(fault, str) else fault
+        self.upstream, self.v1 = upstream, v1  # the upstream may be set after the listener's port is known
+        # /info names the broker's ports; a proxy that stands in for the broker names its own (broker -> proxy)
+        self.info_ports: dict[int, int] = {}
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.address = self.listener.getsockname()[:2]
-        self._threads: list[threading.Thread] = []
         self._closing = threading.Event()
+        self._relays: dict[str, FaultyProxy] = {}
 
     def start(self) -> FaultyProxy:
         threading.Thread(target=self._accept, daemon=True, name="proxy-accept").start()
@@ -53,6 +84,15 @@ class FaultyProxy:
     def stop(self) -> None:
         self._closing.set()
         self.listener.close()
+        for relay in self._relays.values():
+            relay.stop()
+
+    def relay_to(self, address: str) -> str:
+        """The address of this fault's V1 relay in front of the nsqlookupd at ``address``."""
+        if address not in self._relays:
+            host, _, port = address.rpartition(":")
+            self._relays[address] = FaultyProxy((host, int(port)), self.fault, v1=True).start()
+        return "%s:%d" % self._relays[address].address
 
     def _accept(self) -> None:
         while not self._closing.is_set():
@@ -60,86 +100,184 @@ class FaultyProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            if self.fault == "lookupd-config-ignored" and self._answered_config_put(client):
-                continue
-            server = socket.create_connection(self.upstream)
-            for source, target, rewrite in ((client, server, False), (server, client, True)):
-                threading.Thread(target=self._pump, args=(source, target, rewrite), daemon=True).start()
-
-    def _pump(self, source: socket.socket, target: socket.socket, server_side: bool) -> None:
-        if server_side and self.fault == "stats-without-client-count":
-            self._pump_rewritten_http(source, target)
-            return
-        decoder, held, rewriting = wire.FrameDecoder(), b"", server_side and self.fault in _FRAME_REWRITES
-        try:
-            while data := source.recv(65536):
-                if rewriting:
-                    start, held = decoder.offset, held + data
-                    try:
-                        data = b"".join(self._rewrite(frame) for frame in decoder.feed(data))
-                        held = held[decoder.offset - start:]
-                    except wire.ProtocolViolation as exc:
-                        # A compressed stream after IDENTIFY (ID-30): forward the rest untouched.
-                        data = b"".join(self._rewrite(frame) for frame in exc.frames) + held[exc.offset - start:]
-                        rewriting = False
-                target.sendall(data)
-        except OSError:
-            pass
-        if server_side and self.fault == "no-close-after-fatal":
-            return  # the broker hung up; the client is left waiting on an open socket
-        for sock in (source, target):
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                server = socket.create_connection(self.upstream)
             except OSError:
-                pass
-            sock.close()
+                client.close()
+                continue
+            threading.Thread(target=self._serve, args=(Session(client, server, self.fault, self),),
+                             daemon=True).start()
+
+    def _serve(self, session: Session) -> None:
+        """Sniff the first byte, then pump both ways."""
+        try:
+            first = session.client.recv(65536)
+        except OSError:
+            first = b""
+        if not first:
+            session.close()
+            return
+        if self.v1:
+            up, down = self._v1_commands, self._raw
+        elif re.match(rb"[A-Z]{3,7} /", first):
+            up, down = self._http_request, self._http_response
+        else:
+            up, down = self._commands, self._frames
+        threading.Thread(target=self._pump, args=(down, session, False), daemon=True).start()
+        self._pump(up, session, True, first)
 
     @staticmethod
-    def _pump_rewritten_http(source: socket.socket, target: socket.socket) -> None:
-        """The suite asks with `Connection: close`: the whole response, then the edited one."""
-        response = b""
+    def _pump(handler, session: Session, from_client: bool, first: bytes = b"") -> None:
         with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                response += data
-        head, _, body = response.partition(b"\r\n\r\n")
-        body = re.sub(rb'"client_count":\d+,?', b"", body)
-        head = re.sub(rb"(?i)content-length: *\d+", b"Content-Length: %d" % len(body), head)
-        with contextlib.suppress(OSError):
-            target.sendall(head + b"\r\n\r\n" + body)
-        for sock in (source, target):
+            handler(session, first)
+        if from_client and not session.hang_up:
+            session.client_done()
+        elif not session.fault.keeps_client_open:
+            session.close()
+        else:  # the broker hung up; the client is left waiting on an open socket
             with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+                session.server.close()
 
-    def _rewrite(self, frame: wire.Frame) -> bytes:
-        if self.fault == "attempts-stuck" and frame.frame_type == wire.FRAME_MESSAGE:
-            data = frame.data[:8] + struct.pack(">H", 1) + frame.data[10:]  # C-09: attempts at bytes 8..9
-            return wire.encode_frame(wire.FRAME_MESSAGE, data)
-        if self.fault == "tls-not-offered" and frame.frame_type == wire.FRAME_RESPONSE:
-            return wire.encode_frame(wire.FRAME_RESPONSE, frame.data.replace(b'"tls_v1":true', b'"tls_v1":false'))
-        if self.fault == "error-reworded" and frame.frame_type == wire.FRAME_ERROR:
-            code, _, text = frame.data.partition(b" ")
-            return wire.encode_frame(wire.FRAME_ERROR, code + b" reworded: " + text)
-        return frame.encode()
+    # ---- TCP protocol V2 --------------------------------------------------------------------------------------
+    @staticmethod
+    def _stream(source: socket.socket, first: bytes = b""):
+        if first:
+            yield first
+        while data := source.recv(65536):
+            yield data
+
+    def _commands(self, session: Session, first: bytes) -> None:
+        """Client -> broker: commands through the fault's ``command`` hook, whole commands at a time."""
+        hook = session.fault.command
+        decoder, held = wire.CommandDecoder(max_body_size=_MAX_REWRITTEN_BODY, pause_at_upgrade=True), b""
+        for data in self._stream(session.client, first):
+            if hook is None or decoder.paused:
+                session.server.sendall(held + data)
+                held = b""
+                continue
+            start, held = decoder.offset, held + data
+            try:
+                commands = decoder.feed(data)
+            except wire.ProtocolViolation as exc:  # input no client should send: the suite's syntax cases
+                session.server.sendall(self._rewritten(commands=exc.commands, raw=held[:exc.offset - start],
+                                                       session=session, magic=start == 0)
+                                       + held[exc.offset - start:])
+                hook, held = None, b""
+                continue
+            consumed = decoder.offset - start
+            session.server.sendall(self._rewritten(commands, held[:consumed], session, magic=start == 0))
+            held = held[consumed:]
+            if decoder.paused:  # TLS or compression follows the IDENTIFY: the rest as it comes
+                session.server.sendall(held + decoder.take_trailing_data())
+                held = b""
 
     @staticmethod
-    def _answered_config_put(client: socket.socket) -> bool:
-        """Peek at an HTTP request: the lookupd-address PUT is answered here (the body echoed, as nsqd does);
-        anything else goes on to the broker untouched."""
-        with contextlib.suppress(OSError):
-            client.settimeout(5)
-            start = client.recv(len(_CONFIG_PUT), socket.MSG_PEEK | socket.MSG_WAITALL)
-            client.settimeout(None)
-            if start != _CONFIG_PUT:
-                return False
-            request = b""
-            while b"\r\n\r\n" not in request and (data := client.recv(65536)):
-                request += data
-            head, _, body = request.partition(b"\r\n\r\n")
-            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
-            while len(body) < length and (data := client.recv(65536)):
-                body += data
-            client.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\n"
-                           b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-        client.close()
-        return True
+    def _rewritten(commands: list, raw: bytes, session: Session, magic: bool) -> bytes:
+        """The raw bytes when the fault changes none of the commands, else its rewrite of each."""
+        rewrites = [session.fault.command(command, session) for command in commands]
+        if all(rewrite is None for rewrite in rewrites):
+            return raw
+        pairs = zip(commands, rewrites, strict=True)
+        return (raw[:4] if magic else b"") + b"".join(
+            command.encode() if rewrite is None else rewrite for command, rewrite in pairs)
+
+    def _frames(self, session: Session, _: bytes) -> None:
+        """Broker -> client: frames through the fault's ``frame`` hook."""
+        hook, source = session.fault.frame, session.server
+        decoder = wire.FrameDecoder(pause_at_upgrade=True)
+        while True:
+            source.settimeout(_FLUSH_PENDING_AFTER if session.pending else None)
+            try:
+                data = source.recv(65536)
+            except TimeoutError:
+                session.to_client(session.pending)
+                session.pending = b""
+                continue
+            if not data:
+                session.to_client(session.pending)
+                return
+            if hook is None or decoder.paused:
+                session.to_client(data)
+                continue
+            frames = decoder.feed(data)
+            out = b"".join(frame.encode() if (rewrite := hook(frame, session)) is None else rewrite
+                           for frame in frames)
+            if decoder.paused:
+                out += decoder.take_trailing_data()
+            session.to_client(out)
+            if session.hang_up:
+                return
+
+    # ---- HTTP ---------------------------------------------------------------------------------------------------
+    def _http_request(self, session: Session, first: bytes) -> None:
+        """Client -> broker: the first request through the fault's ``request`` hook (which may answer it itself),
+        the rest as it comes."""
+        data = first
+        hook = session.fault.request
+        if hook is not None or session.fault.relay is not None:
+            while b"\r\n\r\n" not in data and (more := session.client.recv(65536)):
+                data += more
+            head, separator, rest = data.partition(b"\r\n\r\n")
+            length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+            while length and len(rest) < int(length.group(1)) and (more := session.client.recv(65536)):
+                rest += more
+            request = HttpRequest.parse(head, rest if length else None)
+            if request is not None and separator:
+                answer = self._relayed(request, session) if session.fault.relay else hook(request, session)
+                if isinstance(answer, bytes):
+                    session.to_client(answer)
+                    session.hang_up = True
+                    return
+                if answer is not None:
+                    data = answer.encode() + (b"" if length else rest)
+        session.request_path = data.split(b" ", 2)[1].partition(b"?")[0].decode("latin-1") if b" " in data else ""
+        session.server.sendall(data)
+        for more in self._stream(session.client):
+            session.server.sendall(more)
+
+    def _relayed(self, request: HttpRequest, session: Session) -> HttpRequest | None:
+        """The registration faults: the nsqlookupd addresses set over HTTP become those of relays with the fault."""
+        if request.method != "PUT" or request.path != "/config/nsqlookupd_tcp_addresses":
+            return None
+        try:
+            addresses = json.loads(request.body)
+        except ValueError:
+            return None
+        return request.with_body(json.dumps([self.relay_to(address) for address in addresses]).encode())
+
+    def _http_response(self, session: Session, _: bytes) -> None:
+        hook, first = session.fault.response, session.server.recv(65536)
+        standing_in = self.info_ports and session.request_path == "/info"  # known once the broker answers
+        if hook is None and not standing_in:
+            for data in self._stream(session.server, first):
+                session.to_client(data)
+            return
+        response = b"".join(self._stream(session.server, first))
+        head, _, body = response.partition(b"\r\n\r\n")
+        if standing_in:
+            body = re.sub(rb'"(tcp|http)_port":(\d+)', lambda match: b'"%s_port":%d' % (
+                match.group(1), self.info_ports.get(int(match.group(2)), int(match.group(2)))), body)
+        if hook is not None:
+            head, body = hook(head, body, session)
+        head = re.sub(rb"(?i)content-length: *\d+", b"Content-Length: %d" % len(body), head)
+        session.to_client(head + b"\r\n\r\n" + body)
+
+    # ---- the V1 relay (broker -> nsqlookupd) ------------------------------------------------------------------------
+    def _v1_commands(self, session: Session, first: bytes) -> None:
+        """What the broker sends nsqlookupd, through the fault's ``relay`` hook: a dropped command is answered OK in
+        nsqlookupd's place (the broker waits for each answer before its next command, L-TCP-05)."""
+        decoder = wire_v1.V1CommandDecoder()
+        for data in self._stream(session.client, first):
+            magic = decoder.magic
+            commands = decoder.feed(data)
+            if magic is None and decoder.magic is not None:
+                session.server.sendall(decoder.magic)
+            for command in commands:
+                if session.fault.relay(command):
+                    session.server.sendall(wire_v1.encode_command(command.name, *command.params, body=command.body))
+                else:
+                    session.to_client(wire_v1.encode_reply(b"OK"))
+
+    def _raw(self, session: Session, _: bytes) -> None:
+        for data in self._stream(session.server):
+            session.to_client(data)
