@@ -4,13 +4,14 @@ Data flows one way:
 
     nsqpcap source (one partition per file / byte range, Arrow batches of TCP segment metadata;
                     payload="reference": the bytes stay in the files)
-      -> groupBy(flow).applyInArrow: payload bytes read back by offset, reassembly (reassembly.py),
-         NSQ decoding (decode.py), per-connection checks (violations.py) -> one events table (Parquet)
-      -> tables and summary.json derived from it with DataFrame operations (lifecycle.py, summary.py)
+      -> repartition(flow), sorted by flow, mapInArrow: payload bytes read back by offset, reassembly
+         (reassembly.py), NSQ decoding (decode.py), per-connection checks (violations.py) -> the events and the
+         tables each connection makes alone (connection_tables.py), written as Parquet by the task itself
+      -> the tables that join connections, and summary.json, with DataFrame operations (lifecycle.py, summary.py)
 
 Connections spanning several files meet in the shuffle: the reader keeps no state across files.
-Shuffling offsets instead of payloads needs the capture files readable by every executor (local
-mode, or a shared file system on a cluster).
+Shuffling offsets instead of payloads, and the tasks writing their tables, need the capture files and the output
+directory on every executor's file system (local mode, or a shared file system on a cluster).
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from spark_analysis.connection_tables import SCHEMAS, TableWriter, prepare_directories, project
 from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource, expand_paths
 from spark_analysis.decode import decode_connection
 from spark_analysis.events import EVENT_SCHEMA
@@ -48,22 +50,59 @@ def packets(
     )
 
 
-def events(packet_frame: DataFrame, nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS) -> DataFrame:
-    """Shuffle segments by flow and decode every connection; walker errors become error events."""
+def decode_to_tables(packet_frame: DataFrame, tables_dir: str, nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS) -> None:
+    """Shuffle segments by flow; each task decodes its flows' connections and writes their tables
+    (connection_tables.py) into ``tables_dir``. Walker errors become error events."""
     ports = frozenset(nsq_ports)
+    prepare_directories(tables_dir, SCHEMAS)
 
-    def decode_flow(table: pa.Table) -> pa.Table:
-        if table.column("flow")[0].as_py() is None:
-            return _walker_errors(table)
-        columns = [table.column(name).to_pylist() for name in SEGMENT_COLUMNS]
-        if table.column("payload").null_count:
-            columns[-1] = read_payloads(
-                *(table.column(name).to_pylist() for name in ("file", "payload_offset", "payload_length"))
-            )
-        connections = reassemble(table.column("flow")[0].as_py(), list(zip(*columns, strict=False)), ports)
-        return pa.concat_tables([decode_connection(conn, ports) for conn in connections])
+    def decode_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
 
-    return packet_frame.groupBy("flow").applyInArrow(decode_flow, from_arrow_schema(EVENT_SCHEMA))
+        connections = 0
+        with TableWriter(tables_dir, f"part-{TaskContext.get().partitionId():05d}", SCHEMAS) as writer:
+            for flow in _flows(batches):
+                for events in _decode_flow(flow, ports):
+                    for name, table in project(events):
+                        writer.add(name, table)
+                    connections += 1
+        yield pa.RecordBatch.from_pydict({"connections": pa.array([connections], pa.int32())})
+
+    # Sorted by flow, a task meets each of its flows' segments in one run (the shuffle put them in one partition).
+    packet_frame.repartition("flow").sortWithinPartitions("flow").mapInArrow(
+        decode_partition, "connections INT"
+    ).collect()
+
+
+def _flows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
+    """Runs of rows with the same flow, across batch boundaries."""
+    current, pieces = None, []
+    for batch in batches:
+        flows = batch.column("flow").to_pylist()
+        start = 0
+        for end in range(1, len(flows) + 1):
+            if end < len(flows) and flows[end] == flows[start]:
+                continue
+            if pieces and flows[start] != current:
+                yield pa.Table.from_batches(pieces)
+                pieces = []
+            current = flows[start]
+            pieces.append(batch.slice(start, end - start))
+            start = end
+    if pieces:
+        yield pa.Table.from_batches(pieces)
+
+
+def _decode_flow(table: pa.Table, ports: frozenset[int]) -> list[pa.Table]:
+    if table.column("flow")[0].as_py() is None:
+        return [_walker_errors(table)]
+    columns = [table.column(name).to_pylist() for name in SEGMENT_COLUMNS]
+    if table.column("payload").null_count:
+        columns[-1] = read_payloads(
+            *(table.column(name).to_pylist() for name in ("file", "payload_offset", "payload_length"))
+        )
+    connections = reassemble(table.column("flow")[0].as_py(), list(zip(*columns, strict=False)), ports)
+    return [decode_connection(conn, ports) for conn in connections]
 
 
 def _walker_errors(table: pa.Table) -> pa.Table:
@@ -96,12 +135,13 @@ def run_analysis(
     os.makedirs(out_dir, exist_ok=True)
     tables_dir = os.path.join(out_dir, "tables")
     started = time.monotonic()
-    step("decoding packets (read, shuffle by flow, reassemble, decode)")
+    step("decoding packets (read, shuffle by flow, reassemble, decode, per-connection tables)")
     # Payloads stay in the files until the decoder needs them: only segment metadata is shuffled.
-    events(packets(spark, paths, split_bytes, payload="reference"), nsq_ports).write.mode("overwrite").parquet(
-        os.path.join(tables_dir, "events")
-    )
-    decoded = spark.read.schema(from_arrow_schema(EVENT_SCHEMA)).parquet(os.path.join(tables_dir, "events"))
+    decode_to_tables(packets(spark, paths, split_bytes, payload="reference"), tables_dir, nsq_ports)
+    written = {
+        name: spark.read.schema(from_arrow_schema(SCHEMAS[name])).parquet(os.path.join(tables_dir, name))
+        for name in SCHEMAS
+    }
     step("deriving tables")
 
     def materialise(name: str, frame: DataFrame) -> DataFrame:
@@ -109,9 +149,9 @@ def run_analysis(
         # the known schema spares Spark a job that would read the Parquet footers to infer it
         return spark.read.schema(frame.schema).parquet(os.path.join(tables_dir, name))
 
-    tables = lifecycle.tables(decoded, materialise)
+    tables = {**written, **lifecycle.tables(written, tables_dir, materialise)}
     step("summarising")
-    result = summary.summarise(decoded, tables)
+    result = summary.summarise(tables)
     result["input"] = {
         "files": paths,
         "bytes": sum(os.path.getsize(p) for p in expand_paths(paths)),

@@ -1,78 +1,170 @@
-"""Tables derived from the decoded events with DataFrame operations, message lifecycles above all.
+"""The tables that join connections: message lifecycles above all, and the connections' roles.
 
 A message on a channel is identified by (topic, channel, msg_id): every channel gets its own copy
-with the same ID (C-11). Its lifecycle is the time-ordered union of its deliveries and the
-successful FIN/REQ commands that settle them. A delivery followed directly by another delivery
-was not settled, so it timed out (D-11); if its connection had already gone without CLS, it was
-abandoned by that disconnect (D-15).
+with the same ID (C-11). Its lifecycle is its deliveries in time order, each settled on its own
+connection or not (connection_tables.delivered). A delivery that nothing settled and that another
+delivery follows timed out (D-11); if its connection had already gone without CLS, it was abandoned
+by that disconnect (D-15).
+
+One shuffle: a message's publish and every delivery of it, on any channel, carry the same body, so
+they meet in the partition of (topic, body_hash), the pair that joins a publish with its deliveries.
+Each task orders its deliveries and writes `deliveries` and `messages` with Arrow compute and numpy,
+in bulk, as the decoding tasks write theirs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import os
+from collections.abc import Callable, Iterator
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+from spark_analysis.connection_tables import DELIVERED_SCHEMA, TableWriter, prepare_directories
 
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
-DELIVERY_COLUMNS = [*MESSAGE_KEY, "conn_id", "ts_ns", "attempts", "msg_ts_ns", "body_len", "body_hash"]
 NS_PER_MS = 1_000_000
-# Spark jobs in flight at once for independent tables; enough to hide per-job latency on a few cores.
+# Spark jobs in flight at once for independent queries; enough to hide per-job latency on a few cores.
 CONCURRENT_JOBS = 4
 
+DELIVERIES_SCHEMA = pa.schema(
+    [
+        *(DELIVERED_SCHEMA.field(name) for name in DELIVERED_SCHEMA.names[:9]),
+        ("cause", pa.string()),  # first | req | timeout | after_fin
+        ("outcome", pa.string()),  # FIN | REQ | timeout | abandoned | open
+        ("settled_ts_ns", pa.int64()),
+    ]
+)
+MESSAGES_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("channel", pa.string()),
+        ("msg_id", pa.string()),
+        ("publish_ts_ns", pa.int64()),  # the timestamp nsqd gave it (C-09)
+        ("body_hash", pa.int64()),
+        ("first_delivery_ts_ns", pa.int64()),
+        ("last_delivery_ts_ns", pa.int64()),
+        ("deliveries", pa.int64()),
+        ("max_attempts", pa.int32()),
+        ("consumers", pa.list_(pa.string())),
+        ("reqs", pa.int64()),
+        ("timeouts", pa.int64()),
+        ("fin_ts_ns", pa.int64()),
+        ("touches", pa.int64()),
+        ("publish_command_ts_ns", pa.int64()),
+        ("publish_command", pa.string()),
+        ("publish_to_first_delivery_ms", pa.float64()),
+        ("last_delivery_to_fin_ms", pa.float64()),
+        ("state", pa.string()),  # finished | unfinished
+    ]
+)
+LIFECYCLE_SCHEMAS = {"deliveries": DELIVERIES_SCHEMA, "messages": MESSAGES_SCHEMA}
 
-def tables(events: DataFrame, materialise: Callable[[str, DataFrame], DataFrame]) -> dict[str, DataFrame]:
-    """All tables; ``materialise(name, frame)`` stores one and returns it read back."""
-    projections = {
-        "commands": events.where("kind = 'command'").select(
-            "conn_id", "ts_ns", "name", "topic", "channel", "msg_id", "value", "status", "code", "detail"
-        ),
-        "frames": events.where("kind = 'frame'").select(
-            "conn_id",
-            "ts_ns",
-            "name",
-            "topic",
-            "channel",
-            "msg_id",
-            "attempts",
-            "msg_ts_ns",
-            "body_len",
-            "code",
-            "detail",
-        ),
-        "publishes": events.where("kind = 'publish'").select(
-            "conn_id",
-            "ts_ns",
-            F.col("name").alias("command"),
-            "topic",
-            "body_len",
-            "body_hash",
-            F.col("value").alias("defer_ms"),
-            "status",
-        ),
-        "errors": errors(events),
-        "heartbeats": heartbeats(events),
-        "flow_control": events.where("(kind = 'command' AND name = 'RDY') OR kind = 'inflight'").select(
-            "conn_id",
-            "ts_ns",
-            "topic",
-            "channel",
-            F.when(F.col("kind") == "command", F.col("value")).alias("rdy"),
-            F.when(F.col("kind") == "inflight", F.col("value")).alias("in_flight"),
-        ),
-        "violations": events.where("kind = 'violation'").select(
-            "conn_id", "ts_ns", F.col("name").alias("requirement"), "topic", "channel", "detail"
-        ),
+
+def tables(
+    written: dict[str, DataFrame], tables_dir: str, materialise: Callable[[str, DataFrame], DataFrame]
+) -> dict[str, DataFrame]:
+    """The tables that join connections, from the per-connection ones; ``materialise(name, frame)`` stores a Spark
+    table and returns it read back."""
+    prepare_directories(tables_dir, LIFECYCLE_SCHEMAS)
+    published = written["publishes"].where("status = 'ok'").select("topic", "body_hash", "ts_ns", "command")
+    rows = written["delivered"].unionByName(published, allowMissingColumns=True)
+    rows_schema = to_arrow_schema(rows.schema)
+
+    def lifecycles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        table = pa.Table.from_batches(batches, schema=rows_schema)
+        is_publish = pc.is_valid(table["command"])
+        delivery = deliveries(table.filter(pc.invert(is_publish)))
+        with TableWriter(tables_dir, f"part-{TaskContext.get().partitionId():05d}", LIFECYCLE_SCHEMAS) as writer:
+            writer.add("deliveries", delivery.select(DELIVERIES_SCHEMA.names))
+            writer.add("messages", messages(delivery, table.filter(is_publish)))
+        yield pa.RecordBatch.from_pydict({"deliveries": pa.array([delivery.num_rows], pa.int64())})
+
+    rows.repartition("topic", "body_hash").mapInArrow(lifecycles, "deliveries BIGINT").collect()
+    spark = rows.sparkSession
+    read = {name: spark.read.schema(from_arrow_schema(schema)).parquet(os.path.join(tables_dir, name))
+            for name, schema in LIFECYCLE_SCHEMAS.items()}
+    return {**read, "connections": materialise("connections", connections(written["events"]))}
+
+
+def _codes(column) -> np.ndarray:
+    """Equal values, equal integers (null: -1): keys compared in numpy."""
+    return pc.fill_null(pc.dictionary_encode(column).combine_chunks().indices, -1).to_numpy()
+
+
+def deliveries(delivered: pa.Table) -> pa.Table:
+    """Every delivery with its cause (first / req / timeout / after_fin) and its outcome (FIN / REQ / timeout /
+    abandoned / open), in time order per message; the columns of ``DELIVERIES_SCHEMA`` and the TOUCHes."""
+    rows = delivered.sort_by([(name, "ascending") for name in (*MESSAGE_KEY, "ts_ns", "conn_id")])
+    count = rows.num_rows
+    same = np.ones(count, bool)
+    for name in MESSAGE_KEY:
+        codes = _codes(rows[name])
+        same &= np.concatenate(([False], codes[1:] == codes[:-1])) if count else same
+    follows = np.concatenate((same[1:], [False]))  # another delivery of the message on its channel comes next
+    settlement = rows["settlement"].to_numpy(zero_copy_only=False)
+    settled = settlement != None  # noqa: E711 (an object array)
+    previous = np.concatenate(([None], settlement[:-1]))
+    cause = np.where(~same, "first", np.where(previous == "REQ", "req", np.where(previous == "FIN", "after_fin",
+                                                                                     "timeout")))
+    ts = rows["ts_ns"].to_numpy()
+    next_ts = np.concatenate((ts[1:], [0]))
+    abandoned = rows["no_cls"].to_numpy(zero_copy_only=False) & (rows["conn_last_ts_ns"].to_numpy() < next_ts)
+    outcome = np.where(settled, settlement, np.where(follows, np.where(abandoned, "abandoned", "timeout"), "open"))
+    return rows.append_column("cause", pa.array(cause, pa.string())).append_column(
+        "outcome", pa.array(outcome, pa.string()))
+
+
+def _aggregate(rows: pa.Table, keys: list[str], aggregates: dict[str, tuple[str, str]]) -> pa.Table:
+    """``rows`` grouped by ``keys`` in their order (so that "first" is the first row's): each output column
+    ``name: (column, function)``."""
+    grouped = rows.group_by(keys, use_threads=False).aggregate(list(aggregates.values()))
+    return grouped.rename_columns({f"{column}_{function}": name for name, (column, function) in aggregates.items()})
+
+
+def messages(delivery: pa.Table, published: pa.Table) -> pa.Table:
+    """One row per message and channel: publish, deliveries, settlement, latencies."""
+    outcome = delivery["outcome"]
+    counted = delivery.append_column("is_req", pc.cast(pc.equal(outcome, "REQ"), pa.int64())).append_column(
+        "is_timeout", pc.cast(pc.is_in(outcome, pa.array(["timeout", "abandoned"])), pa.int64())
+    ).append_column("fin_ts_ns", pc.if_else(pc.equal(outcome, "FIN"), delivery["settled_ts_ns"],
+                                            pa.scalar(None, pa.int64())))
+    # ordered by time within each message (deliveries()), so "first" is the earliest delivery's
+    aggregates = {
+        "publish_ts_ns": ("msg_ts_ns", "min"),
+        "body_hash": ("body_hash", "first"),
+        "first_delivery_ts_ns": ("ts_ns", "min"),
+        "last_delivery_ts_ns": ("ts_ns", "max"),
+        "deliveries": ("ts_ns", "count"),
+        "max_attempts": ("attempts", "max"),
+        "consumers": ("conn_id", "distinct"),
+        "reqs": ("is_req", "sum"),
+        "timeouts": ("is_timeout", "sum"),
+        "fin_ts_ns": ("fin_ts_ns", "max"),
+        "touches": ("touches", "sum"),
     }
-    # Both cores stay busy through these jobs; running them side by side keeps them so while one job
-    # waits on another's stage. Only messages reads another table: the deliveries it summarises.
-    independent = {**projections, "connections": connections(events), "registrations": registrations(events)}
-    with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
-        stored = {name: pool.submit(materialise, name, frame) for name, frame in independent.items()}
-        delivery = materialise("deliveries", deliveries(events))
-        stored["messages"] = pool.submit(materialise, "messages", messages(events, delivery))
-        return {"deliveries": delivery, **{name: future.result() for name, future in stored.items()}}
+    per_message = _aggregate(counted, MESSAGE_KEY, aggregates)
+    first_publish = _aggregate(published.sort_by("ts_ns"), ["topic", "body_hash"], {
+        "publish_command_ts_ns": ("ts_ns", "min"), "publish_command": ("command", "first")})
+    # Arrow's join carries no list column (consumers): the publish is looked up by row number instead
+    keys = per_message.select(["topic", "body_hash"]).append_column("row", pa.array(np.arange(per_message.num_rows)))
+    found = keys.join(first_publish, ["topic", "body_hash"], join_type="left outer").sort_by("row")
+    joined = per_message.append_column("publish_command_ts_ns", found["publish_command_ts_ns"]).append_column(
+        "publish_command", found["publish_command"])
+    def milliseconds(end: str, start: str):
+        return pc.divide(pc.cast(pc.subtract(joined[end], joined[start]), pa.float64()), NS_PER_MS)
+
+    return joined.append_column(
+        "publish_to_first_delivery_ms", milliseconds("first_delivery_ts_ns", "publish_ts_ns")
+    ).append_column("last_delivery_to_fin_ms", milliseconds("fin_ts_ns", "last_delivery_ts_ns")).append_column(
+        "state", pc.if_else(pc.is_valid(joined["fin_ts_ns"]), "finished", "unfinished")
+    ).select(MESSAGES_SCHEMA.names).cast(MESSAGES_SCHEMA)
 
 
 def connections(events: DataFrame) -> DataFrame:
@@ -101,143 +193,4 @@ def connections(events: DataFrame) -> DataFrame:
         .when(F.col("is_nsq"), "nsq-other")
         .when(F.col("is_lookupd"), "lookupd-peer")
         .otherwise("not-nsq"),
-    )
-
-
-def registrations(events: DataFrame) -> DataFrame:
-    """What producers told nsqlookupd (R-03..R-07, L-TCP-12..15): each REGISTER and UNREGISTER of a V1 connection
-    with its producer and nsqlookupd's answer."""
-    lookupd_connections = events.where("kind = 'connection' AND name = 'lookupd'").select("conn_id")
-    return (
-        events.where("kind = 'command' AND name IN ('REGISTER', 'UNREGISTER')")
-        .join(lookupd_connections, "conn_id", "left_semi")
-        .select(
-            "conn_id",
-            "ts_ns",
-            F.col("detail").alias("producer"),
-            F.col("name").alias("action"),
-            "topic",
-            "channel",
-            "status",
-            "code",
-        )
-    )
-
-
-def deliveries(events: DataFrame) -> DataFrame:
-    """Every delivery with its cause (first / req / timeout) and its outcome (FIN / REQ / timeout / open)."""
-    delivered = events.where("kind = 'frame' AND name = 'message'").select(
-        *DELIVERY_COLUMNS,
-        F.lit("deliver").alias("event"),
-        F.lit(1).alias("rank"),
-    )
-    settled = events.where("kind = 'command' AND name IN ('FIN', 'REQ') AND status = 'ok'").select(
-        *MESSAGE_KEY,
-        "conn_id",
-        "ts_ns",
-        F.lit(None).cast("int").alias("attempts"),
-        F.lit(None).cast("bigint").alias("msg_ts_ns"),
-        F.lit(None).cast("bigint").alias("body_len"),
-        F.lit(None).cast("bigint").alias("body_hash"),
-        F.col("name").alias("event"),
-        F.lit(0).alias("rank"),
-    )
-    # At equal capture times a settlement precedes the delivery it made room for.
-    window = Window.partitionBy(*MESSAGE_KEY).orderBy("ts_ns", "rank", "conn_id")
-    ordered = delivered.unionByName(settled).select(
-        "*",
-        F.lag("event").over(window).alias("previous_event"),
-        F.lead("event").over(window).alias("next_event"),
-        F.lead("ts_ns").over(window).alias("next_ts_ns"),
-    )
-    ended = (
-        events.where("kind = 'connection'")
-        .select(
-            "conn_id",
-            (F.col("connection.cls") == 0).alias("no_cls"),
-            F.col("connection.last_ts_ns").alias("conn_last_ts_ns"),
-        )
-    )
-    return (
-        ordered.where("event = 'deliver'")
-        .join(ended, "conn_id", "left")
-        .select(
-            *DELIVERY_COLUMNS,
-            F.when(F.col("previous_event").isNull(), "first")
-            .when(F.col("previous_event") == "REQ", "req")
-            .when(F.col("previous_event") == "deliver", "timeout")
-            .otherwise("after_fin")
-            .alias("cause"),
-            F.when(
-                F.col("next_event") == "deliver",
-                F.when(F.col("no_cls") & (F.col("conn_last_ts_ns") < F.col("next_ts_ns")), "abandoned").otherwise(
-                    "timeout"
-                ),
-            )
-            .otherwise(F.coalesce(F.col("next_event"), F.lit("open")))
-            .alias("outcome"),
-            F.when(F.col("next_event").isin("FIN", "REQ"), F.col("next_ts_ns")).alias("settled_ts_ns"),
-        )
-    )
-
-
-def messages(events: DataFrame, delivery: DataFrame) -> DataFrame:
-    """One row per message and channel: publish, deliveries, settlement, latencies."""
-    touches = (
-        events.where("kind = 'command' AND name = 'TOUCH' AND status = 'ok'")
-        .groupBy(*MESSAGE_KEY)
-        .agg(F.count("*").alias("touches"))
-    )
-    published = (
-        events.where("kind = 'publish' AND status = 'ok'")
-        .groupBy("topic", "body_hash")
-        .agg(F.min("ts_ns").alias("publish_command_ts_ns"), F.first("name").alias("publish_command"))
-    )
-    per_message = delivery.groupBy(*MESSAGE_KEY).agg(
-        F.min("msg_ts_ns").alias("publish_ts_ns"),
-        F.min_by("body_hash", "ts_ns").alias("body_hash"),
-        F.min("ts_ns").alias("first_delivery_ts_ns"),
-        F.max("ts_ns").alias("last_delivery_ts_ns"),
-        F.count("*").alias("deliveries"),
-        F.max("attempts").alias("max_attempts"),
-        F.collect_set("conn_id").alias("consumers"),
-        F.sum(F.when(F.col("outcome") == "REQ", 1).otherwise(0)).alias("reqs"),
-        F.sum(F.when(F.col("outcome").isin("timeout", "abandoned"), 1).otherwise(0)).alias("timeouts"),
-        F.max(F.when(F.col("outcome") == "FIN", F.col("settled_ts_ns"))).alias("fin_ts_ns"),
-    )
-    return (
-        per_message.join(touches, MESSAGE_KEY, "left")
-        .join(published, ["topic", "body_hash"], "left")
-        .withColumn("touches", F.coalesce("touches", F.lit(0)))
-        .withColumn(
-            "publish_to_first_delivery_ms",
-            (F.col("first_delivery_ts_ns") - F.col("publish_ts_ns")) / NS_PER_MS,
-        )
-        .withColumn("last_delivery_to_fin_ms", (F.col("fin_ts_ns") - F.col("last_delivery_ts_ns")) / NS_PER_MS)
-        .withColumn("state", F.when(F.col("fin_ts_ns").isNotNull(), "finished").otherwise("unfinished"))
-    )
-
-
-def errors(events: DataFrame) -> DataFrame:
-    """Capture/decode problems (named, counted) and the error frames nsqd sent."""
-    return events.where("kind = 'error' OR (kind = 'frame' AND name = 'error')").select(
-        "conn_id",
-        "ts_ns",
-        F.when(F.col("kind") == "frame", "nsqd")
-        .when(F.col("direction") == "file", "capture")
-        .otherwise("decode")
-        .alias("source"),
-        F.when(F.col("kind") == "frame", F.col("code")).otherwise(F.col("name")).alias("error"),
-        "topic",
-        "channel",
-        "msg_id",
-        "detail",
-        "value",
-        "stream_offset",
-    )
-
-
-def heartbeats(events: DataFrame) -> DataFrame:
-    return events.where("kind = 'frame' AND name = 'heartbeat'").select(
-        "conn_id", "ts_ns", "topic", "channel", (F.col("value") / NS_PER_MS).alias("gap_ms")
     )

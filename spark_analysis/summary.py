@@ -26,24 +26,14 @@ def message_events(totals: dict) -> int:
     return sum(totals[key] for key in MESSAGE_EVENT_TOTALS)
 
 
-def summarise(events: DataFrame, tables: dict[str, DataFrame]) -> dict:
+def summarise(tables: dict[str, DataFrame]) -> dict:
     quantiles = [0.5, 0.9, 0.99, 1.0]
     messages = tables["messages"]
     # Every count comes from these few small aggregates. They are independent, and each costs mostly
     # Spark's fixed per-job latency, so they run side by side.
     queries = {
         "connections": tables["connections"],
-        "activity": events.where("kind IN ('command', 'frame', 'publish', 'error', 'violation')")
-        .groupBy(
-            "conn_id",
-            "kind",
-            "name",
-            "status",
-            "code",
-            "topic",
-            F.when(F.col("name") == "REQ", F.col("value") == 0).alias("req_delay0"),
-        )
-        .count(),
+        "activity": tables["activity"],
         "deliveries": tables["deliveries"].groupBy("topic", "channel", "attempts", "outcome").count(),
         "messages": messages.groupBy("topic", "channel").agg(
             F.count("*").alias("delivered"), F.count("fin_ts_ns").alias("finished")

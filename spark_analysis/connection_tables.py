@@ -1,0 +1,250 @@
+"""The tables that one connection's events make on their own, written by the task that decoded the connection.
+
+They are projections of the events (commands, frames, publishes, ...) and per-connection counts (activity): no
+other connection changes a row of them, so they are cut from each connection's Arrow table with pyarrow and
+written as Parquet where the events are, and no Spark job reads the events back to make them. The tables that
+join connections (deliveries, messages, connections) are lifecycle.py's.
+
+A task writes one file per table (``<table>/<part>.parquet``, ``TableWriter``) in row groups of ``ROW_GROUP_ROWS``, so
+that a trace of many small connections does not become many small files. The file's name is the task's
+partition: a retried task overwrites its failed attempt's file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from spark_analysis.events import EVENT_SCHEMA
+
+NS_PER_MS = 1_000_000
+ROW_GROUP_ROWS = 1 << 18
+Projection = Callable[[pa.Table], pa.Table]
+
+
+def _kind(events: pa.Table, kind: str, *names: str) -> pa.Array:
+    mask = pc.equal(events["kind"], kind)
+    return pc.and_kleene(mask, pc.is_in(events["name"], pa.array(names))) if names else mask
+
+
+def _columns(events: pa.Table, mask, **columns) -> pa.Table:
+    """The rows of ``mask`` with ``columns``: an event column's name (kept or renamed) or a function of the rows."""
+    rows = events.filter(mask)
+    return pa.table({name: rows[source] if isinstance(source, str) else source(rows)
+                     for name, source in columns.items()})
+
+
+def _same(*names: str) -> dict[str, str]:
+    return {name: name for name in names}
+
+
+def commands(events: pa.Table) -> pa.Table:
+    return _columns(events, _kind(events, "command"),
+                    **_same("conn_id", "ts_ns", "name", "topic", "channel", "msg_id", "value", "status", "code",
+                            "detail"))
+
+
+def frames(events: pa.Table) -> pa.Table:
+    return _columns(events, _kind(events, "frame"),
+                    **_same("conn_id", "ts_ns", "name", "topic", "channel", "msg_id", "attempts", "msg_ts_ns",
+                            "body_len", "code", "detail"))
+
+
+def publishes(events: pa.Table) -> pa.Table:
+    return _columns(events, _kind(events, "publish"), **_same("conn_id", "ts_ns"), command="name",
+                    **_same("topic", "body_len", "body_hash"), defer_ms="value", status="status")
+
+
+def errors(events: pa.Table) -> pa.Table:
+    """Capture/decode problems (named, counted) and the error frames nsqd sent."""
+
+    def source(rows):
+        from_file = pc.if_else(pc.equal(rows["direction"], "file"), "capture", "decode")
+        return pc.if_else(pc.equal(rows["kind"], "frame"), "nsqd", from_file)
+
+    return _columns(events, pc.or_kleene(_kind(events, "error"), _kind(events, "frame", "error")),
+                    **_same("conn_id", "ts_ns"), source=source,
+                    error=lambda rows: pc.if_else(pc.equal(rows["kind"], "frame"), rows["code"], rows["name"]),
+                    **_same("topic", "channel", "msg_id", "detail", "value", "stream_offset"))
+
+
+def heartbeats(events: pa.Table) -> pa.Table:
+    return _columns(events, _kind(events, "frame", "heartbeat"), **_same("conn_id", "ts_ns", "topic", "channel"),
+                    gap_ms=lambda rows: pc.divide(pc.cast(rows["value"], pa.float64()), NS_PER_MS))
+
+
+def flow_control(events: pa.Table) -> pa.Table:
+    """RDY as the client set it, and in flight per second (violations.py counts it)."""
+
+    def when(kind):
+        return lambda rows: pc.if_else(pc.equal(rows["kind"], kind), rows["value"], pa.scalar(None, pa.int64()))
+
+    return _columns(events, pc.or_kleene(_kind(events, "command", "RDY"), _kind(events, "inflight")),
+                    **_same("conn_id", "ts_ns", "topic", "channel"), rdy=when("command"), in_flight=when("inflight"))
+
+
+def violations(events: pa.Table) -> pa.Table:
+    return _columns(events, _kind(events, "violation"), **_same("conn_id", "ts_ns"), requirement="name",
+                    **_same("topic", "channel", "detail"))
+
+
+def registrations(events: pa.Table) -> pa.Table:
+    """What a producer told nsqlookupd (R-03..R-07, L-TCP-12..15): each REGISTER and UNREGISTER of a V1 connection
+    with its producer and nsqlookupd's answer."""
+    mask = _kind(events, "command", "REGISTER", "UNREGISTER")
+    if not pc.any(_kind(events, "connection", "lookupd")).as_py():
+        mask = pc.and_kleene(mask, False)
+    return _columns(events, mask, **_same("conn_id", "ts_ns"), producer="detail", action="name",
+                    **_same("topic", "channel", "status", "code"))
+
+
+DELIVERED_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("channel", pa.string()),
+        ("msg_id", pa.string()),
+        ("conn_id", pa.string()),
+        ("ts_ns", pa.int64()),
+        ("attempts", pa.int32()),
+        ("msg_ts_ns", pa.int64()),
+        ("body_len", pa.int64()),
+        ("body_hash", pa.int64()),
+        ("settlement", pa.string()),  # FIN | REQ: what settled it on its connection; null: nothing did
+        ("settled_ts_ns", pa.int64()),
+        ("touches", pa.int64()),
+        ("no_cls", pa.bool_()),  # its connection ended without CLS (D-15) ...
+        ("conn_last_ts_ns", pa.int64()),  # ... at this time
+    ]
+)
+
+
+def delivered(events: pa.Table) -> pa.Table:
+    """Each delivery as its connection saw it: the first FIN or REQ that succeeded for its ID after it (a client
+    settles only what it was sent: P-FIN-04), the TOUCHes in between, and how the connection ended. The lifecycle
+    across connections (lifecycle.py) starts from these rows."""
+    acts = pc.and_kleene(_kind(events, "command", "FIN", "REQ", "TOUCH"), pc.equal(events["status"], "ok"))
+    rows = events.filter(pc.or_kleene(_kind(events, "frame", "message"), acts))
+    count = rows.num_rows
+    if not count or not pc.any(pc.equal(rows["kind"], "frame")).as_py():
+        return DELIVERED_SCHEMA.empty_table()
+    # By ID, then in time order (events.Rows.time_order: at the same instant a client's row first).
+    ids = pc.fill_null(pc.dictionary_encode(rows["msg_id"]).combine_chunks().indices, -1).to_numpy()
+    from_server = pc.not_equal(rows["direction"], "c2s").to_numpy(zero_copy_only=False)
+    order = np.lexsort((np.arange(count), from_server, rows["ts_ns"].to_numpy(), ids))
+    names = rows["name"].to_numpy(zero_copy_only=False)[order]
+    ids, ts = ids[order], rows["ts_ns"].to_numpy()[order]
+    is_delivery = names == "message"
+    # every row's latest delivery of the same ID before it (-1: none)
+    latest = np.maximum.accumulate(np.where(is_delivery, np.arange(count), -1))
+    latest = np.where((latest >= 0) & (ids[np.maximum(latest, 0)] == ids), latest, -1)
+    settles = np.flatnonzero(((names == "FIN") | (names == "REQ")) & (latest >= 0))
+    settled, first = np.unique(latest[settles], return_index=True)
+    settlement = np.full(count, None, object)
+    settled_ts = np.zeros(count, np.int64)
+    settlement[settled], settled_ts[settled] = names[settles[first]], ts[settles[first]]
+    touches = np.bincount(latest[(names == "TOUCH") & (latest >= 0)], minlength=count)
+    deliveries = np.flatnonzero(is_delivery)
+    connection = events.filter(_kind(events, "connection"))["connection"]
+    ended_without_cls = pc.equal(pc.struct_field(connection, "cls"), 0)[0].as_py()
+    table = rows.take(order[deliveries]).select(DELIVERED_SCHEMA.names[:9])
+    kept = settlement[deliveries]
+    return table.append_column("settlement", pa.array(kept, pa.string())).append_column(
+        "settled_ts_ns", pa.array(settled_ts[deliveries], mask=kept == None)  # noqa: E711 (an object array)
+    ).append_column("touches", pa.array(touches[deliveries], pa.int64())).append_column(
+        "no_cls", pa.array(np.full(len(deliveries), bool(ended_without_cls)))
+    ).append_column(
+        "conn_last_ts_ns", pa.array(np.full(len(deliveries), pc.struct_field(connection, "last_ts_ns")[0].as_py()),
+                                    pa.int64())
+    )
+
+
+ACTIVITY_KEYS = ["conn_id", "kind", "name", "status", "code", "topic", "req_delay0"]
+
+
+def activity(events: pa.Table) -> pa.Table:
+    """How many events of each kind, name, status and error code, per connection and topic: what summary.py
+    counts. ``req_delay0``: a REQ with delay 0 (D-12's immediate requeue)."""
+    rows = events.filter(pc.is_in(events["kind"], pa.array(["command", "frame", "publish", "error", "violation"])))
+    is_req = pc.equal(rows["name"], "REQ")
+    rows = rows.append_column("req_delay0", pc.if_else(is_req, pc.equal(rows["value"], 0), pa.scalar(None, pa.bool_())))
+    counted = rows.group_by(ACTIVITY_KEYS, use_threads=False).aggregate([([], "count_all")])
+    return counted.select([*ACTIVITY_KEYS, "count_all"]).rename_columns([*ACTIVITY_KEYS, "count"])
+
+
+PROJECTIONS: dict[str, Projection] = {
+    "commands": commands,
+    "frames": frames,
+    "publishes": publishes,
+    "errors": errors,
+    "heartbeats": heartbeats,
+    "flow_control": flow_control,
+    "violations": violations,
+    "registrations": registrations,
+    "activity": activity,
+    "delivered": delivered,
+}
+SCHEMAS: dict[str, pa.Schema] = {
+    "events": EVENT_SCHEMA,
+    **{name: project(EVENT_SCHEMA.empty_table()).schema for name, project in PROJECTIONS.items()},
+}
+
+
+def project(events: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    """A connection's tables: its events and their projections."""
+    yield "events", events
+    for name, projection in PROJECTIONS.items():
+        yield name, projection(events)
+
+
+def prepare_directories(tables_dir: str, schemas: dict[str, pa.Schema]) -> None:
+    """Empty directories for the tasks' files (a table no task writes to reads as empty with its schema)."""
+    for name in schemas:
+        shutil.rmtree(os.path.join(tables_dir, name), ignore_errors=True)
+        os.makedirs(os.path.join(tables_dir, name))
+
+
+class TableWriter:
+    """One task's file of each of the tables of ``schemas``, each in ``tables_dir/<table>/``: ``add`` buffers rows,
+    ``close`` writes what is still buffered."""
+
+    def __init__(self, tables_dir: str, part: str, schemas: dict[str, pa.Schema]):
+        self.schemas = schemas
+        self.paths = {name: os.path.join(tables_dir, name, f"{part}.parquet") for name in schemas}
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._buffered: dict[str, list[pa.Table]] = {name: [] for name in schemas}
+        self._buffered_rows = dict.fromkeys(schemas, 0)
+
+    def add(self, name: str, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        self._buffered[name].append(table)
+        self._buffered_rows[name] += table.num_rows
+        if self._buffered_rows[name] >= ROW_GROUP_ROWS:
+            self._flush(name)
+
+    def _flush(self, name: str) -> None:
+        if not self._buffered[name]:
+            return
+        if name not in self._writers:
+            self._writers[name] = pq.ParquetWriter(self.paths[name], self.schemas[name])
+        rows = pa.concat_tables(self._buffered[name]).cast(self.schemas[name])
+        self._writers[name].write_table(rows, row_group_size=ROW_GROUP_ROWS)
+        self._buffered[name], self._buffered_rows[name] = [], 0
+
+    def close(self) -> None:
+        for name in self.schemas:
+            self._flush(name)
+        for writer in self._writers.values():
+            writer.close()
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
