@@ -81,3 +81,20 @@ def test_rdy_10_flushes_within_buffer_timeout(nsq):
     conn.expect_message(b"tick", attempts=1)
     timeout = nsq.limits["output_buffer_timeout_ms"] / 1000
     nsq.within("delivery latency with RDY 10", nsq.elapsed_since(start), 0, timeout + 0.35)
+
+
+@requirement("NSQ-BUF-003")
+def test_negotiated_buffer_timeout_is_the_flush_period(nsq):
+    """output_buffer_timeout 1000 and RDY 10: the flush ticker starts at IDENTIFY, so a lone message published at
+    once waits for its first tick, about 1 s after IDENTIFY, where the default would flush after 250 ms
+    (D-41, ID-04; nsqd's TestOutputBuffering)."""
+    topic = nsq.topic()
+    producer = nsq.connect()
+    producer.publish(topic, b"warm")  # the topic exists before the timed part
+    conn = nsq.connect()
+    start = time.monotonic()
+    conn.identify({"output_buffer_timeout": 1000})
+    conn.subscribe(topic, "c", ready=10)
+    conn.expect_message(b"warm", attempts=1, timeout=3)
+    nsq.within("delivery of a lone message at RDY 10 after IDENTIFY output_buffer_timeout 1000",
+               nsq.elapsed_since(start), 0.75, 1.6)

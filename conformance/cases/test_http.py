@@ -1,5 +1,7 @@
 """The HTTP API (nsqd-behavior.md 6). Every case needs --http-target (UNSUPPORTED without it)."""
 
+import time
+
 import pytest
 
 from conformance import wire
@@ -103,6 +105,25 @@ def test_pub_defer_range(nsq, http):
     for good in (maximum, 0):
         expect(nsq, http.post(f"/pub?topic={topic}&defer={good}", b"x"), 200, body=b"OK")
     nsq.verify.equal("topic message_count", 2, http.stats(topic)["message_count"])
+
+
+@pytest.mark.long_wait(7)
+@requirement("NSQ-HTTP-012")
+def test_pub_defer_delays_delivery(nsq, http):
+    """POST /pub?defer=1000 to a channel with a ready consumer: deferred_count 1 at once, the message after >= 1 s,
+    attempts 1 (H-PUB-05, D-30; rec-0133 observed 1.06-1.08 s for DPUB's same path)."""
+    topic = nsq.topic()
+    nsq.fresh_channel(topic, "c")
+    consumer = nsq.connect()
+    consumer.subscribe(topic, "c", ready=1)
+    start = time.monotonic()
+    expect(nsq, http.post(f"/pub?topic={topic}&defer=1000", b"later"), 200, body=b"OK")
+    nsq.until(lambda: (http.channel_stats(topic, "c") or {}).get("deferred_count") == 1, 0.8,
+              "the message is deferred in c")
+    nsq.verify.equal("deferred_count soon after /pub?defer=1000 (D-30)", 1,
+                     http.channel_stats(topic, "c")["deferred_count"])
+    consumer.expect_message(b"later", attempts=1, timeout=8)
+    nsq.within("/pub?defer=1000 delivery", nsq.elapsed_since(start), 0.95, 2.6)
 
 
 @requirement("NSQ-HTTP-005")

@@ -244,3 +244,38 @@ def test_channel_state_machine(nsq):
     run_state_machine_as_test(lambda: ChannelMachine(nsq, nsq.topic()), settings=settings(
         max_examples=6, stateful_step_count=12, deadline=None, derandomize=True, database=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]))
+
+
+@requirement("NSQ-SEM-003", "NSQ-MPUB-001")
+def test_a_ready_consumer_gets_every_message_at_once(nsq):
+    """300 PUBs in one write and an MPUB of 300 to a consumer with RDY 600 that FINs each message as it comes:
+    all 600 arrive within 5 s (msg_timeout is 60 s, so a message whose first delivery went missing cannot come
+    back in time), each once, with attempts 1, and nothing follows (D-01, D-02, D-05, C-12). Hundreds per
+    connection, so that a fault hitting 1 % of the messages shows."""
+    topic, count = nsq.topic(), 300
+    consumer = nsq.connect()
+    consumer.subscribe(topic, "c", ready=2 * count)
+    producer = nsq.connect()
+    singles = [b"pub-%03d" % number for number in range(count)]
+    producer.send(b"".join(wire.encode_command("PUB", topic, body=body) for body in singles))
+    for _ in singles:
+        producer.expect_response(b"OK")
+    batch = [b"mpub-%03d" % number for number in range(count)]
+    producer.command("MPUB", topic, body=wire.mpub_body(batch))
+    producer.expect_response(b"OK")
+    deliveries = []
+    deadline = time.monotonic() + nsq.seconds(5)
+    while len(deliveries) < 2 * count and time.monotonic() < deadline:
+        for frame in consumer.poll(deadline - time.monotonic()):
+            nsq.verify.that("only message frames arrive", frame.frame_type == wire.FRAME_MESSAGE, "MESSAGE",
+                            frame.describe())
+            deliveries.append(frame)
+            consumer.command("FIN", frame.message_id.decode())
+    consumer.expect_silence(0.3, what="nothing after the last message: no duplicate, no late delivery")
+    bodies = [frame.body for frame in deliveries]
+    missing = sorted(set(singles + batch) - set(bodies))
+    nsq.verify.that(f"every one of the {2 * count} messages within 5 s", not missing, "none missing",
+                    f"{len(missing)} missing: {missing[:5]}")
+    nsq.verify.that("each message once", len(bodies) == len(set(bodies)), "no duplicates",
+                    sorted({body for body in bodies if bodies.count(body) > 1})[:5])
+    nsq.verify.equal("attempts of every delivery (C-12)", {1}, {frame.attempts for frame in deliveries})

@@ -173,7 +173,7 @@ def _close_after_failed(frame: wire.Frame, session):
 
 def _errors_overtake(frame: wire.Frame, session):
     """The error path writes straight to the socket while the buffered writer still holds earlier responses."""
-    if frame.frame_type == wire.FRAME_RESPONSE and not frame.is_heartbeat:
+    if frame.frame_type == wire.FRAME_RESPONSE and frame.data == b"OK":
         session.pending += frame.encode()
         return b""
     if frame.frame_type == wire.FRAME_ERROR or not session.pending:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import select
 import socket
 import threading
 import time
@@ -26,7 +27,7 @@ from conformance.selftest.faults import BY_NAME, Fault, HttpRequest
 # Bodies above this are forwarded as they come, unrewritten: the proxy never holds a body the broker refuses by its
 # size alone (P-PUB-03), nor waits for one the client sends in part.
 _MAX_REWRITTEN_BODY = 64 * 1024
-_FLUSH_PENDING_AFTER = 0.05  # seconds a fault's held frames wait for the next frame
+_INCOMPLETE_AFTER = 0.05  # seconds held bytes wait for the rest (a command) or the next frame (a held response)
 
 
 class Session:
@@ -147,29 +148,36 @@ class FaultyProxy:
             yield data
 
     def _commands(self, session: Session, first: bytes) -> None:
-        """Client -> broker: commands through the fault's ``command`` hook, whole commands at a time."""
+        """Client -> broker: commands through the fault's ``command`` hook, whole commands at a time. Bytes the
+        decoder holds for a command that does not complete soon go on as they are, and the rest of the
+        connection with them (the suite's framing cases: a body shorter than its size, a half-close inside one)."""
         hook = session.fault.command
         decoder, held = wire.CommandDecoder(max_body_size=_MAX_REWRITTEN_BODY, pause_at_upgrade=True), b""
-        for data in self._stream(session.client, first):
-            if hook is None or decoder.paused:
+        data = first
+        while True:
+            if hook is None:
                 session.server.sendall(held + data)
                 held = b""
+            else:
+                start, held = decoder.offset, held + data
+                try:
+                    commands = decoder.feed(data)
+                except wire.ProtocolViolation as exc:  # input no client should send: the suite's syntax cases
+                    commands, consumed, hook = exc.commands, exc.offset - start, None
+                else:
+                    consumed = decoder.offset - start
+                session.server.sendall(self._rewritten(commands, held[:consumed], session, magic=start == 0))
+                held = held[consumed:]
+                if decoder.paused:  # TLS or compression follows the IDENTIFY: the rest as it comes
+                    held, hook, data = held + decoder.take_trailing_data(), None, b""
+                    continue
+            if held and not select.select([session.client], [], [], _INCOMPLETE_AFTER)[0]:
+                hook, data = None, b""
                 continue
-            start, held = decoder.offset, held + data
-            try:
-                commands = decoder.feed(data)
-            except wire.ProtocolViolation as exc:  # input no client should send: the suite's syntax cases
-                session.server.sendall(self._rewritten(commands=exc.commands, raw=held[:exc.offset - start],
-                                                       session=session, magic=start == 0)
-                                       + held[exc.offset - start:])
-                hook, held = None, b""
-                continue
-            consumed = decoder.offset - start
-            session.server.sendall(self._rewritten(commands, held[:consumed], session, magic=start == 0))
-            held = held[consumed:]
-            if decoder.paused:  # TLS or compression follows the IDENTIFY: the rest as it comes
-                session.server.sendall(held + decoder.take_trailing_data())
-                held = b""
+            data = session.client.recv(65536)
+            if not data:
+                session.server.sendall(held)
+                return
 
     @staticmethod
     def _rewritten(commands: list, raw: bytes, session: Session, magic: bool) -> bytes:
@@ -182,28 +190,26 @@ class FaultyProxy:
             command.encode() if rewrite is None else rewrite for command, rewrite in pairs)
 
     def _frames(self, session: Session, _: bytes) -> None:
-        """Broker -> client: frames through the fault's ``frame`` hook."""
-        hook, source = session.fault.frame, session.server
+        """Broker -> client: frames through the fault's ``frame`` hook; frames the fault holds back go out when the
+        broker is quiet for a moment."""
+        hook = session.fault.frame
         decoder = wire.FrameDecoder(pause_at_upgrade=True)
         while True:
-            source.settimeout(_FLUSH_PENDING_AFTER if session.pending else None)
-            try:
-                data = source.recv(65536)
-            except TimeoutError:
+            if session.pending and not select.select([session.server], [], [], _INCOMPLETE_AFTER)[0]:
                 session.to_client(session.pending)
                 session.pending = b""
-                continue
+            data = session.server.recv(65536)
             if not data:
                 session.to_client(session.pending)
                 return
-            if hook is None or decoder.paused:
+            if hook is None:
                 session.to_client(data)
                 continue
             frames = decoder.feed(data)
             out = b"".join(frame.encode() if (rewrite := hook(frame, session)) is None else rewrite
                            for frame in frames)
-            if decoder.paused:
-                out += decoder.take_trailing_data()
+            if decoder.paused:  # TLS or compression from here on: forwarded as it comes
+                out, hook = out + decoder.take_trailing_data(), None
             session.to_client(out)
             if session.hang_up:
                 return

@@ -1,0 +1,35 @@
+"""Sampling (nsqd-behavior.md 4.7)."""
+
+import time
+
+import pytest
+
+from conformance import wire
+
+requirement = pytest.mark.requirement
+
+
+@requirement("NSQ-SAMPLE-001")
+def test_sample_rate_keeps_about_that_share(nsq):
+    """sample_rate 10, RDY 300, an MPUB of 300: about 11 % arrive ((S+1)/100: 33 expected; 8..70 allowed, each bound
+    over 4 standard deviations away), each with attempts 1, and the channel keeps none of the others (D-45; no
+    recording: the draw is random)."""
+    topic, count = nsq.topic(), 300
+    consumer = nsq.connect()
+    consumer.identify({"sample_rate": 10})
+    consumer.subscribe(topic, "c", ready=count)
+    producer = nsq.connect()
+    producer.command("MPUB", topic, body=wire.mpub_body([b"s%03d" % number for number in range(count)]))
+    producer.expect_response(b"OK")
+    deliveries = []
+    deadline = time.monotonic() + nsq.seconds(1.5)
+    while time.monotonic() < deadline:
+        for frame in consumer.poll(deadline - time.monotonic()):
+            deliveries.append(frame)
+            consumer.command("FIN", frame.message_id.decode())
+    nsq.verify.that("sampled share of 300 messages at sample_rate 10 (D-45: 33 expected)",
+                    8 <= len(deliveries) <= 70, "8..70", len(deliveries))
+    nsq.verify.equal("attempts of the sampled messages", {1}, {frame.attempts for frame in deliveries})
+    channel = nsq.http.channel_stats(topic, "c") if nsq.http.address else None
+    if channel is not None:
+        nsq.verify.equal("channel depth: the messages sampled out are gone, not queued (D-45)", 0, channel["depth"])
