@@ -1,18 +1,23 @@
-"""Trace-analysis throughput: generate seeded traces, analyse them with Spark on local[2], and
-count or parse the same files with a plain-Python counter (trace_baseline.py), dpkt (whole file)
-and scapy (a bounded sample, extrapolated). Two workloads side by side: the generator's mixed
-one (1 GB, ~6 KB messages) and the bench one (350 MB of nsq's bench tools' 100-300 B messages),
-where the per-message cost shows; the bench figure is message events per second (published +
-deliveries + FIN/REQ/TOUCH) and its ratio to the plain counter's time. The 1-minute load average
-goes with each figure: the machine's 2 cores are shared.
+"""Trace-analysis throughput: generate seeded traces or record a real one, analyse them with Spark on
+local[2], and count or parse the same files with a plain-Python counter (trace_baseline.py), dpkt
+(whole file) and scapy (a bounded sample, extrapolated). Three workloads side by side: the
+generator's mixed one (1 GB, ~6 KB messages), its bench one (350 MB of nsq's bench tools' 100-300 B
+messages), where the per-message cost shows, and the captured one: the same kind of traffic from
+pynsq, the official Python client, through the reference broker, recorded on loopback with
+``nsq-trace capture``'s scapy path (100 MB, trace_pynsq_recording.py), so that real TCP segmentation,
+client timing and heartbeats are measured too. The bench and captured figures are message events per
+second (published + deliveries + FIN/REQ/TOUCH) and their ratio to the plain counter's time. The
+1-minute load average goes with each figure: the machine's 2 cores are shared.
 
     python -m benchmarks.trace_throughput                 # writes bench-results/trace.json
     python -m benchmarks.trace_throughput --size 200MB --workloads bench    # quicker
+    python -m benchmarks.trace_throughput --workloads captured --captured-size 20MB   # root, pynsq
 
 First, the committed 9 MB sample (pcaps/workload-small.pcap) through ``nsq-trace analyze`` in a process of its own:
 the time to a user's first result, the JVM's start included (target 15 s).
 
-The analysis is checked against the generator's truth, so a fast wrong answer does not count.
+The analysis is checked against the generator's truth (the captured trace: what its clients observed,
+checked against the broker's /stats), so a fast wrong answer does not count.
 The driver JVM maps the class archive of ``nsq-trace prepare``; the bench builds it first (timed
 apart, once per installation) when it is missing.
 Memory: the peak resident size of this process plus its descendants (JVM, Python workers), all
@@ -39,6 +44,7 @@ from benchmarks import trace_baseline
 from spark_analysis.cli import parse_size
 
 TRUTH_KEYS = ("totals", "topics")
+WORKLOADS = ("mixed", "bench", "captured")
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,7 +138,13 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--bench-size", type=parse_size, default=parse_size("350MB"), help="the bench-workload trace (default 350MB)"
     )
-    parser.add_argument("--workloads", default="mixed,bench", help="which traces to run (default mixed,bench)")
+    parser.add_argument(
+        "--captured-size", type=parse_size, default=parse_size("100MB"),
+        help="the recorded pynsq trace (default 100MB: about 180,000 messages, 2-3 minutes to record)",
+    )
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help=f"which traces to run (default {','.join(WORKLOADS)})"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--scapy-sample", type=int, default=20_000, help="packets scapy parses (default 20000)")
@@ -140,8 +152,8 @@ def main(argv=None) -> int:
     parser.add_argument("--output", default="bench-results/trace.json")
     args = parser.parse_args(argv)
     workloads = [w for w in args.workloads.split(",") if w]
-    if not workloads or set(workloads) - {"mixed", "bench"}:
-        parser.error("--workloads: a comma-separated subset of mixed,bench")
+    if not workloads or set(workloads) - set(WORKLOADS):
+        parser.error(f"--workloads: a comma-separated subset of {','.join(WORKLOADS)}")
 
     from spark_analysis.session import archive_path
 
@@ -170,6 +182,9 @@ def main(argv=None) -> int:
         if "bench" in workloads:
             result["bench"] = _in_a_process_of_its_own("bench", args.bench_size, args, workdir)
             result["bench"]["target_message_events_per_s"] = 150_000
+        if "captured" in workloads:
+            result["captured"] = _in_a_process_of_its_own("captured", args.captured_size, args, workdir)
+            result["captured"]["target_message_events_per_s"] = 150_000
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -188,21 +203,22 @@ def _in_a_process_of_its_own(workload: str, size: int, args, workdir: str) -> di
 
 
 def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
-    """Generate, count with the plain-Python baseline, analyse with Spark, parse with dpkt and scapy."""
+    """Generate or record, count with the plain-Python baseline, analyse with Spark, parse with dpkt and scapy."""
     from spark_analysis.analysis import run_analysis
-    from spark_analysis.generate import generate
     from spark_analysis.session import spark_session
     from spark_analysis.summary import message_events
 
     trace = os.path.join(workdir, f"{workload}.pcap")
-    print(f"generating {size / 1e9:.2f} GB of the {workload} workload (seed {args.seed}) -> {trace}", flush=True)
-    truth, generate_seconds = timed(generate, trace, size, seed=args.seed, workload=workload)
+    if workload == "captured":
+        truth, source = _record(trace, size, args.seed)
+    else:
+        truth, source = _generate(trace, size, args.seed, workload)
     size = os.path.getsize(trace)
-    print(f"  {size / 1e6:,.0f} MB in {generate_seconds:.1f} s = {size / 1e6 / generate_seconds:.0f} MB/s", flush=True)
-    # The file is in the page cache for both: the generator has just written it.
+    nsqd_port = truth.get("recording", {}).get("nsqd_tcp_port", trace_baseline.NSQD_PORT)
+    # The file is in the page cache for both: it has just been written.
     print("baseline: plain-Python counter", flush=True)
     baseline_load = os.getloadavg()[0]
-    counts, baseline_seconds = timed(trace_baseline.count, trace)
+    counts, baseline_seconds = timed(trace_baseline.count, trace, nsqd_port)
     with PeakMemory(os.getpid()) as memory:
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
@@ -241,7 +257,7 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
             "published": totals["messages_published"],
             "message_events": events,
         },
-        "generator": {"seconds": round(generate_seconds, 2), "mb_per_s": round(size / 1e6 / generate_seconds, 1)},
+        **source,
         "spark_analysis": {
             "master": args.master,
             "session_start_seconds": round(session_seconds, 2),
@@ -281,6 +297,36 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
             "note": "scapy parses a bounded sample (the first packets); MB/s is over that sample",
         },
     }
+
+
+def _generate(trace: str, size: int, seed: int, workload: str) -> tuple[dict, dict]:
+    from spark_analysis.generate import generate
+
+    print(f"generating {size / 1e9:.2f} GB of the {workload} workload (seed {seed}) -> {trace}", flush=True)
+    truth, seconds = timed(generate, trace, size, seed=seed, workload=workload)
+    size = os.path.getsize(trace)
+    print(f"  {size / 1e6:,.0f} MB in {seconds:.1f} s = {size / 1e6 / seconds:.0f} MB/s", flush=True)
+    return truth, {"generator": {"seconds": round(seconds, 2), "mb_per_s": round(size / 1e6 / seconds, 1)}}
+
+
+def _record(trace: str, size: int, seed: int) -> tuple[dict, dict]:
+    """The captured workload, recorded in a process of its own: scapy's packets (~20 bytes of memory per byte
+    captured) are gone before the analysis' memory is measured. A recording the sniffer could not keep whole is
+    refused (exit status 1): one more try."""
+    from benchmarks.trace_pynsq_recording import messages_for_size
+
+    messages = messages_for_size(size)
+    command = [sys.executable, "-m", "benchmarks.trace_pynsq_recording", "-o", trace, "--messages", str(messages),
+               "--seed", str(seed)]
+    if subprocess.run(command, cwd=REPO).returncode:
+        print("  the recording was refused: once more", flush=True)
+        subprocess.run(command, check=True, cwd=REPO)
+    with open(os.path.splitext(trace)[0] + ".truth.json") as handle:
+        truth = json.load(handle)
+    recording = truth["recording"]
+    print(f"  {recording['bytes'] / 1e6:,.0f} MB in {recording['seconds']:.1f} s", flush=True)
+    return truth, {"recording": {key: recording[key] for key in
+                                 ("clients", "broker", "capture", "seconds", "clients_seconds", "messages_per_s")}}
 
 
 def _sample_first_result(workdir: str) -> dict:
