@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis.connection_tables import SCHEMAS, TableWriter, prepare_directories, project
@@ -69,9 +70,31 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, nsq_ports: frozen
         yield pa.RecordBatch.from_pydict({"connections": pa.array([connections], pa.int32())})
 
     # Sorted by flow, a task meets each of its flows' segments in one run (the shuffle put them in one partition).
-    packet_frame.repartition("flow").sortWithinPartitions("flow").mapInArrow(
-        decode_partition, "connections INT"
-    ).collect()
+    _placed_by_size(packet_frame).sortWithinPartitions("flow").mapInArrow(decode_partition, "connections INT").collect()
+
+
+def _placed_by_size(packet_frame: DataFrame) -> DataFrame:
+    """Segments shuffled so that each flow is one task's, and the tasks' payload bytes are balanced: the largest
+    flow first, each to the task with the fewest bytes so far. A few long connections are common (nsq's bench
+    tools use four), and a connection is decoded in one piece, so hashing flows to tasks would often give two
+    of them to one task while another core idles; and adaptive execution would merge the tasks, whose input
+    (segment metadata) is small for the work it stands for."""
+    spark = packet_frame.sparkSession
+    tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    packet_frame = packet_frame.persist()
+    sizes = packet_frame.groupBy("flow").agg(F.sum("payload_length").alias("bytes")).collect()
+    loads = [0] * tasks
+    task_of = {}
+    for flow, size in sorted(((row.flow, row.bytes or 0) for row in sizes), key=lambda pair: -pair[1]):
+        task_of[flow] = loads.index(min(loads))
+        loads[task_of[flow]] += size
+    # Spark hashes a key to the task pmod(hash(key), tasks): one key per task, chosen so that it lands there.
+    keys = {}
+    for key, task in spark.range(16 * tasks).select("id", F.pmod(F.hash("id"), F.lit(tasks))).collect():
+        keys.setdefault(task, key)
+    placement = spark.createDataFrame([(flow, keys[task]) for flow, task in task_of.items()],
+                                      "flow STRING, task BIGINT")
+    return packet_frame.join(F.broadcast(placement), "flow", "left").repartition(tasks, "task")
 
 
 def _flows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:

@@ -86,8 +86,10 @@ def tables(
             writer.add("messages", messages(delivery, table.filter(is_publish)))
         yield pa.RecordBatch.from_pydict({"deliveries": pa.array([delivery.num_rows], pa.int64())})
 
-    rows.repartition("topic", "body_hash").mapInArrow(lifecycles, "deliveries BIGINT").collect()
     spark = rows.sparkSession
+    # a number of tasks, so that adaptive execution keeps them apart: their input is small for the work
+    tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    rows.repartition(tasks, "topic", "body_hash").mapInArrow(lifecycles, "deliveries BIGINT").collect()
     read = {name: spark.read.schema(from_arrow_schema(schema)).parquet(os.path.join(tables_dir, name))
             for name, schema in LIFECYCLE_SCHEMAS.items()}
     return {**read, "connections": materialise("connections", connections(written["events"]))}
