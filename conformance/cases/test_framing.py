@@ -96,3 +96,16 @@ def test_whole_session_pipelined(nsq):
         conn.expect_response(b"OK")
     bodies = sorted(frame.body for frame in conn.expect_messages(2))
     nsq.verify.equal("both pipelined messages delivered", [b"p1", b"p2"], bodies)
+
+
+@requirement("NSQ-FRAME-006", "NSQ-ERR-002")
+def test_pipelined_response_and_error_keep_their_order(nsq):
+    """SUB, a FIN of an unknown ID and a PUB in one write: OK, the non-fatal E_FIN_FAILED, OK, in command order;
+    an error frame does not overtake the response before it, nor wait behind the one after (C-13, C-22, P-FIN-04)."""
+    topic = nsq.topic()
+    conn = nsq.connect()
+    conn.send(wire.encode_command("SUB", topic, "c") + b"FIN 0123456789abcdef\n"
+              + wire.encode_command("PUB", topic, body=b"x"))
+    frames = [conn.next_frame() for _ in range(3)]
+    nsq.verify.equal("the three answers in command order (C-13)", ["OK", "E_FIN_FAILED", "OK"],
+                     [frame.error_code or frame.data.decode("utf-8", "replace") for frame in frames])

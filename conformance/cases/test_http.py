@@ -235,7 +235,7 @@ def test_stats_filters(nsq, http):
 
 @requirement("NSQ-HTTP-008")
 def test_stats_counters(nsq, http):
-    """message_count, depth, in_flight_count, requeue_count after PUB x2, one delivery, one REQ 0
+    """message_count, depth, in_flight_count, requeue_count after PUB x2 and one delivery, then after its REQ 0
     (H-STATS-07/08/11)."""
     topic = nsq.topic()
     conn = nsq.connect()
@@ -243,9 +243,6 @@ def test_stats_counters(nsq, http):
     conn.publish(topic, b"s1")
     conn.publish(topic, b"s2")
     first = conn.expect_message(b"s1")
-    conn.command("RDY", 0)
-    conn.command("REQ", first.message_id.decode(), 0)
-    conn.expect_silence(0.2)
 
     def counters():
         stats = http.stats(topic)
@@ -253,7 +250,13 @@ def test_stats_counters(nsq, http):
         return stats, (channel["message_count"], channel["depth"], channel["in_flight_count"],
                        channel["requeue_count"], channel["client_count"])
 
-    nsq.until(lambda: counters()[1] == (2, 2, 0, 1, 1), 1.0, "both messages reached the channel")
+    nsq.until(lambda: counters()[1] == (2, 1, 1, 0, 1), 1.0, "both messages reached the channel")
+    nsq.verify.equal("channel (message_count, depth, in_flight_count, requeue_count, client_count) with s1 in "
+                     "flight", (2, 1, 1, 0, 1), counters()[1])
+    conn.command("RDY", 0)
+    conn.command("REQ", first.message_id.decode(), 0)
+    conn.expect_silence(0.2)
+    nsq.until(lambda: counters()[1] == (2, 2, 0, 1, 1), 1.0, "s1 requeued")
     stats, channel_counters = counters()
     nsq.verify.equal("topic message_count", 2, stats["message_count"])
     nsq.verify.equal("channel (message_count, depth, in_flight_count, requeue_count, client_count)",

@@ -210,9 +210,10 @@ def test_snappy_and_deflate_together_fail(nsq):
 
 
 @requirement("NSQ-ID-013")
-@pytest.mark.parametrize("requested, deflate", [(9, True), (-5, True), (3, False)])
+@pytest.mark.parametrize("requested, deflate", [(9, True), (-5, True), (3, False), (1, True)])
 def test_deflate_level_is_clamped(nsq, requested, deflate):
-    """Level 9 -> max, -5 -> 6, and without deflate the reported level is min(6, max) (ID-11; rec-0081..0083)."""
+    """Level 9 -> max, -5 -> 6, and without deflate the reported level is min(6, max) (ID-11; rec-0081..0083);
+    level 1, within the max, is kept (the level the session's deflate stream then uses)."""
     nsq.require("deflate")
     conn = nsq.connect()
     response = conn.identify({"feature_negotiation": True, "deflate": deflate, "deflate_level": requested})

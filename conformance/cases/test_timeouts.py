@@ -23,7 +23,7 @@ def test_unsettled_message_times_out(nsq):
     first = conn.expect_message(b"slow", attempts=1)
     start = time.monotonic()
     again = conn.expect_message(b"slow", attempts=2, timeout=5)
-    nsq.within("timeout redelivery", nsq.elapsed_since(start), 0.95, 2.7)
+    nsq.within("timeout redelivery", nsq.elapsed_since(start), 0.95, 1.8)
     nsq.verify.equal("same ID and timestamp", (first.message_id, first.timestamp),
                      (again.message_id, again.timestamp))
     conn.command("FIN", first.message_id.decode())

@@ -205,7 +205,12 @@ class FaultyProxy:
             if hook is None:
                 session.to_client(data)
                 continue
-            frames = decoder.feed(data)
+            try:
+                frames = decoder.feed(data)
+            except wire.ProtocolViolation:  # not the V2 protocol (nsqlookupd's V1 replies): as it comes
+                session.to_client(data)
+                hook = None
+                continue
             out = b"".join(frame.encode() if (rewrite := hook(frame, session)) is None else rewrite
                            for frame in frames)
             if decoder.paused:  # TLS or compression from here on: forwarded as it comes
