@@ -145,8 +145,9 @@ class Rows:
             "client_port": conn.client[1],
             "server_port": conn.server[1],
         }
-        return pa.Table.from_pydict({**{name: [value] * count for name, value in constant.items()}, **columns},
-                                    schema=EVENT_SCHEMA)
+        repeated = {name: pa.repeat(pa.scalar(value, EVENT_SCHEMA.field(name).type), count)
+                    for name, value in constant.items()}
+        return pa.Table.from_pydict({**repeated, **columns}, schema=EVENT_SCHEMA)
 
 
 def first_bytes(stream: Stream, count: int) -> bytes:
@@ -337,40 +338,49 @@ def json_object(body: bytes | None) -> dict:
 
 def pair_answers(rows: Rows, answered: Callable[[str], bool]):
     """Give each ``answered`` command its response or error, in order (V2: C-13; V1: L-TCP-02), and each FIN/REQ/TOUCH
-    its outcome."""
+    its outcome. A FIN, REQ or TOUCH succeeded unless an error frame names its ID (P-FIN-04): only the rows that
+    answer or are answered are walked, the ID commands only when some error names an ID."""
     c = rows.columns
+    kind, name, direction = (np.array(c[column], object) for column in ("kind", "name", "direction"))
+    commands, frames = kind == "command", kind == "frame"
+    by_id_commands = commands & np.isin(name, ["FIN", "REQ", "TOUCH"])
+    status = c["status"]
+    for index in np.flatnonzero(by_id_commands).tolist():
+        status[index] = "ok"
+    id_errors = frames & (name == "error") & np.isin(np.array(c["code"], object), list(ID_ERRORS))
+    answered_commands = commands & np.fromiter((answered(verb) for verb in name), bool, len(name))
+    server_gaps = (kind == "gap") & (direction == "s2c")
+    walked = answered_commands | (frames & np.isin(name, ["response", "error"])) | server_gaps
+    if id_errors.any():
+        walked |= by_id_commands
+    order = np.asarray(rows.time_order())
     waiting: deque[int] = deque()
     by_id: dict[tuple[str, str], list[int]] = {}
-    for index in rows.time_order():
-        kind, name, direction = c["kind"][index], c["name"][index], c["direction"][index]
-        if kind == "command":
-            if answered(name):
-                waiting.append(index)
-            elif name in ("FIN", "REQ", "TOUCH"):
-                c["status"][index] = "ok"
-                by_id.setdefault((name, c["msg_id"][index]), []).append(index)
-        elif kind == "frame" and name == "error" and c["code"][index] in ID_ERRORS:
+    for index in order[walked[order]].tolist():
+        if answered_commands[index]:
+            waiting.append(index)
+        elif by_id_commands[index]:
+            by_id.setdefault((name[index], c["msg_id"][index]), []).append(index)
+        elif id_errors[index]:
             pending = by_id.get((ID_ERRORS[c["code"][index]], c["msg_id"][index]))
             if pending:
                 command = pending.pop()
-                c["status"][command] = "failed"
+                status[command] = "failed"
                 c["code"][command] = c["code"][index]
-        elif kind == "frame" and name in ("response", "error") and c["status"][index] != "upgrade":
+        elif frames[index] and status[index] != "upgrade":
             if waiting:
                 command = waiting.popleft()
-                c["status"][command] = "ok" if name == "response" else "error"
+                status[command] = "ok" if name[index] == "response" else "error"
                 c["code"][command] = c["code"][index]
-        elif kind == "gap" and direction == "s2c":
+        elif kind[index] == "gap":
             # Answers inside the gap are lost: what was waiting stays unanswered, not failed.
             for command in waiting:
-                c["status"][command] = "unanswered"
+                status[command] = "unanswered"
             waiting.clear()
     for command in waiting:
-        c["status"][command] = "unanswered"
+        status[command] = "unanswered"
     for publish, command in rows.publish_command.items():
-        c["status"][publish] = c["status"][command]  # a message is accepted when its command got OK
-
-
+        status[publish] = status[command]  # a message is accepted when its command got OK
 
 
 def connection_row(rows: Rows, name: str, close: str, **facts) -> None:
