@@ -19,7 +19,6 @@ root (a raw socket on loopback) and pynsq 0.9.1 on tornado 6.0 (tox's bench-trac
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import struct
@@ -35,7 +34,6 @@ CLIENTS = Path(pynsq_bench.__file__)
 # Capture bytes per message, measured (17.0 MB for 30,000 messages; pcap records with their headers, each FIN's
 # packet and the ACKs included): turns --size into a message count.
 BYTES_PER_MESSAGE = 567
-SNIFFER_BUFFER = 64 << 20  # bytes asked for the sniffer's socket (the kernel grants net.core.rmem_max, 4 MiB here)
 SLOWEST_RATE = 400  # messages/s: the default time limit assumes no fewer
 SETUP_SECONDS = 30  # connections, the last /stats polls: the default time limit's fixed part
 
@@ -78,8 +76,7 @@ def record(output: str | os.PathLike, messages: int, seed: int = 7, timeout: flo
                    str(broker.http_port), "--messages", str(messages), "--seed", str(seed), "--timeout", str(timeout),
                    "--observed", str(observed_path)] + ([] if progress else ["--quiet"])
         started = time.monotonic()
-        with _sniffer_buffer(SNIFFER_BUFFER):
-            status = capture([broker.tcp_port], str(output), command)
+        status = capture([broker.tcp_port], str(output), command)
         seconds = time.monotonic() - started
         if status:
             raise RecordingError(f"the pynsq clients failed (exit status {status}); broker log:\n"
@@ -94,20 +91,6 @@ def record(output: str | os.PathLike, messages: int, seed: int = 7, timeout: flo
     document = truth(observed, output, broker.tcp_port, seconds)
     output.with_suffix(".truth.json").write_text(json.dumps(document, indent=1) + "\n")
     return document
-
-
-@contextlib.contextmanager
-def _sniffer_buffer(size: int):
-    """scapy's sniffer asks the kernel for a 64 KiB receive buffer (``conf.bufsize``; 128 KiB granted): a few of the
-    Writers' 42 KB MPUB segments fill it, and everything after them is lost while the sniffer's thread is off the
-    CPU. A larger request, for the sniffers started meanwhile; the kernel caps it at net.core.rmem_max."""
-    from scapy.config import conf
-
-    before, conf.bufsize = conf.bufsize, max(conf.bufsize, size)
-    try:
-        yield
-    finally:
-        conf.bufsize = before
 
 
 def truth(observed: dict, output: Path, tcp_port: int, seconds: float) -> dict:

@@ -6,12 +6,17 @@ sniffer. Both need the right to open a raw socket (root or CAP_NET_RAW).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import time
 
 SETTLE_SECONDS = 1.0  # the sniffer must be listening before the command starts, and drain after
+RECEIVE_BUFFER = 16 << 20
+SO_RCVBUFFORCE, SOL_PACKET, PACKET_STATISTICS = 33, 263, 6  # <linux/socket.h>, <linux/if_packet.h>
 
 
 def capture(ports: list[int], output: str, command: list[str], interface: str = "lo") -> int:
@@ -31,23 +36,53 @@ def capture(ports: list[int], output: str, command: list[str], interface: str = 
             sniffer.terminate()
             sniffer.wait(timeout=10)
     else:
-        from scapy.all import TCP, AsyncSniffer, conf, wrpcap
-
-        # A Python-side filter: scapy compiles BPF only when libpcap is installed. The sending socket type drops
-        # the kernel's outgoing copy of each packet, as tcpdump does: on loopback every packet is seen twice.
-        sniffer = AsyncSniffer(
-            iface=interface,
-            L2socket=conf.L2socket,
-            store=True,
-            lfilter=lambda packet: TCP in packet and not {packet[TCP].sport, packet[TCP].dport}.isdisjoint(ports),
-        )
-        sniffer.start()
-        time.sleep(SETTLE_SECONDS)
-        try:
-            status = subprocess.call(command)
-        finally:
-            time.sleep(SETTLE_SECONDS)
-            packets = sniffer.stop()
-        wrpcap(output, packets)
+        status = _scapy_capture(ports, output, command, interface)
     print(f"captured {bpf} on {interface} -> {output} (command exit status {status})", file=sys.stderr)
+    return status
+
+
+def _scapy_capture(ports: list[int], output: str, command: list[str], interface: str) -> int:
+    """scapy's sniffer, writing each packet as it comes (memory stays flat), on a socket with a receive buffer of
+    ``RECEIVE_BUFFER`` (scapy asks for 64 KiB, which a few 64 KiB loopback segments fill while its thread is off the
+    CPU), and what it could not keep said at the end: the packets the kernel dropped, the frames scapy cut."""
+    from scapy.all import IP, TCP, AsyncSniffer, PcapWriter, conf
+
+    counts = {"cut": 0}
+    # The sending socket type drops the kernel's outgoing copy of each packet, as tcpdump does: on loopback every
+    # packet is seen twice by a listening socket.
+    sock = conf.L2socket(iface=interface)
+    for option in (SO_RCVBUFFORCE, socket.SO_RCVBUF):  # FORCE goes past net.core.rmem_max (root, CAP_NET_ADMIN)
+        with contextlib.suppress(OSError):
+            sock.ins.setsockopt(socket.SOL_SOCKET, option, RECEIVE_BUFFER)
+            break
+    writer = PcapWriter(output, linktype=conf.l2types.layer2num.get(sock.LL), sync=False)
+
+    def keep(packet):
+        writer.write(packet)
+        if IP in packet and packet[IP].len > len(packet[IP]):
+            counts["cut"] += 1
+
+    # A Python-side filter: scapy compiles BPF only when libpcap is installed.
+    sniffer = AsyncSniffer(
+        opened_socket=sock,
+        store=False,
+        prn=keep,
+        lfilter=lambda packet: TCP in packet and not {packet[TCP].sport, packet[TCP].dport}.isdisjoint(ports),
+    )
+    sniffer.start()
+    time.sleep(SETTLE_SECONDS)
+    try:
+        status = subprocess.call(command)
+    finally:
+        time.sleep(SETTLE_SECONDS)
+        sniffer.stop()
+        _, dropped = struct.unpack("II", sock.ins.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+        sock.close()
+        writer.close()
+    if dropped:
+        print(f"warning: the kernel dropped {dropped:,} packets the sniffer could not read in time: the capture "
+              "has gaps", file=sys.stderr)
+    if counts["cut"]:
+        print(f"warning: {counts['cut']:,} frames were longer than scapy reads and were cut (the analysis reports "
+              "them as snaplen_truncated)", file=sys.stderr)
     return status
