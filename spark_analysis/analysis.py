@@ -69,8 +69,11 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, nsq_ports: frozen
                     connections += 1
         yield pa.RecordBatch.from_pydict({"connections": pa.array([connections], pa.int32())})
 
+    # Read once: the placement sizes the flows, then the tasks decode them.
+    packet_frame = packet_frame.persist()
     # Sorted by flow, a task meets each of its flows' segments in one run (the shuffle put them in one partition).
     _placed_by_size(packet_frame).sortWithinPartitions("flow").mapInArrow(decode_partition, "connections INT").collect()
+    packet_frame.unpersist()
 
 
 def _placed_by_size(packet_frame: DataFrame) -> DataFrame:
@@ -81,7 +84,6 @@ def _placed_by_size(packet_frame: DataFrame) -> DataFrame:
     (segment metadata) is small for the work it stands for."""
     spark = packet_frame.sparkSession
     tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    packet_frame = packet_frame.persist()
     sizes = packet_frame.groupBy("flow").agg(F.sum("payload_length").alias("bytes")).collect()
     loads = [0] * tasks
     task_of = {}
@@ -90,7 +92,7 @@ def _placed_by_size(packet_frame: DataFrame) -> DataFrame:
         loads[task_of[flow]] += size
     # Spark hashes a key to the task pmod(hash(key), tasks): one key per task, chosen so that it lands there.
     keys = {}
-    for key, task in spark.range(16 * tasks).select("id", F.pmod(F.hash("id"), F.lit(tasks))).collect():
+    for key, task in spark.range(64 * tasks).select("id", F.pmod(F.hash("id"), F.lit(tasks))).collect():
         keys.setdefault(task, key)
     placement = spark.createDataFrame([(flow, keys[task]) for flow, task in task_of.items()],
                                       "flow STRING, task BIGINT")

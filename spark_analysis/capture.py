@@ -28,17 +28,21 @@ def capture(ports: list[int], output: str, command: list[str], interface: str = 
         sniffer = subprocess.Popen(
             [tcpdump, "-i", interface, "-s", "0", "-U", "-w", output, bpf], stderr=subprocess.DEVNULL
         )
-        time.sleep(SETTLE_SECONDS)
-        try:
-            status = subprocess.call(command)
-        finally:
-            time.sleep(SETTLE_SECONDS)
-            sniffer.terminate()
-            sniffer.wait(timeout=10)
+        status = _run_while_listening(command, lambda: (sniffer.terminate(), sniffer.wait(timeout=10)))
     else:
         status = _scapy_capture(ports, output, command, interface)
     print(f"captured {bpf} on {interface} -> {output} (command exit status {status})", file=sys.stderr)
     return status
+
+
+def _run_while_listening(command: list[str], stop_sniffer) -> int:
+    """The command's exit status; the sniffer listens a while before it starts, and drains a while after."""
+    time.sleep(SETTLE_SECONDS)
+    try:
+        return subprocess.call(command)
+    finally:
+        time.sleep(SETTLE_SECONDS)
+        stop_sniffer()
 
 
 def _scapy_capture(ports: list[int], output: str, command: list[str], interface: str) -> int:
@@ -70,13 +74,10 @@ def _scapy_capture(ports: list[int], output: str, command: list[str], interface:
         lfilter=lambda packet: TCP in packet and not {packet[TCP].sport, packet[TCP].dport}.isdisjoint(ports),
     )
     sniffer.start()
-    time.sleep(SETTLE_SECONDS)
     try:
-        status = subprocess.call(command)
-    finally:
-        time.sleep(SETTLE_SECONDS)
-        sniffer.stop()
+        status = _run_while_listening(command, sniffer.stop)
         _, dropped = struct.unpack("II", sock.ins.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+    finally:
         sock.close()
         writer.close()
     if dropped:

@@ -104,17 +104,10 @@ def registrations(events: pa.Table) -> pa.Table:
                     **_same("topic", "channel", "status", "code"))
 
 
+DELIVERY_FIELDS = ["topic", "channel", "msg_id", "conn_id", "ts_ns", "attempts", "msg_ts_ns", "body_len", "body_hash"]
 DELIVERED_SCHEMA = pa.schema(
     [
-        ("topic", pa.string()),
-        ("channel", pa.string()),
-        ("msg_id", pa.string()),
-        ("conn_id", pa.string()),
-        ("ts_ns", pa.int64()),
-        ("attempts", pa.int32()),
-        ("msg_ts_ns", pa.int64()),
-        ("body_len", pa.int64()),
-        ("body_hash", pa.int64()),
+        *(EVENT_SCHEMA.field(name) for name in DELIVERY_FIELDS),
         ("settlement", pa.string()),  # FIN | REQ: what settled it on its connection; null: nothing did
         ("settled_ts_ns", pa.int64()),
         ("touches", pa.int64()),
@@ -151,17 +144,16 @@ def delivered(events: pa.Table) -> pa.Table:
     touches = np.bincount(latest[(names == "TOUCH") & (latest >= 0)], minlength=count)
     deliveries = np.flatnonzero(is_delivery)
     connection = events.filter(_kind(events, "connection"))["connection"]
-    ended_without_cls = pc.equal(pc.struct_field(connection, "cls"), 0)[0].as_py()
-    table = rows.take(order[deliveries]).select(DELIVERED_SCHEMA.names[:9])
     kept = settlement[deliveries]
-    return table.append_column("settlement", pa.array(kept, pa.string())).append_column(
-        "settled_ts_ns", pa.array(settled_ts[deliveries], mask=kept == None)  # noqa: E711 (an object array)
-    ).append_column("touches", pa.array(touches[deliveries], pa.int64())).append_column(
-        "no_cls", pa.array(np.full(len(deliveries), bool(ended_without_cls)))
-    ).append_column(
-        "conn_last_ts_ns", pa.array(np.full(len(deliveries), pc.struct_field(connection, "last_ts_ns")[0].as_py()),
-                                    pa.int64())
-    )
+    facts = {
+        "settlement": pa.array(kept, pa.string()),
+        "settled_ts_ns": pa.array(settled_ts[deliveries], mask=kept == None),  # noqa: E711 (an object array)
+        "touches": touches[deliveries],
+        "no_cls": pa.repeat(pc.equal(pc.struct_field(connection, "cls"), 0)[0], len(deliveries)),
+        "conn_last_ts_ns": pa.repeat(pc.struct_field(connection, "last_ts_ns")[0], len(deliveries)),
+    }
+    table = rows.take(order[deliveries]).select(DELIVERY_FIELDS)
+    return pa.table({**{name: table[name] for name in DELIVERY_FIELDS}, **facts}).cast(DELIVERED_SCHEMA)
 
 
 ACTIVITY_KEYS = ["conn_id", "kind", "name", "status", "code", "topic", "req_delay0"]

@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-from spark_analysis.connection_tables import DELIVERED_SCHEMA, TableWriter, prepare_directories
+from spark_analysis.connection_tables import DELIVERED_SCHEMA, DELIVERY_FIELDS, TableWriter, prepare_directories
 
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 NS_PER_MS = 1_000_000
@@ -33,7 +33,7 @@ CONCURRENT_JOBS = 4
 
 DELIVERIES_SCHEMA = pa.schema(
     [
-        *(DELIVERED_SCHEMA.field(name) for name in DELIVERED_SCHEMA.names[:9]),
+        *(DELIVERED_SCHEMA.field(name) for name in DELIVERY_FIELDS),
         ("cause", pa.string()),  # first | req | timeout | after_fin
         ("outcome", pa.string()),  # FIN | REQ | timeout | abandoned | open
         ("settled_ts_ns", pa.int64()),
