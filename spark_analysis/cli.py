@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--split-size",
         type=parse_size,
         default=None,
-        help="byte-range size for splitting large files (default 256MiB, 0 = per file)",
+        help="byte-range size for splitting large files (default 64MiB, 0 = per file)",
     )
     analyze.add_argument("--shuffle-partitions", type=int, default=4)
     analyze.add_argument("--no-report", action="store_true", help="skip the HTML report")

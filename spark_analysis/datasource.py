@@ -4,7 +4,7 @@ Rows follow ``pcapfile.PACKET_SCHEMA``: one per TCP segment, or a named error ro
 cannot be walked. One partition per file, or per byte range of ``splitBytes`` for large files.
 
 Options:
-    splitBytes   byte-range size for large files (default 256 MiB; 0 = one partition per file)
+    splitBytes   byte-range size for large files (default 64 MiB; 0 = one partition per file)
     payload      "bytes" (default): the ``payload`` column holds the segment's bytes;
                  "reference": ``payload`` is null and consumers read ``payload_length`` bytes at
                  ``payload_offset`` of ``file`` themselves (``pcapfile.read_payloads``), so that
@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_analysis.pcapfile import PACKET_DDL
 
-DEFAULT_SPLIT_BYTES = 256 << 20
+DEFAULT_SPLIT_BYTES = 64 << 20  # walking the records of 100 MB of small packets takes seconds: cores share a file
 
 
 @dataclass
