@@ -75,15 +75,17 @@ _ROW_FIELDS = EVENT_SCHEMA.names[5:]  # what add() takes; the first five are the
 
 
 class Rows:
-    """The event rows of one connection. While decoding, one tuple per row (one append, the cost that matters
-    at hundreds of thousands of messages); ``columns`` turns them into column lists once, for the passes that
-    read and amend them (pairing, checks), and ``add`` appends to those from then on."""
+    """The event rows of one connection. While decoding, one tuple per row (one append), and the rows that come by
+    the hundred thousand (deliveries, FINs, published messages) as column lists of a batch of them (``add_many``):
+    per message, the cost that matters is a Python object. ``columns`` turns them into column lists once, for the
+    passes that read and amend them (pairing, checks), and ``add`` appends to those from then on."""
 
     def __init__(self, conn: Connection):
         self.conn = conn
         self._tuples: list[tuple] = []
         self._columns: dict[str, list] | None = None
-        self.publish_command: dict[int, int] = {}  # publish row -> the PUB/MPUB/DPUB command row
+        self._batches: list[tuple[int, str, str, str, dict[str, list], bool]] = []  # add_many's, after n tuples
+        self.published: list[tuple[int, int, int]] = []  # rows [start, stop) published by the command row
 
     def add(
         self,
@@ -117,22 +119,49 @@ class Rows:
             column.append(value)
         return len(self._columns["ts_ns"]) - 1
 
+    def add_many(self, direction: str, kind: str, name: str, published: bool = False, **columns: list):
+        """Rows alike but for ``columns`` (``ts_ns`` among them), in their order, after the rows added so far.
+        ``published``: messages that the row added just before (a PUB, MPUB or DPUB) published; their status is its
+        status."""
+        self._batches.append((len(self._tuples), direction, kind, name, columns, published))
+        if self._columns is not None:
+            self._merge()
+
+    def _merge(self):
+        """Tuples and batches into columns, in the order they were added."""
+        columns = self._columns if self._columns is not None else {name: [] for name in _ROW_FIELDS}
+        transposed = list(zip(*self._tuples, strict=True)) or [()] * len(_ROW_FIELDS)
+        taken = 0
+        for position, direction, kind, name, batch, published in [*self._batches, (len(self._tuples), None, None,
+                                                                                    None, None, False)]:
+            for field, values in zip(_ROW_FIELDS, transposed, strict=True):
+                columns[field].extend(values[taken:position])
+            taken = position
+            if batch is None:
+                break
+            start, count = len(columns["ts_ns"]), len(batch["ts_ns"])
+            constant = {"direction": direction, "kind": kind, "name": name}
+            for field, column in columns.items():
+                values = batch.get(field)
+                column.extend(values if values is not None else [constant.get(field)] * count)
+            if published:
+                self.published.append((start, start + count, start - 1))
+        self._columns, self._tuples, self._batches = columns, [], []
+
     @property
     def columns(self) -> dict[str, list]:
         if self._columns is None:
-            transposed = list(zip(*self._tuples, strict=True)) or [()] * len(_ROW_FIELDS)
-            self._columns = {name: list(values) for name, values in zip(_ROW_FIELDS, transposed, strict=True)}
-            self._tuples = []
+            self._merge()
         return self._columns
 
-    def time_order(self) -> list[int]:
+    def time_order(self) -> np.ndarray:
         """Row indices by capture time; at the same instant a client's row before the server's (an answer follows
         its command), then in decode order."""
         c = self.columns
         count = len(c["ts_ns"])
         ts = np.fromiter(c["ts_ns"], np.int64, count)
         from_server = np.fromiter((direction != "c2s" for direction in c["direction"]), bool, count)
-        return np.lexsort((from_server, ts)).tolist()  # stable: ties keep decode order
+        return np.lexsort((from_server, ts))  # stable: ties keep decode order
 
     def table(self) -> pa.Table:
         columns = self.columns
@@ -353,7 +382,7 @@ def pair_answers(rows: Rows, answered: Callable[[str], bool]):
     walked = answered_commands | (frames & np.isin(name, ["response", "error"])) | server_gaps
     if id_errors.any():
         walked |= by_id_commands
-    order = np.asarray(rows.time_order())
+    order = rows.time_order()
     waiting: deque[int] = deque()
     by_id: dict[tuple[str, str], list[int]] = {}
     for index in order[walked[order]].tolist():
@@ -379,8 +408,8 @@ def pair_answers(rows: Rows, answered: Callable[[str], bool]):
             waiting.clear()
     for command in waiting:
         status[command] = "unanswered"
-    for publish, command in rows.publish_command.items():
-        status[publish] = status[command]  # a message is accepted when its command got OK
+    for start, stop, command in rows.published:
+        status[start:stop] = [status[command]] * (stop - start)  # a message is accepted when its command got OK
 
 
 def connection_row(rows: Rows, name: str, close: str, **facts) -> None:
