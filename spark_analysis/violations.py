@@ -65,22 +65,27 @@ def check_connection(c: dict[str, list], order: list[int], identify_request: dic
         # rows come in time order: RDYs older than the grace no longer count, unless still current
         while len(rdy_history) > 1 and rdy_history[0][0] < ts - RDY_GRACE_NS:
             rdy_history.popleft()
+        if len(rdy_history) == 1:  # the common case: one RDY in force
+            return rdy_history[0][1]
         return max((count for _, count in rdy_history), default=0)
 
+    timestamps, kinds, names, values, statuses, msg_ids, codes = (
+        c[column] for column in ("ts_ns", "kind", "name", "value", "status", "msg_id", "code")
+    )
     for index in order:
-        ts, kind, name = c["ts_ns"][index], c["kind"][index], c["name"][index]
+        ts, kind, name = timestamps[index], kinds[index], names[index]
         if kind == "command":
             last_command_ts = ts
-            if name == "RDY" and c["value"][index] is not None:
-                rdy_history.append((ts, c["value"][index]))
+            if name == "RDY" and values[index] is not None:
+                rdy_history.append((ts, values[index]))
             elif name == "CLS":
                 rdy_history.append((ts, 0))  # D-04: CLS sets RDY to 0
-            elif name in ("FIN", "REQ") and c["status"][index] == "ok":
-                in_flight.pop(c["msg_id"][index], None)
-            elif name == "TOUCH" and c["msg_id"][index] in in_flight:
-                in_flight[c["msg_id"][index]] = ts + msg_timeout_ns  # P-TOUCH-04
-                expiries.append((ts + msg_timeout_ns, c["msg_id"][index]))
-            elif name == "FIN" and c["status"][index] == "failed" and c["msg_id"][index] not in delivered:
+            elif name in ("FIN", "REQ") and statuses[index] == "ok":
+                in_flight.pop(msg_ids[index], None)
+            elif name == "TOUCH" and msg_ids[index] in in_flight:
+                in_flight[msg_ids[index]] = ts + msg_timeout_ns  # P-TOUCH-04
+                expiries.append((ts + msg_timeout_ns, msg_ids[index]))
+            elif name == "FIN" and statuses[index] == "failed" and msg_ids[index] not in delivered:
                 found.append((ts, "P-FIN-04", "client: FIN of a message ID never delivered on this connection"))
         elif kind == "frame" and name == "message":
             while expiries and expiries[0][0] <= ts:
@@ -90,7 +95,7 @@ def check_connection(c: dict[str, list], order: list[int], identify_request: dic
             rdy = effective_rdy(ts)
             if len(in_flight) >= rdy:
                 found.append((ts, "D-01", f"server: delivery with {len(in_flight)} in flight and RDY {rdy}"))
-            msg_id = c["msg_id"][index]
+            msg_id = msg_ids[index]
             in_flight[msg_id] = ts + msg_timeout_ns
             expiries.append((ts + msg_timeout_ns, msg_id))
             delivered.add(msg_id)
@@ -111,12 +116,12 @@ def check_connection(c: dict[str, list], order: list[int], identify_request: dic
                     )
                 )
             last_heartbeat = ts
-        elif kind == "frame" and name == "error" and c["code"][index] not in ID_ERRORS:
+        elif kind == "frame" and name == "error" and codes[index] not in ID_ERRORS:
             fatal_error_ts = fatal_error_ts or ts
         elif kind == "frame" and fatal_error_ts is not None and ts - fatal_error_ts > NS_PER_S:
             found.append((ts, "C-23", "server: kept sending after a fatal error frame"))
             fatal_error_ts = None
-    last_ts = max(c["ts_ns"], default=0)
+    last_ts = max(timestamps, default=0)
     if (
         close_kind == "server_fin"
         and fatal_error_ts is None
