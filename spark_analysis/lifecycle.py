@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -28,8 +29,6 @@ from spark_analysis.connection_tables import DELIVERED_SCHEMA, DELIVERY_FIELDS, 
 
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 NS_PER_MS = 1_000_000
-# Spark jobs in flight at once for independent queries; enough to hide per-job latency on a few cores.
-CONCURRENT_JOBS = 4
 
 DELIVERIES_SCHEMA = pa.schema(
     [
@@ -89,10 +88,12 @@ def tables(
     spark = rows.sparkSession
     # a number of tasks, so that adaptive execution keeps them apart: their input is small for the work
     tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    rows.repartition(tasks, "topic", "body_hash").mapInArrow(lifecycles, "deliveries BIGINT").collect()
-    read = {name: spark.read.schema(from_arrow_schema(schema)).parquet(os.path.join(tables_dir, name))
-            for name, schema in LIFECYCLE_SCHEMAS.items()}
-    return {**read, "connections": materialise("connections", connections(written["events"]))}
+    with ThreadPoolExecutor(1) as pool:  # a small job beside the big one, to fill the cores' idle moments
+        stored = pool.submit(materialise, "connections", connections(written["events"]))
+        rows.repartition(tasks, "topic", "body_hash").mapInArrow(lifecycles, "deliveries BIGINT").collect()
+        read = {name: spark.read.schema(from_arrow_schema(schema)).parquet(os.path.join(tables_dir, name))
+                for name, schema in LIFECYCLE_SCHEMAS.items()}
+        return {**read, "connections": stored.result()}
 
 
 def _codes(column) -> np.ndarray:

@@ -12,13 +12,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_analysis.lifecycle import CONCURRENT_JOBS, MESSAGE_KEY
+from spark_analysis.lifecycle import MESSAGE_KEY
 
 PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
 NS_PER_S = 1e9
 
 
 MESSAGE_EVENT_TOTALS = ("messages_published", "deliveries", "fin", "req", "touch")
+# Spark jobs in flight at once for independent queries; enough to hide per-job latency on a few cores.
+CONCURRENT_JOBS = 4
 
 
 def message_events(totals: dict) -> int:
