@@ -27,7 +27,7 @@ class HttpRequest:
     method: str
     target: str  # path and query
     head: bytes  # the header lines after the request line
-    body: bytes | None  # None: no Content-Length (the rest streams through unchanged)
+    body: bytes | None  # None: no Content-Length, or a large body (it streams through unchanged)
 
     @property
     def path(self) -> str:
@@ -66,6 +66,9 @@ class Fault:
     profile: str = "nsqd-defaults"
     linger: float = 0.0  # the broker notices a client's departure this late
     keeps_client_open: bool = False  # the client side stays open after the broker closed
+
+
+_VALID_NAME = re.compile(rb"(?=.{1,64}$)[.a-zA-Z0-9_-]+(#ephemeral)?")  # D-39
 
 
 # ---- small rewrites the faults share ------------------------------------------------------------------------------
@@ -305,7 +308,16 @@ def _strip_identify_flag(flag: str) -> Callable:
 
 
 def _touch_ignored(command: wire.Command, session):
-    return b"" if command.name == b"TOUCH" and len(command.params) == 1 and len(command.params[0]) == 16 else None
+    """A TOUCH of a message this connection holds is accepted silently and changes nothing (others still fail)."""
+    if command.name == b"TOUCH" and command.params and command.params[0] in session.state.get("delivered", ()):
+        return b""
+    return None
+
+
+def _remember_deliveries(frame: wire.Frame, session):
+    if _is_message(frame):
+        session.state.setdefault("delivered", set()).add(frame.message_id)
+    return None
 
 
 def _req_immediate(command: wire.Command, session):
@@ -316,8 +328,9 @@ def _req_immediate(command: wire.Command, session):
 
 
 def _dpub_is_pub(command: wire.Command, session):
-    if command.name == b"DPUB" and len(command.params) == 2 and command.params[1].isdigit() \
-            and 0 < int(command.params[1]) <= 3600000 and command.body:
+    """A valid DPUB (the checks are the broker's, P-DPUB-01..02) published at once."""
+    if command.name == b"DPUB" and len(command.params) == 2 and _VALID_NAME.fullmatch(command.params[0]) \
+            and command.params[1].isdigit() and 0 < int(command.params[1]) <= 3600000 and command.body:
         return wire.encode_command("PUB", command.params[0], body=command.body)
     return None
 
@@ -398,7 +411,8 @@ FAULTS: tuple[Fault, ...] = (
     Fault("req-delay-ignored", "parameters", "REQ's timeout parsed, then requeued at once",
           "REQ id 1000: the message is back within ms, attempts 2", ("NSQ-REQ-002",), command=_req_immediate),
     Fault("touch-ignored", "parameters", "TOUCH answered (silently) but the deadline not moved",
-          "the message times out at msg_timeout despite TOUCH", ("NSQ-TOUCH-001",), command=_touch_ignored),
+          "the message times out at msg_timeout despite TOUCH", ("NSQ-TOUCH-001",), command=_touch_ignored,
+          frame=_remember_deliveries),
     Fault("dpub-defer-ignored", "parameters", "DPUB's defer checked, then the message published at once",
           "DPUB t 1000: the message arrives within ms", ("NSQ-DPUB-005",), command=_dpub_is_pub),
     Fault("http-defer-ignored", "parameters", "/pub's defer checked, then the message published at once",

@@ -25,7 +25,7 @@ from conformance import wire, wire_v1
 from conformance.selftest.faults import BY_NAME, Fault, HttpRequest
 
 # Bodies above this are forwarded as they come, unrewritten: the proxy never holds a body the broker refuses by its
-# size alone (P-PUB-03), nor waits for one the client sends in part.
+# size alone (P-PUB-03, H-PUB-01), nor waits for one the client sends in part.
 _MAX_REWRITTEN_BODY = 64 * 1024
 _INCOMPLETE_AFTER = 0.05  # seconds held bytes wait for the rest (a command) or the next frame (a held response)
 
@@ -34,8 +34,8 @@ class Session:
     """One proxied connection: the two sockets, a lock that keeps whole frames whole when the proxy answers in the
     broker's place, and the fault's memory of this connection."""
 
-    def __init__(self, client: socket.socket, server: socket.socket, fault: Fault, proxy: FaultyProxy):
-        self.client, self.server, self.fault, self.proxy = client, server, fault, proxy
+    def __init__(self, client: socket.socket, server: socket.socket, fault: Fault):
+        self.client, self.server, self.fault = client, server, fault
         self.state: dict = {}
         self.pending = b""  # frames a fault holds back (flushed when the broker is quiet for a moment)
         self.hang_up = False  # set by a fault: close both sides after this write
@@ -106,11 +106,11 @@ class FaultyProxy:
             except OSError:
                 client.close()
                 continue
-            threading.Thread(target=self._serve, args=(Session(client, server, self.fault, self),),
+            threading.Thread(target=self._serve, args=(Session(client, server, self.fault),),
                              daemon=True).start()
 
     def _serve(self, session: Session) -> None:
-        """Sniff the first byte, then pump both ways."""
+        """Tell the protocol from the client's first bytes, then pump both ways."""
         try:
             first = session.client.recv(65536)
         except OSError:
@@ -139,14 +139,15 @@ class FaultyProxy:
             with contextlib.suppress(OSError):
                 session.server.close()
 
-    # ---- TCP protocol V2 --------------------------------------------------------------------------------------
     @staticmethod
     def _stream(source: socket.socket, first: bytes = b""):
+        """What ``source`` sends until it closes, after ``first``."""
         if first:
             yield first
         while data := source.recv(65536):
             yield data
 
+    # ---- TCP protocol V2 --------------------------------------------------------------------------------------
     def _commands(self, session: Session, first: bytes) -> None:
         """Client -> broker: commands through the fault's ``command`` hook, whole commands at a time. Bytes the
         decoder holds for a command that does not complete soon go on as they are, and the rest of the
@@ -230,9 +231,10 @@ class FaultyProxy:
                 data += more
             head, separator, rest = data.partition(b"\r\n\r\n")
             length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
-            while length and len(rest) < int(length.group(1)) and (more := session.client.recv(65536)):
+            small = length is not None and int(length.group(1)) <= _MAX_REWRITTEN_BODY  # else it streams through
+            while small and len(rest) < int(length.group(1)) and (more := session.client.recv(65536)):
                 rest += more
-            request = HttpRequest.parse(head, rest if length else None)
+            request = HttpRequest.parse(head, rest if small else None)
             if request is not None and separator:
                 answer = self._relayed(request, session) if session.fault.relay else hook(request, session)
                 if isinstance(answer, bytes):
@@ -240,7 +242,7 @@ class FaultyProxy:
                     session.hang_up = True
                     return
                 if answer is not None:
-                    data = answer.encode() + (b"" if length else rest)
+                    data = answer.encode() + (b"" if small else rest)
         session.request_path = data.split(b" ", 2)[1].partition(b"?")[0].decode("latin-1") if b" " in data else ""
         session.server.sendall(data)
         for more in self._stream(session.client):
@@ -263,8 +265,14 @@ class FaultyProxy:
             for data in self._stream(session.server, first):
                 session.to_client(data)
             return
-        response = b"".join(self._stream(session.server, first))
-        head, _, body = response.partition(b"\r\n\r\n")
+        response = first
+        with contextlib.suppress(OSError):  # a reset after the answer (it closed with input unread) ends it too
+            while data := session.server.recv(65536):
+                response += data
+        head, separator, body = response.partition(b"\r\n\r\n")
+        if not response.startswith(b"HTTP/") or not separator:  # not an HTTP answer (a bad magic's error frame)
+            session.to_client(response)
+            return
         if standing_in:
             body = re.sub(rb'"(tcp|http)_port":(\d+)', lambda match: b'"%s_port":%d' % (
                 match.group(1), self.info_ports.get(int(match.group(2)), int(match.group(2)))), body)
@@ -276,7 +284,7 @@ class FaultyProxy:
     # ---- the V1 relay (broker -> nsqlookupd) ------------------------------------------------------------------------
     def _v1_commands(self, session: Session, first: bytes) -> None:
         """What the broker sends nsqlookupd, through the fault's ``relay`` hook: a dropped command is answered OK in
-        nsqlookupd's place (the broker waits for each answer before its next command, L-TCP-05)."""
+        nsqlookupd's place (the broker reads an answer to each command before its next: L-TCP-02, R-01)."""
         decoder = wire_v1.V1CommandDecoder()
         for data in self._stream(session.client, first):
             magic = decoder.magic
