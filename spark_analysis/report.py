@@ -7,6 +7,7 @@ import base64
 import html
 import io
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import matplotlib
 
@@ -16,27 +17,59 @@ from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from conformance.catalogue import requirements  # noqa: E402
-from spark_analysis.summary import message_events  # noqa: E402
+from spark_analysis.summary import CONCURRENT_JOBS, message_events  # noqa: E402
 
 NS_PER_S = 1_000_000_000
 CDF_POINTS = 200
+LATENCIES = (("publish_to_first_delivery_ms", "publish -> first delivery"),
+             ("last_delivery_to_fin_ms", "last delivery -> FIN"))
 
 
 def write(tables: dict[str, DataFrame], summary: dict, out_dir: str) -> str:
+    data = _fetch(tables)
     sections = [
-        ("Throughput per topic and channel", _throughput(tables)),
-        ("Latency: publish to first delivery, last delivery to FIN", _latency_cdfs(tables["messages"])),
-        ("Attempts per delivery", _attempts(tables["deliveries"])),
-        ("Requeues and timeouts over time", _requeues(tables["deliveries"])),
+        ("Throughput per topic and channel", _throughput(data["delivered_per_second"], data["published_per_second"])),
+        ("Latency: publish to first delivery, last delivery to FIN", _latency_cdfs(data)),
+        ("Attempts per delivery", _attempts(data["attempts"])),
+        ("Requeues and timeouts over time", _requeues(data["requeues"])),
         ("Errors by code", _errors(summary)),
-        ("Heartbeat gaps", _heartbeat_gaps(tables["heartbeats"])),
-        ("RDY and in flight per consumer connection", _flow_control(tables["flow_control"])),
+        ("Heartbeat gaps", _heartbeat_gaps(data["heartbeat_gaps"])),
+        ("RDY and in flight per consumer connection", _flow_control(data["flow_control"])),
         ("Registrations with nsqlookupd", _registrations(summary["lookupd"])),
     ]
     path = os.path.join(out_dir, "report.html")
     with open(path, "w") as handle:
         handle.write(_page(summary, sections))
     return path
+
+
+def _fetch(tables: dict[str, DataFrame]) -> dict:
+    """Every aggregate the plots draw, as pandas frames or rows; the Spark jobs run side by side (each costs
+    mostly Spark's fixed latency), the plotting after them, in this thread (matplotlib is not thread-safe)."""
+    second = (F.col("ts_ns") / NS_PER_S).cast("long").alias("second")
+    deliveries = tables["deliveries"]
+    quantiles = [i / CDF_POINTS for i in range(CDF_POINTS + 1)]
+    queries = {
+        "delivered_per_second": lambda: deliveries.groupBy(
+            second, F.concat_ws("/", "topic", "channel").alias("series")).count().toPandas(),
+        "published_per_second": lambda: tables["publishes"].where("status = 'ok'").groupBy(
+            second, F.col("topic").alias("series")).count().toPandas(),
+        **{
+            column: lambda column=column: tables["messages"].where(F.col(column).isNotNull())
+            .groupBy(F.concat_ws("/", "topic", "channel").alias("series"))
+            .agg(F.percentile_approx(column, quantiles, 10000).alias("q")).collect()
+            for column, _ in LATENCIES
+        },
+        "attempts": lambda: deliveries.groupBy("attempts").count().orderBy("attempts").toPandas(),
+        "requeues": lambda: deliveries.where("outcome IN ('REQ', 'timeout', 'abandoned')").groupBy(
+            second, "outcome").count().toPandas(),
+        "heartbeat_gaps": lambda: tables["heartbeats"].where("gap_ms IS NOT NULL").groupBy(
+            F.round("gap_ms", -1).alias("gap_ms")).count().orderBy("gap_ms").toPandas(),
+        "flow_control": lambda: tables["flow_control"].where("channel IS NOT NULL").limit(20001).toPandas(),
+    }
+    with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
+        futures = {name: pool.submit(query) for name, query in queries.items()}
+        return {name: future.result() for name, future in futures.items()}
 
 
 def _figure_html(figure) -> str:
@@ -52,23 +85,7 @@ def _relative_seconds(frame, column="second"):
     return frame[column] - start
 
 
-def _throughput(tables) -> str:
-    deliveries = (
-        tables["deliveries"]
-        .groupBy(
-            (F.col("ts_ns") / NS_PER_S).cast("long").alias("second"),
-            F.concat_ws("/", "topic", "channel").alias("series"),
-        )
-        .count()
-        .toPandas()
-    )
-    publishes = (
-        tables["publishes"]
-        .where("status = 'ok'")
-        .groupBy((F.col("ts_ns") / NS_PER_S).cast("long").alias("second"), F.col("topic").alias("series"))
-        .count()
-        .toPandas()
-    )
+def _throughput(deliveries, publishes) -> str:
     if deliveries.empty and publishes.empty:
         return "<p>No messages in this trace.</p>"
     start = min(frame["second"].min() for frame in (deliveries, publishes) if not frame.empty)
@@ -87,20 +104,12 @@ def _throughput(tables) -> str:
     return _figure_html(figure)
 
 
-def _latency_cdfs(messages: DataFrame) -> str:
+def _latency_cdfs(data: dict) -> str:
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))
     rows = []
-    for axis, column, title in (
-        (axes[0], "publish_to_first_delivery_ms", "publish -> first delivery"),
-        (axes[1], "last_delivery_to_fin_ms", "last delivery -> FIN"),
-    ):
-        quantiles = [i / CDF_POINTS for i in range(CDF_POINTS + 1)]
-        per_channel = (
-            messages.where(F.col(column).isNotNull())
-            .groupBy(F.concat_ws("/", "topic", "channel").alias("series"))
-            .agg(F.percentile_approx(column, quantiles, 10000).alias("q"))
-            .collect()
-        )
+    quantiles = [i / CDF_POINTS for i in range(CDF_POINTS + 1)]
+    for axis, (column, title) in zip(axes, LATENCIES, strict=True):
+        per_channel = data[column]
         for row in sorted(per_channel):
             axis.plot(row.q, quantiles, label=row.series, linewidth=1.2)
             rows.append(
@@ -131,8 +140,7 @@ def _latency_cdfs(messages: DataFrame) -> str:
     )
 
 
-def _attempts(deliveries: DataFrame) -> str:
-    frame = deliveries.groupBy("attempts").count().orderBy("attempts").toPandas()
+def _attempts(frame) -> str:
     if frame.empty:
         return "<p>No deliveries.</p>"
     figure, axis = plt.subplots(figsize=(7, 3.5))
@@ -145,13 +153,7 @@ def _attempts(deliveries: DataFrame) -> str:
     return _figure_html(figure)
 
 
-def _requeues(deliveries: DataFrame) -> str:
-    frame = (
-        deliveries.where("outcome IN ('REQ', 'timeout', 'abandoned')")
-        .groupBy(((F.col("ts_ns") / NS_PER_S).cast("long")).alias("second"), "outcome")
-        .count()
-        .toPandas()
-    )
+def _requeues(frame) -> str:
     if frame.empty:
         return "<p>No requeues or timeouts.</p>"
     figure, axis = plt.subplots(figsize=(10, 3.5))
@@ -198,14 +200,7 @@ def _registrations(lookupd: dict) -> str:
             f"<th>count</th></tr>{rows}</table>")
 
 
-def _heartbeat_gaps(heartbeats: DataFrame) -> str:
-    frame = (
-        heartbeats.where("gap_ms IS NOT NULL")
-        .groupBy(F.round("gap_ms", -1).alias("gap_ms"))
-        .count()
-        .orderBy("gap_ms")
-        .toPandas()
-    )
+def _heartbeat_gaps(frame) -> str:
     if frame.empty:
         return "<p>Fewer than two heartbeats on every connection.</p>"
     figure, axis = plt.subplots(figsize=(8, 3.5))
@@ -216,8 +211,7 @@ def _heartbeat_gaps(heartbeats: DataFrame) -> str:
     return _figure_html(figure)
 
 
-def _flow_control(flow_control: DataFrame) -> str:
-    frame = flow_control.where("channel IS NOT NULL").limit(20001).toPandas()
+def _flow_control(frame) -> str:
     if len(frame) > 20000:
         return "<p>Too many connections to plot RDY per connection.</p>"
     if frame.empty:
