@@ -16,10 +16,12 @@ directory on every executor's file system (local mode, or a shared file system o
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -127,7 +129,22 @@ def _decode_flow(table: pa.Table, ports: frozenset[int]) -> list[pa.Table]:
             *(table.column(name).to_pylist() for name in ("file", "payload_offset", "payload_length"))
         )
     connections = reassemble(table.column("flow")[0].as_py(), list(zip(*columns, strict=False)), ports)
-    return [decode_connection(conn, ports) for conn in connections]
+    with _without_cycle_collection():
+        return [decode_connection(conn, ports) for conn in connections]
+
+
+@contextmanager
+def _without_cycle_collection():
+    """A connection's rows are millions of live objects, none in a reference cycle, and the cycle collector's
+    passes over them grow with their number: ~20 % of decoding a 738,618-row connection. Reference counting
+    still frees everything; the collector runs again after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _walker_errors(table: pa.Table) -> pa.Table:
