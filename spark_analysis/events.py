@@ -123,6 +123,13 @@ class Rows:
         """Rows alike but for ``columns`` (``ts_ns`` among them), in their order, after the rows added so far.
         ``published``: messages that the row added just before (a PUB, MPUB or DPUB) published; their status is its
         status."""
+        if self._batches and not published:
+            position, *alike, batch, _ = self._batches[-1]
+            # one FIN per packet is common (pynsq's): a run of batches with nothing between them is one batch
+            if position == len(self._tuples) and alike == [direction, kind, name] and batch.keys() == columns.keys():
+                for field, values in columns.items():
+                    batch[field].extend(values)
+                return
         self._batches.append((len(self._tuples), direction, kind, name, columns, published))
         if self._columns is not None:
             self._merge()
