@@ -41,7 +41,7 @@ class ConnectionReader:
             try:
                 data = self._sock.recv(most)
             except TimeoutError:
-                continue
+                continue  # a poll, not an error: the loop checks the deadline again (which ends the read)
             except OSError as error:
                 raise ConnectionClosed(str(error)) from None
             if not data:

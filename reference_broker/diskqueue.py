@@ -390,7 +390,7 @@ class DiskQueue:
             with open(self._metadata_file_name()) as file:
                 text = file.read()
         except FileNotFoundError:
-            return
+            return  # a new queue: go-diskqueue starts from zero when there is no metadata file
         except OSError as error:
             log.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, error)
             return
@@ -412,7 +412,7 @@ class DiskQueue:
         try:
             size = os.stat(path).st_size
         except FileNotFoundError:
-            return
+            return  # nothing was written to the write file yet: nothing to salvage
         if self._write_pos < size:
             log.warning("DISKQUEUE(%s) %s metadata writePos %d < file size of %d, skipping to new file",
                         self.name, path, self._write_pos, size)

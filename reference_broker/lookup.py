@@ -88,7 +88,7 @@ class LookupLoop:
                 try:
                     event = self._events.get(timeout=next_tick - now)
                 except queue.Empty:
-                    continue
+                    continue  # the ticker's turn: the loop sends the PING that is due
             if self._exit.is_set():
                 break
             if event is None:

@@ -144,7 +144,7 @@ class LookupPeer:
         try:
             local, remote = self._sock.getsockname(), self._sock.getpeername()
         except OSError:
-            return self.address
+            return self.address  # a log label for a socket already closed: its configured address will do
         return f"{_join_host_port(*local[:2])}->{_join_host_port(*remote[:2])}"
 
 

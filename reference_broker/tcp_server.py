@@ -54,7 +54,7 @@ def close_listener(listener: socket.socket) -> None:
     try:
         listener.shutdown(socket.SHUT_RDWR)
     except OSError:
-        pass
+        pass  # not listening any more (already shut): close it all the same
     listener.close()
 
 
