@@ -117,6 +117,11 @@ DELIVERED_SCHEMA = pa.schema(
 )
 
 
+def codes(column) -> np.ndarray:
+    """Equal values, equal integers (null: -1): keys compared in numpy."""
+    return pc.fill_null(pc.dictionary_encode(column).combine_chunks().indices, -1).to_numpy()
+
+
 def delivered(events: pa.Table) -> pa.Table:
     """Each delivery as its connection saw it: the first FIN or REQ that succeeded for its ID after it (a client
     settles only what it was sent: P-FIN-04), the TOUCHes in between, and how the connection ended. The lifecycle
@@ -127,7 +132,7 @@ def delivered(events: pa.Table) -> pa.Table:
     if not count or not pc.any(pc.equal(rows["kind"], "frame")).as_py():
         return DELIVERED_SCHEMA.empty_table()
     # By ID, then in time order (events.Rows.time_order: at the same instant a client's row first).
-    ids = pc.fill_null(pc.dictionary_encode(rows["msg_id"]).combine_chunks().indices, -1).to_numpy()
+    ids = codes(rows["msg_id"])
     from_server = pc.not_equal(rows["direction"], "c2s").to_numpy(zero_copy_only=False)
     order = np.lexsort((np.arange(count), from_server, rows["ts_ns"].to_numpy(), ids))
     names = rows["name"].to_numpy(zero_copy_only=False)[order]

@@ -86,6 +86,7 @@ class Rows:
         self._columns: dict[str, list] | None = None
         self._batches: list[tuple[int, str, str, str, dict[str, list], bool]] = []  # add_many's, after n tuples
         self.published: list[tuple[int, int, int]] = []  # rows [start, stop) published by the command row
+        self._order: np.ndarray | None = None
 
     def add(
         self,
@@ -166,9 +167,11 @@ class Rows:
         its command), then in decode order."""
         c = self.columns
         count = len(c["ts_ns"])
-        ts = np.fromiter(c["ts_ns"], np.int64, count)
-        from_server = np.fromiter((direction != "c2s" for direction in c["direction"]), bool, count)
-        return np.lexsort((from_server, ts))  # stable: ties keep decode order
+        if self._order is None or len(self._order) != count:  # rows only grow: the same count, the same rows
+            ts = np.fromiter(c["ts_ns"], np.int64, count)
+            from_server = np.fromiter((direction != "c2s" for direction in c["direction"]), bool, count)
+            self._order = np.lexsort((from_server, ts))  # stable: ties keep decode order
+        return self._order
 
     def table(self) -> pa.Table:
         columns = self.columns

@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-from spark_analysis.connection_tables import DELIVERED_SCHEMA, DELIVERY_FIELDS, TableWriter, prepare_directories
+from spark_analysis.connection_tables import DELIVERED_SCHEMA, DELIVERY_FIELDS, TableWriter, codes, prepare_directories
 
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 NS_PER_MS = 1_000_000
@@ -96,20 +96,17 @@ def tables(
         return {**read, "connections": stored.result()}
 
 
-def _codes(column) -> np.ndarray:
-    """Equal values, equal integers (null: -1): keys compared in numpy."""
-    return pc.fill_null(pc.dictionary_encode(column).combine_chunks().indices, -1).to_numpy()
-
-
 def deliveries(delivered: pa.Table) -> pa.Table:
     """Every delivery with its cause (first / req / timeout / after_fin) and its outcome (FIN / REQ / timeout /
     abandoned / open), in time order per message; the columns of ``DELIVERIES_SCHEMA`` and the TOUCHes."""
     rows = delivered.sort_by([(name, "ascending") for name in (*MESSAGE_KEY, "ts_ns", "conn_id")])
-    count = rows.num_rows
-    same = np.ones(count, bool)
+    if not rows.num_rows:
+        empty = pa.array([], pa.string())
+        return rows.append_column("cause", empty).append_column("outcome", empty)
+    same = np.ones(rows.num_rows, bool)  # the same message on the same channel as the row before
     for name in MESSAGE_KEY:
-        codes = _codes(rows[name])
-        same &= np.concatenate(([False], codes[1:] == codes[:-1])) if count else same
+        keys = codes(rows[name])
+        same &= np.concatenate(([False], keys[1:] == keys[:-1]))
     follows = np.concatenate((same[1:], [False]))  # another delivery of the message on its channel comes next
     settlement = rows["settlement"].to_numpy(zero_copy_only=False)
     settled = settlement != None  # noqa: E711 (an object array)
