@@ -5,11 +5,13 @@ Nothing else waits for the loop: creating or deleting a topic or channel only qu
 Notify), and the loop decides REGISTER or UNREGISTER when it takes it from the queue, by whether the topic or
 channel is exiting by then, as nsqd's loop does. A slow or unreachable lookupd delays only the loop.
 
-Each queued notification carries a sequence number. A creation queued while a connection's IDENTIFY round
-trip ran is in that connection's REGISTERs of everything already, so its own REGISTER is not sent to that
-peer again: nsqd's loop is back in its select within microseconds of the reply, where a Python loop may still
-be reading it when the next topic is created (rec-0331). What was queued before the connection began is
-sent after its REGISTERs, twice then, as nsqd does with the notifications of its metadata load (rec-0335).
+Every notification is numbered, and the first number of a topic or channel is its creation's.
+A connection's REGISTERs of everything list only what was created before its IDENTIFY began; what came later
+is registered by its own notification. nsqd's loop is back in its select within microseconds of the IDENTIFY
+reply, where a Python loop may still be reading it, or listing the topics, when the next topic or channel is
+created; listed as well, it would be registered twice (rec-0331), or a new topic would be registered by its
+channels alone (rec-0333). What was queued before the connection began is sent after its REGISTERs, twice
+then, as nsqd does with the notifications of its metadata load (rec-0335).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import weakref
 
 from .channel import Channel
 from .lookup_peer import PING, Command, LookupPeer, LookupPeerError, register, unregister
@@ -42,8 +45,7 @@ class LookupLoop:
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._sequence_lock = threading.Lock()
         self._last_sequence = 0
-        # per peer, the notifications queued during its last IDENTIFY round trip: (after, through]
-        self._queued_during_identify: dict[LookupPeer, tuple[int, int]] = {}
+        self._created_at: weakref.WeakKeyDictionary[Topic | Channel, int] = weakref.WeakKeyDictionary()
         self._exit = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lookup", daemon=True)
         self.peers: list[LookupPeer] = []  # replaced, never changed in place: other threads read it
@@ -63,7 +65,8 @@ class LookupLoop:
         Called after the change is in the topic map, so a snapshot that saw the sequence number sees it."""
         with self._sequence_lock:
             self._last_sequence += 1
-            self._events.put((self._last_sequence, thing))
+            self._created_at.setdefault(thing, self._last_sequence)
+            self._events.put(thing)
 
     def options_changed(self) -> None:
         """`PUT /config/...`: peers no longer listed go, new ones come (R-11)."""
@@ -97,7 +100,7 @@ class LookupLoop:
                 peers = self._remove_peers(peers)
                 connect = True
             elif event is not _WAKE:
-                self._send_notification(peers, *event)
+                self._send_notification(peers, event)
         log.info("LOOKUP: closing")
         for peer in peers:
             peer.close()  # nsqd's connections end with its process; no UNREGISTER at exit (R-09)
@@ -130,7 +133,6 @@ class LookupLoop:
                 continue
             log.info("LOOKUP(%s): removing peer", peer)
             peer.close()
-            self._queued_during_identify.pop(peer, None)
         self.peers = kept
         return kept
 
@@ -140,7 +142,7 @@ class LookupLoop:
             log.debug("LOOKUPD(%s): sending heartbeat", peer)
             self._command(peer, PING)
 
-    def _send_notification(self, peers: list[LookupPeer], sequence: int, thing: Topic | Channel) -> None:
+    def _send_notification(self, peers: list[LookupPeer], thing: Topic | Channel) -> None:
         """R-03..R-07: REGISTER, or UNREGISTER once the topic or channel is exiting. A failed command is not
         retried (R-10); the reconnection's REGISTERs recover it."""
         if isinstance(thing, Channel):
@@ -149,9 +151,6 @@ class LookupLoop:
             branch, names = "topic", (thing.name,)
         command = unregister(*names) if thing.exiting else register(*names)
         for peer in peers:
-            after, through = self._queued_during_identify.get(peer, (0, 0))
-            if not thing.exiting and after < sequence <= through:
-                continue
             log.info("LOOKUPD(%s): %s %s", peer, branch, command)
             self._command(peer, command)
 
@@ -199,20 +198,30 @@ class LookupLoop:
                  info["tcp_port"], info["http_port"], info["version"], info["broadcast_address"])
         if not info["broadcast_address"]:
             log.error("LOOKUPD(%s): no broadcast address", peer)
-        with self._sequence_lock:
-            self._queued_during_identify[peer] = (identify_began, self._last_sequence)
-        commands = []  # all of them first, so no topic's lock is held across a round trip
-        for topic in self._nsqd.sorted_topics():
-            with topic.lock:
-                channels = list(topic.channels)
-            commands += [register(topic.name, channel) for channel in channels] or [register(topic.name)]
-        for command in commands:
+        for command in self._registrations_created_by(identify_began):
             log.info("LOOKUPD(%s): %s", peer, command)
             try:
                 peer.command(command)
             except LookupPeerError as error:
                 log.error("LOOKUPD(%s): %s - %s", peer, command, error)
                 return
+
+    def _registrations_created_by(self, sequence: int) -> list[Command]:
+        """R-09: one REGISTER per channel of every topic, or of the topic alone, of what was created by then;
+        all of them listed first, so no topic's lock is held across a round trip."""
+        listed = []
+        for topic in self._nsqd.sorted_topics():
+            with topic.lock:
+                listed.append((topic, list(topic.channels.values())))
+        never = sequence + 1
+        commands = []
+        with self._sequence_lock:  # not held with a topic's lock: creations notify after releasing it
+            for topic, channels in listed:
+                if self._created_at.get(topic, never) > sequence:
+                    continue
+                channels = [channel for channel in channels if self._created_at.get(channel, never) <= sequence]
+                commands += [register(topic.name, channel.name) for channel in channels] or [register(topic.name)]
+        return commands
 
     # -- a new topic's channels (nsqd.go GetTopic) ---------------------------------------------------------
 
