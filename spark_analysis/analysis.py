@@ -17,10 +17,11 @@ directory on every executor's file system (local mode, or a shared file system o
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import pyarrow as pa
@@ -28,15 +29,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark_analysis.connection_tables import SCHEMAS, TableWriter, prepare_directories, project
+from spark_analysis.connection_tables import DELIVERED_SCHEMA, SCHEMAS, TableWriter, prepare_directories, project
 from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource, expand_paths
-from spark_analysis.decode import decode_connection
+from spark_analysis.decode import ConnectionDecoder
 from spark_analysis.events import EVENT_SCHEMA
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.reassembly import reassemble
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
 SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"]
+# A connection's bytes decoded at a time: what its decoding holds is a few windows' worth, however long it lives.
+DEFAULT_WINDOW_BYTES = 16 << 20
 
 
 def packets(
@@ -53,28 +56,30 @@ def packets(
     )
 
 
-def decode_to_tables(packet_frame: DataFrame, tables_dir: str, nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS) -> None:
-    """Shuffle segments by flow; each task decodes its flows' connections and writes their tables
-    (connection_tables.py) into ``tables_dir``. Walker errors become error events."""
+def decode_to_tables(packet_frame: DataFrame, tables_dir: str, nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS,
+                     window_bytes: int = DEFAULT_WINDOW_BYTES) -> None:
+    """Shuffle segments by flow; each task decodes its flows' connections, ``window_bytes`` of a connection at a
+    time, and writes their tables (connection_tables.py) into ``tables_dir``. Walker errors become error events."""
     ports = frozenset(nsq_ports)
     prepare_directories(tables_dir, SCHEMAS)
 
     def decode_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        connections = 0
+        flows = 0
         with TableWriter(tables_dir, f"part-{TaskContext.get().partitionId():05d}", SCHEMAS) as writer:
-            for flow in _flows(batches):
-                for events in _decode_flow(flow, ports):
-                    for name, table in project(events):
-                        writer.add(name, table)
-                    connections += 1
-        yield pa.RecordBatch.from_pydict({"connections": pa.array([connections], pa.int32())})
+            for flow, runs in _flows(batches):
+                for name, table in decode_flow(flow, runs, ports, window_bytes):
+                    writer.add(name, table)
+                flows += 1
+        yield pa.RecordBatch.from_pydict({"flows": pa.array([flows], pa.int32())})
 
     # Read once: the placement sizes the flows, then the tasks decode them.
     packet_frame = packet_frame.persist()
-    # Sorted by flow, a task meets each of its flows' segments in one run (the shuffle put them in one partition).
-    _placed_by_size(packet_frame).sortWithinPartitions("flow").mapInArrow(decode_partition, "connections INT").collect()
+    # Sorted by flow, then by capture time (the capture's order among equal times): a task meets each of its flows'
+    # segments in one run (the shuffle put them in one partition), in the order the reassembly streams them.
+    (_placed_by_size(packet_frame).sortWithinPartitions("flow", "ts_ns", "file", "offset")
+     .mapInArrow(decode_partition, "flows INT").collect())
     packet_frame.unpersist()
 
 
@@ -101,36 +106,49 @@ def _placed_by_size(packet_frame: DataFrame) -> DataFrame:
     return packet_frame.join(F.broadcast(placement), "flow", "left").repartition(tasks, "task")
 
 
-def _flows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
-    """Runs of rows with the same flow, across batch boundaries."""
-    current, pieces = None, []
-    for batch in batches:
-        flows = batch.column("flow").to_pylist()
-        start = 0
-        for end in range(1, len(flows) + 1):
-            if end < len(flows) and flows[end] == flows[start]:
-                continue
-            if pieces and flows[start] != current:
-                yield pa.Table.from_batches(pieces)
-                pieces = []
-            current = flows[start]
-            pieces.append(batch.slice(start, end - start))
-            start = end
-    if pieces:
-        yield pa.Table.from_batches(pieces)
+def _flows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str | None, Iterator[pa.RecordBatch]]]:
+    """Each flow with its runs of rows, across batch boundaries; a flow's runs are to be read before the next flow."""
+    def runs():
+        for batch in batches:
+            flows = batch.column("flow").to_pylist()
+            start = 0
+            for end in range(1, len(flows) + 1):
+                if end == len(flows) or flows[end] != flows[start]:
+                    yield flows[start], batch.slice(start, end - start)
+                    start = end
+
+    for flow, group in itertools.groupby(runs(), key=lambda run: run[0]):
+        yield flow, (run for _, run in group)
 
 
-def _decode_flow(table: pa.Table, ports: frozenset[int]) -> list[pa.Table]:
-    if table.column("flow")[0].as_py() is None:
-        return [_walker_errors(table)]
-    columns = [table.column(name).to_pylist() for name in SEGMENT_COLUMNS]
-    if table.column("payload").null_count:
-        columns[-1] = read_payloads(
-            *(table.column(name).to_pylist() for name in ("file", "payload_offset", "payload_length"))
-        )
-    connections = reassemble(table.column("flow")[0].as_py(), list(zip(*columns, strict=False)), ports)
+def decode_flow(flow: str | None, runs: Iterable[pa.RecordBatch], ports: frozenset[int],
+                window_bytes: int | None = DEFAULT_WINDOW_BYTES) -> Iterator[tuple[str, pa.Table]]:
+    """A flow's tables, ``(name, rows)`` one window of a connection at a time (``window_bytes``; None: each
+    connection whole). ``runs``: its segments in capture-time order."""
+    if flow is None:
+        for run in runs:
+            yield from project(_walker_errors(run), DELIVERED_SCHEMA.empty_table(), lookupd=False)
+        return
+    decoder = None
     with _without_cycle_collection():
-        return [decode_connection(conn, ports) for conn in connections]
+        for conn in reassemble(flow, _segments(runs), ports, window_bytes):
+            if decoder is None or decoder.conn is not conn:
+                decoder = ConnectionDecoder(conn, ports)
+            released = decoder.window()
+            if released is not None:
+                yield from project(*released, lookupd=decoder.protocol == "lookupd")
+            if conn.complete:
+                yield from project(*decoder.finish(), lookupd=decoder.protocol == "lookupd")
+
+
+def _segments(runs: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
+    for run in runs:
+        columns = [run.column(name).to_pylist() for name in SEGMENT_COLUMNS]
+        if run.column("payload").null_count:
+            columns[-1] = read_payloads(
+                *(run.column(name).to_pylist() for name in ("file", "payload_offset", "payload_length"))
+            )
+        yield from zip(*columns, strict=True)
 
 
 @contextmanager
@@ -147,7 +165,7 @@ def _without_cycle_collection():
             gc.enable()
 
 
-def _walker_errors(table: pa.Table) -> pa.Table:
+def _walker_errors(table: pa.RecordBatch) -> pa.Table:
     count = table.num_rows
     files, offsets = table.column("file").to_pylist(), table.column("offset").to_pylist()
     columns = {name: [None] * count for name in EVENT_SCHEMA.names}
@@ -168,6 +186,7 @@ def run_analysis(
     out_dir: str,
     nsq_ports=DEFAULT_NSQ_PORTS,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
+    window_bytes: int = DEFAULT_WINDOW_BYTES,
     report: bool = True,
     step: Callable[[str], None] = lambda message: None,
 ) -> dict:
@@ -179,7 +198,7 @@ def run_analysis(
     started = time.monotonic()
     step("decoding packets (read, shuffle by flow, reassemble, decode, per-connection tables)")
     # Payloads stay in the files until the decoder needs them: only segment metadata is shuffled.
-    decode_to_tables(packets(spark, paths, split_bytes, payload="reference"), tables_dir, nsq_ports)
+    decode_to_tables(packets(spark, paths, split_bytes, payload="reference"), tables_dir, nsq_ports, window_bytes)
     written = {
         name: spark.read.schema(from_arrow_schema(SCHEMAS[name])).parquet(os.path.join(tables_dir, name))
         for name in SCHEMAS

@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="byte-range size for splitting large files (default 64MiB, 0 = per file)",
     )
+    analyze.add_argument(
+        "--window-size",
+        type=parse_size,
+        default=None,
+        help="a connection's bytes decoded at a time (default 16MiB): memory per connection is a few of them",
+    )
     analyze.add_argument("--shuffle-partitions", type=int, default=4)
     analyze.add_argument("--no-report", action="store_true", help="skip the HTML report")
 
@@ -83,9 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--format", choices=("pcap", "pcapng"), default="pcap")
     generate.add_argument(
         "--workload",
-        choices=("mixed", "bench"),
+        choices=("mixed", "bench", "long"),
         default="mixed",
-        help="mixed: every feature, ~6 KB messages; bench: nsq's bench tools, 100-300 B messages in MPUB batches",
+        help="mixed: every feature, ~6 KB messages; bench: nsq's bench tools, 100-300 B messages in MPUB batches; "
+        "long: bench's traffic on one connection that publishes and consumes",
     )
 
     capture = commands.add_parser("capture", help="record the NSQ traffic of a command")
@@ -138,10 +145,12 @@ def main(argv: list[str] | None = None) -> int:
 def _analyze(parser, args) -> int:
     from rich.console import Console
 
-    from spark_analysis.analysis import DEFAULT_NSQ_PORTS, run_analysis
+    from spark_analysis.analysis import DEFAULT_NSQ_PORTS, DEFAULT_WINDOW_BYTES, run_analysis
     from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, expand_paths
     from spark_analysis.session import archive_java_options, spark_session
 
+    if args.window_size == 0:
+        parser.error("--window-size must be at least 1 byte")
     files = expand_paths(args.pcaps)
     missing = [path for path in files if not os.path.isfile(path)]
     if not files or missing:
@@ -169,6 +178,7 @@ def _analyze(parser, args) -> int:
             args.out,
             frozenset(args.nsq_ports or DEFAULT_NSQ_PORTS),
             DEFAULT_SPLIT_BYTES if args.split_size is None else args.split_size,
+            DEFAULT_WINDOW_BYTES if args.window_size is None else args.window_size,
             report=not args.no_report,
             step=step,
         )

@@ -96,11 +96,9 @@ def violations(events: pa.Table) -> pa.Table:
 
 def registrations(events: pa.Table) -> pa.Table:
     """What a producer told nsqlookupd (R-03..R-07, L-TCP-12..15): each REGISTER and UNREGISTER of a V1 connection
-    with its producer and nsqlookupd's answer."""
-    mask = _kind(events, "command", "REGISTER", "UNREGISTER")
-    if not pc.any(_kind(events, "connection", "lookupd")).as_py():
-        mask = pc.and_kleene(mask, False)
-    return _columns(events, mask, **_same("conn_id", "ts_ns"), producer="detail", action="name",
+    with its producer and nsqlookupd's answer (``project`` gives it only a V1 connection's events)."""
+    return _columns(events, _kind(events, "command", "REGISTER", "UNREGISTER"), **_same("conn_id", "ts_ns"),
+                    producer="detail", action="name",
                     **_same("topic", "channel", "status", "code"))
 
 
@@ -111,10 +109,10 @@ DELIVERED_SCHEMA = pa.schema(
         ("settlement", pa.string()),  # FIN | REQ: what settled it on its connection; null: nothing did
         ("settled_ts_ns", pa.int64()),
         ("touches", pa.int64()),
-        ("no_cls", pa.bool_()),  # its connection ended without CLS (D-15) ...
-        ("conn_last_ts_ns", pa.int64()),  # ... at this time
     ]
 )
+_CARRIED_SCHEMA = pa.schema([*(EVENT_SCHEMA.field(name) for name in DELIVERY_FIELDS),
+                             ("touches", pa.int64()), ("last_ts_ns", pa.int64())])
 
 
 def codes(column) -> np.ndarray:
@@ -122,43 +120,70 @@ def codes(column) -> np.ndarray:
     return pc.fill_null(pc.dictionary_encode(column).combine_chunks().indices, -1).to_numpy()
 
 
-def delivered(events: pa.Table) -> pa.Table:
-    """Each delivery as its connection saw it: the first FIN or REQ that succeeded for its ID after it (a client
-    settles only what it was sent: P-FIN-04), the TOUCHes in between, and how the connection ended. The lifecycle
-    across connections (lifecycle.py) starts from these rows."""
-    acts = pc.and_kleene(_kind(events, "command", "FIN", "REQ", "TOUCH"), pc.equal(events["status"], "ok"))
-    rows = events.filter(pc.or_kleene(_kind(events, "frame", "message"), acts))
-    count = rows.num_rows
-    if not count or not pc.any(pc.equal(rows["kind"], "frame")).as_py():
-        return DELIVERED_SCHEMA.empty_table()
-    # By ID, then in time order (events.Rows.time_order: at the same instant a client's row first).
-    ids = codes(rows["msg_id"])
-    from_server = pc.not_equal(rows["direction"], "c2s").to_numpy(zero_copy_only=False)
-    order = np.lexsort((np.arange(count), from_server, rows["ts_ns"].to_numpy(), ids))
-    names = rows["name"].to_numpy(zero_copy_only=False)[order]
-    ids, ts = ids[order], rows["ts_ns"].to_numpy()[order]
-    is_delivery = names == "message"
-    # every row's latest delivery of the same ID before it (-1: none)
-    latest = np.maximum.accumulate(np.where(is_delivery, np.arange(count), -1))
-    latest = np.where((latest >= 0) & (ids[np.maximum(latest, 0)] == ids), latest, -1)
-    settles = np.flatnonzero(((names == "FIN") | (names == "REQ")) & (latest >= 0))
-    settled, first = np.unique(latest[settles], return_index=True)
-    settlement = np.full(count, None, object)
-    settled_ts = np.zeros(count, np.int64)
-    settlement[settled], settled_ts[settled] = names[settles[first]], ts[settles[first]]
-    touches = np.bincount(latest[(names == "TOUCH") & (latest >= 0)], minlength=count)
-    deliveries = np.flatnonzero(is_delivery)
-    connection = events.filter(_kind(events, "connection"))["connection"]
-    kept = settlement[deliveries]
-    facts = {
-        "settlement": pa.array(kept, pa.string()),
-        "settled_ts_ns": pa.array(settled_ts[deliveries], mask=kept == None),  # noqa: E711 (an object array)
-        "touches": touches[deliveries],
-        "no_cls": pa.repeat(pc.equal(pc.struct_field(connection, "cls"), 0)[0], len(deliveries)),
-        "conn_last_ts_ns": pa.repeat(pc.struct_field(connection, "last_ts_ns")[0], len(deliveries)),
-    }
-    table = rows.take(order[deliveries]).select(DELIVERY_FIELDS)
-    return pa.table({**{name: table[name] for name in DELIVERY_FIELDS}, **facts}).cast(DELIVERED_SCHEMA)
+class Settlements:
+    """Each delivery as its connection saw it, one released window of its events after another: the first FIN or
+    REQ that succeeded for its ID after it and before the ID's next delivery (a client settles only what it was
+    sent: P-FIN-04), and the TOUCHes in between. A delivery nothing settled yet is carried to the next window,
+    until it is settled, delivered again, the connection ends, or twice its msg_timeout has passed since its
+    delivery or last TOUCH (nsqd fails a FIN after the timeout). The lifecycle across connections (lifecycle.py)
+    starts from these rows."""
+
+    def __init__(self, msg_timeout_ns: int):
+        self.patience_ns = 2 * msg_timeout_ns
+        self.carried = _CARRIED_SCHEMA.empty_table()
+
+    def settle(self, events: pa.Table, last: bool) -> pa.Table:
+        acts = pc.and_kleene(_kind(events, "command", "FIN", "REQ", "TOUCH"), pc.equal(events["status"], "ok"))
+        window = events.filter(pc.or_kleene(_kind(events, "frame", "message"), acts))
+        carried = self.carried
+        if not window.num_rows and not carried.num_rows:
+            return DELIVERED_SCHEMA.empty_table()
+        columns = [*DELIVERY_FIELDS, "name", "direction"]
+        window = window.select(columns).append_column("touches", pa.nulls(window.num_rows, pa.int64()))
+        window = window.append_column("last_ts_ns", window["ts_ns"])
+        carried = carried.append_column("name", pa.repeat(pa.scalar("message"), carried.num_rows))
+        carried = carried.append_column("direction", pa.repeat(pa.scalar("s2c"), carried.num_rows))
+        rows = pa.concat_tables([carried.select(window.column_names).cast(window.schema), window])
+        count = rows.num_rows
+        # By ID, then in time order (events.Rows.time_order: at the same instant a client's row first).
+        ids = codes(rows["msg_id"])
+        from_server = pc.not_equal(rows["direction"], "c2s").to_numpy(zero_copy_only=False)
+        order = np.lexsort((np.arange(count), from_server, rows["ts_ns"].to_numpy(), ids))
+        names = rows["name"].to_numpy(zero_copy_only=False)[order]
+        ids, ts = ids[order], rows["ts_ns"].to_numpy()[order]
+        is_delivery = names == "message"
+        # every row's latest delivery of the same ID before it (-1: none)
+        latest = np.maximum.accumulate(np.where(is_delivery, np.arange(count), -1))
+        latest = np.where((latest >= 0) & (ids[np.maximum(latest, 0)] == ids), latest, -1)
+        settles = np.flatnonzero(((names == "FIN") | (names == "REQ")) & (latest >= 0))
+        settled, first = np.unique(latest[settles], return_index=True)
+        settlement = np.full(count, None, object)
+        settled_ts = np.zeros(count, np.int64)
+        settlement[settled], settled_ts[settled] = names[settles[first]], ts[settles[first]]
+        touched = np.flatnonzero((names == "TOUCH") & (latest >= 0))
+        touches = np.bincount(latest[touched], minlength=count)
+        touches += pc.fill_null(rows["touches"], 0).to_numpy()[order]
+        last_ts = rows["last_ts_ns"].to_numpy()[order]
+        np.maximum.at(last_ts, latest[touched], ts[touched])
+        deliveries = np.flatnonzero(is_delivery)
+        superseded = np.concatenate((ids[deliveries][1:] == ids[deliveries][:-1], [False]))
+        open_ = settlement[deliveries] == None  # noqa: E711 (an object array)
+        if not last:
+            now = pc.max(events["ts_ns"]).as_py() or 0
+            waiting = open_ & ~superseded & (last_ts[deliveries] + self.patience_ns >= now)
+            kept = deliveries[waiting]
+            self.carried = rows.take(order[kept]).select(DELIVERY_FIELDS).append_column(
+                "touches", pa.array(touches[kept], pa.int64())).append_column(
+                "last_ts_ns", pa.array(last_ts[kept], pa.int64())).cast(_CARRIED_SCHEMA)
+            deliveries = deliveries[~waiting]
+        kept = settlement[deliveries]
+        facts = {
+            "settlement": pa.array(kept, pa.string()),
+            "settled_ts_ns": pa.array(settled_ts[deliveries], mask=kept == None),  # noqa: E711 (an object array)
+            "touches": touches[deliveries],
+        }
+        table = rows.take(order[deliveries]).select(DELIVERY_FIELDS)
+        return pa.table({**{name: table[name] for name in DELIVERY_FIELDS}, **facts}).cast(DELIVERED_SCHEMA)
 
 
 ACTIVITY_KEYS = ["conn_id", "kind", "name", "status", "code", "topic", "req_delay0"]
@@ -184,19 +209,21 @@ PROJECTIONS: dict[str, Projection] = {
     "violations": violations,
     "registrations": registrations,
     "activity": activity,
-    "delivered": delivered,
 }
 SCHEMAS: dict[str, pa.Schema] = {
     "events": EVENT_SCHEMA,
     **{name: project(EVENT_SCHEMA.empty_table()).schema for name, project in PROJECTIONS.items()},
+    "delivered": DELIVERED_SCHEMA,
 }
 
 
-def project(events: pa.Table) -> Iterator[tuple[str, pa.Table]]:
-    """A connection's tables: its events and their projections."""
+def project(events: pa.Table, delivered: pa.Table, lookupd: bool) -> Iterator[tuple[str, pa.Table]]:
+    """A window of a connection's tables: its events, their projections, and the deliveries it settled. Only an
+    nsqlookupd connection (``lookupd``) registers anything: a V2 client's unknown verb may be REGISTER too."""
     yield "events", events
     for name, projection in PROJECTIONS.items():
-        yield name, projection(events)
+        yield name, projection(events if lookupd or name != "registrations" else events.slice(0, 0))
+    yield "delivered", delivered
 
 
 def prepare_directories(tables_dir: str, schemas: dict[str, pa.Schema]) -> None:

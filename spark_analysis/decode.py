@@ -24,7 +24,9 @@ import pyarrow as pa
 
 from conformance import wire
 from spark_analysis import decode_v1
+from spark_analysis.connection_tables import DELIVERED_SCHEMA, Settlements
 from spark_analysis.events import (
+    AnswerPairing,
     CommandWalk,
     Rows,
     StreamWalk,
@@ -32,10 +34,9 @@ from spark_analysis.events import (
     connection_row,
     first_bytes,
     json_object,
-    pair_answers,
 )
 from spark_analysis.reassembly import Connection, Stream
-from spark_analysis.violations import ID_ERRORS, NS_PER_S, check_connection
+from spark_analysis.violations import ID_ERRORS, NS_PER_S, ConnectionChecks
 
 # Commands that get exactly one response or error frame in command order (C-13).
 ANSWERED_COMMANDS = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
@@ -73,54 +74,132 @@ class _Upgrade:
         self.codec: str | None = None  # snappy | deflate
         self.tls = False
         self.identify: dict = {}
+        self.answered = False  # the server's answer to IDENTIFY has been decoded
 
     @staticmethod
     def decompressor(codec: str):
         return wire.SnappyStreamDecoder() if codec == "snappy" else wire.DeflateStreamDecoder()
 
 
+class ConnectionDecoder:
+    """One connection's events, one window of its streams after another (reassembly.py): ``window()`` after each
+    window the reassembly hands out (the last one too), then ``finish()``. Each returns the events that became final
+    and the deliveries they settled (connection_tables.Settlements): a window's rows are held until the next
+    window is paired, so that an answer or an ID error there still reaches them, and the checks, settlements and
+    the connection's facts carry their state across. Memory is bounded by two windows' rows, the messages in flight
+    and 8 bytes per message delivered."""
+
+    def __init__(self, conn: Connection, nsq_ports: frozenset[int]):
+        self.conn = conn
+        self.nsq_ports = nsq_ports
+        self.protocol: str | None = None  # nsq | lookupd | other: decided by the first window
+        self.walks: list[StreamWalk] = []
+        self.pairing: AnswerPairing | None = None
+        self.upgrade = _Upgrade()
+        self.checks: ConnectionChecks | None = None
+        self.settlements: Settlements | None = None
+        self.held: Rows | None = None
+        self.activity: Counter = Counter()
+        self.magic = b""
+
+    def window(self) -> tuple[pa.Table, pa.Table] | None:
+        if self.protocol is None:
+            self._begin()
+        rows = Rows(self.conn)
+        for walk in self.walks:  # the server's first: its IDENTIFY response says what the client's bytes became
+            walk.walk(rows)
+        released = None
+        if self.pairing is not None:
+            self.pairing.pair(rows)
+        if self.held is not None:
+            released = self._release(self.held, last=False)
+        self.held = rows
+        return released
+
+    def finish(self) -> tuple[pa.Table, pa.Table]:
+        rows = self.held
+        for walk in self.walks:
+            walk.finish(rows)
+        close = close_kind(self.conn)
+        if self.checks is not None:
+            for finding in self.checks.finish(close):
+                rows.add(finding.ts_ns, "conn", "violation", finding.requirement, detail=finding.detail)
+        events, delivered = self._release(rows, last=True, close=close)
+        return events, delivered
+
+    def _begin(self):
+        conn = self.conn
+        self.magic = first_bytes(conn.c2s, 4)
+        if decode_v1.is_lookupd(conn):
+            self.protocol = "lookupd"
+            self.walks = decode_v1.walks(conn)
+            self.pairing = AnswerPairing(lambda name: True)  # every V1 command gets one reply, in order (L-TCP-02)
+            return
+        # NSQ: the V2 magic (C-01), a known port, or a server that answers in NSQ frames (E_BAD_PROTOCOL
+        # after a bad magic, C-02; any frames when the capture started mid-connection).
+        if self.magic == wire.MAGIC_V2 or conn.server[1] in self.nsq_ports or _looks_like_nsq(conn.s2c):
+            self.protocol = "nsq"
+            self.walks = [_ServerSide(conn.s2c, self.upgrade), _ClientSide(conn.c2s, self.upgrade)]
+            self.pairing = AnswerPairing(ANSWERED_COMMANDS.__contains__)
+        else:
+            self.protocol = "other"
+
+    def _release(self, rows: Rows, last: bool, close: str | None = None) -> tuple[pa.Table, pa.Table]:
+        """``rows`` are final: their outcomes, the checks' findings, the subscription's labels, and with the ``last``
+        window the connection's own row."""
+        if self.pairing is not None:
+            self.pairing.release(rows)
+        if self.protocol == "nsq":
+            client = self.walks[1]
+            if self.checks is None:
+                self.checks = ConnectionChecks(client.identify, self.upgrade.identify)
+                self.settlements = Settlements(self.checks.msg_timeout_ns)
+            findings, in_flight = self.checks.run(rows.columns, rows.time_order().tolist(), last)
+            for finding in findings:
+                rows.add(finding.ts_ns, "conn", "violation", finding.requirement, detail=finding.detail)
+            for second, count in sorted(in_flight.items()):
+                rows.add(second * NS_PER_S, "conn", "inflight", "in_flight", value=count)
+            if client.subscription[1] is not None:
+                _label_subscription(rows, *client.subscription)
+        self.activity.update(zip(rows.columns["kind"], rows.columns["name"], strict=True))
+        if last:
+            self._connection_row(rows, close)
+        events = rows.table()
+        if self.settlements is None:
+            return events, DELIVERED_SCHEMA.empty_table()
+        return events, self.settlements.settle(events, last)
+
+    def _connection_row(self, rows: Rows, close: str):
+        activity = self.activity
+        if self.protocol == "lookupd":
+            commands = self.walks[1]
+            connection_row(rows, "lookupd", close, self.magic, codec="plain", producer=commands.producer,
+                           identify_request=commands.identify_body)
+            return
+        is_nsq = self.protocol == "nsq"
+        client = self.walks[1] if is_nsq else None
+        topic, channel = client.subscription if is_nsq else (None, None)
+        connection_row(
+            rows,
+            "nsq" if is_nsq else "other",
+            close,
+            self.magic,
+            codec="tls" if self.upgrade.tls else self.upgrade.codec or "plain",
+            identify_request=json.dumps(client.identify) if is_nsq else None,
+            identify_response=json.dumps(self.upgrade.identify) if self.upgrade.identify else None,
+            topic=topic,
+            channel=channel,
+            cls=activity["command", "CLS"],
+            publish_commands=sum(activity["command", verb] for verb in ("PUB", "MPUB", "DPUB")),
+            deliveries=activity["frame", "message"],
+        )
+
+
 def decode_connection(conn: Connection, nsq_ports: frozenset[int]) -> pa.Table:
-    """The connection's events: nsqlookupd's V1 (decode_v1.py), NSQ's V2 (here), or a connection row alone."""
-    if decode_v1.is_lookupd(conn):
-        return decode_v1.decode_connection(conn)
-    rows = Rows(conn)
-    c2s_start = first_bytes(conn.c2s, 4)
-    # NSQ: the V2 magic (C-01), a known port, or a server that answers in NSQ frames (E_BAD_PROTOCOL
-    # after a bad magic, C-02; any frames when the capture started mid-connection).
-    is_nsq = c2s_start == wire.MAGIC_V2 or conn.server[1] in nsq_ports or _looks_like_nsq(conn.s2c)
-    upgrade = _Upgrade()
-    if is_nsq:
-        server = _ServerSide(rows, conn.s2c, upgrade)
-        server.run()
-        client = _ClientSide(rows, conn.c2s, upgrade)
-        client.run()
-        pair_answers(rows, ANSWERED_COMMANDS.__contains__)
-    close = close_kind(conn)
-    topic, channel = client.subscription if is_nsq else (None, None)
-    if is_nsq:
-        findings, in_flight = check_connection(rows.columns, rows.time_order().tolist(), client.identify,
-                                               upgrade.identify, close)
-        for finding in findings:
-            rows.add(finding.ts_ns, "conn", "violation", finding.requirement, detail=finding.detail)
-        for second, count in sorted(in_flight.items()):
-            rows.add(second * NS_PER_S, "conn", "inflight", "in_flight", value=count)
-        if channel is not None:
-            _label_subscription(rows, topic, channel)
-    activity = Counter(zip(rows.columns["kind"], rows.columns["name"], strict=True))
-    connection_row(
-        rows,
-        "nsq" if is_nsq else "other",
-        close,
-        codec="tls" if upgrade.tls else upgrade.codec or "plain",
-        identify_request=json.dumps(client.identify) if is_nsq else None,
-        identify_response=json.dumps(upgrade.identify) if upgrade.identify else None,
-        topic=topic,
-        channel=channel,
-        cls=activity["command", "CLS"],
-        publish_commands=sum(activity["command", verb] for verb in ("PUB", "MPUB", "DPUB")),
-        deliveries=activity["frame", "message"],
-    )
-    return rows.table()
+    """The events of a connection reassembled whole (one window)."""
+    decoder = ConnectionDecoder(conn, nsq_ports)
+    decoder.window()
+    return decoder.finish()[0]
 
 
 def _looks_like_nsq(stream: Stream) -> bool:
@@ -161,8 +240,8 @@ def _frame_start(buffer, start: int) -> int:
 class _V2Walk(StreamWalk):
     """A V2 direction: its decoder pauses at the IDENTIFY upgrade, which ``_switch`` carries out."""
 
-    def __init__(self, rows: Rows, stream: Stream, upgrade: _Upgrade):
-        super().__init__(rows, stream)
+    def __init__(self, stream: Stream, upgrade: _Upgrade):
+        super().__init__(stream)
         self.upgrade = upgrade
 
     def _switch(self, rest: bytes):
@@ -184,8 +263,8 @@ class _V2Walk(StreamWalk):
 class _ServerSide(_V2Walk):
     direction = "s2c"
 
-    def __init__(self, rows, stream, upgrade):
-        super().__init__(rows, stream, upgrade)
+    def __init__(self, stream, upgrade):
+        super().__init__(stream, upgrade)
         # The decoder stops after an IDENTIFY response that agrees to TLS or compression (ID-30), so that
         # the bytes after it go through the new layer.
         self.decoder = wire.FrameDecoder(pause_at_upgrade=True)
@@ -236,6 +315,7 @@ class _ServerSide(_V2Walk):
                 add(ts_ns, direction, "frame", "response", detail=text, status=status)
             else:
                 code = frame.error_code
+                self.upgrade.answered = self.upgrade.answered or self.identify_pending
                 msg_id = None
                 if code in ID_ERRORS:  # "<VERB> <id> failed <reason>" (P-FIN-04, P-REQ-06, P-TOUCH-03)
                     words = frame.error_text.split(" ")
@@ -264,6 +344,7 @@ class _ServerSide(_V2Walk):
 
     def _identify_response(self, data: bytes):
         self.identify_pending = False
+        self.upgrade.answered = True
         response = json_object(data)
         layers = wire.upgrades(response)
         self.upgrade.identify = response
@@ -281,13 +362,40 @@ _MESSAGE_HEADER = np.dtype([("ts", ">i8"), ("attempts", ">u2"), ("id", "V16")])
 class _ClientSide(_V2Walk, CommandWalk):
     command_start = _COMMAND_START
 
-    def __init__(self, rows, stream, upgrade):
-        super().__init__(rows, stream, upgrade)
+    def __init__(self, stream, upgrade):
+        super().__init__(stream, upgrade)
         # The decoder stops after an IDENTIFY that asks for TLS or compression: the server's answer, decoded
         # first, says whether the bytes after it go through a new layer (ID-30).
         self.decoder = wire.CommandDecoder(pause_at_upgrade=True)
         self.subscription: tuple[str | None, str | None] = (None, None)
         self.identify: dict = {}
+        # the bytes after the IDENTIFY while the server's answer is in a window still to come
+        self.unanswered: bytearray | None = None
+
+    def walk(self, rows):
+        if self.unanswered is not None and self.upgrade.answered:
+            self.rows = rows
+            self._switch(bytes(self.unanswered))
+        super().walk(rows)
+
+    def finish(self, rows):
+        if self.unanswered is not None:  # never answered: the bytes stay as they were (no layer, ID-30)
+            self.upgrade.answered = True
+            self._switch(bytes(self.unanswered))
+        super().finish(rows)
+
+    def feed(self, data: bytes):
+        if self.unanswered is not None:
+            self.unanswered += data
+            return
+        super().feed(data)
+
+    def _switch(self, rest: bytes):
+        if not self.upgrade.answered:
+            self.unanswered = bytearray(rest)
+            return
+        self.unanswered = None
+        super()._switch(rest)
 
     def _publish(self, name, topic, bodies, defer=None):
         """One `publish` row per message, right after the command's row: their status is its status."""

@@ -1,31 +1,20 @@
 """nsqlookupd's connections in a capture: what producers (nsqds) tell a lookupd over the TCP protocol "  V1"
 (nsqd-behavior.md section 10, nsqlookupd-behavior.md section 2), through ``conformance.wire_v1``.
 
-One connection in, rows of ``EVENT_SCHEMA`` out: a ``command`` row per IDENTIFY, REGISTER, UNREGISTER and PING
-(``topic``, ``channel``; ``detail``: the producer, ``broadcast_address:tcp_port`` of its IDENTIFY), a ``frame`` row
-per reply (``response`` or ``error`` with its code: L-TCP-02), each command paired with its reply, and the
-connection row (``lookupd``, with the producer). A connection is nsqlookupd's when it starts with the magic
-"  V1", or, caught mid-stream, when it goes to nsqlookupd's port (4160 by default).
+Its walks (``walks``) turn a connection's windows into rows of ``EVENT_SCHEMA``: a ``command`` row per IDENTIFY,
+REGISTER, UNREGISTER and PING (``topic``, ``channel``; ``detail``: the producer, ``broadcast_address:tcp_port`` of its
+IDENTIFY), a ``frame`` row per reply (``response`` or ``error`` with its code: L-TCP-02); decode.py pairs each
+command with its reply and adds the connection row (``lookupd``, with the producer). A connection is nsqlookupd's
+when it starts with the magic "  V1", or, caught mid-stream, when it goes to nsqlookupd's port (4160 by default).
 """
 
 from __future__ import annotations
 
 import re
 
-import pyarrow as pa
-
 from conformance import wire_v1
 from conformance.wire import ProtocolViolation
-from spark_analysis.events import (
-    CommandWalk,
-    Rows,
-    StreamWalk,
-    close_kind,
-    connection_row,
-    first_bytes,
-    json_object,
-    pair_answers,
-)
+from spark_analysis.events import CommandWalk, StreamWalk, first_bytes, json_object
 from spark_analysis.reassembly import Connection
 
 LOOKUPD_PORTS = frozenset({4160})  # nsqlookupd's default --tcp-address port
@@ -38,22 +27,16 @@ def is_lookupd(conn: Connection) -> bool:
     return start == wire_v1.MAGIC_V1 or (not start and conn.server[1] in LOOKUPD_PORTS)
 
 
-def decode_connection(conn: Connection) -> pa.Table:
-    rows = Rows(conn)
-    _Replies(rows, conn.s2c).run()
-    commands = _Commands(rows, conn.c2s)
-    commands.run()
-    pair_answers(rows, lambda name: True)  # every V1 command gets one reply, in order (L-TCP-02)
-    connection_row(rows, "lookupd", close_kind(conn), codec="plain", producer=commands.producer,
-                   identify_request=commands.identify_body)
-    return rows.table()
+def walks(conn: Connection) -> list[StreamWalk]:
+    """The replies' walk, then the commands' (``producer``, ``identify_body``): decode.ConnectionDecoder drives them."""
+    return [_Replies(conn.s2c), _Commands(conn.c2s)]
 
 
 class _Commands(CommandWalk):
     command_start = _COMMAND_START
 
-    def __init__(self, rows, stream):
-        super().__init__(rows, stream)
+    def __init__(self, stream):
+        super().__init__(stream)
         self.decoder = wire_v1.V1CommandDecoder()
         self.producer: str | None = None  # broadcast_address:tcp_port, as nsqlookupd lists it (L-HTTP lookup)
         self.identify_body: str | None = None
@@ -78,8 +61,8 @@ class _Commands(CommandWalk):
 class _Replies(StreamWalk):
     direction = "s2c"
 
-    def __init__(self, rows, stream):
-        super().__init__(rows, stream)
+    def __init__(self, stream):
+        super().__init__(stream)
         self.decoder = wire_v1.V1ReplyDecoder()
 
     def reset(self):

@@ -215,14 +215,15 @@ def close_kind(conn: Connection) -> str:
 
 
 class StreamWalk:
-    """One direction of a connection, walked chunk by chunk with its gaps: resync after a gap or a protocol
-    violation, or at the start of a capture that missed the connection's start; decompression once a
-    subclass has switched it on. Subclasses: ``feed(data)``, ``reset()``, ``find_start(buffer)``."""
+    """One direction of a connection, walked chunk by chunk with its gaps, one window of the stream after another
+    (``walk``, then ``finish``): resync after a gap or a protocol violation, or at the start of a capture that missed
+    the connection's start; decompression once a subclass has switched it on. Subclasses: ``feed(data)``,
+    ``reset()``, ``find_start(buffer)``."""
 
     direction = ""
 
-    def __init__(self, rows: Rows, stream: Stream):
-        self.rows = rows
+    def __init__(self, stream: Stream):
+        self.rows: Rows | None = None  # the current window's
         self.stream = stream
         self.decompressor = None
         self.lost = False  # the rest of this direction cannot be decoded
@@ -231,7 +232,9 @@ class StreamWalk:
         self.ts_ns = 0
         self.offset = 0
 
-    def run(self):
+    def walk(self, rows: Rows):
+        """This window's pieces of the stream, their events into ``rows``."""
+        self.rows = rows
         for piece in self.stream.pieces():
             if isinstance(piece, Gap):
                 self._gap(piece)
@@ -250,8 +253,11 @@ class StreamWalk:
                 if data is None:
                     continue
             self.feed(data)
+
+    def finish(self, rows: Rows):
+        """The stream ended: bytes still searched for a resync point are undecodable."""
         if self.resync_buffer:
-            self.rows.add(
+            rows.add(
                 self.ts_ns,
                 self.direction,
                 "error",
@@ -339,10 +345,10 @@ class CommandWalk(StreamWalk):
         match = self.command_start.search(buffer)
         return match.start() if match else -1
 
-    def run(self):
-        if self.resync_buffer is not None:
+    def walk(self, rows: Rows):
+        if self.resync_buffer is not None and self.rows is None:
             self.reset()
-        super().run()
+        super().walk(rows)
 
     def feed(self, data: bytes):
         try:
@@ -375,58 +381,89 @@ def json_object(body: bytes | None) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def pair_answers(rows: Rows, answered: Callable[[str], bool]):
+class AnswerPairing:
     """Give each ``answered`` command its response or error, in order (V2: C-13; V1: L-TCP-02), and each FIN/REQ/TOUCH
-    its outcome. A FIN, REQ or TOUCH succeeded unless an error frame names its ID (P-FIN-04): only the rows that
-    answer or are answered are walked, the ID commands only when some error names an ID."""
-    c = rows.columns
-    kind, name, direction = (np.array(c[column], object) for column in ("kind", "name", "direction"))
-    commands, frames = kind == "command", kind == "frame"
-    by_id_commands = commands & np.isin(name, ["FIN", "REQ", "TOUCH"])
-    status = c["status"]
-    for index in np.flatnonzero(by_id_commands).tolist():
-        status[index] = "ok"
-    id_errors = frames & (name == "error") & np.isin(np.array(c["code"], object), list(ID_ERRORS))
-    answered_commands = commands & np.fromiter((answered(verb) for verb in name), bool, len(name))
-    server_gaps = (kind == "gap") & (direction == "s2c")
-    walked = answered_commands | (frames & np.isin(name, ["response", "error"])) | server_gaps
-    if id_errors.any():
-        walked |= by_id_commands
-    order = rows.time_order()
-    waiting: deque[int] = deque()
-    by_id: dict[tuple[str, str], list[int]] = {}
-    for index in order[walked[order]].tolist():
-        if answered_commands[index]:
-            waiting.append(index)
-        elif by_id_commands[index]:
-            by_id.setdefault((name[index], c["msg_id"][index]), []).append(index)
-        elif id_errors[index]:
+    its outcome, one window of rows after another (``pair``), each window's rows final once the next one is paired
+    (``release``). A FIN, REQ or TOUCH succeeded unless an error frame names its ID (P-FIN-04), in its window or the
+    next: only the rows that answer or are answered are walked, the ID commands only when some error names an ID.
+    A command still unanswered when its window is released stays unanswered: its answer would come more than a
+    window of the connection's bytes later."""
+
+    def __init__(self, answered: Callable[[str], bool]):
+        self.answered = answered
+        self.waiting: deque[tuple[Rows, int]] = deque()
+        self.previous: Rows | None = None
+
+    def pair(self, rows: Rows):
+        c = rows.columns
+        kind, name, direction = (np.array(c[column], object) for column in ("kind", "name", "direction"))
+        commands, frames = kind == "command", kind == "frame"
+        by_id_commands = commands & np.isin(name, ["FIN", "REQ", "TOUCH"])
+        status = c["status"]
+        for index in np.flatnonzero(by_id_commands).tolist():
+            status[index] = "ok"
+        id_errors = frames & (name == "error") & np.isin(np.array(c["code"], object), list(ID_ERRORS))
+        answered_commands = commands & np.fromiter((self.answered(verb) for verb in name), bool, len(name))
+        server_gaps = (kind == "gap") & (direction == "s2c")
+        walked = answered_commands | (frames & np.isin(name, ["response", "error"]) & ~id_errors) | server_gaps
+        order = rows.time_order()
+        waiting = self.waiting
+        for index in order[walked[order]].tolist():
+            if answered_commands[index]:
+                waiting.append((rows, index))
+            elif frames[index]:
+                if status[index] != "upgrade" and waiting:
+                    answered_rows, command = waiting.popleft()
+                    answered_rows.columns["status"][command] = "ok" if name[index] == "response" else "error"
+                    answered_rows.columns["code"][command] = c["code"][index]
+            else:
+                # Answers inside the gap are lost: what was waiting stays unanswered, not failed.
+                for answered_rows, command in waiting:
+                    answered_rows.columns["status"][command] = "unanswered"
+                waiting.clear()
+        if id_errors.any():
+            self._fail_by_id(rows, order, by_id_commands, id_errors)
+        self.previous = rows
+
+    def _fail_by_id(self, rows: Rows, order: np.ndarray, by_id_commands: np.ndarray, id_errors: np.ndarray):
+        """An ID error fails the latest FIN, REQ or TOUCH of its ID before it that no error failed yet."""
+        by_id: dict[tuple[str, str], list[tuple[Rows, int]]] = {}
+        if self.previous is not None:
+            p = self.previous.columns
+            for index in self.previous.time_order().tolist():
+                if p["kind"][index] == "command" and p["name"][index] in ("FIN", "REQ", "TOUCH") \
+                        and p["status"][index] == "ok":
+                    by_id.setdefault((p["name"][index], p["msg_id"][index]), []).append((self.previous, index))
+        c = rows.columns
+        for index in order[(by_id_commands | id_errors)[order]].tolist():
+            if by_id_commands[index]:
+                by_id.setdefault((c["name"][index], c["msg_id"][index]), []).append((rows, index))
+                continue
             pending = by_id.get((ID_ERRORS[c["code"][index]], c["msg_id"][index]))
             if pending:
-                command = pending.pop()
-                status[command] = "failed"
-                c["code"][command] = c["code"][index]
-        elif frames[index] and status[index] != "upgrade":
-            if waiting:
-                command = waiting.popleft()
-                status[command] = "ok" if name[index] == "response" else "error"
-                c["code"][command] = c["code"][index]
-        elif kind[index] == "gap":
-            # Answers inside the gap are lost: what was waiting stays unanswered, not failed.
-            for command in waiting:
-                status[command] = "unanswered"
-            waiting.clear()
-    for command in waiting:
-        status[command] = "unanswered"
-    for start, stop, command in rows.published:
-        status[start:stop] = [status[command]] * (stop - start)  # a message is accepted when its command got OK
+                failed_rows, command = pending.pop()
+                failed_rows.columns["status"][command] = "failed"
+                failed_rows.columns["code"][command] = c["code"][index]
+
+    def release(self, rows: Rows):
+        """``rows`` (the oldest window still held) are final: what still waits is unanswered, and a message is
+        accepted when its command got OK."""
+        waiting = self.waiting
+        while waiting and waiting[0][0] is rows:
+            _, command = waiting.popleft()
+            rows.columns["status"][command] = "unanswered"
+        status = rows.columns["status"]
+        for start, stop, command in rows.published:
+            status[start:stop] = [status[command]] * (stop - start)
+        if self.previous is rows:
+            self.previous = None
 
 
-def connection_row(rows: Rows, name: str, close: str, **facts) -> None:
+def connection_row(rows: Rows, name: str, close: str, magic: bytes, **facts) -> None:
     """The connection's own row: ``name`` (nsq, lookupd, other), how it ended, and in ``connection`` what the
-    capture shows of it, the protocol's ``facts`` among them (CONNECTION_TYPE)."""
+    capture shows of it (``magic``: its first 4 bytes, if the capture has its start), the protocol's ``facts``
+    among them (CONNECTION_TYPE)."""
     conn = rows.conn
-    c2s_start = first_bytes(conn.c2s, 4)
     rows.add(
         conn.first_ts_ns,
         "conn",
@@ -439,10 +476,10 @@ def connection_row(rows: Rows, name: str, close: str, **facts) -> None:
             "last_ts_ns": conn.last_ts_ns,
             "c2s_bytes": conn.c2s.length,
             "s2c_bytes": conn.s2c.length,
-            "gaps": len(conn.c2s.gaps) + len(conn.s2c.gaps),
+            "gaps": conn.c2s.gap_count + conn.s2c.gap_count,
             "retransmitted_bytes": conn.c2s.retransmitted_bytes + conn.s2c.retransmitted_bytes,
             "conflicting_bytes": conn.c2s.conflicting_bytes + conn.s2c.conflicting_bytes,
-            "magic": c2s_start.decode("latin-1") if c2s_start else None,
+            "magic": magic.decode("latin-1") if magic else None,
             **facts,
         },
     )

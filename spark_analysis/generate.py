@@ -14,6 +14,8 @@ recorded truth files (``DEFINITIONS``).
 The ``bench`` workload is the traffic of nsq's bench_writer and bench_reader instead: few
 long-lived connections, small messages in MPUB batches, consumers with RDY 2500 FINing every one.
 There the per-message cost of an analysis shows, where the mixed workload's large bodies hide it.
+The ``long`` workload puts that traffic on one connection that publishes and consumes: a connection as long as
+the trace, for the analysis's memory per connection.
 """
 
 from __future__ import annotations
@@ -273,8 +275,9 @@ def generate(
 ) -> dict:
     """Write ``path`` (about ``size`` bytes) and ``<stem>.truth.json``; return the truth.
 
-    ``workload``: ``mixed`` (every feature, ~6 KB messages at ~3,000/s) or ``bench`` (nsq's bench
-    tools: 100-300 B messages in MPUB batches of 200, two producers and two RDY 2500 consumers)."""
+    ``workload``: ``mixed`` (every feature, ~6 KB messages at ~3,000/s), ``bench`` (nsq's bench
+    tools: 100-300 B messages in MPUB batches of 200, two producers and two RDY 2500 consumers) or
+    ``long`` (the same traffic on a single connection that publishes and consumes)."""
     if workload not in WORKLOADS:
         raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, got {workload!r}")
     started = time.monotonic()
@@ -625,6 +628,8 @@ class _BenchSimulation:
     with RDY 2500 take them in whole-frame segments and FIN every one. Time advances one MPUB
     round at a time; within a round, every stream's bytes go out in time order."""
 
+    definitions = BENCH_DEFINITIONS
+
     def __init__(self, capture, rng, size, drop_fraction, progress):
         self.capture, self.rng, self.size, self.drop_fraction = capture, rng, size, drop_fraction
         self.progress = progress
@@ -643,21 +648,29 @@ class _BenchSimulation:
         self.next_port += 1 + self.rng.randrange(3)
         return _Connection(self.capture, name, self.next_port, self.rng.getrandbits(32))
 
-    def run(self):
+    def _open(self):
         for number in range(BENCH_CONSUMERS):
-            conn = self._connection(f"bench_reader-{number}")
-            self.consumers.append(conn)
-            self.channel.consumers.append(_Consumer(conn, BENCH_TOPIC, BENCH_CHANNEL, BENCH_RDY, None))
-            self._start(conn)
-            conn.send("c2s", self.now + 300_000, wire.encode_command("SUB", BENCH_TOPIC, BENCH_CHANNEL))
-            conn.send("s2c", self.now + 340_000, wire.encode_frame(wire.FRAME_RESPONSE, b"OK"))
-            conn.send("c2s", self.now + 380_000, wire.encode_command("RDY", BENCH_RDY))
-            self.now += 1 * MS
+            self._subscribe(self._connection(f"bench_reader-{number}"))
         for number in range(BENCH_PRODUCERS):
             conn = self._connection(f"bench_writer-{number}")
             self.producers.append(conn)
             self._start(conn)
             self.now += 1 * MS
+
+    def _subscribe(self, conn: _Connection):
+        self.consumers.append(conn)
+        self.channel.consumers.append(_Consumer(conn, BENCH_TOPIC, BENCH_CHANNEL, BENCH_RDY, None))
+        self._start(conn)
+        conn.send("c2s", self.now + 300_000, wire.encode_command("SUB", BENCH_TOPIC, BENCH_CHANNEL))
+        conn.send("s2c", self.now + 340_000, wire.encode_frame(wire.FRAME_RESPONSE, b"OK"))
+        conn.send("c2s", self.now + 380_000, wire.encode_command("RDY", BENCH_RDY))
+        self.now += 1 * MS
+
+    def _connections(self) -> list[_Connection]:
+        return self.consumers + self.producers
+
+    def run(self):
+        self._open()
         message_number = 0
         rounds = 0
         while self.capture.bytes_written + self.capture.buffered < self.size:
@@ -697,7 +710,7 @@ class _BenchSimulation:
             conn.send("c2s", self.now, b"CLS\n")
             conn.send("s2c", self.now + 50_000, wire.encode_frame(wire.FRAME_RESPONSE, b"CLOSE_WAIT"))  # P-CLS-02
             conn.counts["cls"] += 1
-        for conn in self.consumers + self.producers:
+        for conn in self._connections():
             conn.close(self.now + 100_000)
             self.now += 1 * MS
 
@@ -747,7 +760,7 @@ class _BenchSimulation:
             self.channel.by_attempts[1] = self.channel.by_attempts.get(1, 0) + count
 
     def _heartbeats(self):
-        for conn in self.consumers + self.producers:
+        for conn in self._connections():
             conn.send("s2c", self.now, wire.encode_frame(wire.FRAME_RESPONSE, wire.HEARTBEAT))  # C-26
             conn.send("c2s", self.now + 20_000, b"NOP\n")
             conn.counts["heartbeats"] += 1
@@ -762,8 +775,28 @@ class _BenchSimulation:
         channel = self.channel.as_truth(self.delivered, self.delivered)
         topics = {BENCH_TOPIC: {"published": self.published, "channels": {BENCH_CHANNEL: channel}}}
         connections = [(conn, "consumer", BENCH_TOPIC, BENCH_CHANNEL) for conn in self.consumers]
-        connections += [(conn, "producer", BENCH_TOPIC, None) for conn in self.producers]
-        return _truth_document(BENCH_DEFINITIONS, self.published["total"], topics, connections, 0)
+        connections += [(conn, "producer", BENCH_TOPIC, None) for conn in self.producers
+                        if conn not in self.consumers]
+        return _truth_document(self.definitions, self.published["total"], topics, connections, 0)
 
 
-WORKLOADS = {"mixed": _Simulation, "bench": _BenchSimulation}
+class _LongSimulation(_BenchSimulation):
+    """One connection for the whole trace: it publishes MPUB batches and consumes them (RDY 2500, a FIN for each),
+    as a client that both publishes and subscribes does. A connection longer than anything decoded at once."""
+
+    definitions = {
+        **BENCH_DEFINITIONS,
+        "workload": "long: one connection publishes MPUB batches of small messages and consumes them, FINing "
+        "every one, for the whole trace",
+    }
+
+    def _open(self):
+        conn = self._connection("publisher_and_reader")
+        self._subscribe(conn)
+        self.producers.append(conn)
+
+    def _connections(self) -> list[_Connection]:
+        return self.consumers
+
+
+WORKLOADS = {"mixed": _Simulation, "bench": _BenchSimulation, "long": _LongSimulation}

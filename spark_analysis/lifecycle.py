@@ -71,7 +71,12 @@ def tables(
     table and returns it read back."""
     prepare_directories(tables_dir, LIFECYCLE_SCHEMAS)
     published = written["publishes"].where("status = 'ok'").select("topic", "body_hash", "ts_ns", "command")
-    rows = written["delivered"].unionByName(published, allowMissingColumns=True)
+    # how each delivery's connection ended, known once it has: whether it sent CLS (D-15), and when
+    ends = written["events"].where("kind = 'connection'").select(
+        "conn_id", (F.col("connection.cls") == 0).alias("no_cls"),
+        F.col("connection.last_ts_ns").alias("conn_last_ts_ns"))
+    delivered = written["delivered"].join(F.broadcast(ends), "conn_id", "left")
+    rows = delivered.unionByName(published, allowMissingColumns=True)
     rows_schema = to_arrow_schema(rows.schema)
 
     def lifecycles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -2,7 +2,8 @@
 
 Each finding names the requirement ID of the conformance catalogue (``conformance/requirements.toml``),
 the nsqd-behavior.md item, who broke it and how; the decoder makes it a ``violation`` row. The same pass
-counts the connection's messages in flight per second (``inflight`` rows) for the report.
+counts the connection's messages in flight per second (``inflight`` rows) for the report. The checks carry
+their state from one window of a connection to the next (``ConnectionChecks``).
 Timing-based checks use generous margins because capture time is not the broker's clock.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+
+import numpy as np
 
 DEFAULT_MSG_TIMEOUT_MS = 60_000  # ID-07
 DEFAULT_HEARTBEAT_MS = 30_000  # C-27
@@ -40,28 +43,34 @@ class Finding:
     detail: str  # the behaviour item, who broke it and how
 
 
-def check_connection(c: dict[str, list], order: list[int], identify_request: dict, identify_response: dict,
-                     close_kind: str) -> tuple[list[Finding], dict[int, int]]:
-    """The findings on one connection's decoded rows (``c``: its columns, ``order``: its rows by time), and its
-    most messages in flight per second (for the report)."""
-    # A message counts as in flight from when nsqd buffered it (D-16), up to output_buffer_timeout
-    # before it shows on the wire; the queue scan adds ~100 ms (D-14). Expire ours that much earlier.
-    buffered_ms = identify_response.get("output_buffer_timeout", DEFAULT_OUTPUT_BUFFER_MS) + SCAN_MS
-    msg_timeout_ns = (int(identify_response.get("msg_timeout") or DEFAULT_MSG_TIMEOUT_MS) - buffered_ms) * NS_PER_MS
-    heartbeat_ms = identify_request.get("heartbeat_interval") or DEFAULT_HEARTBEAT_MS
-    rdy_history: deque[tuple[int, int]] = deque()  # (ts, count): the current RDY and those within the grace
-    in_flight: dict[str, int] = {}  # msg id -> deadline
-    # (deadline, msg id) in delivery order, so deadlines only grow: expiry looks at the front alone. A TOUCH or a
-    # FIN leaves its entry behind; it is skipped when its deadline no longer matches in_flight.
-    expiries: deque[tuple[int, str]] = deque()
-    delivered: set[str] = set()
-    buckets: dict[int, int] = {}
-    last_heartbeat = None
-    last_command_ts = None
-    fatal_error_ts = None
-    found = []
+class ConnectionChecks:
+    """The checks of one connection, fed its rows one window after another in time order (``run``), and its end
+    (``finish``). What they remember is bounded by the messages in flight, but for the IDs delivered (8 bytes
+    each, for P-FIN-04) and the per-second in-flight counts of the window."""
 
-    def effective_rdy(ts):
+    def __init__(self, identify_request: dict, identify_response: dict):
+        # A message counts as in flight from when nsqd buffered it (D-16), up to output_buffer_timeout
+        # before it shows on the wire; the queue scan adds ~100 ms (D-14). Expire ours that much earlier.
+        buffered_ms = identify_response.get("output_buffer_timeout", DEFAULT_OUTPUT_BUFFER_MS) + SCAN_MS
+        self.msg_timeout_ns = (int(identify_response.get("msg_timeout") or DEFAULT_MSG_TIMEOUT_MS)
+                               - buffered_ms) * NS_PER_MS
+        self.heartbeat_ms = identify_request.get("heartbeat_interval") or DEFAULT_HEARTBEAT_MS
+        self.rdy_history: deque[tuple[int, int]] = deque()  # (ts, count): the current RDY and those within the grace
+        self.in_flight: dict[str, int] = {}  # msg id -> deadline
+        # (deadline, msg id) in delivery order, so deadlines only grow: expiry looks at the front alone. A TOUCH or a
+        # FIN leaves its entry behind; it is skipped when its deadline no longer matches in_flight, and the entries
+        # left behind are dropped when they outnumber the messages in flight.
+        self.expiries: deque[tuple[int, str]] = deque()
+        self.delivered: set[str] = set()  # this window's; earlier windows' as sorted hashes
+        self.delivered_before: list[np.ndarray] = []
+        self.buckets: dict[int, int] = {}
+        self.last_heartbeat = None
+        self.last_command_ts = None
+        self.fatal_error_ts = None
+        self.last_ts = 0
+
+    def _effective_rdy(self, ts):
+        rdy_history = self.rdy_history
         # rows come in time order: RDYs older than the grace no longer count, unless still current
         while len(rdy_history) > 1 and rdy_history[0][0] < ts - RDY_GRACE_NS:
             rdy_history.popleft()
@@ -69,65 +78,99 @@ def check_connection(c: dict[str, list], order: list[int], identify_request: dic
             return rdy_history[0][1]
         return max((count for _, count in rdy_history), default=0)
 
-    timestamps, kinds, names, values, statuses, msg_ids, codes = (
-        c[column] for column in ("ts_ns", "kind", "name", "value", "status", "msg_id", "code")
-    )
-    for index in order:
-        ts, kind, name = timestamps[index], kinds[index], names[index]
-        if kind == "command":
-            last_command_ts = ts
-            if name == "RDY" and values[index] is not None:
-                rdy_history.append((ts, values[index]))
-            elif name == "CLS":
-                rdy_history.append((ts, 0))  # D-04: CLS sets RDY to 0
-            elif name in ("FIN", "REQ") and statuses[index] == "ok":
-                in_flight.pop(msg_ids[index], None)
-            elif name == "TOUCH" and msg_ids[index] in in_flight:
-                in_flight[msg_ids[index]] = ts + msg_timeout_ns  # P-TOUCH-04
-                expiries.append((ts + msg_timeout_ns, msg_ids[index]))
-            elif name == "FIN" and statuses[index] == "failed" and msg_ids[index] not in delivered:
-                found.append((ts, "P-FIN-04", "client: FIN of a message ID never delivered on this connection"))
-        elif kind == "frame" and name == "message":
-            while expiries and expiries[0][0] <= ts:
-                deadline, msg_id = expiries.popleft()
-                if in_flight.get(msg_id) == deadline:
-                    del in_flight[msg_id]  # D-11: timed out
-            rdy = effective_rdy(ts)
-            if len(in_flight) >= rdy:
-                found.append((ts, "D-01", f"server: delivery with {len(in_flight)} in flight and RDY {rdy}"))
-            msg_id = msg_ids[index]
-            in_flight[msg_id] = ts + msg_timeout_ns
-            expiries.append((ts + msg_timeout_ns, msg_id))
-            delivered.add(msg_id)
-            second = ts // NS_PER_S
-            buckets[second] = max(buckets.get(second, 0), len(in_flight))
-        elif kind == "frame" and name == "heartbeat":
-            if (
-                last_heartbeat is not None
-                and heartbeat_ms > 0
-                and ts - last_heartbeat > HEARTBEAT_LATE_FACTOR * heartbeat_ms * NS_PER_MS
-            ):
-                found.append(
-                    (
-                        ts,
-                        "C-28",
-                        f"server: heartbeat gap {(ts - last_heartbeat) / NS_PER_MS:.0f} ms "
-                        f"for interval {heartbeat_ms} ms",
+    def _ever_delivered(self, msg_id: str) -> bool:
+        if msg_id in self.delivered:
+            return True
+        key = hash(msg_id)
+        for hashes in self.delivered_before:
+            position = np.searchsorted(hashes, key)
+            if position < len(hashes) and hashes[position] == key:
+                return True
+        return False
+
+    def run(self, c: dict[str, list], order: list[int], last: bool) -> tuple[list[Finding], dict[int, int]]:
+        """The findings on a window's rows (``c``: its columns, ``order``: its rows by time), and the most messages
+        in flight per second of the seconds it completed (all of them when it is the ``last``)."""
+        in_flight, expiries, delivered = self.in_flight, self.expiries, self.delivered
+        msg_timeout_ns, heartbeat_ms, buckets = self.msg_timeout_ns, self.heartbeat_ms, self.buckets
+        found = []
+        timestamps, kinds, names, values, statuses, msg_ids, codes = (
+            c[column] for column in ("ts_ns", "kind", "name", "value", "status", "msg_id", "code")
+        )
+        for index in order:
+            ts, kind, name = timestamps[index], kinds[index], names[index]
+            if kind == "command":
+                self.last_command_ts = ts
+                if name == "RDY" and values[index] is not None:
+                    self.rdy_history.append((ts, values[index]))
+                elif name == "CLS":
+                    self.rdy_history.append((ts, 0))  # D-04: CLS sets RDY to 0
+                elif name in ("FIN", "REQ") and statuses[index] == "ok":
+                    in_flight.pop(msg_ids[index], None)
+                elif name == "TOUCH" and msg_ids[index] in in_flight:
+                    in_flight[msg_ids[index]] = ts + msg_timeout_ns  # P-TOUCH-04
+                    expiries.append((ts + msg_timeout_ns, msg_ids[index]))
+                elif name == "FIN" and statuses[index] == "failed" and not self._ever_delivered(msg_ids[index]):
+                    found.append((ts, "P-FIN-04", "client: FIN of a message ID never delivered on this connection"))
+            elif kind == "frame" and name == "message":
+                while expiries and expiries[0][0] <= ts:
+                    deadline, msg_id = expiries.popleft()
+                    if in_flight.get(msg_id) == deadline:
+                        del in_flight[msg_id]  # D-11: timed out
+                rdy = self._effective_rdy(ts)
+                if len(in_flight) >= rdy:
+                    found.append((ts, "D-01", f"server: delivery with {len(in_flight)} in flight and RDY {rdy}"))
+                msg_id = msg_ids[index]
+                in_flight[msg_id] = ts + msg_timeout_ns
+                expiries.append((ts + msg_timeout_ns, msg_id))
+                if len(expiries) > 2 * len(in_flight) + 4096:
+                    self.expiries = expiries = deque(
+                        entry for entry in expiries if in_flight.get(entry[1]) == entry[0])
+                delivered.add(msg_id)
+                second = ts // NS_PER_S
+                buckets[second] = max(buckets.get(second, 0), len(in_flight))
+            elif kind == "frame" and name == "heartbeat":
+                last_heartbeat = self.last_heartbeat
+                if (
+                    last_heartbeat is not None
+                    and heartbeat_ms > 0
+                    and ts - last_heartbeat > HEARTBEAT_LATE_FACTOR * heartbeat_ms * NS_PER_MS
+                ):
+                    found.append(
+                        (
+                            ts,
+                            "C-28",
+                            f"server: heartbeat gap {(ts - last_heartbeat) / NS_PER_MS:.0f} ms "
+                            f"for interval {heartbeat_ms} ms",
+                        )
                     )
-                )
-            last_heartbeat = ts
-        elif kind == "frame" and name == "error" and codes[index] not in ID_ERRORS:
-            fatal_error_ts = fatal_error_ts or ts
-        elif kind == "frame" and fatal_error_ts is not None and ts - fatal_error_ts > NS_PER_S:
-            found.append((ts, "C-23", "server: kept sending after a fatal error frame"))
-            fatal_error_ts = None
-    last_ts = max(timestamps, default=0)
-    if (
-        close_kind == "server_fin"
-        and fatal_error_ts is None
-        and heartbeat_ms > 0
-        and last_command_ts is not None
-        and last_ts - last_command_ts >= 2 * heartbeat_ms * NS_PER_MS
-    ):
-        found.append((last_ts, "C-29", "client: no command for 2 x heartbeat interval; the server closed"))
-    return [Finding(ts, REQUIREMENT_OF[behaviour], f"{behaviour} {detail}") for ts, behaviour, detail in found], buckets
+                self.last_heartbeat = ts
+            elif kind == "frame" and name == "error" and codes[index] not in ID_ERRORS:
+                self.fatal_error_ts = self.fatal_error_ts or ts
+            elif kind == "frame" and self.fatal_error_ts is not None and ts - self.fatal_error_ts > NS_PER_S:
+                found.append((ts, "C-23", "server: kept sending after a fatal error frame"))
+                self.fatal_error_ts = None
+        self.last_ts = max(self.last_ts, max(timestamps, default=0))
+        if delivered:
+            self.delivered_before.append(np.sort(np.fromiter(map(hash, delivered), np.int64, len(delivered))))
+            delivered.clear()
+        # a second the next window may still add to stays
+        done = {second: count for second, count in buckets.items() if last or second < self.last_ts // NS_PER_S}
+        for second in done:
+            del buckets[second]
+        findings = [Finding(ts, REQUIREMENT_OF[behaviour], f"{behaviour} {detail}") for ts, behaviour, detail in found]
+        return findings, done
+
+    def finish(self, close_kind: str) -> list[Finding]:
+        """C-29: the server closed a connection whose client sent nothing for 2 heartbeat intervals."""
+        heartbeat_ms = self.heartbeat_ms
+        if (
+            close_kind == "server_fin"
+            and self.fatal_error_ts is None
+            and heartbeat_ms > 0
+            and self.last_command_ts is not None
+            and self.last_ts - self.last_command_ts >= 2 * heartbeat_ms * NS_PER_MS
+        ):
+            return [Finding(self.last_ts, REQUIREMENT_OF["C-29"],
+                            "C-29 client: no command for 2 x heartbeat interval; the server closed")]
+        return []

@@ -13,6 +13,11 @@ SYN, SYNACK, PSH = 0x02, 0x12, 0x18
 PORTS = frozenset({4150})
 
 
+def reassembled(segments, window_bytes=None):
+    """The reassembly takes segments in capture-time order, as the analysis's sort hands them over."""
+    return list(reassemble("f", sorted(segments, key=lambda segment: segment[0]), PORTS, window_bytes))
+
+
 def seg(ts, direction, seq, payload=b"", flags=PSH):
     src, dst = (CLIENT, SERVER) if direction == "c2s" else (SERVER, CLIENT)
     return (ts, src[0], dst[0], src[1], dst[1], seq % (1 << 32), flags, payload)
@@ -27,7 +32,7 @@ def test_out_of_order_retransmitted_and_overlapping_segments():
         seg(6, "c2s", isn + 1, b"ABCD"),
         seg(7, "c2s", isn + 1 + 2, b"CDEFxy"),
     ]
-    [conn] = reassemble("f", segments, PORTS)
+    [conn] = reassembled(segments)
     stream = conn.c2s
     # Policy: lowest sequence number first; placed bytes are never overwritten, so the later
     # segment at offset 4 ("EFGH") loses to the earlier-starting overlap ("CDEFxy"), counted as conflict.
@@ -40,7 +45,7 @@ def test_out_of_order_retransmitted_and_overlapping_segments():
 
 def test_missing_bytes_become_an_explicit_gap():
     segments = [seg(1, "c2s", 100, flags=SYN), seg(2, "c2s", 101, b"abc"), seg(4, "c2s", 110, b"xyz")]
-    [conn] = reassemble("f", segments, PORTS)
+    [conn] = reassembled(segments)
     assert conn.c2s.gaps == [Gap(3, 6, 4)]
     assert list(conn.c2s.pieces()) == [(0, b"abc", 2), Gap(3, 6, 4), (9, b"xyz", 4)]
 
@@ -53,12 +58,12 @@ def test_new_syn_starts_a_new_connection_and_retransmitted_syn_does_not():
         seg(9, "c2s", 5000, flags=SYN),
         seg(10, "c2s", 5001, b"b"),
     ]
-    conns = reassemble("f", segments, PORTS)
+    conns = reassembled(segments)
     assert [(c.epoch, c.c2s.chunks[0][1]) for c in conns] == [(0, b"a"), (1, b"b")]
 
 
 def test_client_and_server_are_found_without_a_handshake():
-    [conn] = reassemble("f", [seg(1, "s2c", 77, wire.encode_frame(0, b"OK"))], PORTS)
+    [conn] = reassembled([seg(1, "s2c", 77, wire.encode_frame(0, b"OK"))])
     assert (conn.client, conn.server) == (CLIENT, SERVER)
 
 
@@ -67,7 +72,7 @@ def message(msg_id: bytes, attempts=1) -> bytes:
 
 
 def decoded(segments) -> list[tuple]:
-    [conn] = reassemble("f", segments, PORTS)
+    [conn] = reassembled(segments)
     table = decode_connection(conn, PORTS)
     return [
         (r["kind"], r["name"], r["msg_id"]) for r in table.to_pylist() if r["kind"] not in ("connection", "inflight")
@@ -127,7 +132,7 @@ def test_pairs_answers_in_command_order_and_fin_failures_by_id():
             + wire.encode_frame(1, b"E_BAD_TOPIC x"),
         ),
     ]
-    [conn] = reassemble("f", client + server, PORTS)
+    [conn] = reassembled(client + server)
     table = decode_connection(conn, PORTS)
     rows = [r for r in table.to_pylist() if r["kind"] in ("command", "publish", "violation")]
     assert [(r["kind"], r["name"], r["status"], r["code"]) for r in rows] == [
@@ -157,7 +162,7 @@ def test_tls_after_identify_is_reported_as_opaque():
         seg(0, "s2c", 50, flags=SYNACK),
         seg(2, "s2c", 51, wire.encode_frame(0, b'{"tls_v1":true,"snappy":false}') + b"\x16\x03\x03\x00\x7a"),
     ]
-    [conn] = reassemble("f", client + server, PORTS)
+    [conn] = reassembled(client + server)
     rows = decode_connection(conn, PORTS).to_pylist()
     assert [(r["direction"], r["name"]) for r in rows if r["kind"] == "error"] == [
         ("s2c", "tls_opaque"),
