@@ -6,12 +6,15 @@ messages), where the per-message cost shows, and the captured one: the same kind
 pynsq, the official Python client, through the reference broker, recorded on loopback with
 ``nsq-trace capture``'s scapy path (100 MB, trace_pynsq_recording.py), so that real TCP segmentation,
 client timing and heartbeats are measured too. The bench and captured figures are message events per
-second (published + deliveries + FIN/REQ/TOUCH) and their ratio to the plain counter's time. The
+second (published + deliveries + FIN/REQ/TOUCH) and their ratio to the plain counter's time. A fourth,
+the long workload, is the bench's traffic on a single connection that publishes and consumes (2 GB): its
+figure is the peak memory of all processes (target 3 GB), a connection being decoded in bounded windows. The
 1-minute load average goes with each figure: the machine's 2 cores are shared.
 
     python -m benchmarks.trace_throughput                 # writes bench-results/trace.json
     python -m benchmarks.trace_throughput --size 200MB --workloads bench    # quicker
     python -m benchmarks.trace_throughput --workloads captured --captured-size 20MB   # root, pynsq
+    python -m benchmarks.trace_throughput --workloads long --long-size 500MB
 
 First, the committed 9 MB sample (pcaps/workload-small.pcap) through ``nsq-trace analyze`` in a process of its own:
 the time to a user's first result, the JVM's start included (target 15 s).
@@ -44,7 +47,7 @@ from benchmarks import trace_baseline
 from spark_analysis.cli import parse_size
 
 TRUTH_KEYS = ("totals", "topics")
-WORKLOADS = ("mixed", "bench", "captured")
+WORKLOADS = ("mixed", "bench", "captured", "long")
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -143,6 +146,10 @@ def main(argv=None) -> int:
         help="the recorded pynsq trace (default 100MB: about 180,000 messages, 2-3 minutes to record)",
     )
     parser.add_argument(
+        "--long-size", type=parse_size, default=parse_size("2GB"),
+        help="the long workload: one connection of this size (default 2GB)",
+    )
+    parser.add_argument(
         "--workloads", default=",".join(WORKLOADS), help=f"which traces to run (default {','.join(WORKLOADS)})"
     )
     parser.add_argument("--seed", type=int, default=7)
@@ -185,6 +192,9 @@ def main(argv=None) -> int:
         if "captured" in workloads:
             result["captured"] = _in_a_process_of_its_own("captured", args.captured_size, args, workdir)
             result["captured"]["target_message_events_per_s"] = 150_000
+        if "long" in workloads:
+            result["long"] = _in_a_process_of_its_own("long", args.long_size, args, workdir)
+            result["long"]["target_peak_mb_all_processes"] = 3000
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -57,30 +57,33 @@ def packets(
 
 
 def decode_to_tables(packet_frame: DataFrame, tables_dir: str, nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS,
-                     window_bytes: int = DEFAULT_WINDOW_BYTES) -> None:
+                     window_bytes: int = DEFAULT_WINDOW_BYTES) -> dict[str, int]:
     """Shuffle segments by flow; each task decodes its flows' connections, ``window_bytes`` of a connection at a
-    time, and writes their tables (connection_tables.py) into ``tables_dir``. Walker errors become error events."""
+    time, and writes their tables (connection_tables.py) into ``tables_dir``. Walker errors become error events.
+    Returns the rows written to each table."""
     ports = frozenset(nsq_ports)
     prepare_directories(tables_dir, SCHEMAS)
 
     def decode_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        flows = 0
         with TableWriter(tables_dir, f"part-{TaskContext.get().partitionId():05d}", SCHEMAS) as writer:
             for flow, runs in _flows(batches):
                 for name, table in decode_flow(flow, runs, ports, window_bytes):
                     writer.add(name, table)
-                flows += 1
-        yield pa.RecordBatch.from_pydict({"flows": pa.array([flows], pa.int32())})
+        yield pa.RecordBatch.from_pydict({"table": list(writer.rows), "rows": list(writer.rows.values())})
 
     # Read once: the placement sizes the flows, then the tasks decode them.
     packet_frame = packet_frame.persist()
     # Sorted by flow, then by capture time (the capture's order among equal times): a task meets each of its flows'
     # segments in one run (the shuffle put them in one partition), in the order the reassembly streams them.
-    (_placed_by_size(packet_frame).sortWithinPartitions("flow", "ts_ns", "file", "offset")
-     .mapInArrow(decode_partition, "flows INT").collect())
+    written = (_placed_by_size(packet_frame).sortWithinPartitions("flow", "ts_ns", "file", "offset")
+               .mapInArrow(decode_partition, "table STRING, rows BIGINT").collect())
     packet_frame.unpersist()
+    rows = dict.fromkeys(SCHEMAS, 0)
+    for table, count in written:
+        rows[table] += count
+    return rows
 
 
 def _placed_by_size(packet_frame: DataFrame) -> DataFrame:
@@ -198,7 +201,8 @@ def run_analysis(
     started = time.monotonic()
     step("decoding packets (read, shuffle by flow, reassemble, decode, per-connection tables)")
     # Payloads stay in the files until the decoder needs them: only segment metadata is shuffled.
-    decode_to_tables(packets(spark, paths, split_bytes, payload="reference"), tables_dir, nsq_ports, window_bytes)
+    rows = decode_to_tables(packets(spark, paths, split_bytes, payload="reference"), tables_dir, nsq_ports,
+                            window_bytes)
     written = {
         name: spark.read.schema(from_arrow_schema(SCHEMAS[name])).parquet(os.path.join(tables_dir, name))
         for name in SCHEMAS
@@ -210,7 +214,7 @@ def run_analysis(
         # the known schema spares Spark a job that would read the Parquet footers to infer it
         return spark.read.schema(frame.schema).parquet(os.path.join(tables_dir, name))
 
-    tables = {**written, **lifecycle.tables(written, tables_dir, materialise)}
+    tables = {**written, **lifecycle.tables(written, tables_dir, materialise, rows["delivered"] + rows["publishes"])}
     step("summarising")
     result = summary.summarise(tables)
     result["input"] = {

@@ -61,14 +61,15 @@ MESSAGES_SCHEMA = pa.schema(
         ("state", pa.string()),  # finished | unfinished
     ]
 )
+ROWS_PER_TASK = 400_000  # ~300 MB of a Python worker's memory while it orders and aggregates them
 LIFECYCLE_SCHEMAS = {"deliveries": DELIVERIES_SCHEMA, "messages": MESSAGES_SCHEMA}
 
 
 def tables(
-    written: dict[str, DataFrame], tables_dir: str, materialise: Callable[[str, DataFrame], DataFrame]
+    written: dict[str, DataFrame], tables_dir: str, materialise: Callable[[str, DataFrame], DataFrame], row_count: int
 ) -> dict[str, DataFrame]:
-    """The tables that join connections, from the per-connection ones; ``materialise(name, frame)`` stores a Spark
-    table and returns it read back."""
+    """The tables that join connections, from the per-connection ones (``row_count``: their deliveries and
+    publishes); ``materialise(name, frame)`` stores a Spark table and returns it read back."""
     prepare_directories(tables_dir, LIFECYCLE_SCHEMAS)
     published = written["publishes"].where("status = 'ok'").select("topic", "body_hash", "ts_ns", "command")
     # how each delivery's connection ended, known once it has: whether it sent CLS (D-15), and when
@@ -91,8 +92,9 @@ def tables(
         yield pa.RecordBatch.from_pydict({"deliveries": pa.array([delivery.num_rows], pa.int64())})
 
     spark = rows.sparkSession
-    # a number of tasks, so that adaptive execution keeps them apart: their input is small for the work
-    tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    # a number of tasks, so that adaptive execution keeps them apart: their input is small for the work; and
+    # enough of them that a task's rows, all in one Arrow table, stay few whatever the trace's size
+    tasks = max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-row_count // ROWS_PER_TASK))
     with ThreadPoolExecutor(1) as pool:  # a small job beside the big one, to fill the cores' idle moments
         stored = pool.submit(materialise, "connections", connections(written["events"]))
         rows.repartition(tasks, "topic", "body_hash").mapInArrow(lifecycles, "deliveries BIGINT").collect()

@@ -57,7 +57,7 @@ PYTHONPATH=$kept exec {python} "$@"
 def spark_session(
     master: str | None = "local[2]",
     shuffle_partitions: int = 4,
-    driver_memory: str = "4g",
+    driver_memory: str = "1g",
     show_progress: bool = True,
     tuned: bool = False,
     driver_java_options: str = "",
