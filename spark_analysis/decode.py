@@ -154,7 +154,7 @@ class ConnectionDecoder:
             if self.checks is None:
                 self.checks = ConnectionChecks(client.identify, self.upgrade.identify)
                 self.settlements = Settlements(self.checks.msg_timeout_ns)
-            findings, in_flight = self.checks.run(rows.columns, rows.time_order().tolist(), last)
+            findings, in_flight = self.checks.run(rows.columns, rows.time_order(), last)
             for finding in findings:
                 rows.add(finding.ts_ns, "conn", "violation", finding.requirement, detail=finding.detail)
             for second, count in sorted(in_flight.items()):
