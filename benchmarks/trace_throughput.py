@@ -24,7 +24,8 @@ checked against the broker's /stats), so a fast wrong answer does not count.
 The driver JVM maps the class archive of ``nsq-trace prepare``; the bench builds it first (timed
 apart, once per installation) when it is missing.
 Memory: the peak resident size of this process plus its descendants (JVM, Python workers), all
-of it and without mapped file pages, is sampled from /proc every 0.2 s.
+of it (shared pages once per process), proportional (shared pages split among their processes) and without mapped
+file pages, is sampled from /proc every 0.2 s.
 """
 
 from __future__ import annotations
@@ -56,13 +57,15 @@ SAMPLE = REPO / "pcaps" / "workload-small.pcap"
 class PeakMemory:
     """Peak summed resident memory of a process tree, sampled from /proc.
 
-    ``peak_bytes`` counts all resident pages, including the file pages that readers map from the
-    capture (page cache the kernel can reclaim); ``peak_anonymous_bytes`` only the processes' own
-    memory (heaps, Python objects), which is what the analysis really needs."""
+    ``peak_bytes`` sums the processes' resident pages, including the file pages they map (the capture, the JVM's
+    class archive, each Python worker's copy of the same shared libraries: counted once per process);
+    ``peak_proportional_bytes`` counts a page shared by n processes 1/n in each (PSS: the memory the processes
+    take together); ``peak_anonymous_bytes`` only the processes' own memory (heaps, Python objects), which is
+    what the analysis really needs."""
 
     def __init__(self, root_pid: int, interval: float = 0.2):
         self.root_pid, self.interval = root_pid, interval
-        self.peak_bytes = self.peak_anonymous_bytes = 0
+        self.peak_bytes = self.peak_anonymous_bytes = self.peak_proportional_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -96,6 +99,15 @@ class PeakMemory:
             files = sum(resident.get(pid, (0, 0))[1] for pid in tree) * 1024
             self.peak_bytes = max(self.peak_bytes, anonymous + files)
             self.peak_anonymous_bytes = max(self.peak_anonymous_bytes, anonymous)
+            self.peak_proportional_bytes = max(self.peak_proportional_bytes, sum(map(_pss, tree)))
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as handle:
+            return next(int(line.split()[1]) for line in handle if line.startswith("Pss:")) * 1024
+    except (OSError, StopIteration):
+        return 0
 
 
 def timed(function, *args, **kwargs):
@@ -281,6 +293,7 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
             },
             "peak_rss_mb_all_processes": round(memory.peak_bytes / 1e6),
             "peak_anonymous_mb_all_processes": round(memory.peak_anonymous_bytes / 1e6),
+            "peak_proportional_mb_all_processes": round(memory.peak_proportional_bytes / 1e6),
             "load_average_1min_before_after": [round(load_before, 2), round(load_after, 2)],
             "summary_matches_truth": not mismatches,
             "mismatched_sections": mismatches,

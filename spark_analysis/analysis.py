@@ -4,9 +4,11 @@ Data flows one way:
 
     nsqpcap source (one partition per file / byte range, Arrow batches of TCP segment metadata;
                     payload="reference": the bytes stay in the files)
-      -> repartition(flow), sorted by flow, mapInArrow: payload bytes read back by offset, reassembly
-         (reassembly.py), NSQ decoding (decode.py), per-connection checks (violations.py) -> the events and the
-         tables each connection makes alone (connection_tables.py), written as Parquet by the task itself
+      -> repartition(flow), sorted by flow and capture time, mapInArrow: payload bytes read back by offset,
+         reassembly (reassembly.py) handing out a connection in windows of ``window_bytes``, NSQ decoding
+         (decode.py) and per-connection checks (violations.py) carrying their state from window to window -> the
+         events and the tables each connection makes alone (connection_tables.py), written as Parquet by the task
+         itself, window by window
       -> the tables that join connections, and summary.json, with DataFrame operations (lifecycle.py, summary.py)
 
 Connections spanning several files meet in the shuffle: the reader keeps no state across files.
@@ -89,7 +91,7 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, nsq_ports: frozen
 def _placed_by_size(packet_frame: DataFrame) -> DataFrame:
     """Segments shuffled so that each flow is one task's, and the tasks' payload bytes are balanced: the largest
     flow first, each to the task with the fewest bytes so far. A few long connections are common (nsq's bench
-    tools use four), and a connection is decoded in one piece, so hashing flows to tasks would often give two
+    tools use four), and a connection is decoded by one task, so hashing flows to tasks would often give two
     of them to one task while another core idles; and adaptive execution would merge the tasks, whose input
     (segment metadata) is small for the work it stands for."""
     spark = packet_frame.sparkSession

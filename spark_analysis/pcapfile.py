@@ -171,19 +171,17 @@ def _payload_array(payloads: list) -> pa.Array:
 
 
 def read_payloads(paths: list[str], offsets: list[int], lengths: list[int]) -> list[bytes]:
-    """The payload bytes of segments read with ``copy_payload=False``."""
-    maps, handles = {}, []
+    """The payload bytes of segments read with ``copy_payload=False``. Read, not mapped: a mapping would make the
+    capture's pages the decoding process's resident memory while it lasts."""
+    descriptors = {}
     try:
         for path in set(paths):
-            handles.append(open(path, "rb"))
-            maps[path] = mmap.mmap(handles[-1].fileno(), 0, access=mmap.ACCESS_READ)
+            descriptors[path] = os.open(path, os.O_RDONLY)
         segments = zip(paths, offsets, lengths, strict=True)
-        return [maps[path][offset : offset + length] for path, offset, length in segments]
+        return [os.pread(descriptors[path], length, offset) for path, offset, length in segments]
     finally:
-        for mapped in maps.values():
-            mapped.close()
-        for handle in handles:
-            handle.close()
+        for descriptor in descriptors.values():
+            os.close(descriptor)
 
 
 def _endpoints(addresses: bytes, sport: int, dport: int) -> tuple[str, str, str]:

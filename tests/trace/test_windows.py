@@ -56,9 +56,10 @@ def test_windows_decode_traces_with_lost_segments_as_whole_connections(workload,
     assert_same_tables(path)
 
 
-def test_a_long_connection_comes_in_windows_of_bounded_size(tmp_path):
+def test_a_long_connection_comes_in_windows_of_bounded_size_and_decodes_as_whole(tmp_path):
     path = tmp_path / "long.pcap"
     generate(str(path), 4_000_000, seed=5, workload="long")
+    assert_same_tables(path)
     segments = walk(path)
     rows = [tuple(row[name] for name in ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"))
             for row in segments.to_pylist()]
