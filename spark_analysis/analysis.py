@@ -18,6 +18,7 @@ directory on every executor's file system (local mode, or a shared file system o
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import itertools
 import json
@@ -73,6 +74,7 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, nsq_ports: frozen
             for flow, runs in _flows(batches):
                 for name, table in decode_flow(flow, runs, ports, window_bytes):
                     writer.add(name, table)
+        _return_freed_memory()
         yield pa.RecordBatch.from_pydict({"table": list(writer.rows), "rows": list(writer.rows.values())})
 
     # Read once: the placement sizes the flows, then the tasks decode them.
@@ -168,6 +170,17 @@ def _without_cycle_collection():
     finally:
         if enabled:
             gc.enable()
+
+
+def _return_freed_memory():
+    """A Python worker lives on for the next job's tasks: what decoding freed goes back to the system, not kept by
+    Arrow's allocator or C's for a job that will not need it (~700 MB after a long connection)."""
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: its allocator returns memory its own way
 
 
 def _walker_errors(table: pa.RecordBatch) -> pa.Table:

@@ -63,6 +63,7 @@ PCAP_MAGICS = {  # magic as read little-endian -> (byte order, nanosecond timest
     0x4D3CB2A1: (">", True),
 }
 PCAPNG_SHB = 0x0A0D0D0A
+_FORGET_EVERY = 16 << 20  # bytes walked between two releases of the pages behind
 PCAPNG_BYTE_ORDER_MAGIC = 0x1A2B3C4D
 
 LINKTYPE_NULL, LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LOOP = 0, 1, 101, 108
@@ -253,7 +254,9 @@ def _pcap_records(data, byte_range, batcher, order, nano):
     scale = 1 if nano else 1000
     offset, size = 24, len(data)
     view = memoryview(data)  # frames are sliced without copying; only payloads are copied, once
+    forgotten = 0
     while offset < byte_range.end:
+        forgotten = _forget_behind(data, offset, forgotten)
         if offset + 16 > size:
             if offset < size and offset >= byte_range.start:
                 batcher.error(offset, None, "pcap_truncated_record", f"{size - offset} bytes left for a 16-byte header")
@@ -283,7 +286,9 @@ def _pcapng_records(data, byte_range, batcher):
     order = "<"
     interfaces: list[tuple[int, int]] = []  # (linktype, ticks per second) per interface id
     view = memoryview(data)
+    forgotten = 0
     while offset < byte_range.end:
+        forgotten = _forget_behind(data, offset, forgotten)
         if offset + 12 > size:
             if offset < size and offset >= byte_range.start:
                 batcher.error(offset, None, "pcapng_truncated_block", f"{size - offset} bytes left")
@@ -326,6 +331,16 @@ def _pcapng_records(data, byte_range, batcher):
                 included = min(original, length - 16)
                 yield offset, None, interfaces[0][0], body + 4, view[body + 4 : body + 4 + included]
         offset += length
+
+
+def _forget_behind(data: mmap.mmap, offset: int, forgotten: int) -> int:
+    """The capture's pages behind ``offset`` leave this process's resident memory (the page cache keeps them): a
+    reader hops over every record before its byte range, and would otherwise hold the file up to its range."""
+    if offset - forgotten < _FORGET_EVERY:
+        return forgotten
+    upto = offset - offset % mmap.PAGESIZE
+    data.madvise(mmap.MADV_DONTNEED, forgotten, upto - forgotten)
+    return upto
 
 
 def _pcapng_tsresol(data, order, position, end) -> int:

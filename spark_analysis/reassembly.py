@@ -161,9 +161,6 @@ class Stream:
         """The capture time of the first segment waiting behind a hole (``_NEVER``: none waits)."""
         return min((ts_ns for _, ts_ns, _, _ in self._unplaced), default=_NEVER)
 
-    def waiting_bytes(self) -> int:
-        return sum(len(payload) for *_, payload in self._unplaced)
-
     def hand_out(self, before_ts_ns: int) -> int:
         """This window's pieces: the placed ones captured before ``before_ts_ns``, in stream order. Returns their
         byte count."""
