@@ -124,8 +124,7 @@ class ConnectionDecoder:
         if self.checks is not None:
             for finding in self.checks.finish(close):
                 rows.add(finding.ts_ns, "conn", "violation", finding.requirement, detail=finding.detail)
-        events, delivered = self._release(rows, last=True, close=close)
-        return events, delivered
+        return self._release(rows, last=True, close=close)
 
     def _begin(self):
         conn = self.conn

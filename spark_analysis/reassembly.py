@@ -56,8 +56,7 @@ class Stream:
     """One direction: the pieces of the current window, what the capture showed of it so far, and what it holds
     for the windows to come."""
 
-    chunks: list[tuple[int, bytes, int]] = field(default_factory=list)  # this window's (offset, data, ts_ns)
-    gaps: list[Gap] = field(default_factory=list)  # this window's
+    window_pieces: list[tuple[int, bytes, int] | Gap] = field(default_factory=list)  # this window's pieces, in order
     syn_seen: bool = False
     fin_ts_ns: int | None = None
     retransmitted_bytes: int = 0
@@ -74,11 +73,17 @@ class Stream:
     _arrivals: int = 0
     _fins: list[tuple[int, int, int]] = field(default_factory=list)  # (seq, payload length, ts)
 
-    def pieces(self):
+    def pieces(self) -> list[tuple[int, bytes, int] | Gap]:
         """This window's chunks and gaps in stream order: ``(offset, data, ts_ns)`` or a ``Gap``."""
-        return heapq.merge(
-            self.chunks, self.gaps, key=lambda piece: piece.offset if isinstance(piece, Gap) else piece[0]
-        )
+        return self.window_pieces
+
+    @property
+    def chunks(self) -> list[tuple[int, bytes, int]]:
+        return [piece for piece in self.window_pieces if not isinstance(piece, Gap)]
+
+    @property
+    def gaps(self) -> list[Gap]:
+        return [piece for piece in self.window_pieces if isinstance(piece, Gap)]
 
     def add(self, ts_ns: int, seq: int, flags: int, payload: bytes) -> None:
         if flags & TCP_SYN:
@@ -164,17 +169,14 @@ class Stream:
     def hand_out(self, before_ts_ns: int) -> int:
         """This window's pieces: the placed ones captured before ``before_ts_ns``, in stream order. Returns their
         byte count."""
-        self.chunks, self.gaps = [], []
+        self.window_pieces = []
         handed = 0
         while self._ready:
             piece = self._ready[0]
             if (piece.ts_ns if isinstance(piece, Gap) else piece[2]) >= before_ts_ns:
                 break
-            self._ready.popleft()
-            if isinstance(piece, Gap):
-                self.gaps.append(piece)
-            else:
-                self.chunks.append(piece)
+            self.window_pieces.append(self._ready.popleft())
+            if not isinstance(piece, Gap):
                 handed += len(piece[1])
         self.held_bytes -= handed
         return handed
@@ -243,7 +245,7 @@ class Connection:
             cut = min(stream.waiting_since() for stream in streams)
             for stream in streams:
                 stream.hand_out(cut)
-            if not (self.c2s.chunks or self.c2s.gaps or self.s2c.chunks or self.s2c.gaps):
+            if not (self.c2s.window_pieces or self.s2c.window_pieces):
                 # a window's bytes all wait behind a hole: it is given up as a gap (the memory bound)
                 min(streams, key=Stream.waiting_since).give_up_first_hole()
                 continue

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from trace_helpers import PCAPS, walk
 
-from spark_analysis.analysis import DEFAULT_NSQ_PORTS, decode_flow
+from spark_analysis.analysis import DEFAULT_NSQ_PORTS, _flows, decode_flow
 from spark_analysis.generate import generate
 from spark_analysis.reassembly import reassemble
 
@@ -22,14 +22,9 @@ def tables_of(path, window_bytes) -> dict[str, list[dict]]:
     segments = segments.take(pa.compute.sort_indices(segments, [("flow", "ascending", "at_start"),
                                                                 ("ts_ns", "ascending"), ("offset", "ascending")]))
     written = defaultdict(list)
-    flows = segments.column("flow").to_pylist()
-    start = 0
-    for end in range(1, len(flows) + 1):
-        if end == len(flows) or flows[end] != flows[start]:
-            run = segments.slice(start, end - start).to_batches()
-            for name, table in decode_flow(flows[start], run, DEFAULT_NSQ_PORTS | {4160}, window_bytes):
-                written[name] += table.to_pylist()
-            start = end
+    for flow, runs in _flows(iter(segments.to_batches(max_chunksize=1000))):
+        for name, table in decode_flow(flow, runs, DEFAULT_NSQ_PORTS | {4160}, window_bytes):
+            written[name] += table.to_pylist()
     activity = Counter()  # counted per window: the sums are the connection's
     for row in written.pop("activity", []):
         activity[tuple((key, value) for key, value in row.items() if key != "count")] += row["count"]
