@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from spark_analysis import lifecycle
 from spark_analysis.connection_tables import DELIVERED_SCHEMA, SCHEMAS, TableWriter, prepare_directories, project
 from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource, expand_paths
 from spark_analysis.decode import ConnectionDecoder
@@ -59,43 +60,46 @@ def packets(
     )
 
 
-def decode_to_tables(packet_frame: DataFrame, tables_dir: str, nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS,
-                     window_bytes: int = DEFAULT_WINDOW_BYTES) -> dict[str, int]:
+def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str,
+                     nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS, window_bytes: int = DEFAULT_WINDOW_BYTES) -> int:
     """Shuffle segments by flow; each task decodes its flows' connections, ``window_bytes`` of a connection at a
-    time, and writes their tables (connection_tables.py) into ``tables_dir``. Walker errors become error events.
-    Returns the rows written to each table."""
+    time, writes their tables (connection_tables.py) into ``tables_dir`` and what the lifecycles join into
+    ``exchange_dir`` (lifecycle.MessageExchange). Walker errors become error events. Returns the exchange's
+    bucket count."""
     ports = frozenset(nsq_ports)
     prepare_directories(tables_dir, SCHEMAS)
+    lifecycle.prepare_exchange(exchange_dir)
+    # Read once: the placement sizes the flows, then the tasks decode them.
+    packet_frame = packet_frame.persist()
+    placed, trace_bytes = _placed_by_size(packet_frame)
+    buckets = lifecycle.bucket_count(trace_bytes, int(placed.sparkSession.conf.get("spark.sql.shuffle.partitions")))
 
     def decode_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        with TableWriter(tables_dir, f"part-{TaskContext.get().partitionId():05d}", SCHEMAS) as writer:
+        part = f"part-{TaskContext.get().partitionId():05d}"
+        with (TableWriter(tables_dir, part, SCHEMAS) as writer,
+              lifecycle.MessageExchange(exchange_dir, part, buckets) as exchange):
             for flow, runs in _flows(batches):
                 for name, table in decode_flow(flow, runs, ports, window_bytes):
                     writer.add(name, table)
+                    exchange.add(name, table)
         _return_freed_memory()
-        yield pa.RecordBatch.from_pydict({"table": list(writer.rows), "rows": list(writer.rows.values())})
+        yield from ()  # the task's output is its files
 
-    # Read once: the placement sizes the flows, then the tasks decode them.
-    packet_frame = packet_frame.persist()
     # Sorted by flow, then by capture time (the capture's order among equal times): a task meets each of its flows'
     # segments in one run (the shuffle put them in one partition), in the order the reassembly streams them.
-    written = (_placed_by_size(packet_frame).sortWithinPartitions("flow", "ts_ns", "file", "offset")
-               .mapInArrow(decode_partition, "table STRING, rows BIGINT").collect())
+    placed.sortWithinPartitions("flow", "ts_ns", "file", "offset").mapInArrow(decode_partition, "none INT").collect()
     packet_frame.unpersist()
-    rows = dict.fromkeys(SCHEMAS, 0)
-    for table, count in written:
-        rows[table] += count
-    return rows
+    return buckets
 
 
-def _placed_by_size(packet_frame: DataFrame) -> DataFrame:
+def _placed_by_size(packet_frame: DataFrame) -> tuple[DataFrame, int]:
     """Segments shuffled so that each flow is one task's, and the tasks' payload bytes are balanced: the largest
     flow first, each to the task with the fewest bytes so far. A few long connections are common (nsq's bench
     tools use four), and a connection is decoded by one task, so hashing flows to tasks would often give two
     of them to one task while another core idles; and adaptive execution would merge the tasks, whose input
-    (segment metadata) is small for the work it stands for."""
+    (segment metadata) is small for the work it stands for. Also returns the payload bytes of all flows."""
     spark = packet_frame.sparkSession
     tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))
     sizes = packet_frame.groupBy("flow").agg(F.sum("payload_length").alias("bytes")).collect()
@@ -110,7 +114,7 @@ def _placed_by_size(packet_frame: DataFrame) -> DataFrame:
         keys.setdefault(task, key)
     placement = spark.createDataFrame([(flow, keys[task]) for flow, task in task_of.items()],
                                       "flow STRING, task BIGINT")
-    return packet_frame.join(F.broadcast(placement), "flow", "left").repartition(tasks, "task")
+    return packet_frame.join(F.broadcast(placement), "flow", "left").repartition(tasks, "task"), sum(loads)
 
 
 def _flows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str | None, Iterator[pa.RecordBatch]]]:
@@ -209,15 +213,16 @@ def run_analysis(
     step: Callable[[str], None] = lambda message: None,
 ) -> dict:
     """Decode ``paths`` into ``out_dir``: tables/*.parquet, summary.json and (optionally) report.html."""
-    from spark_analysis import lifecycle, summary
+    from spark_analysis import summary
 
     os.makedirs(out_dir, exist_ok=True)
     tables_dir = os.path.join(out_dir, "tables")
     started = time.monotonic()
     step("decoding packets (read, shuffle by flow, reassemble, decode, per-connection tables)")
     # Payloads stay in the files until the decoder needs them: only segment metadata is shuffled.
-    rows = decode_to_tables(packets(spark, paths, split_bytes, payload="reference"), tables_dir, nsq_ports,
-                            window_bytes)
+    exchange_dir = os.path.join(out_dir, "exchange")
+    buckets = decode_to_tables(packets(spark, paths, split_bytes, payload="reference"), tables_dir, exchange_dir,
+                               nsq_ports, window_bytes)
     written = {
         name: spark.read.schema(from_arrow_schema(SCHEMAS[name])).parquet(os.path.join(tables_dir, name))
         for name in SCHEMAS
@@ -229,7 +234,7 @@ def run_analysis(
         # the known schema spares Spark a job that would read the Parquet footers to infer it
         return spark.read.schema(frame.schema).parquet(os.path.join(tables_dir, name))
 
-    tables = {**written, **lifecycle.tables(written, tables_dir, materialise, rows["delivered"] + rows["publishes"])}
+    tables = {**written, **lifecycle.tables(written, tables_dir, exchange_dir, buckets, materialise)}
     step("summarising")
     result = summary.summarise(tables)
     result["input"] = {

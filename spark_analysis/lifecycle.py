@@ -6,26 +6,41 @@ connection or not (connection_tables.delivered). A delivery that nothing settled
 delivery follows timed out (D-11); if its connection had already gone without CLS, it was abandoned
 by that disconnect (D-15).
 
-One shuffle: a message's publish and every delivery of it, on any channel, carry the same body, so
-they meet in the partition of (topic, body_hash), the pair that joins a publish with its deliveries.
-Each task orders its deliveries and writes `deliveries` and `messages` with Arrow compute and numpy,
-in bulk, as the decoding tasks write theirs.
+One exchange: a message's publish and every delivery of it, on any channel, carry the same body, so
+they meet in the bucket of its body hash. The decoding tasks write their deliveries and accepted
+publishes into the buckets' files as they go (``MessageExchange``), and one lifecycle task per bucket
+orders its deliveries and writes `deliveries` and `messages` with Arrow compute and numpy, in bulk.
+The rows never leave Arrow: a Spark shuffle would turn them into the JVM's rows and back, which cost
+~4 s of two cores for the bench trace's 1.5 M rows while the ordering and aggregation take ~1.5 s.
+Like the decoding tasks' tables, the exchange needs the output directory on every executor's file
+system.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark_analysis.connection_tables import DELIVERED_SCHEMA, DELIVERY_FIELDS, TableWriter, codes, prepare_directories
+from spark_analysis.connection_tables import (
+    DELIVERED_SCHEMA,
+    DELIVERY_FIELDS,
+    SCHEMAS,
+    TableWriter,
+    codes,
+    prepare_directories,
+)
 
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 NS_PER_MS = 1_000_000
@@ -61,43 +76,127 @@ MESSAGES_SCHEMA = pa.schema(
         ("state", pa.string()),  # finished | unfinished
     ]
 )
-ROWS_PER_TASK = 400_000  # ~300 MB of a Python worker's memory while it orders and aggregates them
 LIFECYCLE_SCHEMAS = {"deliveries": DELIVERIES_SCHEMA, "messages": MESSAGES_SCHEMA}
+# A bucket's rows are ordered and aggregated in one Arrow table: ~400,000 rows (~300 MB of a Python worker's memory)
+# for the bench tools' 200-byte messages.
+BYTES_PER_BUCKET = 64 << 20
+EXCHANGED_SCHEMAS = {
+    "delivered": DELIVERED_SCHEMA,
+    "published": pa.schema([SCHEMAS["publishes"].field(name) for name in ("topic", "body_hash", "ts_ns", "command")]),
+    # how each connection ended, known once it has: whether it sent CLS (D-15), and when
+    "ends": pa.schema([("conn_id", pa.string()), ("no_cls", pa.bool_()), ("conn_last_ts_ns", pa.int64())]),
+}
+EXCHANGE_ROWS = 1 << 18  # rows a decoding task gathers before it writes them into the buckets
+
+
+def bucket_count(trace_bytes: int, tasks: int) -> int:
+    return max(tasks, -(-trace_bytes // BYTES_PER_BUCKET))
+
+
+class MessageExchange:
+    """One decoding task's side of the exchange (``directory``): ``add`` takes its tables as ``project`` yields
+    them, keeps what the lifecycles need, and writes it, ``EXCHANGE_ROWS`` at a time, one row group per bucket into
+    ``<table>-<bucket>/<part>.parquet``; how its connections ended goes to ``ends/<part>.parquet``."""
+
+    def __init__(self, directory: str, part: str, buckets: int):
+        self.directory, self.part, self.buckets = directory, part, buckets
+        self._gathered: dict[str, list[pa.Table]] = {"delivered": [], "published": []}
+        self._rows = 0
+        self._writers: dict[tuple[str, int], pq.ParquetWriter] = {}
+        self._ends = TableWriter(directory, part, {"ends": EXCHANGED_SCHEMAS["ends"]})
+
+    def add(self, name: str, table: pa.Table) -> None:
+        if name == "events":
+            ended = table.filter(pc.equal(table["kind"], "connection"))
+            if ended.num_rows:
+                facts = ended["connection"].combine_chunks()
+                self._ends.add("ends", pa.table({"conn_id": ended["conn_id"],
+                                                 "no_cls": pc.equal(facts.field("cls"), 0),
+                                                 "conn_last_ts_ns": facts.field("last_ts_ns")}))
+            return
+        if name == "publishes":
+            name, table = "published", table.filter(pc.equal(table["status"], "ok"))
+        elif name != "delivered":
+            return
+        if table.num_rows:
+            self._gathered[name].append(table.select(EXCHANGED_SCHEMAS[name].names))
+            self._rows += table.num_rows
+            if self._rows >= EXCHANGE_ROWS:
+                self._write()
+
+    def _write(self) -> None:
+        for name, tables in self._gathered.items():
+            if not tables:
+                continue
+            rows = pa.concat_tables(tables).cast(EXCHANGED_SCHEMAS[name])
+            bucket = np.mod(rows["body_hash"].to_numpy(), self.buckets)
+            order = np.argsort(bucket, kind="stable")
+            rows, bucket = rows.take(order), bucket[order]
+            bounds = np.searchsorted(bucket, np.arange(self.buckets + 1))
+            for index, (start, stop) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
+                if start < stop:
+                    self._writer(name, index).write_table(rows.slice(start, stop - start))
+            tables.clear()
+        self._rows = 0
+
+    def _writer(self, name: str, bucket: int) -> pq.ParquetWriter:
+        key = (name, bucket)
+        if key not in self._writers:
+            path = os.path.join(self.directory, f"{name}-{bucket:05d}")
+            os.makedirs(path, exist_ok=True)
+            self._writers[key] = pq.ParquetWriter(os.path.join(path, f"{self.part}.parquet"), EXCHANGED_SCHEMAS[name])
+        return self._writers[key]
+
+    def close(self) -> None:
+        self._write()
+        for writer in self._writers.values():
+            writer.close()
+        self._ends.close()
+
+    def __enter__(self) -> MessageExchange:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def prepare_exchange(directory: str) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(os.path.join(directory, "ends"))
+
+
+def _exchanged(directory: str, name: str, bucket: int | None = None) -> pa.Table:
+    """Every decoding task's rows of table ``name`` (in ``bucket``)."""
+    schema = EXCHANGED_SCHEMAS[name]
+    files = glob.glob(os.path.join(directory, name if bucket is None else f"{name}-{bucket:05d}", "*.parquet"))
+    return ds.dataset(files, schema=schema, format="parquet").to_table() if files else schema.empty_table()
 
 
 def tables(
-    written: dict[str, DataFrame], tables_dir: str, materialise: Callable[[str, DataFrame], DataFrame], row_count: int
+    written: dict[str, DataFrame], tables_dir: str, exchange_dir: str, buckets: int,
+    materialise: Callable[[str, DataFrame], DataFrame],
 ) -> dict[str, DataFrame]:
-    """The tables that join connections, from the per-connection ones (``row_count``: their deliveries and
-    publishes); ``materialise(name, frame)`` stores a Spark table and returns it read back."""
+    """The tables that join connections, from the per-connection ones and the exchange the decoding tasks wrote
+    (``exchange_dir``, in ``buckets``); ``materialise(name, frame)`` stores a Spark table and returns it read
+    back."""
     prepare_directories(tables_dir, LIFECYCLE_SCHEMAS)
-    published = written["publishes"].where("status = 'ok'").select("topic", "body_hash", "ts_ns", "command")
-    # how each delivery's connection ended, known once it has: whether it sent CLS (D-15), and when
-    ends = written["events"].where("kind = 'connection'").select(
-        "conn_id", (F.col("connection.cls") == 0).alias("no_cls"),
-        F.col("connection.last_ts_ns").alias("conn_last_ts_ns"))
-    delivered = written["delivered"].join(F.broadcast(ends), "conn_id", "left")
-    rows = delivered.unionByName(published, allowMissingColumns=True)
-    rows_schema = to_arrow_schema(rows.schema)
 
     def lifecycles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
+        ends = _exchanged(exchange_dir, "ends")
+        for batch in batches:
+            for bucket in batch.column("id").to_pylist():
+                delivered = _exchanged(exchange_dir, "delivered", bucket).join(ends, "conn_id", join_type="left outer")
+                delivery = deliveries(delivered)
+                with TableWriter(tables_dir, f"part-{bucket:05d}", LIFECYCLE_SCHEMAS) as writer:
+                    writer.add("deliveries", delivery.select(DELIVERIES_SCHEMA.names))
+                    writer.add("messages", messages(delivery, _exchanged(exchange_dir, "published", bucket)))
+                yield pa.RecordBatch.from_pydict({"deliveries": pa.array([delivery.num_rows], pa.int64())})
 
-        table = pa.Table.from_batches(batches, schema=rows_schema)
-        is_publish = pc.is_valid(table["command"])
-        delivery = deliveries(table.filter(pc.invert(is_publish)))
-        with TableWriter(tables_dir, f"part-{TaskContext.get().partitionId():05d}", LIFECYCLE_SCHEMAS) as writer:
-            writer.add("deliveries", delivery.select(DELIVERIES_SCHEMA.names))
-            writer.add("messages", messages(delivery, table.filter(is_publish)))
-        yield pa.RecordBatch.from_pydict({"deliveries": pa.array([delivery.num_rows], pa.int64())})
-
-    spark = rows.sparkSession
-    # a number of tasks, so that adaptive execution keeps them apart: their input is small for the work; and
-    # enough of them that a task's rows, all in one Arrow table, stay few whatever the trace's size
-    tasks = max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-row_count // ROWS_PER_TASK))
+    spark = written["events"].sparkSession
     with ThreadPoolExecutor(1) as pool:  # a small job beside the big one, to fill the cores' idle moments
         stored = pool.submit(materialise, "connections", connections(written["events"]))
-        rows.repartition(tasks, "topic", "body_hash").mapInArrow(lifecycles, "deliveries BIGINT").collect()
+        spark.range(buckets, numPartitions=buckets).mapInArrow(lifecycles, "deliveries BIGINT").collect()
+        shutil.rmtree(exchange_dir, ignore_errors=True)
         read = {name: spark.read.schema(from_arrow_schema(schema)).parquet(os.path.join(tables_dir, name))
                 for name, schema in LIFECYCLE_SCHEMAS.items()}
         return {**read, "connections": stored.result()}
