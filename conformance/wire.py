@@ -10,6 +10,7 @@ Behaviour IDs (``C-06`` ...) refer to ``nsqd-behavior.md``.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import zlib
@@ -50,7 +51,7 @@ class ProtocolViolation(ValueError):
     The decoder that raised is finished: later ``feed`` calls raise again.
     """
 
-    def __init__(self, reason: str, offset: int = 0, decoded: list | None = None):
+    def __init__(self, reason: str, offset: int = 0, decoded: list | FrameSpans | CommandSpans | None = None):
         super().__init__(f"{reason} (at stream offset {offset})")
         self.reason = reason
         self.offset = offset
@@ -58,11 +59,11 @@ class ProtocolViolation(ValueError):
 
     @property
     def frames(self) -> list[Frame]:
-        return self.decoded
+        return self.decoded.frames() if isinstance(self.decoded, FrameSpans) else self.decoded
 
     @property
     def commands(self) -> list[Command]:
-        return self.decoded
+        return self.decoded.commands() if isinstance(self.decoded, CommandSpans) else self.decoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,43 @@ class Frame:
                     f"ts={self.timestamp} body={_preview(self.body)}")
         name = FRAME_TYPE_NAMES.get(self.frame_type, f"type{self.frame_type}").upper()
         return f"{name} {_preview(self.data)}"
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSpans:
+    """Frames as spans of one bytes object, for a caller that reads their fields in bulk: frame ``i`` is of type
+    ``types[i]`` and its data is ``data[starts[i]:ends[i]]``."""
+
+    data: bytes
+    types: list[int]
+    starts: list[int]
+    ends: list[int]
+
+    def frames(self) -> list[Frame]:
+        data = self.data
+        return [Frame(frame_type, data[start:end])
+                for frame_type, start, end in zip(self.types, self.starts, self.ends, strict=True)]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpans:
+    """Commands as spans of one bytes object, for a caller that reads them in bulk: command ``i``'s line is
+    ``data[starts[i]:newlines[i]]``; it has a body when ``ends[i] > newlines[i] + 1``: ``data[newlines[i] + 5:ends[i]]``
+    after its 4-byte size. ``decoder`` says what a line means (``commands()``)."""
+
+    data: bytes
+    starts: list[int]
+    newlines: list[int]
+    ends: list[int]
+    decoder: CommandLineDecoder
+
+    def command(self, index: int):
+        data, newline, end = self.data, self.newlines[index], self.ends[index]
+        name, *params = self.decoder.split(data[self.starts[index]:newline])
+        return self.decoder.command(name, tuple(params), data[newline + 5:end] if end > newline + 1 else None)
+
+    def commands(self) -> list:
+        return [self.command(index) for index in range(len(self.starts))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,37 +280,53 @@ class FrameDecoder(_StreamDecoder):
         return bool(layers)
 
     def feed(self, data: bytes) -> list[Frame]:
+        return self.feed_spans(data).frames()
+
+    def feed_spans(self, data: bytes) -> FrameSpans:
+        """``feed``'s frames as spans of the bytes they were decoded from (a ProtocolViolation's ``decoded`` too)."""
         self._check_not_failed()
         buffer = self._buffer
         buffer += data
+        types: list[int] = []
+        starts: list[int] = []
+        ends: list[int] = []
         if self.paused:
-            return []
+            return FrameSpans(b"", types, starts, ends)
         view = memoryview(buffer)
         end = len(buffer)
         position = 0
-        frames: list[Frame] = []
+        unpack_header, max_frame_size, pause_at_upgrade = _FRAME_HEADER.unpack_from, self._max_frame_size, \
+            self._pause_at_upgrade
         try:
             while end - position >= 8:
-                size, frame_type = _FRAME_HEADER.unpack_from(view, position)
-                if size < 4 or size > self._max_frame_size:  # C-06: size counts the type field
-                    raise self._fail(f"frame size {size} out of range", position, frames)
+                size, frame_type = unpack_header(view, position)
+                if size < 4 or size > max_frame_size:  # C-06: size counts the type field
+                    raise self._fail(f"frame size {size} out of range", position, self._spans(types, starts, ends))
                 if frame_type not in FRAME_TYPE_NAMES:  # C-07
-                    raise self._fail(f"unknown frame type {frame_type}", position, frames)
-                if end - position < 4 + size:
+                    raise self._fail(f"unknown frame type {frame_type}", position, self._spans(types, starts, ends))
+                frame_end = position + 4 + size
+                if frame_end > end:
                     break
-                frame_data = bytes(view[position + 8:position + 4 + size])
-                if frame_type == FRAME_MESSAGE and len(frame_data) < MESSAGE_HEADER_SIZE:  # C-09
-                    raise self._fail(f"message frame of {len(frame_data)} bytes < 26", position, frames)
-                frames.append(Frame(frame_type, frame_data))
-                position += 4 + size
-                if self._pause_at_upgrade and frame_type == FRAME_RESPONSE and self._switches_after(frame_data):
+                if frame_type == FRAME_MESSAGE and size < 4 + MESSAGE_HEADER_SIZE:  # C-09
+                    raise self._fail(f"message frame of {size - 4} bytes < 26", position,
+                                     self._spans(types, starts, ends))
+                types.append(frame_type)
+                starts.append(position + 8)
+                ends.append(frame_end)
+                position = frame_end
+                if pause_at_upgrade and frame_type == FRAME_RESPONSE and \
+                        self._switches_after(bytes(view[starts[-1]:frame_end])):
                     self.paused = True
                     break
+            return self._spans(types, starts, ends)
         finally:
             view.release()
             del buffer[:position]
             self._consumed += position
-        return frames
+
+    def _spans(self, types: list[int], starts: list[int], ends: list[int]) -> FrameSpans:
+        """The frames decoded so far in this ``feed``, before the buffer gives up their bytes."""
+        return FrameSpans(bytes(self._buffer[:ends[-1]]) if ends else b"", types, starts, ends)
 
 
 class CommandLineDecoder(_StreamDecoder):
@@ -297,52 +351,71 @@ class CommandLineDecoder(_StreamDecoder):
         raise NotImplementedError
 
     def feed(self, data: bytes) -> list:
+        return self.feed_spans(data).commands()
+
+    def feed_spans(self, data: bytes) -> CommandSpans:
+        """``feed``'s commands as spans of the bytes they were decoded from (a ProtocolViolation's ``decoded``
+        too)."""
         self._check_not_failed()
         buffer = self._buffer
         buffer += data
+        starts: list[int] = []
+        newlines: list[int] = []
+        ends: list[int] = []
         if self.paused:
-            return []
+            return CommandSpans(b"", starts, newlines, ends, self)
         position = 0
-        commands: list = []
+        body_first_bytes = self._body_first_bytes
         try:
             if self.magic is None:
                 if len(buffer) < 4:
-                    return commands
+                    return CommandSpans(b"", starts, newlines, ends, self)
                 self.magic = bytes(buffer[:4])
                 position = 4
                 if self.magic != self.MAGIC:  # C-02, C-05; L-TCP-03
-                    raise self._fail(f"bad magic {self.magic!r}", 0, commands)
+                    raise self._fail(f"bad magic {self.magic!r}", 0, self._spans(starts, newlines, ends))
             end = len(buffer)
             while position < end:
                 newline = buffer.find(b"\n", position, position + self._max_line)
                 if newline < 0:
                     if end - position >= self._max_line:  # C-19
                         raise self._fail(f"command line longer than {self._max_line} bytes", position,
-                                         commands)
+                                         self._spans(starts, newlines, ends))
                     break
-                name, *params = self.split(bytes(buffer[position:newline]))
-                body = None
                 next_position = newline + 1
-                if name in self.BODY_COMMANDS:
-                    if end - next_position < 4:
-                        break
-                    (size,) = _I32.unpack_from(buffer, next_position)
-                    if size < 0 or size > self._max_body_size:
-                        raise self._fail(f"{name.decode()} body size {size} out of range", next_position,
-                                         commands)
-                    if end - next_position - 4 < size:
-                        break
-                    body = bytes(buffer[next_position + 4:next_position + 4 + size])
-                    next_position += 4 + size
-                commands.append(self.command(name, tuple(params), body))
+                name = None
+                if buffer[position] in body_first_bytes:  # the line's name is read only where it may have a body
+                    name = self.split(bytes(buffer[position:newline]))[0]
+                    if name in self.BODY_COMMANDS:
+                        if end - next_position < 4:
+                            break
+                        (size,) = _I32.unpack_from(buffer, next_position)
+                        if size < 0 or size > self._max_body_size:
+                            raise self._fail(f"{name.decode()} body size {size} out of range", next_position,
+                                             self._spans(starts, newlines, ends))
+                        if end - next_position - 4 < size:
+                            break
+                        next_position += 4 + size
+                starts.append(position)
+                newlines.append(newline)
+                ends.append(next_position)
                 position = next_position
-                if self._pause_at_upgrade and name == b"IDENTIFY" and upgrades(body, request=True):
+                if self._pause_at_upgrade and name == b"IDENTIFY" and \
+                        upgrades(bytes(buffer[newline + 5:next_position]), request=True):
                     self.paused = True
                     break
+            return self._spans(starts, newlines, ends)
         finally:
             del buffer[:position]
             self._consumed += position
-        return commands
+
+    @functools.cached_property
+    def _body_first_bytes(self) -> frozenset[int]:
+        return frozenset(name[0] for name in self.BODY_COMMANDS)
+
+    def _spans(self, starts: list[int], newlines: list[int], ends: list[int]) -> CommandSpans:
+        """The commands decoded so far in this ``feed``, before the buffer gives up their bytes."""
+        return CommandSpans(bytes(self._buffer[:ends[-1]]) if ends else b"", starts, newlines, ends, self)
 
 
 class CommandDecoder(CommandLineDecoder):

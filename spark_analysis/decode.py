@@ -18,6 +18,7 @@ import re
 import struct
 import zlib
 from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -62,9 +63,10 @@ _RESYNC_WINDOW = 1 << 20  # bytes kept while searching for a resync point
 _DETAIL_LIMIT = 300
 
 
-def body_hash(body: bytes) -> int:
-    value = (zlib.crc32(body) << 32) | zlib.adler32(body)
-    return value - (1 << 64) if value >= 1 << 63 else value
+def body_hashes(bodies: Iterable[bytes]) -> list[int]:
+    """crc32 and adler32 of each body in one signed 64-bit integer: what joins a publish with its deliveries."""
+    crc32, adler32 = zlib.crc32, zlib.adler32
+    return np.fromiter(((crc32(body) << 32) | adler32(body) for body in bodies), np.uint64).view(np.int64).tolist()
 
 
 class _Upgrade:
@@ -280,37 +282,39 @@ class _ServerSide(_V2Walk):
 
     def feed(self, data: bytes):
         try:
-            frames = self.decoder.feed(data)
+            spans = self.decoder.feed_spans(data)
         except wire.ProtocolViolation as exc:
-            self._frames(exc.frames)
+            self._frames(exc.decoded)
             self.violation("frame", exc)
             return
-        self._frames(frames)
+        self._frames(spans)
         if self.decoder.paused:
             self._switch(self.decoder.take_trailing_data())
 
-    def _frames(self, frames):
+    def _frames(self, spans: wire.FrameSpans):
+        """Message frames come by the thousand: a run of them is one batch of rows (``_messages``); the other frames
+        one row each, in place among them."""
+        types = np.array(spans.types, np.int8)
+        others = np.flatnonzero(types != wire.FRAME_MESSAGE).tolist()
         add = self.rows.add
         ts_ns, direction = self.ts_ns, self.direction
-        messages = []
-        for frame in frames:
-            frame_type, data = frame.frame_type, frame.data
-            if frame_type == wire.FRAME_MESSAGE:
-                messages.append(data)
-                self.identify_pending = False  # a subscriber can no longer IDENTIFY (P-ID-01)
-                continue
-            messages = self._messages(messages)  # in place among the other frames
+        data = spans.data
+        run_start = 0
+        for index in others:
+            self._messages(spans, run_start, index)
+            run_start = index + 1
+            frame = wire.Frame(spans.types[index], data[spans.starts[index]:spans.ends[index]])
             if frame.is_heartbeat:
                 since_last = None if self.last_heartbeat_ts_ns is None else ts_ns - self.last_heartbeat_ts_ns
                 self.last_heartbeat_ts_ns = ts_ns
                 add(ts_ns, direction, "frame", "heartbeat", value=since_last)  # C-26
-            elif frame_type == wire.FRAME_RESPONSE:
-                text = data.decode("utf-8", "replace")
+            elif frame.frame_type == wire.FRAME_RESPONSE:
+                text = frame.data.decode("utf-8", "replace")
                 status = None
                 if self.expect_upgrade_ok:
                     status, self.expect_upgrade_ok = "upgrade", False  # ID-30: the OK through the new layer
-                elif self.identify_pending and data.startswith(b"{"):
-                    self._identify_response(data)
+                elif self.identify_pending and frame.data.startswith(b"{"):
+                    self._identify_response(frame.data)
                 add(ts_ns, direction, "frame", "response", detail=text, status=status)
             else:
                 code = frame.error_code
@@ -320,26 +324,32 @@ class _ServerSide(_V2Walk):
                     words = frame.error_text.split(" ")
                     msg_id = words[1] if len(words) > 1 else None
                 add(ts_ns, direction, "frame", "error", code=code, msg_id=msg_id, detail=frame.error_text)
-        self._messages(messages)
+        self._messages(spans, run_start, len(types))
 
-    def _messages(self, frames_data: list[bytes]) -> list[bytes]:
-        """Message frames come by the thousand: one batch of rows for a run of them, their fixed-offset fields
-        (C-09: timestamp, attempts, ID) read for all at once."""
-        if frames_data:
-            headers = np.frombuffer(b"".join(data[: wire.MESSAGE_HEADER_SIZE] for data in frames_data),
-                                    _MESSAGE_HEADER)
-            self.rows.add_many(
-                self.direction,
-                "frame",
-                "message",
-                ts_ns=[self.ts_ns] * len(frames_data),
-                msg_id=[data[10:26].decode("latin-1") for data in frames_data],  # as sent, NULs too
-                attempts=headers["attempts"].tolist(),
-                msg_ts_ns=headers["ts"].tolist(),
-                body_len=[len(data) - wire.MESSAGE_HEADER_SIZE for data in frames_data],
-                body_hash=[body_hash(memoryview(data)[wire.MESSAGE_HEADER_SIZE :]) for data in frames_data],
-            )
-        return []
+    def _messages(self, spans: wire.FrameSpans, first: int, stop: int):
+        """Message frames ``first`` to ``stop`` of ``spans``: their fixed-offset fields (C-09: timestamp, attempts,
+        ID) read for all at once."""
+        if first >= stop:
+            return
+        self.identify_pending = False  # a subscriber can no longer IDENTIFY (P-ID-01)
+        data = spans.data
+        starts, ends = spans.starts[first:stop], spans.ends[first:stop]
+        headers = np.frombuffer(data, np.uint8)[np.array(starts)[:, None] + np.arange(wire.MESSAGE_HEADER_SIZE)]
+        headers = headers.view(_MESSAGE_HEADER).ravel()
+        bodies = memoryview(data)
+        count = stop - first
+        self.rows.add_many(
+            self.direction,
+            "frame",
+            "message",
+            ts_ns=[self.ts_ns] * count,
+            msg_id=[data[start + 10:start + 26].decode("latin-1") for start in starts],  # as sent, NULs too
+            attempts=headers["attempts"].tolist(),
+            msg_ts_ns=headers["ts"].tolist(),
+            body_len=(np.array(ends) - np.array(starts) - wire.MESSAGE_HEADER_SIZE).tolist(),
+            body_hash=body_hashes(bodies[start + wire.MESSAGE_HEADER_SIZE:end]
+                                  for start, end in zip(starts, ends, strict=True)),
+        )
 
     def _identify_response(self, data: bytes):
         self.identify_pending = False
@@ -406,80 +416,91 @@ class _ClientSide(_V2Walk, CommandWalk):
             ts_ns=[self.ts_ns] * len(bodies),
             topic=[topic] * len(bodies),
             body_len=[len(body) for body in bodies],
-            body_hash=[body_hash(body) for body in bodies],
+            body_hash=body_hashes(bodies),
             value=[defer] * len(bodies),
         )
 
-    def _commands(self, commands):
+    def _commands(self, spans: wire.CommandSpans):
+        """FINs come by the thousand: a run of them is one batch of rows, their IDs read where the lines are
+        ``FIN <16 bytes>``; the other commands one row each, in place among them."""
+        starts, newlines = np.array(spans.starts, np.int64), np.array(spans.newlines, np.int64)
+        fins = np.zeros(len(starts), bool)
+        plain = np.flatnonzero(newlines - starts == 20)  # "FIN ", an ID of 16 bytes, no space, no "\r" (C-14)
+        if len(plain):
+            lines = np.frombuffer(spans.data, np.uint8)[starts[plain, None] + np.arange(20)]
+            fins[plain] = ((lines[:, :4] == np.frombuffer(b"FIN ", np.uint8)).all(axis=1)
+                           & (lines[:, 4:] != ord(" ")).all(axis=1) & (lines[:, 19] != ord("\r")))
+        run_start = 0
+        for index in np.flatnonzero(~fins).tolist():
+            self._fins(spans, run_start, index)
+            run_start = index + 1
+            self._command(spans.command(index))
+        self._fins(spans, run_start, len(starts))
+
+    def _fins(self, spans: wire.CommandSpans, first: int, stop: int):
+        if first < stop:
+            data = spans.data
+            self.rows.add_many(self.direction, "command", "FIN", ts_ns=[self.ts_ns] * (stop - first),
+                               msg_id=[data[start + 4:start + 20].decode("latin-1")
+                                       for start in spans.starts[first:stop]])
+
+    def _command(self, command: wire.Command):
         add = self.rows.add
         ts_ns, direction = self.ts_ns, self.direction
-        fins = []
-        for command in commands:
-            name = command.name.decode("latin-1")
-            params = command.params
-            first = params[0].decode("latin-1") if params else None
-            if name == "FIN":
-                fins.append(first)
-                continue
-            fins = self._fins(fins)  # in place among the other commands
-            if name == "TOUCH":
-                add(ts_ns, direction, "command", name, msg_id=first)
-            elif name == "REQ":
-                add(ts_ns, direction, "command", name, msg_id=first, value=_integer(params[1:2]))
-            elif name == "RDY":
-                # P-RDY-05: no parameter means 1, an empty one means 0.
-                add(
-                    ts_ns,
-                    direction,
-                    "command",
-                    name,
-                    value=1 if not params else _integer(params[:1], empty=0),
-                )
-            elif name == "SUB":
-                second = params[1].decode("latin-1") if len(params) > 1 else None
-                if self.subscription[1] is None:
-                    self.subscription = (first, second)
-                add(ts_ns, direction, "command", name, topic=first, channel=second)
-            elif name in ("PUB", "DPUB"):
-                body = command.body or b""
-                defer = _integer(params[1:2]) if name == "DPUB" else None
-                add(ts_ns, direction, "command", name, topic=first, body_len=len(body), value=defer)
-                self._publish(name, first, [body], defer)
-            elif name == "MPUB":
-                try:
-                    messages = command.messages
-                except wire.ProtocolViolation as exc:
-                    messages = []
-                    add(ts_ns, direction, "error", "mpub_body_invalid", topic=first, detail=exc.reason)
-                add(
-                    ts_ns,
-                    direction,
-                    "command",
-                    name,
-                    topic=first,
-                    value=len(messages),
-                    body_len=len(command.body or b""),
-                )
-                self._publish(name, first, messages)
-            elif name == "IDENTIFY":
-                if not self.identify:
-                    self.identify = json_object(command.body)
-                add(ts_ns, direction, "command", name, detail=(command.body or b"").decode("utf-8", "replace"))
-            else:
-                add(
-                    ts_ns,
-                    direction,
-                    "command",
-                    name,
-                    detail=" ".join(p.decode("latin-1") for p in params) or None,
-                )
-        self._fins(fins)
-
-    def _fins(self, msg_ids: list[str]) -> list[str]:
-        """FINs come by the thousand: one batch of rows for a run of them."""
-        if msg_ids:
-            self.rows.add_many(self.direction, "command", "FIN", ts_ns=[self.ts_ns] * len(msg_ids), msg_id=msg_ids)
-        return []
+        name = command.name.decode("latin-1")
+        params = command.params
+        first = params[0].decode("latin-1") if params else None
+        if name in ("FIN", "TOUCH"):
+            add(ts_ns, direction, "command", name, msg_id=first)
+        elif name == "REQ":
+            add(ts_ns, direction, "command", name, msg_id=first, value=_integer(params[1:2]))
+        elif name == "RDY":
+            # P-RDY-05: no parameter means 1, an empty one means 0.
+            add(
+                ts_ns,
+                direction,
+                "command",
+                name,
+                value=1 if not params else _integer(params[:1], empty=0),
+            )
+        elif name == "SUB":
+            second = params[1].decode("latin-1") if len(params) > 1 else None
+            if self.subscription[1] is None:
+                self.subscription = (first, second)
+            add(ts_ns, direction, "command", name, topic=first, channel=second)
+        elif name in ("PUB", "DPUB"):
+            body = command.body or b""
+            defer = _integer(params[1:2]) if name == "DPUB" else None
+            add(ts_ns, direction, "command", name, topic=first, body_len=len(body), value=defer)
+            self._publish(name, first, [body], defer)
+        elif name == "MPUB":
+            try:
+                messages = command.messages
+            except wire.ProtocolViolation as exc:
+                messages = []
+                add(ts_ns, direction, "error", "mpub_body_invalid", topic=first, detail=exc.reason)
+            add(
+                ts_ns,
+                direction,
+                "command",
+                name,
+                topic=first,
+                value=len(messages),
+                body_len=len(command.body or b""),
+            )
+            self._publish(name, first, messages)
+        elif name == "IDENTIFY":
+            if not self.identify:
+                self.identify = json_object(command.body)
+            add(ts_ns, direction, "command", name, detail=(command.body or b"").decode("utf-8", "replace"))
+        else:
+            add(
+                ts_ns,
+                direction,
+                "command",
+                name,
+                detail=" ".join(p.decode("latin-1") for p in params) or None,
+            )
 
 
 def _integer(params, empty=None):
@@ -492,10 +513,12 @@ def _integer(params, empty=None):
 
 
 def _label_subscription(rows: Rows, topic: str, channel: str):
+    """What happens on a subscribed connection is its subscription's: its frames, the commands that act on them."""
     c = rows.columns
-    for index, kind in enumerate(c["kind"]):
-        if kind in ("frame", "gap", "violation", "inflight") or (
-            kind == "command" and c["name"][index] not in ("PUB", "MPUB", "DPUB", "SUB")
-        ):
-            c["topic"][index] = topic
-            c["channel"][index] = channel
+    kind, name = np.array(c["kind"], object), np.array(c["name"], object)
+    labelled = (kind == "frame") | (kind == "gap") | (kind == "violation") | (kind == "inflight") | (
+        (kind == "command") & (name != "PUB") & (name != "MPUB") & (name != "DPUB") & (name != "SUB"))
+    for column, label in (("topic", topic), ("channel", channel)):
+        values = np.array(c[column], object)
+        values[labelled] = label
+        c[column][:] = values.tolist()

@@ -42,7 +42,7 @@ class _Commands(CommandWalk):
         self.identify_body: str | None = None
 
     def _commands(self, commands):
-        for command in commands:
+        for command in commands.commands():
             name = command.name.decode("latin-1")
             params = [param.decode("latin-1") for param in command.params]
             if name == "IDENTIFY":

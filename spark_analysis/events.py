@@ -331,8 +331,8 @@ class StreamWalk:
 
 class CommandWalk(StreamWalk):
     """A client's direction: ``decoder`` (a ``wire.CommandLineDecoder``: V2's or V1's) after the protocol's magic,
-    its commands handed to ``_commands``; caught mid-stream, decoded as if the magic had been sent. A decoder that
-    pauses at an upgrade hands the bytes after it to ``_switch``."""
+    its commands handed to ``_commands`` as spans; caught mid-stream, decoded as if the magic had been sent. A decoder
+    that pauses at an upgrade hands the bytes after it to ``_switch``."""
 
     direction = "c2s"
     command_start: re.Pattern[bytes]  # where a command line may start: the resync point
@@ -352,9 +352,9 @@ class CommandWalk(StreamWalk):
 
     def feed(self, data: bytes):
         try:
-            commands = self.decoder.feed(data)
+            commands = self.decoder.feed_spans(data)
         except wire.ProtocolViolation as exc:
-            self._commands(exc.commands)
+            self._commands(exc.decoded)
             if self.decoder.magic is not None and self.decoder.magic != self.decoder.MAGIC:  # C-02, L-TCP-03
                 self.rows.add(self.ts_ns, self.direction, "error", "bad_magic", detail=repr(self.decoder.magic),
                               stream_offset=0)
@@ -366,7 +366,7 @@ class CommandWalk(StreamWalk):
         if self.decoder.paused:
             self._switch(self.decoder.take_trailing_data())
 
-    def _commands(self, commands):
+    def _commands(self, commands: wire.CommandSpans):
         raise NotImplementedError
 
     def _switch(self, rest: bytes):

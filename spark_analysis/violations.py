@@ -94,33 +94,37 @@ class ConnectionChecks:
         kind = np.array(c["kind"], object)
         checked = (kind == "command") | (kind == "frame")  # a producer's publish rows are a third of its rows
         order = order[checked[order]].tolist()
-        in_flight, expiries, delivered = self.in_flight, self.expiries, self.delivered
+        in_flight, expiries, delivered, rdy_history = self.in_flight, self.expiries, self.delivered, self.rdy_history
         msg_timeout_ns, heartbeat_ms, buckets = self.msg_timeout_ns, self.heartbeat_ms, self.buckets
         found = []
         timestamps, kinds, names, values, statuses, msg_ids, codes = (
             c[column] for column in ("ts_ns", "kind", "name", "value", "status", "msg_id", "code")
         )
+        # the most in flight in the current second, kept in locals: a consumer's rows are half deliveries
+        second, peak = None, 0
         for index in order:
-            ts, kind, name = timestamps[index], kinds[index], names[index]
-            if kind == "command":
+            ts, name = timestamps[index], names[index]
+            if kinds[index] == "command":
                 self.last_command_ts = ts
-                if name == "RDY" and values[index] is not None:
-                    self.rdy_history.append((ts, values[index]))
+                if name == "FIN" or name == "REQ":
+                    if statuses[index] == "ok":
+                        in_flight.pop(msg_ids[index], None)
+                    elif name == "FIN" and statuses[index] == "failed" and not self._ever_delivered(msg_ids[index]):
+                        found.append((ts, "P-FIN-04", "client: FIN of a message ID never delivered on this connection"))
+                elif name == "RDY" and values[index] is not None:
+                    rdy_history.append((ts, values[index]))
                 elif name == "CLS":
-                    self.rdy_history.append((ts, 0))  # D-04: CLS sets RDY to 0
-                elif name in ("FIN", "REQ") and statuses[index] == "ok":
-                    in_flight.pop(msg_ids[index], None)
+                    rdy_history.append((ts, 0))  # D-04: CLS sets RDY to 0
                 elif name == "TOUCH" and msg_ids[index] in in_flight:
                     in_flight[msg_ids[index]] = ts + msg_timeout_ns  # P-TOUCH-04
                     expiries.append((ts + msg_timeout_ns, msg_ids[index]))
-                elif name == "FIN" and statuses[index] == "failed" and not self._ever_delivered(msg_ids[index]):
-                    found.append((ts, "P-FIN-04", "client: FIN of a message ID never delivered on this connection"))
-            elif kind == "frame" and name == "message":
+                continue
+            if name == "message":
                 while expiries and expiries[0][0] <= ts:
                     deadline, msg_id = expiries.popleft()
                     if in_flight.get(msg_id) == deadline:
                         del in_flight[msg_id]  # D-11: timed out
-                rdy = self._effective_rdy(ts)
+                rdy = rdy_history[0][1] if len(rdy_history) == 1 else self._effective_rdy(ts)
                 if len(in_flight) >= rdy:
                     found.append((ts, "D-01", f"server: delivery with {len(in_flight)} in flight and RDY {rdy}"))
                 msg_id = msg_ids[index]
@@ -130,9 +134,13 @@ class ConnectionChecks:
                     self.expiries = expiries = deque(
                         entry for entry in expiries if in_flight.get(entry[1]) == entry[0])
                 delivered.add(msg_id)
-                second = ts // NS_PER_S
-                buckets[second] = max(buckets.get(second, 0), len(in_flight))
-            elif kind == "frame" and name == "heartbeat":
+                if ts // NS_PER_S != second:
+                    if second is not None:
+                        buckets[second] = max(buckets.get(second, 0), peak)
+                    second, peak = ts // NS_PER_S, 0
+                if len(in_flight) > peak:
+                    peak = len(in_flight)
+            elif name == "heartbeat":
                 last_heartbeat = self.last_heartbeat
                 if (
                     last_heartbeat is not None
@@ -148,11 +156,13 @@ class ConnectionChecks:
                         )
                     )
                 self.last_heartbeat = ts
-            elif kind == "frame" and name == "error" and codes[index] not in ID_ERRORS:
+            elif name == "error" and codes[index] not in ID_ERRORS:
                 self.fatal_error_ts = self.fatal_error_ts or ts
-            elif kind == "frame" and self.fatal_error_ts is not None and ts - self.fatal_error_ts > NS_PER_S:
+            elif self.fatal_error_ts is not None and ts - self.fatal_error_ts > NS_PER_S:
                 found.append((ts, "C-23", "server: kept sending after a fatal error frame"))
                 self.fatal_error_ts = None
+        if second is not None:
+            buckets[second] = max(buckets.get(second, 0), peak)
         self.last_ts = max(self.last_ts, max(timestamps, default=0))
         if delivered:
             self.delivered_before.append(np.sort(np.fromiter(map(hash, delivered), np.int64, len(delivered))))
