@@ -18,7 +18,6 @@ import re
 import struct
 import zlib
 from collections import Counter
-from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -63,10 +62,12 @@ _RESYNC_WINDOW = 1 << 20  # bytes kept while searching for a resync point
 _DETAIL_LIMIT = 300
 
 
-def body_hashes(bodies: Iterable[bytes]) -> list[int]:
+def body_hashes(bodies: list) -> list[int]:
     """crc32 and adler32 of each body in one signed 64-bit integer: what joins a publish with its deliveries."""
-    crc32, adler32 = zlib.crc32, zlib.adler32
-    return np.fromiter(((crc32(body) << 32) | adler32(body) for body in bodies), np.uint64).view(np.int64).tolist()
+    count = len(bodies)
+    crc = np.fromiter(map(zlib.crc32, bodies), np.uint64, count)
+    adler = np.fromiter(map(zlib.adler32, bodies), np.uint64, count)
+    return ((crc << np.uint64(32)) | adler).view(np.int64).tolist()
 
 
 class _Upgrade:
@@ -134,14 +135,14 @@ class ConnectionDecoder:
         if decode_v1.is_lookupd(conn):
             self.protocol = "lookupd"
             self.walks = decode_v1.walks(conn)
-            self.pairing = AnswerPairing(lambda name: True)  # every V1 command gets one reply, in order (L-TCP-02)
+            self.pairing = AnswerPairing(None)  # every V1 command gets one reply, in order (L-TCP-02)
             return
         # NSQ: the V2 magic (C-01), a known port, or a server that answers in NSQ frames (E_BAD_PROTOCOL
         # after a bad magic, C-02; any frames when the capture started mid-connection).
         if self.magic == wire.MAGIC_V2 or conn.server[1] in self.nsq_ports or _looks_like_nsq(conn.s2c):
             self.protocol = "nsq"
             self.walks = [_ServerSide(conn.s2c, self.upgrade), _ClientSide(conn.c2s, self.upgrade)]
-            self.pairing = AnswerPairing(ANSWERED_COMMANDS.__contains__)
+            self.pairing = AnswerPairing(ANSWERED_COMMANDS)
         else:
             self.protocol = "other"
 
@@ -155,7 +156,8 @@ class ConnectionDecoder:
             if self.checks is None:
                 self.checks = ConnectionChecks(client.identify, self.upgrade.identify)
                 self.settlements = Settlements(self.checks.msg_timeout_ns)
-            findings, in_flight = self.checks.run(rows.columns, rows.time_order(), last)
+            checked = rows.is_in("kind", "command", "frame")
+            findings, in_flight = self.checks.run(rows.columns, rows.time_order(), checked, last)
             for finding in findings:
                 rows.add(finding.ts_ns, "conn", "violation", finding.requirement, detail=finding.detail)
             for second, count in sorted(in_flight.items()):
@@ -334,9 +336,10 @@ class _ServerSide(_V2Walk):
         self.identify_pending = False  # a subscriber can no longer IDENTIFY (P-ID-01)
         data = spans.data
         starts, ends = spans.starts[first:stop], spans.ends[first:stop]
-        headers = np.frombuffer(data, np.uint8)[np.array(starts)[:, None] + np.arange(wire.MESSAGE_HEADER_SIZE)]
+        header_starts = np.array(starts)
+        headers = np.frombuffer(data, np.uint8)[header_starts[:, None] + np.arange(wire.MESSAGE_HEADER_SIZE)]
         headers = headers.view(_MESSAGE_HEADER).ravel()
-        bodies = memoryview(data)
+        body_starts = (header_starts + wire.MESSAGE_HEADER_SIZE).tolist()
         count = stop - first
         self.rows.add_many(
             self.direction,
@@ -346,9 +349,8 @@ class _ServerSide(_V2Walk):
             msg_id=[data[start + 10:start + 26].decode("latin-1") for start in starts],  # as sent, NULs too
             attempts=headers["attempts"].tolist(),
             msg_ts_ns=headers["ts"].tolist(),
-            body_len=(np.array(ends) - np.array(starts) - wire.MESSAGE_HEADER_SIZE).tolist(),
-            body_hash=body_hashes(bodies[start + wire.MESSAGE_HEADER_SIZE:end]
-                                  for start, end in zip(starts, ends, strict=True)),
+            body_len=(np.array(ends) - header_starts - wire.MESSAGE_HEADER_SIZE).tolist(),
+            body_hash=body_hashes(list(map(memoryview(data).__getitem__, map(slice, body_starts, ends)))),
         )
 
     def _identify_response(self, data: bytes):
@@ -515,9 +517,8 @@ def _integer(params, empty=None):
 def _label_subscription(rows: Rows, topic: str, channel: str):
     """What happens on a subscribed connection is its subscription's: its frames, the commands that act on them."""
     c = rows.columns
-    kind, name = np.array(c["kind"], object), np.array(c["name"], object)
-    labelled = (kind == "frame") | (kind == "gap") | (kind == "violation") | (kind == "inflight") | (
-        (kind == "command") & (name != "PUB") & (name != "MPUB") & (name != "DPUB") & (name != "SUB"))
+    labelled = rows.is_in("kind", "frame", "gap", "violation", "inflight") | (
+        rows.is_in("kind", "command") & ~rows.is_in("name", "PUB", "MPUB", "DPUB", "SUB"))
     for column, label in (("topic", topic), ("channel", channel)):
         values = np.array(c[column], object)
         values[labelled] = label

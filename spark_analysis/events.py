@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from conformance import wire
 from spark_analysis.reassembly import Connection, Gap, Stream
@@ -87,6 +87,7 @@ class Rows:
         self._batches: list[tuple[int, str, str, str, dict[str, list], bool]] = []  # add_many's, after n tuples
         self.published: list[tuple[int, int, int]] = []  # rows [start, stop) published by the command row
         self._order: np.ndarray | None = None
+        self._labels: dict[str, pa.Array] = {}
 
     def add(
         self,
@@ -162,6 +163,16 @@ class Rows:
             self._merge()
         return self._columns
 
+    def is_in(self, column: str, *values: str) -> np.ndarray:
+        """Which rows' ``column`` (kind, name or direction: set when a row is added, never changed) is one of
+        ``values``: Arrow's kernels over the column, converted once per window and count of rows."""
+        c = self.columns
+        labels = self._labels.get(column)
+        if labels is None or len(labels) != len(c["ts_ns"]):  # rows only grow: the same count, the same rows
+            labels = self._labels[column] = pa.array(c[column], pa.string())
+        found = pc.is_in(labels, value_set=pa.array(values, pa.string()))
+        return pc.fill_null(found, False).to_numpy(zero_copy_only=False)
+
     def time_order(self) -> np.ndarray:
         """Row indices by capture time; at the same instant a client's row before the server's (an answer follows
         its command), then in decode order."""
@@ -169,7 +180,7 @@ class Rows:
         count = len(c["ts_ns"])
         if self._order is None or len(self._order) != count:  # rows only grow: the same count, the same rows
             ts = np.fromiter(c["ts_ns"], np.int64, count)
-            from_server = np.fromiter((direction != "c2s" for direction in c["direction"]), bool, count)
+            from_server = ~self.is_in("direction", "c2s")
             self._order = np.lexsort((from_server, ts))  # stable: ties keep decode order
         return self._order
 
@@ -389,23 +400,25 @@ class AnswerPairing:
     A command still unanswered when its window is released stays unanswered: its answer would come more than a
     window of the connection's bytes later."""
 
-    def __init__(self, answered: Callable[[str], bool]):
-        self.answered = answered
+    def __init__(self, answered: frozenset[str] | None):
+        self.answered = answered  # the commands answered in order; None: every one
         self.waiting: deque[tuple[Rows, int]] = deque()
         self.previous: Rows | None = None
 
     def pair(self, rows: Rows):
         c = rows.columns
-        kind, name, direction = (np.array(c[column], object) for column in ("kind", "name", "direction"))
-        commands, frames = kind == "command", kind == "frame"
-        by_id_commands = commands & np.isin(name, ["FIN", "REQ", "TOUCH"])
+        commands, frames = rows.is_in("kind", "command"), rows.is_in("kind", "frame")
+        by_id_commands = commands & rows.is_in("name", "FIN", "REQ", "TOUCH")
         status = c["status"]
         for index in np.flatnonzero(by_id_commands).tolist():
             status[index] = "ok"
-        id_errors = frames & (name == "error") & np.isin(np.array(c["code"], object), list(ID_ERRORS))
-        answered_commands = commands & np.fromiter((self.answered(verb) for verb in name), bool, len(name))
-        server_gaps = (kind == "gap") & (direction == "s2c")
-        walked = answered_commands | (frames & np.isin(name, ["response", "error"]) & ~id_errors) | server_gaps
+        errors = frames & rows.is_in("name", "error")
+        id_errors = np.zeros(len(errors), bool)
+        id_errors[errors] = np.isin(np.array(c["code"], object)[errors], list(ID_ERRORS))
+        answered_commands = commands & (rows.is_in("name", *self.answered) if self.answered else True)
+        server_gaps = rows.is_in("kind", "gap") & rows.is_in("direction", "s2c")
+        walked = answered_commands | (frames & rows.is_in("name", "response", "error") & ~id_errors) | server_gaps
+        name = c["name"]
         order = rows.time_order()
         waiting = self.waiting
         for index in order[walked[order]].tolist():

@@ -88,11 +88,11 @@ class ConnectionChecks:
                 return True
         return False
 
-    def run(self, c: dict[str, list], order: np.ndarray, last: bool) -> tuple[list[Finding], dict[int, int]]:
-        """The findings on a window's rows (``c``: its columns, ``order``: its rows by time), and the most messages
-        in flight per second of the seconds it completed (all of them when it is the ``last``)."""
-        kind = np.array(c["kind"], object)
-        checked = (kind == "command") | (kind == "frame")  # a producer's publish rows are a third of its rows
+    def run(self, c: dict[str, list], order: np.ndarray, checked: np.ndarray,
+            last: bool) -> tuple[list[Finding], dict[int, int]]:
+        """The findings on a window's rows (``c``: its columns, ``order``: its rows by time, of which the ``checked``
+        ones, commands and frames: a producer's publish rows are a third of its rows), and the most messages in
+        flight per second of the seconds it completed (all of them when it is the ``last``)."""
         order = order[checked[order]].tolist()
         in_flight, expiries, delivered, rdy_history = self.in_flight, self.expiries, self.delivered, self.rdy_history
         msg_timeout_ns, heartbeat_ms, buckets = self.msg_timeout_ns, self.heartbeat_ms, self.buckets
