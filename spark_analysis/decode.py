@@ -296,8 +296,8 @@ class _ServerSide(_V2Walk):
     def _frames(self, spans: wire.FrameSpans):
         """Message frames come by the thousand: a run of them is one batch of rows (``_messages``); the other frames
         one row each, in place among them."""
-        types = np.array(spans.types, np.int8)
-        others = np.flatnonzero(types != wire.FRAME_MESSAGE).tolist()
+        types = spans.types
+        others = [index for index, frame_type in enumerate(types) if frame_type != wire.FRAME_MESSAGE]
         add = self.rows.add
         ts_ns, direction = self.ts_ns, self.direction
         data = spans.data
@@ -336,10 +336,9 @@ class _ServerSide(_V2Walk):
         self.identify_pending = False  # a subscriber can no longer IDENTIFY (P-ID-01)
         data = spans.data
         starts, ends = spans.starts[first:stop], spans.ends[first:stop]
-        header_starts = np.array(starts)
-        headers = np.frombuffer(data, np.uint8)[header_starts[:, None] + np.arange(wire.MESSAGE_HEADER_SIZE)]
-        headers = headers.view(_MESSAGE_HEADER).ravel()
-        body_starts = (header_starts + wire.MESSAGE_HEADER_SIZE).tolist()
+        header_size = wire.MESSAGE_HEADER_SIZE
+        headers = np.frombuffer(b"".join([data[start:start + header_size] for start in starts]), _MESSAGE_HEADER)
+        body_starts = [start + header_size for start in starts]
         count = stop - first
         self.rows.add_many(
             self.direction,
@@ -349,7 +348,7 @@ class _ServerSide(_V2Walk):
             msg_id=[data[start + 10:start + 26].decode("latin-1") for start in starts],  # as sent, NULs too
             attempts=headers["attempts"].tolist(),
             msg_ts_ns=headers["ts"].tolist(),
-            body_len=(np.array(ends) - header_starts - wire.MESSAGE_HEADER_SIZE).tolist(),
+            body_len=[end - start for start, end in zip(body_starts, ends, strict=True)],
             body_hash=body_hashes(list(map(memoryview(data).__getitem__, map(slice, body_starts, ends)))),
         )
 
@@ -424,20 +423,18 @@ class _ClientSide(_V2Walk, CommandWalk):
 
     def _commands(self, spans: wire.CommandSpans):
         """FINs come by the thousand: a run of them is one batch of rows, their IDs read where the lines are
-        ``FIN <16 bytes>``; the other commands one row each, in place among them."""
-        starts, newlines = np.array(spans.starts, np.int64), np.array(spans.newlines, np.int64)
-        fins = np.zeros(len(starts), bool)
-        plain = np.flatnonzero(newlines - starts == 20)  # "FIN ", an ID of 16 bytes, no space, no "\r" (C-14)
-        if len(plain):
-            lines = np.frombuffer(spans.data, np.uint8)[starts[plain, None] + np.arange(20)]
-            fins[plain] = ((lines[:, :4] == np.frombuffer(b"FIN ", np.uint8)).all(axis=1)
-                           & (lines[:, 4:] != ord(" ")).all(axis=1) & (lines[:, 19] != ord("\r")))
+        ``FIN <16 bytes>`` (no space in the ID, no "\\r" before the newline: C-14, C-15); the other commands one row
+        each, in place among them."""
+        data = spans.data
         run_start = 0
-        for index in np.flatnonzero(~fins).tolist():
+        for index, (start, newline) in enumerate(zip(spans.starts, spans.newlines, strict=True)):
+            if newline - start == 20 and data.startswith(b"FIN ", start) and data.find(b" ", start + 4, newline) < 0 \
+                    and data[newline - 1] != 13:
+                continue
             self._fins(spans, run_start, index)
             run_start = index + 1
             self._command(spans.command(index))
-        self._fins(spans, run_start, len(starts))
+        self._fins(spans, run_start, len(spans.starts))
 
     def _fins(self, spans: wire.CommandSpans, first: int, stop: int):
         if first < stop:
