@@ -72,7 +72,7 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
     # Read once: the placement sizes the flows, then the tasks decode them.
     packet_frame = packet_frame.persist()
     placed, trace_bytes = _placed_by_size(packet_frame)
-    buckets = lifecycle.bucket_count(trace_bytes, int(placed.sparkSession.conf.get("spark.sql.shuffle.partitions")))
+    buckets = lifecycle.bucket_count(trace_bytes)
 
     def decode_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext

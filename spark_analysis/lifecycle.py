@@ -89,8 +89,9 @@ EXCHANGED_SCHEMAS = {
 EXCHANGE_ROWS = 1 << 18  # rows a decoding task gathers before it writes them into the buckets
 
 
-def bucket_count(trace_bytes: int, tasks: int) -> int:
-    return max(tasks, -(-trace_bytes // BYTES_PER_BUCKET))
+def bucket_count(trace_bytes: int) -> int:
+    """One bucket per BYTES_PER_BUCKET of the trace: a small trace's lifecycles are one task, not one per core."""
+    return max(1, -(-trace_bytes // BYTES_PER_BUCKET))
 
 
 class MessageExchange:
