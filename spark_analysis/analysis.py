@@ -110,11 +110,34 @@ def _placed_by_size(packet_frame: DataFrame) -> tuple[DataFrame, int]:
         loads[task_of[flow]] += size
     # Spark hashes a key to the task pmod(hash(key), tasks): one key per task, chosen so that it lands there.
     keys = {}
-    for key, task in spark.range(64 * tasks).select("id", F.pmod(F.hash("id"), F.lit(tasks))).collect():
-        keys.setdefault(task, key)
+    for key in range(64 * tasks):
+        keys.setdefault(spark_hash_long(key) % tasks, key)
     placement = spark.createDataFrame([(flow, keys[task]) for flow, task in task_of.items()],
                                       "flow STRING, task BIGINT")
     return packet_frame.join(F.broadcast(placement), "flow", "left").repartition(tasks, "task"), sum(loads)
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def spark_hash_long(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of a BIGINT, the one its hash partitioning uses (Murmur3 x86 32-bit of the value's two
+    halves, seed 42), as a signed 32-bit integer: computed here, it costs no Spark job."""
+
+    def rotated(x: int, bits: int) -> int:
+        return ((x << bits) | (x >> (32 - bits))) & _MASK32
+
+    h1 = seed
+    for half in (value & _MASK32, (value >> 32) & _MASK32):
+        k1 = rotated(half * 0xCC9E2D51 & _MASK32, 15) * 0x1B873593 & _MASK32
+        h1 = (rotated(h1 ^ k1, 13) * 5 + 0xE6546B64) & _MASK32
+    h1 ^= 8
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & _MASK32
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & _MASK32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
 def _flows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str | None, Iterator[pa.RecordBatch]]]:
