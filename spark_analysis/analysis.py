@@ -8,12 +8,14 @@ Data flows one way:
          reassembly (reassembly.py) handing out a connection in windows of ``window_bytes``, NSQ decoding
          (decode.py) and per-connection checks (violations.py) carrying their state from window to window -> the
          events and the tables each connection makes alone (connection_tables.py), written as Parquet by the task
-         itself, window by window
-      -> the tables that join connections, and summary.json, with DataFrame operations (lifecycle.py, summary.py)
+         itself, window by window, and its deliveries and publishes into the lifecycles' buckets by body hash
+      -> one task per bucket: message lifecycles (lifecycle.py); the connections table and summary.json with
+         DataFrame operations (lifecycle.py, summary.py)
 
 Connections spanning several files meet in the shuffle: the reader keeps no state across files.
-Shuffling offsets instead of payloads, and the tasks writing their tables, need the capture files and the output
-directory on every executor's file system (local mode, or a shared file system on a cluster).
+Shuffling offsets instead of payloads, and the tasks writing their tables and the lifecycles' buckets, need the
+capture files and the output directory on every executor's file system (local mode, or a shared file system on a
+cluster).
 """
 
 from __future__ import annotations
