@@ -243,12 +243,10 @@ class TableWriter:
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._buffered: dict[str, list[pa.Table]] = {name: [] for name in schemas}
         self._buffered_rows = dict.fromkeys(schemas, 0)
-        self.rows = dict.fromkeys(schemas, 0)  # added to each table
 
     def add(self, name: str, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        self.rows[name] += table.num_rows
         self._buffered[name].append(table)
         self._buffered_rows[name] += table.num_rows
         if self._buffered_rows[name] >= ROW_GROUP_ROWS:

@@ -58,8 +58,6 @@ _COMMAND_START = re.compile(rb"(?:^|(?<=\n))(?:" + b"|".join(VERBS) + rb")(?:[ \
 _FRAME_TYPE_FIELD = re.compile(rb"\x00\x00\x00[\x00\x01\x02]")
 _HEX_ID = re.compile(rb"[0-9a-f]{16}\Z")
 _KNOWN_RESPONSES = (b"OK", wire.HEARTBEAT, b"CLOSE_WAIT")
-_RESYNC_WINDOW = 1 << 20  # bytes kept while searching for a resync point
-_DETAIL_LIMIT = 300
 
 
 def body_hashes(bodies: list) -> list[int]:

@@ -246,7 +246,7 @@ class StreamWalk:
     def walk(self, rows: Rows):
         """This window's pieces of the stream, their events into ``rows``."""
         self.rows = rows
-        for piece in self.stream.pieces():
+        for piece in self.stream.window_pieces:
             if isinstance(piece, Gap):
                 self._gap(piece)
                 continue

@@ -56,7 +56,8 @@ class Stream:
     """One direction: the pieces of the current window, what the capture showed of it so far, and what it holds
     for the windows to come."""
 
-    window_pieces: list[tuple[int, bytes, int] | Gap] = field(default_factory=list)  # this window's pieces, in order
+    # this window: (offset, data, ts_ns) chunks and Gaps, in stream order
+    window_pieces: list[tuple[int, bytes, int] | Gap] = field(default_factory=list)
     syn_seen: bool = False
     fin_ts_ns: int | None = None
     retransmitted_bytes: int = 0
@@ -72,10 +73,6 @@ class Stream:
     _latest: int = 0
     _arrivals: int = 0
     _fins: list[tuple[int, int, int]] = field(default_factory=list)  # (seq, payload length, ts)
-
-    def pieces(self) -> list[tuple[int, bytes, int] | Gap]:
-        """This window's chunks and gaps in stream order: ``(offset, data, ts_ns)`` or a ``Gap``."""
-        return self.window_pieces
 
     @property
     def chunks(self) -> list[tuple[int, bytes, int]]:

@@ -74,8 +74,6 @@ class ConnectionChecks:
         # rows come in time order: RDYs older than the grace no longer count, unless still current
         while len(rdy_history) > 1 and rdy_history[0][0] < ts - RDY_GRACE_NS:
             rdy_history.popleft()
-        if len(rdy_history) == 1:  # the common case: one RDY in force
-            return rdy_history[0][1]
         return max((count for _, count in rdy_history), default=0)
 
     def _ever_delivered(self, msg_id: str) -> bool:
@@ -124,6 +122,7 @@ class ConnectionChecks:
                     deadline, msg_id = expiries.popleft()
                     if in_flight.get(msg_id) == deadline:
                         del in_flight[msg_id]  # D-11: timed out
+                # the common case, one RDY in force, read without a call
                 rdy = rdy_history[0][1] if len(rdy_history) == 1 else self._effective_rdy(ts)
                 if len(in_flight) >= rdy:
                     found.append((ts, "D-01", f"server: delivery with {len(in_flight)} in flight and RDY {rdy}"))

@@ -47,7 +47,7 @@ def test_missing_bytes_become_an_explicit_gap():
     segments = [seg(1, "c2s", 100, flags=SYN), seg(2, "c2s", 101, b"abc"), seg(4, "c2s", 110, b"xyz")]
     [conn] = reassembled(segments)
     assert conn.c2s.gaps == [Gap(3, 6, 4)]
-    assert list(conn.c2s.pieces()) == [(0, b"abc", 2), Gap(3, 6, 4), (9, b"xyz", 4)]
+    assert conn.c2s.window_pieces == [(0, b"abc", 2), Gap(3, 6, 4), (9, b"xyz", 4)]
 
 
 def test_new_syn_starts_a_new_connection_and_retransmitted_syn_does_not():
