@@ -259,9 +259,10 @@ def run_analysis(
         # the known schema spares Spark a job that would read the Parquet footers to infer it
         return spark.read.schema(frame.schema).parquet(os.path.join(tables_dir, name))
 
-    tables = {**written, **lifecycle.tables(written, tables_dir, exchange_dir, buckets, materialise)}
+    derived, totals = lifecycle.tables(written, tables_dir, exchange_dir, buckets, materialise)
+    tables = {**written, **derived}
     step("summarising")
-    result = summary.summarise(tables)
+    result = summary.summarise(tables, totals)
     result["input"] = {
         "files": paths,
         "bytes": sum(os.path.getsize(p) for p in expand_paths(paths)),
@@ -273,5 +274,5 @@ def run_analysis(
         from spark_analysis import report as html_report
 
         step("writing report")
-        html_report.write(tables, result, out_dir)
+        html_report.write(tables, totals, result, out_dir)
     return result

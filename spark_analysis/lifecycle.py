@@ -21,8 +21,10 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +43,7 @@ from spark_analysis.connection_tables import (
     codes,
     prepare_directories,
 )
+from spark_analysis.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
 
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 NS_PER_MS = 1_000_000
@@ -85,7 +88,10 @@ EXCHANGED_SCHEMAS = {
     "published": pa.schema([SCHEMAS["publishes"].field(name) for name in ("topic", "body_hash", "ts_ns", "command")]),
     # how each connection ended, known once it has: whether it sent CLS (D-15), and when
     "ends": pa.schema([("conn_id", pa.string()), ("no_cls", pa.bool_()), ("conn_last_ts_ns", pa.int64())]),
+    # the messages each E_FIN_FAILED named (P-FIN-04): whether the channel ever delivered them is the buckets' to say
+    "fin_failed": pa.schema([SCHEMAS["frames"].field(name) for name in MESSAGE_KEY]),
 }
+UNBUCKETED = ("ends", "fin_failed")
 EXCHANGE_ROWS = 1 << 18  # rows a decoding task gathers before it writes them into the buckets
 
 
@@ -97,23 +103,28 @@ def bucket_count(trace_bytes: int) -> int:
 class MessageExchange:
     """One decoding task's side of the exchange (``directory``): ``add`` takes its tables as ``project`` yields
     them, keeps what the lifecycles need, and writes it, ``EXCHANGE_ROWS`` at a time, one row group per bucket into
-    ``<table>-<bucket>/<part>.parquet``; how its connections ended goes to ``ends/<part>.parquet``."""
+    ``<table>-<bucket>/<part>.parquet``; how its connections ended, and the IDs its E_FIN_FAILED frames named, go to
+    ``ends/`` and ``fin_failed/<part>.parquet``, for every bucket."""
 
     def __init__(self, directory: str, part: str, buckets: int):
         self.directory, self.part, self.buckets = directory, part, buckets
         self._gathered: dict[str, list[pa.Table]] = {"delivered": [], "published": []}
         self._rows = 0
         self._writers: dict[tuple[str, int], pq.ParquetWriter] = {}
-        self._ends = TableWriter(directory, part, {"ends": EXCHANGED_SCHEMAS["ends"]})
+        self._unbucketed = TableWriter(directory, part, {name: EXCHANGED_SCHEMAS[name] for name in UNBUCKETED})
 
     def add(self, name: str, table: pa.Table) -> None:
         if name == "events":
             ended = table.filter(pc.equal(table["kind"], "connection"))
             if ended.num_rows:
                 facts = ended["connection"].combine_chunks()
-                self._ends.add("ends", pa.table({"conn_id": ended["conn_id"],
-                                                 "no_cls": pc.equal(facts.field("cls"), 0),
-                                                 "conn_last_ts_ns": facts.field("last_ts_ns")}))
+                self._unbucketed.add("ends", pa.table({"conn_id": ended["conn_id"],
+                                                       "no_cls": pc.equal(facts.field("cls"), 0),
+                                                       "conn_last_ts_ns": facts.field("last_ts_ns")}))
+            return
+        if name == "frames":
+            failed = table.filter(pc.and_(pc.equal(table["name"], "error"), pc.equal(table["code"], "E_FIN_FAILED")))
+            self._unbucketed.add("fin_failed", failed.select(MESSAGE_KEY))
             return
         if name == "publishes":
             name, table = "published", table.filter(pc.equal(table["status"], "ok"))
@@ -152,7 +163,7 @@ class MessageExchange:
         self._write()
         for writer in self._writers.values():
             writer.close()
-        self._ends.close()
+        self._unbucketed.close()
 
     def __enter__(self) -> MessageExchange:
         return self
@@ -163,7 +174,8 @@ class MessageExchange:
 
 def prepare_exchange(directory: str) -> None:
     shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(os.path.join(directory, "ends"))
+    for name in UNBUCKETED:
+        os.makedirs(os.path.join(directory, name))
 
 
 def _exchanged(directory: str, name: str, bucket: int | None = None) -> pa.Table:
@@ -176,31 +188,103 @@ def _exchanged(directory: str, name: str, bucket: int | None = None) -> pa.Table
 def tables(
     written: dict[str, DataFrame], tables_dir: str, exchange_dir: str, buckets: int,
     materialise: Callable[[str, DataFrame], DataFrame],
-) -> dict[str, DataFrame]:
+) -> tuple[dict[str, DataFrame], Totals]:
     """The tables that join connections, from the per-connection ones and the exchange the decoding tasks wrote
-    (``exchange_dir``, in ``buckets``); ``materialise(name, frame)`` stores a Spark table and returns it read
-    back."""
+    (``exchange_dir``, in ``buckets``), and the lifecycles' totals; ``materialise(name, frame)`` stores a Spark
+    table and returns it read back."""
     prepare_directories(tables_dir, LIFECYCLE_SCHEMAS)
 
     def lifecycles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ends = _exchanged(exchange_dir, "ends")
+        ends, fin_failed = _exchanged(exchange_dir, "ends"), _exchanged(exchange_dir, "fin_failed")
         for batch in batches:
             for bucket in batch.column("id").to_pylist():
                 delivered = _exchanged(exchange_dir, "delivered", bucket).join(ends, "conn_id", join_type="left outer")
                 delivery = deliveries(delivered)
+                message = messages(delivery, _exchanged(exchange_dir, "published", bucket))
                 with TableWriter(tables_dir, f"part-{bucket:05d}", LIFECYCLE_SCHEMAS) as writer:
                     writer.add("deliveries", delivery.select(DELIVERIES_SCHEMA.names))
-                    writer.add("messages", messages(delivery, _exchanged(exchange_dir, "published", bucket)))
-                yield pa.RecordBatch.from_pydict({"deliveries": pa.array([delivery.num_rows], pa.int64())})
+                    writer.add("messages", message)
+                yield bucket_totals(delivery, message, fin_failed)
 
     spark = written["events"].sparkSession
     with ThreadPoolExecutor(1) as pool:  # a small job beside the big one, to fill the cores' idle moments
         stored = pool.submit(materialise, "connections", connections(written["events"]))
-        spark.range(buckets, numPartitions=buckets).mapInArrow(lifecycles, "deliveries BIGINT").collect()
+        totals = Totals.of(spark.range(buckets, numPartitions=buckets)
+                           .mapInArrow(lifecycles, from_arrow_schema(TOTALS_SCHEMA)).collect())
         shutil.rmtree(exchange_dir, ignore_errors=True)
         read = {name: spark.read.schema(from_arrow_schema(schema)).parquet(os.path.join(tables_dir, name))
                 for name, schema in LIFECYCLE_SCHEMAS.items()}
-        return {**read, "connections": stored.result()}
+        return {**read, "connections": stored.result()}, totals
+
+
+_CHANNEL = [("topic", pa.string()), ("channel", pa.string())]
+LATENCY_COLUMNS = ("publish_to_first_delivery_ms", "last_delivery_to_fin_ms")
+# One row per bucket: what summary.json and the report count over all messages, in the buckets' own aggregates.
+TOTALS_SCHEMA = pa.schema([
+    ("deliveries", pa.list_(pa.struct([*_CHANNEL, ("attempts", pa.int32()), ("outcome", pa.string()),
+                                       ("count", pa.int64())]))),
+    ("messages", pa.list_(pa.struct([*_CHANNEL, ("delivered", pa.int64()), ("finished", pa.int64())]))),
+    ("latencies", pa.list_(pa.struct([*_CHANNEL, ("latency", pa.string()), ("histogram", HISTOGRAM_TYPE)]))),
+    ("fin_failed_delivered", pa.list_(pa.struct([*_CHANNEL, ("msg_id", pa.string())]))),
+])
+
+
+def bucket_totals(delivery: pa.Table, message: pa.Table, fin_failed: pa.Table) -> pa.RecordBatch:
+    """A bucket's row of ``TOTALS_SCHEMA``: deliveries by attempts and outcome, messages delivered and finished, the
+    latencies' histograms per channel, and which of the messages named by E_FIN_FAILED it delivered."""
+    latencies = []
+    for column in LATENCY_COLUMNS:
+        measured = message.filter(pc.is_valid(message[column]))
+        per_channel = _aggregate(measured, ["topic", "channel"], {"values": (column, "list")})
+        for topic, channel, values in zip(per_channel["topic"].to_pylist(), per_channel["channel"].to_pylist(),
+                                          per_channel["values"].combine_chunks().to_numpy(zero_copy_only=False),
+                                          strict=True):
+            latencies.append({"topic": topic, "channel": channel, "latency": column,
+                              "histogram": Histogram.of(values).as_arrow()})
+    return pa.RecordBatch.from_pylist([{
+        "deliveries": _aggregate(delivery, ["topic", "channel", "attempts", "outcome"],
+                                 {"count": ("ts_ns", "count")}).to_pylist(),
+        "messages": _aggregate(message, ["topic", "channel"],
+                               {"delivered": ("msg_id", "count"), "finished": ("fin_ts_ns", "count")}).to_pylist(),
+        "latencies": latencies,
+        "fin_failed_delivered": fin_failed.join(message.select(MESSAGE_KEY), MESSAGE_KEY,
+                                                join_type="left semi").to_pylist(),
+    }], schema=TOTALS_SCHEMA)
+
+
+@dataclass
+class Totals:
+    """The buckets' ``TOTALS_SCHEMA`` rows merged, keyed by channel (topic, channel)."""
+
+    deliveries: Counter = field(default_factory=Counter)  # (topic, channel, attempts, outcome) -> deliveries
+    delivered: Counter = field(default_factory=Counter)  # channel -> messages delivered at least once
+    finished: Counter = field(default_factory=Counter)  # channel -> messages FINed
+    latencies: dict[tuple[str, str, str], Histogram] = field(default_factory=dict)  # (latency, topic, channel)
+    fin_failed_delivered: set[tuple[str, str, str]] = field(default_factory=set)  # MESSAGE_KEY
+
+    @classmethod
+    def of(cls, rows) -> Totals:
+        totals = cls()
+        for row in rows:
+            for d in row["deliveries"]:
+                totals.deliveries[(d["topic"], d["channel"], d["attempts"], d["outcome"])] += d["count"]
+            for m in row["messages"]:
+                totals.delivered[(m["topic"], m["channel"])] += m["delivered"]
+                totals.finished[(m["topic"], m["channel"])] += m["finished"]
+            for latency in row["latencies"]:
+                key = (latency["latency"], latency["topic"], latency["channel"])
+                histogram = Histogram.from_row(latency["histogram"])
+                totals.latencies[key] = totals.latencies.get(key, EMPTY).merged(histogram)
+            totals.fin_failed_delivered.update(tuple(key) for key in row["fin_failed_delivered"])
+        return totals
+
+    def latency(self, column: str) -> Histogram:
+        """``column``'s histogram over every channel."""
+        merged = EMPTY
+        for (name, _, _), histogram in self.latencies.items():
+            if name == column:
+                merged = merged.merged(histogram)
+        return merged
 
 
 def deliveries(delivered: pa.Table) -> pa.Table:

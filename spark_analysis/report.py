@@ -1,5 +1,6 @@
-"""HTML report with matplotlib plots, built from the analysis tables (aggregated in Spark first,
-so the driver only ever holds per-second series and percentiles, whatever the trace size)."""
+"""HTML report with matplotlib plots, built from the analysis tables (aggregated in Spark first)
+and the lifecycles' totals, so the driver only ever holds per-second series and histograms,
+whatever the trace size."""
 
 from __future__ import annotations
 
@@ -7,30 +8,32 @@ import base64
 import html
 import io
 import os
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from conformance.catalogue import requirements  # noqa: E402
+from spark_analysis.lifecycle import LATENCY_COLUMNS, Totals  # noqa: E402
 from spark_analysis.summary import CONCURRENT_JOBS, message_events  # noqa: E402
 
 NS_PER_S = 1_000_000_000
 CDF_POINTS = 200
-LATENCIES = (("publish_to_first_delivery_ms", "publish -> first delivery"),
-             ("last_delivery_to_fin_ms", "last delivery -> FIN"))
+LATENCY_TITLES = ("publish -> first delivery", "last delivery -> FIN")
 
 
-def write(tables: dict[str, DataFrame], summary: dict, out_dir: str) -> str:
+def write(tables: dict[str, DataFrame], totals: Totals, summary: dict, out_dir: str) -> str:
     data = _fetch(tables)
     sections = [
         ("Throughput per topic and channel", _throughput(data["delivered_per_second"], data["published_per_second"])),
-        ("Latency: publish to first delivery, last delivery to FIN", _latency_cdfs(data)),
-        ("Attempts per delivery", _attempts(data["attempts"])),
+        ("Latency: publish to first delivery, last delivery to FIN", _latency_cdfs(totals)),
+        ("Attempts per delivery", _attempts(totals)),
         ("Requeues and timeouts over time", _requeues(data["requeues"])),
         ("Errors by code", _errors(summary)),
         ("Heartbeat gaps", _heartbeat_gaps(data["heartbeat_gaps"])),
@@ -48,19 +51,11 @@ def _fetch(tables: dict[str, DataFrame]) -> dict:
     mostly Spark's fixed latency), the plotting after them, in this thread (matplotlib is not thread-safe)."""
     second = (F.col("ts_ns") / NS_PER_S).cast("long").alias("second")
     deliveries = tables["deliveries"]
-    quantiles = [i / CDF_POINTS for i in range(CDF_POINTS + 1)]
     queries = {
         "delivered_per_second": lambda: deliveries.groupBy(
             second, F.concat_ws("/", "topic", "channel").alias("series")).count().toPandas(),
         "published_per_second": lambda: tables["publishes"].where("status = 'ok'").groupBy(
             second, F.col("topic").alias("series")).count().toPandas(),
-        **{
-            column: lambda column=column: tables["messages"].where(F.col(column).isNotNull())
-            .groupBy(F.concat_ws("/", "topic", "channel").alias("series"))
-            .agg(F.percentile_approx(column, quantiles, 10000).alias("q")).collect()
-            for column, _ in LATENCIES
-        },
-        "attempts": lambda: deliveries.groupBy("attempts").count().orderBy("attempts").toPandas(),
         "requeues": lambda: deliveries.where("outcome IN ('REQ', 'timeout', 'abandoned')").groupBy(
             second, "outcome").count().toPandas(),
         "heartbeat_gaps": lambda: tables["heartbeats"].where("gap_ms IS NOT NULL").groupBy(
@@ -104,24 +99,17 @@ def _throughput(deliveries, publishes) -> str:
     return _figure_html(figure)
 
 
-def _latency_cdfs(data: dict) -> str:
+def _latency_cdfs(totals: Totals) -> str:
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))
     rows = []
     quantiles = [i / CDF_POINTS for i in range(CDF_POINTS + 1)]
-    for axis, (column, title) in zip(axes, LATENCIES, strict=True):
-        per_channel = data[column]
-        for row in sorted(per_channel):
-            axis.plot(row.q, quantiles, label=row.series, linewidth=1.2)
-            rows.append(
-                (
-                    title,
-                    row.series,
-                    row.q[CDF_POINTS // 2],
-                    row.q[int(CDF_POINTS * 0.9)],
-                    row.q[int(CDF_POINTS * 0.99)],
-                    row.q[-1],
-                )
-            )
+    for axis, column, title in zip(axes, LATENCY_COLUMNS, LATENCY_TITLES, strict=True):
+        per_channel = sorted((f"{topic}/{channel}", histogram) for (name, topic, channel), histogram
+                             in totals.latencies.items() if name == column)
+        for series, histogram in per_channel:
+            q = histogram.quantiles(quantiles)
+            axis.plot(q, quantiles, label=series, linewidth=1.2)
+            rows.append((title, series, q[CDF_POINTS // 2], q[int(CDF_POINTS * 0.9)], q[int(CDF_POINTS * 0.99)], q[-1]))
         axis.set_xscale("symlog", linthresh=1)
         axis.set_xlabel("milliseconds")
         axis.set_ylabel("fraction of messages")
@@ -140,9 +128,13 @@ def _latency_cdfs(data: dict) -> str:
     )
 
 
-def _attempts(frame) -> str:
-    if frame.empty:
+def _attempts(totals: Totals) -> str:
+    per_attempts = Counter()
+    for (_, _, attempts, _), count in totals.deliveries.items():
+        per_attempts[attempts] += count
+    if not per_attempts:
         return "<p>No deliveries.</p>"
+    frame = pd.DataFrame(sorted(per_attempts.items()), columns=["attempts", "count"])
     figure, axis = plt.subplots(figsize=(7, 3.5))
     axis.bar(frame["attempts"].astype(str), frame["count"])
     axis.set_yscale("log")

@@ -10,9 +10,8 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
-from spark_analysis.lifecycle import MESSAGE_KEY
+from spark_analysis.lifecycle import LATENCY_COLUMNS, MESSAGE_KEY, Totals
 
 PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
 NS_PER_S = 1e9
@@ -28,32 +27,18 @@ def message_events(totals: dict) -> int:
     return sum(totals[key] for key in MESSAGE_EVENT_TOTALS)
 
 
-def summarise(tables: dict[str, DataFrame]) -> dict:
-    quantiles = [0.5, 0.9, 0.99, 1.0]
-    messages = tables["messages"]
-    # P-FIN-04: an E_FIN_FAILED for an ID the channel never delivered answers a made-up ID.
-    fin_failed = tables["frames"].where("name = 'error' AND code = 'E_FIN_FAILED'").groupBy(*MESSAGE_KEY).count()
-    # Every count comes from these few small aggregates. They are independent, and each costs mostly
+def summarise(tables: dict[str, DataFrame], lifecycles: Totals) -> dict:
+    """``tables``: the per-connection tables; ``lifecycles``: what the lifecycle tasks counted over every message."""
+    # Every other count comes from these few small aggregates. They are independent, and each costs mostly
     # Spark's fixed per-job latency, so they run side by side.
     queries = {
         "connections": tables["connections"],
         "activity": tables["activity"],
-        "deliveries": tables["deliveries"].groupBy("topic", "channel", "attempts", "outcome").count(),
-        "messages": messages.groupBy("topic", "channel").agg(
-            F.count("*").alias("delivered"), F.count("fin_ts_ns").alias("finished")
-        ),
-        "fin_failed": fin_failed,
-        # looked up among the messages by broadcasting the few failures, not by shuffling every message
-        "fin_failed_delivered": messages.select(*MESSAGE_KEY).join(
-            F.broadcast(fin_failed.select(*MESSAGE_KEY)), MESSAGE_KEY, "left_semi"
-        ),
+        # P-FIN-04: an E_FIN_FAILED for an ID the channel never delivered answers a made-up ID.
+        "fin_failed": tables["frames"].where("name = 'error' AND code = 'E_FIN_FAILED'").groupBy(*MESSAGE_KEY).count(),
         "registrations": tables["registrations"]
         .groupBy("producer", "action", "topic", "channel", "status")
         .count(),
-        "latencies": messages.agg(
-            F.percentile_approx("publish_to_first_delivery_ms", quantiles, 10000).alias("publish_to_deliver"),
-            F.percentile_approx("last_delivery_to_fin_ms", quantiles, 10000).alias("deliver_to_fin"),
-        ),
     }
     with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
         rows = dict(zip(queries, pool.map(DataFrame.collect, queries.values()), strict=True))
@@ -84,22 +69,21 @@ def summarise(tables: dict[str, DataFrame]) -> dict:
         channel["heartbeats"] += _sum(c, "frame", "heartbeat")
         channel["nops"] += _sum(c, "command", "NOP")
 
-    for row in rows["deliveries"]:
-        channel = channels.get((row.topic, row.channel))
+    for (topic, name, attempts, outcome), count in lifecycles.deliveries.items():
+        channel = channels.get((topic, name))
         if channel is None:
             continue
         by_attempts = channel["deliveries_by_attempts"]
-        by_attempts[str(row.attempts)] = by_attempts.get(str(row.attempts), 0) + row["count"]
-        if row.outcome in ("timeout", "abandoned"):
-            channel["timeouts_redelivered"] += row["count"]
-            channel["noack_deliberate" if row.outcome == "timeout" else "abandoned_by_disconnect"] += row["count"]
-    for row in rows["messages"]:
-        if (row.topic, row.channel) in channels:
-            channels[(row.topic, row.channel)]["unique_messages_delivered"] = row.delivered
-            channels[(row.topic, row.channel)]["unique_messages_finished"] = row.finished
-    delivered = {tuple(row) for row in rows["fin_failed_delivered"]}
+        by_attempts[str(attempts)] = by_attempts.get(str(attempts), 0) + count
+        if outcome in ("timeout", "abandoned"):
+            channel["timeouts_redelivered"] += count
+            channel["noack_deliberate" if outcome == "timeout" else "abandoned_by_disconnect"] += count
+    for key, channel in channels.items():
+        channel["unique_messages_delivered"] = lifecycles.delivered[key]
+        channel["unique_messages_finished"] = lifecycles.finished[key]
     for row in rows["fin_failed"]:
-        if (row.topic, row.channel) in channels and (row.topic, row.channel, row.msg_id) not in delivered:
+        if (row.topic, row.channel) in channels and tuple(row[name] for name in MESSAGE_KEY) not in \
+                lifecycles.fin_failed_delivered:
             channels[(row.topic, row.channel)]["e_fin_failed_deliberate_unknown_id"] += row["count"]
     for channel in channels.values():
         channel["e_fin_failed_unexpected"] = channel["e_fin_failed"] - channel["e_fin_failed_deliberate_unknown_id"]
@@ -146,8 +130,9 @@ def summarise(tables: dict[str, DataFrame]) -> dict:
         "errors": _named_counts(activity, "error"),
         "violations": _named_counts(activity, "violation"),
         "latency_ms": {
-            name: dict(zip(("p50", "p90", "p99", "max"), rows["latencies"][0][name] or [], strict=False))
-            for name in ("publish_to_deliver", "deliver_to_fin")
+            name: dict(zip(("p50", "p90", "p99", "max"), lifecycles.latency(column).quantiles([0.5, 0.9, 0.99, 1.0]),
+                           strict=False))
+            for name, column in zip(("publish_to_deliver", "deliver_to_fin"), LATENCY_COLUMNS, strict=True)
         },
         "tls_connections": sum(conn["codec"] == "tls" for conn in nsq_conns.values()),
         "lookupd": _lookupd(lookupd_conns, activity, rows["registrations"]),

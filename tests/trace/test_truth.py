@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from trace_helpers import PCAPS, load_truth, truth_mismatches
+
+from spark_analysis.quantiles import RELATIVE_ACCURACY, SMALLEST
 
 PER_CONNECTION_KEYS = (
     "heartbeats",
@@ -91,3 +96,19 @@ def test_deliberate_unknown_id_fins_are_named_violations(analyse):
     # each consumer FINs a made-up ID after its 100th and 1000th delivery (P-FIN-04)
     assert summary["violations"] == {"NSQ-FIN-003": load_truth("workload-small")["totals"]["e_fin_failed"]}
     assert summary["errors"] == {}
+
+
+def test_latency_quantiles_are_those_of_the_messages_table(analyse):
+    """summary.json's latencies come from the lifecycle tasks' histograms (quantiles.py), not from the table: each
+    is within the histograms' accuracy of the quantile of the messages table's column, the maximum exact."""
+    summary = analyse("workload-small", [PCAPS / "workload-small.pcap"])
+    messages = pq.read_table(os.path.join(summary["out_dir"], "tables", "messages"))
+    for name, column in (("publish_to_deliver", "publish_to_first_delivery_ms"),
+                         ("deliver_to_fin", "last_delivery_to_fin_ms")):
+        values = np.sort(messages[column].drop_null().to_numpy())
+        assert len(values) > 1000, column
+        got = summary["latency_ms"][name]
+        assert got["max"] == values[-1]
+        for key, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+            expected = values[math.ceil(fraction * len(values)) - 1]
+            assert abs(got[key] - expected) <= RELATIVE_ACCURACY * abs(expected) + 2 * SMALLEST, (name, key)
