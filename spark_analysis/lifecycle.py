@@ -41,6 +41,7 @@ from spark_analysis.connection_tables import (
     SCHEMAS,
     TableWriter,
     codes,
+    parquet_writer,
     prepare_directories,
 )
 from spark_analysis.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
@@ -86,12 +87,12 @@ BYTES_PER_BUCKET = 64 << 20
 EXCHANGED_SCHEMAS = {
     "delivered": DELIVERED_SCHEMA,
     "published": pa.schema([SCHEMAS["publishes"].field(name) for name in ("topic", "body_hash", "ts_ns", "command")]),
-    # how each connection ended, known once it has: whether it sent CLS (D-15), and when
-    "ends": pa.schema([("conn_id", pa.string()), ("no_cls", pa.bool_()), ("conn_last_ts_ns", pa.int64())]),
+    # each connection's own row, once it has ended: whether it sent CLS (D-15), and when it ended; its role
+    "connections": SCHEMAS["events"],
     # the messages each E_FIN_FAILED named (P-FIN-04): whether the channel ever delivered them is the buckets' to say
     "fin_failed": pa.schema([SCHEMAS["frames"].field(name) for name in MESSAGE_KEY]),
 }
-UNBUCKETED = ("ends", "fin_failed")
+UNBUCKETED = ("connections", "fin_failed")
 EXCHANGE_ROWS = 1 << 18  # rows a decoding task gathers before it writes them into the buckets
 
 
@@ -103,8 +104,8 @@ def bucket_count(trace_bytes: int) -> int:
 class MessageExchange:
     """One decoding task's side of the exchange (``directory``): ``add`` takes its tables as ``project`` yields
     them, keeps what the lifecycles need, and writes it, ``EXCHANGE_ROWS`` at a time, one row group per bucket into
-    ``<table>-<bucket>/<part>.parquet``; how its connections ended, and the IDs its E_FIN_FAILED frames named, go to
-    ``ends/`` and ``fin_failed/<part>.parquet``, for every bucket."""
+    ``<table>-<bucket>/<part>.parquet``; its connections' own rows, and the IDs its E_FIN_FAILED frames named, go to
+    ``connections/`` and ``fin_failed/<part>.parquet``, for every bucket and the connections table."""
 
     def __init__(self, directory: str, part: str, buckets: int):
         self.directory, self.part, self.buckets = directory, part, buckets
@@ -115,12 +116,7 @@ class MessageExchange:
 
     def add(self, name: str, table: pa.Table) -> None:
         if name == "events":
-            ended = table.filter(pc.equal(table["kind"], "connection"))
-            if ended.num_rows:
-                facts = ended["connection"].combine_chunks()
-                self._unbucketed.add("ends", pa.table({"conn_id": ended["conn_id"],
-                                                       "no_cls": pc.equal(facts.field("cls"), 0),
-                                                       "conn_last_ts_ns": facts.field("last_ts_ns")}))
+            self._unbucketed.add("connections", table.filter(pc.equal(table["kind"], "connection")))
             return
         if name == "frames":
             failed = table.filter(pc.and_(pc.equal(table["name"], "error"), pc.equal(table["code"], "E_FIN_FAILED")))
@@ -156,7 +152,7 @@ class MessageExchange:
         if key not in self._writers:
             path = os.path.join(self.directory, f"{name}-{bucket:05d}")
             os.makedirs(path, exist_ok=True)
-            self._writers[key] = pq.ParquetWriter(os.path.join(path, f"{self.part}.parquet"), EXCHANGED_SCHEMAS[name])
+            self._writers[key] = parquet_writer(os.path.join(path, f"{self.part}.parquet"), EXCHANGED_SCHEMAS[name])
         return self._writers[key]
 
     def close(self) -> None:
@@ -195,7 +191,7 @@ def tables(
     prepare_directories(tables_dir, LIFECYCLE_SCHEMAS)
 
     def lifecycles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ends, fin_failed = _exchanged(exchange_dir, "ends"), _exchanged(exchange_dir, "fin_failed")
+        ends, fin_failed = _ends(_exchanged(exchange_dir, "connections")), _exchanged(exchange_dir, "fin_failed")
         for batch in batches:
             for bucket in batch.column("id").to_pylist():
                 delivered = _exchanged(exchange_dir, "delivered", bucket).join(ends, "conn_id", join_type="left outer")
@@ -207,14 +203,23 @@ def tables(
                 yield bucket_totals(delivery, message, fin_failed)
 
     spark = written["events"].sparkSession
+    ended = spark.read.schema(from_arrow_schema(SCHEMAS["events"])).parquet(os.path.join(exchange_dir, "connections"))
     with ThreadPoolExecutor(1) as pool:  # a small job beside the big one, to fill the cores' idle moments
-        stored = pool.submit(materialise, "connections", connections(written["events"]))
+        stored = pool.submit(materialise, "connections", connections(ended))
         totals = Totals.of(spark.range(buckets, numPartitions=buckets)
                            .mapInArrow(lifecycles, from_arrow_schema(TOTALS_SCHEMA)).collect())
-        shutil.rmtree(exchange_dir, ignore_errors=True)
         read = {name: spark.read.schema(from_arrow_schema(schema)).parquet(os.path.join(tables_dir, name))
                 for name, schema in LIFECYCLE_SCHEMAS.items()}
-        return {**read, "connections": stored.result()}, totals
+        read["connections"] = stored.result()
+    shutil.rmtree(exchange_dir, ignore_errors=True)
+    return read, totals
+
+
+def _ends(ended: pa.Table) -> pa.Table:
+    """How each connection ended: whether it sent CLS (D-15), and when."""
+    facts = ended["connection"].combine_chunks()
+    return pa.table({"conn_id": ended["conn_id"], "no_cls": pc.equal(facts.field("cls"), 0),
+                     "conn_last_ts_ns": facts.field("last_ts_ns")})
 
 
 _CHANNEL = [("topic", pa.string()), ("channel", pa.string())]
@@ -358,11 +363,11 @@ def messages(delivery: pa.Table, published: pa.Table) -> pa.Table:
     ).select(MESSAGES_SCHEMA.names).cast(MESSAGES_SCHEMA)
 
 
-def connections(events: DataFrame) -> DataFrame:
-    """One row per TCP connection with its role, subscription and how it ended."""
+def connections(ended: DataFrame) -> DataFrame:
+    """One row per TCP connection with its role, subscription and how it ended, from the connections' own rows of
+    the events table."""
     rows = (
-        events.where("kind = 'connection'")
-        .select(
+        ended.select(
             "conn_id",
             "client",
             "server",
