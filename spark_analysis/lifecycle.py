@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -182,7 +182,7 @@ def _exchanged(directory: str, name: str, bucket: int | None = None) -> pa.Table
 
 
 def tables(
-    written: dict[str, DataFrame], tables_dir: str, exchange_dir: str, buckets: int,
+    spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int,
     materialise: Callable[[str, DataFrame], DataFrame],
 ) -> tuple[dict[str, DataFrame], Totals]:
     """The tables that join connections, from the per-connection ones and the exchange the decoding tasks wrote
@@ -202,7 +202,6 @@ def tables(
                     writer.add("messages", message)
                 yield bucket_totals(delivery, message, fin_failed)
 
-    spark = written["events"].sparkSession
     ended = spark.read.schema(from_arrow_schema(SCHEMAS["events"])).parquet(os.path.join(exchange_dir, "connections"))
     with ThreadPoolExecutor(1) as pool:  # a small job beside the big one, to fill the cores' idle moments
         stored = pool.submit(materialise, "connections", connections(ended))

@@ -9,6 +9,7 @@ import html
 import io
 import os
 from collections import Counter
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import matplotlib
@@ -28,7 +29,7 @@ CDF_POINTS = 200
 LATENCY_TITLES = ("publish -> first delivery", "last delivery -> FIN")
 
 
-def write(tables: dict[str, DataFrame], totals: Totals, summary: dict, out_dir: str) -> str:
+def write(tables: Mapping[str, DataFrame], totals: Totals, summary: dict, out_dir: str) -> str:
     data = _fetch(tables)
     sections = [
         ("Throughput per topic and channel", _throughput(data["delivered_per_second"], data["published_per_second"])),
@@ -46,7 +47,7 @@ def write(tables: dict[str, DataFrame], totals: Totals, summary: dict, out_dir: 
     return path
 
 
-def _fetch(tables: dict[str, DataFrame]) -> dict:
+def _fetch(tables: Mapping[str, DataFrame]) -> dict:
     """Every aggregate the plots draw, as pandas frames or rows; the Spark jobs run side by side (each costs
     mostly Spark's fixed latency), the plotting after them, in this thread (matplotlib is not thread-safe)."""
     second = (F.col("ts_ns") / NS_PER_S).cast("long").alias("second")

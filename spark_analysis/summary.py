@@ -7,6 +7,7 @@ recording scripts' names, which no capture holds; ``consumer_ports`` lists the c
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import DataFrame
@@ -27,7 +28,7 @@ def message_events(totals: dict) -> int:
     return sum(totals[key] for key in MESSAGE_EVENT_TOTALS)
 
 
-def summarise(tables: dict[str, DataFrame], lifecycles: Totals) -> dict:
+def summarise(tables: Mapping[str, DataFrame], lifecycles: Totals) -> dict:
     """``tables``: the per-connection tables; ``lifecycles``: what the lifecycle tasks counted over every message."""
     # Every other count comes from these few small aggregates. They are independent, and each costs mostly
     # Spark's fixed per-job latency, so they run side by side.

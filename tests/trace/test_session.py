@@ -15,23 +15,26 @@ from spark_analysis.session import FULL_CODE_CACHE, QUICK_JIT, archive_path, wor
 
 # A tuned session must launch its own JVM, so it runs in a process of its own.
 TUNED_SESSION = """
-import json, pyarrow as pa
-from spark_analysis.session import spark_session
+import json, sys, threading, pyarrow as pa
+from spark_analysis.session import WARM_UP_JOB, spark_session
 
 def where_pyspark_comes_from(batches):
     import pyspark
     for _ in batches:
-        yield pa.RecordBatch.from_pydict({"origin": [pyspark.__file__]})
+        yield pa.RecordBatch.from_pydict({"origin": [pyspark.__file__],
+                                          "warm": ["spark_analysis.analysis" in sys.modules]})
 
 with spark_session("local[2]", driver_memory="1g", show_progress=False, tuned=True) as spark:
     jvm = spark._jvm.java.lang.management.ManagementFactory
     bean = spark._jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
     diagnostics = jvm.getPlatformMXBean(bean)
-    rows = spark.range(2).repartition(2).mapInArrow(where_pyspark_comes_from, "origin STRING").collect()
+    next(thread for thread in threading.enumerate() if thread.name == WARM_UP_JOB).join(timeout=120)
+    rows = spark.range(2, numPartitions=2).mapInArrow(where_pyspark_comes_from, "origin STRING, warm BOOLEAN").collect()
     print(json.dumps({
         "arguments": list(jvm.getRuntimeMXBean().getInputArguments()),
         "code_cache": int(diagnostics.getVMOption("ReservedCodeCacheSize").getValue()),
         "worker_pyspark": sorted({row.origin for row in rows}),
+        "workers_warm": [row.warm for row in rows],
     }))
 """
 
@@ -67,7 +70,8 @@ def test_the_plain_session_is_not_tuned(spark):
     assert not any(argument.startswith("-XX:SharedArchiveFile=") for argument in arguments)
 
 
-def test_a_tuned_session_has_the_quick_jit_the_full_code_cache_the_archive_and_installed_pyspark(class_archive):
+def test_a_tuned_session_has_the_quick_jit_the_full_code_cache_the_archive_installed_pyspark_and_warm_workers(
+        class_archive):
     import pyspark
 
     environment = {**os.environ, "NSQ_TRACE_CACHE": os.path.dirname(class_archive)}
@@ -80,6 +84,8 @@ def test_a_tuned_session_has_the_quick_jit_the_full_code_cache_the_archive_and_i
     assert {QUICK_JIT, FULL_CODE_CACHE, f"-XX:SharedArchiveFile={class_archive}"} <= set(seen["arguments"])
     assert seen["code_cache"] == 240 * 1024 * 1024
     assert seen["worker_pyspark"] == [pyspark.__file__]
+    # the workers the warm-up job started, reused: the analysis already imported
+    assert seen["workers_warm"] == [True, True]
 
 
 def test_the_worker_launcher_drops_only_sparks_zips_from_pythonpath(tmp_path):
