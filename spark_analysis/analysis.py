@@ -115,8 +115,11 @@ def _placed_by_size(packet_frame: DataFrame) -> tuple[DataFrame, int]:
     keys = {}
     for key in range(64 * tasks):
         keys.setdefault(spark_hash_long(key) % tasks, key)
-    placement = spark.createDataFrame([(flow, keys[task]) for flow, task in task_of.items()],
-                                      "flow STRING, task BIGINT")
+    # from Arrow: a local relation, where a list of rows would be a job of Python tasks
+    placement = spark.createDataFrame(pa.table({
+        "flow": pa.array(list(task_of), pa.string()),
+        "task": pa.array([keys[task] for task in task_of.values()], pa.int64()),
+    }))
     return packet_frame.join(F.broadcast(placement), "flow", "left").repartition(tasks, "task"), sum(loads)
 
 

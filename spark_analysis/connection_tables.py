@@ -37,9 +37,23 @@ def _kind(events: pa.Table, kind: str, *names: str) -> pa.Array:
 
 def _columns(events: pa.Table, mask, **columns) -> pa.Table:
     """The rows of ``mask`` with ``columns``: an event column's name (kept or renamed) or a function of the rows."""
-    rows = events.filter(mask)
+    rows = _Filtered(events, mask)
     return pa.table({name: rows[source] if isinstance(source, str) else source(rows)
                      for name, source in columns.items()})
+
+
+class _Filtered:
+    """The rows of ``mask``, column by column as they are read: filtering all of an event table's columns, the
+    connection's struct among them, was most of a projection's work."""
+
+    def __init__(self, events: pa.Table, mask):
+        self.events, self.mask = events, mask
+        self._columns: dict[str, pa.ChunkedArray] = {}
+
+    def __getitem__(self, name: str) -> pa.ChunkedArray:
+        if name not in self._columns:
+            self._columns[name] = pc.filter(self.events[name], self.mask)
+        return self._columns[name]
 
 
 def _same(*names: str) -> dict[str, str]:
@@ -136,12 +150,12 @@ class Settlements:
 
     def settle(self, events: pa.Table, last: bool) -> pa.Table:
         acts = pc.and_kleene(_kind(events, "command", "FIN", "REQ", "TOUCH"), pc.equal(events["status"], "ok"))
-        window = events.filter(pc.or_kleene(_kind(events, "frame", "message"), acts))
+        columns = [*DELIVERY_FIELDS, "name", "direction"]
+        window = events.select(columns).filter(pc.or_kleene(_kind(events, "frame", "message"), acts))
         carried = self.carried
         if not window.num_rows and not carried.num_rows:
             return DELIVERED_SCHEMA.empty_table()
-        columns = [*DELIVERY_FIELDS, "name", "direction"]
-        window = window.select(columns).append_column("touches", pa.nulls(window.num_rows, pa.int64()))
+        window = window.append_column("touches", pa.nulls(window.num_rows, pa.int64()))
         window = window.append_column("last_ts_ns", window["ts_ns"])
         carried = carried.append_column("name", pa.repeat(pa.scalar("message"), carried.num_rows))
         carried = carried.append_column("direction", pa.repeat(pa.scalar("s2c"), carried.num_rows))
@@ -194,7 +208,8 @@ ACTIVITY_KEYS = ["conn_id", "kind", "name", "status", "code", "topic", "req_dela
 def activity(events: pa.Table) -> pa.Table:
     """How many events of each kind, name, status and error code, per connection and topic: what summary.py
     counts. ``req_delay0``: a REQ with delay 0 (D-12's immediate requeue)."""
-    rows = events.filter(pc.is_in(events["kind"], pa.array(["command", "frame", "publish", "error", "violation"])))
+    counted_kinds = pc.is_in(events["kind"], pa.array(["command", "frame", "publish", "error", "violation"]))
+    rows = events.select([*ACTIVITY_KEYS[:-1], "value"]).filter(counted_kinds)
     is_req = pc.equal(rows["name"], "REQ")
     rows = rows.append_column("req_delay0", pc.if_else(is_req, pc.equal(rows["value"], 0), pa.scalar(None, pa.bool_())))
     counted = rows.group_by(ACTIVITY_KEYS, use_threads=False).aggregate([([], "count_all")])

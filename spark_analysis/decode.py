@@ -21,6 +21,7 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from conformance import wire
 from spark_analysis import decode_v1
@@ -160,12 +161,12 @@ class ConnectionDecoder:
                 rows.add(finding.ts_ns, "conn", "violation", finding.requirement, detail=finding.detail)
             for second, count in sorted(in_flight.items()):
                 rows.add(second * NS_PER_S, "conn", "inflight", "in_flight", value=count)
-            if client.subscription[1] is not None:
-                _label_subscription(rows, *client.subscription)
         self.activity.update(zip(rows.columns["kind"], rows.columns["name"], strict=True))
         if last:
             self._connection_row(rows, close)
         events = rows.table()
+        if self.protocol == "nsq" and self.walks[1].subscription[1] is not None:
+            events = _labelled(events, _subscription_rows(rows), *self.walks[1].subscription)
         if self.settlements is None:
             return events, DELIVERED_SCHEMA.empty_table()
         return events, self.settlements.settle(events, last)
@@ -438,6 +439,7 @@ class _ClientSide(_V2Walk, CommandWalk):
         if first < stop:
             data = spans.data
             self.rows.add_many(self.direction, "command", "FIN", ts_ns=[self.ts_ns] * (stop - first),
+                               status=["ok"] * (stop - first),
                                msg_id=[data[start + 4:start + 20].decode("latin-1")
                                        for start in spans.starts[first:stop]])
 
@@ -447,10 +449,11 @@ class _ClientSide(_V2Walk, CommandWalk):
         name = command.name.decode("latin-1")
         params = command.params
         first = params[0].decode("latin-1") if params else None
+        # a FIN, REQ or TOUCH succeeds unless an error frame names its ID (events.AnswerPairing)
         if name in ("FIN", "TOUCH"):
-            add(ts_ns, direction, "command", name, msg_id=first)
+            add(ts_ns, direction, "command", name, msg_id=first, status="ok")
         elif name == "REQ":
-            add(ts_ns, direction, "command", name, msg_id=first, value=_integer(params[1:2]))
+            add(ts_ns, direction, "command", name, msg_id=first, value=_integer(params[1:2]), status="ok")
         elif name == "RDY":
             # P-RDY-05: no parameter means 1, an empty one means 0.
             add(
@@ -509,12 +512,16 @@ def _integer(params, empty=None):
     return int(text) if text.isdigit() and len(text) < 19 else None
 
 
-def _label_subscription(rows: Rows, topic: str, channel: str):
+def _subscription_rows(rows: Rows) -> np.ndarray:
     """What happens on a subscribed connection is its subscription's: its frames, the commands that act on them."""
-    c = rows.columns
-    labelled = rows.is_in("kind", "frame", "gap", "violation", "inflight") | (
+    return rows.is_in("kind", "frame", "gap", "violation", "inflight") | (
         rows.is_in("kind", "command") & ~rows.is_in("name", "PUB", "MPUB", "DPUB", "SUB"))
+
+
+def _labelled(events: pa.Table, rows: np.ndarray, topic: str, channel: str) -> pa.Table:
+    """``events`` with ``rows`` (a mask, ``_subscription_rows``) labelled with the subscription."""
+    mask = pa.array(rows, pa.bool_())
     for column, label in (("topic", topic), ("channel", channel)):
-        values = np.array(c[column], object)
-        values[labelled] = label
-        c[column][:] = values.tolist()
+        position = events.schema.get_field_index(column)
+        events = events.set_column(position, column, pc.if_else(mask, pa.scalar(label, pa.string()), events[column]))
+    return events

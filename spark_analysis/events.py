@@ -408,13 +408,11 @@ class AnswerPairing:
     def pair(self, rows: Rows):
         c = rows.columns
         commands, frames = rows.is_in("kind", "command"), rows.is_in("kind", "frame")
-        by_id_commands = commands & rows.is_in("name", "FIN", "REQ", "TOUCH")
-        status = c["status"]
-        for index in np.flatnonzero(by_id_commands).tolist():
-            status[index] = "ok"
-        errors = frames & rows.is_in("name", "error")
-        id_errors = np.zeros(len(errors), bool)
-        id_errors[errors] = np.isin(np.array(c["code"], object)[errors], list(ID_ERRORS))
+        by_id_commands = commands & rows.is_in("name", "FIN", "REQ", "TOUCH")  # decoded as "ok"
+        status, code = c["status"], c["code"]
+        id_errors = np.zeros(len(commands), bool)
+        for index in np.flatnonzero(frames & rows.is_in("name", "error")).tolist():
+            id_errors[index] = code[index] in ID_ERRORS
         answered_commands = commands & (rows.is_in("name", *self.answered) if self.answered else True)
         server_gaps = rows.is_in("kind", "gap") & rows.is_in("direction", "s2c")
         walked = answered_commands | (frames & rows.is_in("name", "response", "error") & ~id_errors) | server_gaps
