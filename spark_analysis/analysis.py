@@ -9,8 +9,8 @@ Data flows one way:
          (decode.py) and per-connection checks (violations.py) carrying their state from window to window -> the
          events and the tables each connection makes alone (connection_tables.py), written as Parquet by the task
          itself, window by window, and its deliveries and publishes into the lifecycles' buckets by body hash
-      -> one task per bucket: message lifecycles (lifecycle.py); the connections table and summary.json with
-         DataFrame operations (lifecycle.py, summary.py)
+      -> one task per bucket: message lifecycles and their totals (lifecycle.py); the connections table with
+         DataFrame operations; summary.json from the totals and a few small aggregates (summary.py)
 
 Connections spanning several files meet in the shuffle: the reader keeps no state across files.
 Shuffling offsets instead of payloads, and the tasks writing their tables and the lifecycles' buckets, need the
