@@ -25,9 +25,11 @@ import gc
 import itertools
 import json
 import os
+import shutil
 import time
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pyarrow as pa
@@ -252,6 +254,22 @@ class WrittenTables(Mapping):
         return len(SCHEMAS)
 
 
+class _Awaited(Mapping):
+    """Tables other threads are still making: asking for one waits for it."""
+
+    def __init__(self, futures: dict[str, Future]):
+        self.futures = futures
+
+    def __getitem__(self, name: str) -> DataFrame:
+        return self.futures[name].result()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.futures)
+
+    def __len__(self) -> int:
+        return len(self.futures)
+
+
 def run_analysis(
     spark: SparkSession,
     paths: list[str],
@@ -280,10 +298,20 @@ def run_analysis(
         # the known schema spares Spark a job that would read the Parquet footers to infer it
         return spark.read.schema(frame.schema).parquet(os.path.join(tables_dir, name))
 
-    derived, totals = lifecycle.tables(spark, tables_dir, exchange_dir, buckets, materialise)
-    tables = ChainMap(derived, WrittenTables(spark, tables_dir))
-    step("summarising")
-    result = summary.summarise(tables, totals)
+    written = WrittenTables(spark, tables_dir)
+    with ThreadPoolExecutor(summary.CONCURRENT_JOBS) as pool:
+        # What needs nothing the lifecycles make runs beside their job, filling the moments a core waits:
+        # the connections table and the summary's aggregates.
+        stored = pool.submit(lambda: materialise("connections", lifecycle.connections(spark, exchange_dir)))
+        beside = ChainMap(_Awaited({"connections": stored}), written)
+        counted = {name: pool.submit(lambda aggregate=aggregate: aggregate(beside).collect())
+                   for name, aggregate in summary.AGGREGATES.items()}
+        derived, totals = lifecycle.tables(spark, tables_dir, exchange_dir, buckets)
+        step("summarising")
+        tables = ChainMap({**derived, "connections": stored.result()}, written)
+        rows = {name: future.result() for name, future in counted.items()}
+    shutil.rmtree(exchange_dir, ignore_errors=True)
+    result = summary.summarise(rows, totals)
     result["input"] = {
         "files": paths,
         "bytes": sum(os.path.getsize(p) for p in expand_paths(paths)),

@@ -25,8 +25,7 @@ import glob
 import os
 import shutil
 from collections import Counter
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -185,13 +184,10 @@ def _exchanged(directory: str, name: str, bucket: int | None = None) -> pa.Table
     return ds.dataset(files, schema=schema, format="parquet").to_table() if files else schema.empty_table()
 
 
-def tables(
-    spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int,
-    materialise: Callable[[str, DataFrame], DataFrame],
-) -> tuple[dict[str, DataFrame], Totals]:
-    """The tables that join connections, from the per-connection ones and the exchange the decoding tasks wrote
-    (``exchange_dir``, in ``buckets``), and the lifecycles' totals; ``materialise(name, frame)`` stores a Spark
-    table and returns it read back."""
+def tables(spark: SparkSession, tables_dir: str, exchange_dir: str,
+           buckets: int) -> tuple[dict[str, DataFrame], Totals]:
+    """The lifecycle tables, from the exchange the decoding tasks wrote (``exchange_dir``, in ``buckets``), and their
+    totals."""
     prepare_directories(tables_dir, LIFECYCLE_SCHEMAS)
 
     def lifecycles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -206,16 +202,10 @@ def tables(
                     writer.add("messages", message)
                 yield bucket_totals(delivery, message, fin_failed)
 
-    ended = spark.read.schema(from_arrow_schema(SCHEMAS["events"])).parquet(os.path.join(exchange_dir, "connections"))
-    with ThreadPoolExecutor(1) as pool:  # a small job beside the big one, to fill the cores' idle moments
-        stored = pool.submit(materialise, "connections", connections(ended))
-        totals = Totals.of(spark.range(buckets, numPartitions=buckets)
-                           .mapInArrow(lifecycles, from_arrow_schema(TOTALS_SCHEMA)).collect())
-        read = {name: spark.read.schema(from_arrow_schema(schema)).parquet(os.path.join(tables_dir, name))
-                for name, schema in LIFECYCLE_SCHEMAS.items()}
-        read["connections"] = stored.result()
-    shutil.rmtree(exchange_dir, ignore_errors=True)
-    return read, totals
+    totals = Totals.of(spark.range(buckets, numPartitions=buckets)
+                       .mapInArrow(lifecycles, from_arrow_schema(TOTALS_SCHEMA)).collect())
+    return {name: spark.read.schema(from_arrow_schema(schema)).parquet(os.path.join(tables_dir, name))
+            for name, schema in LIFECYCLE_SCHEMAS.items()}, totals
 
 
 def _ends(ended: pa.Table) -> pa.Table:
@@ -366,9 +356,10 @@ def messages(delivery: pa.Table, published: pa.Table) -> pa.Table:
     ).select(MESSAGES_SCHEMA.names).cast(MESSAGES_SCHEMA)
 
 
-def connections(ended: DataFrame) -> DataFrame:
-    """One row per TCP connection with its role, subscription and how it ended, from the connections' own rows of
-    the events table."""
+def connections(spark: SparkSession, exchange_dir: str) -> DataFrame:
+    """One row per TCP connection with its role, subscription and how it ended, from the connections' own event rows
+    in the exchange."""
+    ended = spark.read.schema(from_arrow_schema(SCHEMAS["events"])).parquet(os.path.join(exchange_dir, "connections"))
     rows = (
         ended.select(
             "conn_id",

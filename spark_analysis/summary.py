@@ -7,10 +7,9 @@ recording scripts' names, which no capture holds; ``consumer_ports`` lists the c
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 
 from spark_analysis.lifecycle import LATENCY_COLUMNS, MESSAGE_KEY, Totals
 
@@ -28,22 +27,22 @@ def message_events(totals: dict) -> int:
     return sum(totals[key] for key in MESSAGE_EVENT_TOTALS)
 
 
-def summarise(tables: Mapping[str, DataFrame], lifecycles: Totals) -> dict:
-    """``tables``: the per-connection tables; ``lifecycles``: what the lifecycle tasks counted over every message."""
-    # Every other count comes from these few small aggregates. They are independent, and each costs mostly
-    # Spark's fixed per-job latency, so they run side by side.
-    queries = {
-        "connections": tables["connections"],
-        "activity": tables["activity"],
-        # P-FIN-04: an E_FIN_FAILED for an ID the channel never delivered answers a made-up ID.
-        "fin_failed": tables["frames"].where("name = 'error' AND code = 'E_FIN_FAILED'").groupBy(*MESSAGE_KEY).count(),
-        "registrations": tables["registrations"]
-        .groupBy("producer", "action", "topic", "channel", "status")
-        .count(),
-    }
-    with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
-        rows = dict(zip(queries, pool.map(DataFrame.collect, queries.values()), strict=True))
+# Every count but the lifecycles' comes from these few small aggregates of the tables. They are independent, of
+# each other and of the lifecycles, and each costs mostly Spark's fixed per-job latency: they run side by side.
+AGGREGATES: dict[str, Callable[[Mapping[str, DataFrame]], DataFrame]] = {
+    "connections": lambda tables: tables["connections"],
+    "activity": lambda tables: tables["activity"],
+    # P-FIN-04: an E_FIN_FAILED for an ID the channel never delivered answers a made-up ID.
+    "fin_failed": lambda tables: tables["frames"].where("name = 'error' AND code = 'E_FIN_FAILED'")
+    .groupBy(*MESSAGE_KEY).count(),
+    "registrations": lambda tables: tables["registrations"]
+    .groupBy("producer", "action", "topic", "channel", "status").count(),
+}
 
+
+def summarise(rows: Mapping[str, list[Row]], lifecycles: Totals) -> dict:
+    """``rows``: each of ``AGGREGATES`` collected; ``lifecycles``: what the lifecycle tasks counted over every
+    message."""
     conns = [row.asDict() for row in rows["connections"]]
     nsq_conns = {c["conn_id"]: c for c in conns if c["to_nsqd_port"]}
     lookupd_conns = {c["conn_id"]: c for c in conns if c["is_lookupd"]}
