@@ -9,6 +9,7 @@ Timing-based checks use generous margins because capture time is not the broker'
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -56,11 +57,11 @@ class ConnectionChecks:
                                - buffered_ms) * NS_PER_MS
         self.heartbeat_ms = identify_request.get("heartbeat_interval") or DEFAULT_HEARTBEAT_MS
         self.rdy_history: deque[tuple[int, int]] = deque()  # (ts, count): the current RDY and those within the grace
-        self.in_flight: dict[str, int] = {}  # msg id -> deadline
-        # (deadline, msg id) in delivery order, so deadlines only grow: expiry looks at the front alone. A TOUCH or a
-        # FIN leaves its entry behind; it is skipped when its deadline no longer matches in_flight, and the entries
-        # left behind are dropped when they outnumber the messages in flight.
-        self.expiries: deque[tuple[int, str]] = deque()
+        # msg id -> deadline, in the order the deadlines were set (a delivery or a TOUCH moves its ID to the end), so
+        # deadlines only grow along it: expiry looks at the front alone, and only once the time passes next_expiry,
+        # a deadline no later than the front's.
+        self.in_flight: dict[str, int] = {}
+        self.next_expiry = math.inf
         self.delivered: set[str] = set()  # this window's; earlier windows' as sorted hashes
         self.delivered_before: list[np.ndarray] = []
         self.buckets: dict[int, int] = {}
@@ -92,7 +93,8 @@ class ConnectionChecks:
         ones, commands and frames: a producer's publish rows are a third of its rows), and the most messages in
         flight per second of the seconds it completed (all of them when it is the ``last``)."""
         order = order[checked[order]].tolist()
-        in_flight, expiries, delivered, rdy_history = self.in_flight, self.expiries, self.delivered, self.rdy_history
+        in_flight, delivered, rdy_history = self.in_flight, self.delivered, self.rdy_history
+        next_expiry = self.next_expiry
         msg_timeout_ns, heartbeat_ms, buckets = self.msg_timeout_ns, self.heartbeat_ms, self.buckets
         found = []
         timestamps, kinds, names, values, statuses, msg_ids, codes = (
@@ -114,24 +116,21 @@ class ConnectionChecks:
                 elif name == "CLS":
                     rdy_history.append((ts, 0))  # D-04: CLS sets RDY to 0
                 elif name == "TOUCH" and msg_ids[index] in in_flight:
+                    del in_flight[msg_ids[index]]
                     in_flight[msg_ids[index]] = ts + msg_timeout_ns  # P-TOUCH-04
-                    expiries.append((ts + msg_timeout_ns, msg_ids[index]))
                 continue
             if name == "message":
-                while expiries and expiries[0][0] <= ts:
-                    deadline, msg_id = expiries.popleft()
-                    if in_flight.get(msg_id) == deadline:
-                        del in_flight[msg_id]  # D-11: timed out
+                if ts >= next_expiry:
+                    next_expiry = _expire(in_flight, ts)  # D-11: timed out
                 # the common case, one RDY in force, read without a call
                 rdy = rdy_history[0][1] if len(rdy_history) == 1 else self._effective_rdy(ts)
                 if len(in_flight) >= rdy:
                     found.append((ts, "D-01", f"server: delivery with {len(in_flight)} in flight and RDY {rdy}"))
                 msg_id = msg_ids[index]
-                in_flight[msg_id] = ts + msg_timeout_ns
-                expiries.append((ts + msg_timeout_ns, msg_id))
-                if len(expiries) > 2 * len(in_flight) + 4096:
-                    self.expiries = expiries = deque(
-                        entry for entry in expiries if in_flight.get(entry[1]) == entry[0])
+                in_flight.pop(msg_id, None)  # delivered again while in flight: its deadline moves to the end
+                in_flight[msg_id] = deadline = ts + msg_timeout_ns
+                if deadline < next_expiry:
+                    next_expiry = deadline
                 delivered.add(msg_id)
                 if ts // NS_PER_S != second:
                     if second is not None:
@@ -162,6 +161,7 @@ class ConnectionChecks:
                 self.fatal_error_ts = None
         if second is not None:
             buckets[second] = max(buckets.get(second, 0), peak)
+        self.next_expiry = next_expiry
         self.last_ts = max(self.last_ts, max(timestamps, default=0))
         if delivered:
             self.delivered_before.append(np.sort(np.fromiter(map(hash, delivered), np.int64, len(delivered))))
@@ -186,3 +186,16 @@ class ConnectionChecks:
             return [Finding(self.last_ts, REQUIREMENT_OF["C-29"],
                             "C-29 client: no command for 2 x heartbeat interval; the server closed")]
         return []
+
+
+def _expire(in_flight: dict[str, int], now: int) -> float:
+    """Drops the messages whose deadline has passed (D-11) from the front of ``in_flight``; returns the next
+    deadline."""
+    expired = []
+    for msg_id, deadline in in_flight.items():
+        if deadline > now:
+            break
+        expired.append(msg_id)
+    for msg_id in expired:
+        del in_flight[msg_id]
+    return next(iter(in_flight.values()), math.inf)
