@@ -297,12 +297,14 @@ class FrameDecoder(_StreamDecoder):
         position = 0
         unpack_header, max_frame_size, pause_at_upgrade = _FRAME_HEADER.unpack_from, self._max_frame_size, \
             self._pause_at_upgrade
+        # a frame per turn, by the hundred thousand: what each turn calls is bound once
+        known_types, add_type, add_start, add_end = FRAME_TYPE_NAMES, types.append, starts.append, ends.append
         try:
             while end - position >= 8:
                 size, frame_type = unpack_header(view, position)
                 if size < 4 or size > max_frame_size:  # C-06: size counts the type field
                     raise self._fail(f"frame size {size} out of range", position, self._spans(types, starts, ends))
-                if frame_type not in FRAME_TYPE_NAMES:  # C-07
+                if frame_type not in known_types:  # C-07
                     raise self._fail(f"unknown frame type {frame_type}", position, self._spans(types, starts, ends))
                 frame_end = position + 4 + size
                 if frame_end > end:
@@ -310,9 +312,9 @@ class FrameDecoder(_StreamDecoder):
                 if frame_type == FRAME_MESSAGE and size < 4 + MESSAGE_HEADER_SIZE:  # C-09
                     raise self._fail(f"message frame of {size - 4} bytes < 26", position,
                                      self._spans(types, starts, ends))
-                types.append(frame_type)
-                starts.append(position + 8)
-                ends.append(frame_end)
+                add_type(frame_type)
+                add_start(position + 8)
+                add_end(frame_end)
                 position = frame_end
                 if pause_at_upgrade and frame_type == FRAME_RESPONSE and \
                         self._switches_after(bytes(view[starts[-1]:frame_end])):
@@ -365,7 +367,9 @@ class CommandLineDecoder(_StreamDecoder):
         if self.paused:
             return CommandSpans(b"", starts, newlines, ends, self)
         position = 0
-        body_first_bytes = self._body_first_bytes
+        # a line per turn, by the hundred thousand: what each turn calls is bound once
+        body_first_bytes, max_line, find = self._body_first_bytes, self._max_line, buffer.find
+        add_start, add_newline, add_end = starts.append, newlines.append, ends.append
         try:
             if self.magic is None:
                 if len(buffer) < 4:
@@ -376,10 +380,10 @@ class CommandLineDecoder(_StreamDecoder):
                     raise self._fail(f"bad magic {self.magic!r}", 0, self._spans(starts, newlines, ends))
             end = len(buffer)
             while position < end:
-                newline = buffer.find(b"\n", position, position + self._max_line)
+                newline = find(b"\n", position, position + max_line)
                 if newline < 0:
-                    if end - position >= self._max_line:  # C-19
-                        raise self._fail(f"command line longer than {self._max_line} bytes", position,
+                    if end - position >= max_line:  # C-19
+                        raise self._fail(f"command line longer than {max_line} bytes", position,
                                          self._spans(starts, newlines, ends))
                     break
                 next_position = newline + 1
@@ -396,9 +400,9 @@ class CommandLineDecoder(_StreamDecoder):
                         if end - next_position - 4 < size:
                             break
                         next_position += 4 + size
-                starts.append(position)
-                newlines.append(newline)
-                ends.append(next_position)
+                add_start(position)
+                add_newline(newline)
+                add_end(next_position)
                 position = next_position
                 if self._pause_at_upgrade and name == b"IDENTIFY" and \
                         upgrades(bytes(buffer[newline + 5:next_position]), request=True):
