@@ -16,7 +16,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
@@ -135,13 +134,14 @@ def _attempts(totals: Totals) -> str:
         per_attempts[attempts] += count
     if not per_attempts:
         return "<p>No deliveries.</p>"
-    frame = pd.DataFrame(sorted(per_attempts.items()), columns=["attempts", "count"])
+    ordered = sorted(per_attempts)
+    labels, counts = [str(attempts) for attempts in ordered], [per_attempts[attempts] for attempts in ordered]
     figure, axis = plt.subplots(figsize=(7, 3.5))
-    axis.bar(frame["attempts"].astype(str), frame["count"])
+    axis.bar(labels, counts)
     axis.set_yscale("log")
     axis.set_xlabel("attempts field of the message frame (C-12)")
     axis.set_ylabel("deliveries (log)")
-    for x, y in zip(frame["attempts"].astype(str), frame["count"], strict=False):
+    for x, y in zip(labels, counts, strict=True):
         axis.annotate(f"{y:,}", (x, y), ha="center", va="bottom", fontsize=8)
     return _figure_html(figure)
 

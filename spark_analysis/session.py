@@ -19,7 +19,8 @@ local master, launches its driver JVM and Python processes in ways measured on 2
 - Python workers started at once: a small job of its own (``WARM_UP_JOB``) has one worker per core
   import the analysis while the driver plans the first query (the data source's planning runs
   three Python processes one after another, ~2 s in which one core idles). The workers are
-  reused by the analysis's tasks (bench trace: 15.8 -> 15.0 s, first result of the 9 MB sample).
+  reused by the analysis's tasks (bench trace ~15.8 -> ~15.0 s; with the changes of the same stop,
+  the 9 MB sample's first result ~15 -> ~12.5 s).
 
 Only a JVM that this process launches takes start-up options: under spark-submit they are ignored.
 """
