@@ -29,7 +29,7 @@ import shutil
 import time
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pyarrow as pa
@@ -254,22 +254,6 @@ class WrittenTables(Mapping):
         return len(SCHEMAS)
 
 
-class _Awaited(Mapping):
-    """Tables other threads are still making: asking for one waits for it."""
-
-    def __init__(self, futures: dict[str, Future]):
-        self.futures = futures
-
-    def __getitem__(self, name: str) -> DataFrame:
-        return self.futures[name].result()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.futures)
-
-    def __len__(self) -> int:
-        return len(self.futures)
-
-
 def run_analysis(
     spark: SparkSession,
     paths: list[str],
@@ -303,9 +287,9 @@ def run_analysis(
         # What needs nothing the lifecycles make runs beside their job, filling the moments a core waits:
         # the connections table and the summary's aggregates.
         stored = pool.submit(lambda: materialise("connections", lifecycle.connections(spark, exchange_dir)))
-        beside = ChainMap(_Awaited({"connections": stored}), written)
-        counted = {name: pool.submit(lambda aggregate=aggregate: aggregate(beside).collect())
+        counted = {name: pool.submit(lambda aggregate=aggregate: aggregate(written).collect())
                    for name, aggregate in summary.AGGREGATES.items()}
+        counted["connections"] = pool.submit(lambda: stored.result().collect())
         derived, totals = lifecycle.tables(spark, tables_dir, exchange_dir, buckets)
         step("summarising")
         tables = ChainMap({**derived, "connections": stored.result()}, written)

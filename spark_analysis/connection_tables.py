@@ -255,8 +255,8 @@ def parquet_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
     its row groups carry the time range of their rows (what a reader skips them by), no other statistics (each
     column's cost a fifth of the write time, and a row group mixes every kind of row)."""
     labels = [field.name for field in schema if field.type == pa.string() and field.name not in _UNIQUE_STRINGS]
-    return pq.ParquetWriter(path, schema, use_dictionary=labels,
-                            write_statistics=[name for name in schema.names if name == "ts_ns"])
+    statistics = ["ts_ns"] if "ts_ns" in schema.names else False
+    return pq.ParquetWriter(path, schema, use_dictionary=labels, write_statistics=statistics)
 
 
 class TableWriter:

@@ -27,10 +27,10 @@ def message_events(totals: dict) -> int:
     return sum(totals[key] for key in MESSAGE_EVENT_TOTALS)
 
 
-# Every count but the lifecycles' comes from these few small aggregates of the tables. They are independent, of
-# each other and of the lifecycles, and each costs mostly Spark's fixed per-job latency: they run side by side.
+# Every count but the lifecycles' comes from the connections table and these few small aggregates of the decoding
+# tasks' tables. They are independent, of each other and of the lifecycles, and each costs mostly Spark's fixed
+# per-job latency: they run side by side.
 AGGREGATES: dict[str, Callable[[Mapping[str, DataFrame]], DataFrame]] = {
-    "connections": lambda tables: tables["connections"],
     "activity": lambda tables: tables["activity"],
     # P-FIN-04: an E_FIN_FAILED for an ID the channel never delivered answers a made-up ID.
     "fin_failed": lambda tables: tables["frames"].where("name = 'error' AND code = 'E_FIN_FAILED'")
@@ -41,8 +41,8 @@ AGGREGATES: dict[str, Callable[[Mapping[str, DataFrame]], DataFrame]] = {
 
 
 def summarise(rows: Mapping[str, list[Row]], lifecycles: Totals) -> dict:
-    """``rows``: each of ``AGGREGATES`` collected; ``lifecycles``: what the lifecycle tasks counted over every
-    message."""
+    """``rows``: the connections table and each of ``AGGREGATES``, collected; ``lifecycles``: what the lifecycle
+    tasks counted over every message."""
     conns = [row.asDict() for row in rows["connections"]]
     nsq_conns = {c["conn_id"]: c for c in conns if c["to_nsqd_port"]}
     lookupd_conns = {c["conn_id"]: c for c in conns if c["is_lookupd"]}
