@@ -11,9 +11,20 @@ from dataclasses import dataclass
 
 from conformance import wire
 from conformance.authd import ALLOW_ALL_SECRET
-from conformance.client import Connection, HarnessError, HttpClient, Mismatch, TlsClient, Unsupported, Verifier, quote
+from conformance.client import (
+    Connection,
+    HarnessError,
+    HttpClient,
+    Mismatch,
+    TlsClient,
+    Unsupported,
+    Verifier,
+    quote,
+    setup_step,
+)
+from conformance.liveness import TargetHealth
 from conformance.lookupd_client import V1Connection
-from conformance.target import Profile, TargetError
+from conformance.target import Profile, TargetError, run_setup_command
 from conformance.transcript import Transcript
 
 
@@ -26,6 +37,7 @@ class Target:
     restart: Callable[[], None] | None = None  # SIGTERM and start again on the same data path and ports
     https: tuple[str, int] | None = None
     tls: TlsClient = TlsClient()  # how the suite upgrades to TLS with it: --tls-ca, --tls-client-cert
+    health: TargetHealth | None = None  # is it still there after a case that saw it close or fail
 
     def requires_tls(self, on: str) -> bool:
         """Whether the profile says the target refuses plain ``on`` ("tcp" or "http"): nsqd's --tls-required
@@ -39,6 +51,7 @@ class LookupdTarget:
     tcp: tuple[str, int]
     http: tuple[str, int]
     time_scale: float
+    health: TargetHealth | None = None
 
 
 _sequence = iter(range(1, 1 << 30))
@@ -53,20 +66,27 @@ def _name_prefix(kind: str, name: str) -> str:
 
 
 class Case:
-    """What a case works with: connections, HTTP, unique names, scaled waits, the verifier."""
+    """What a case works with: connections, HTTP, unique names, scaled waits, the verifier. ``sections`` are the
+    requirement sections the case checks: a PUB, SUB, IDENTIFY, AUTH or topic creation of any other section is a
+    setup step, whose failure is the case's PRECONDITION (None: every step is checked)."""
 
-    def __init__(self, target: Target, name: str):
+    def __init__(self, target: Target, name: str, sections: frozenset[str] | None = None):
         self.target = target
         self.profile = target.profile
         self.limits = target.profile.limits
         self.time_scale = target.time_scale
+        self.sections = sections
         self.transcript = Transcript()
         self.verify = Verifier()
+        unsupported_paths = {} if self.profile.offers("topic_create_http") else {
+            "/topic/create": f"profile {self.profile.name} says the target has no POST /topic/create"}
         if target.requires_tls("http"):  # plain HTTP is answered 403 TLS_REQUIRED (T-10): the cases use HTTPS
             self.http = HttpClient(target.https, self.transcript, target.time_scale, tls=target.tls, absent=(
-                f"profile {self.profile.name}: the target requires HTTPS (T-10), and there is no --https-target"))
+                f"profile {self.profile.name}: the target requires HTTPS (T-10), and there is no --https-target"),
+                unsupported_paths=unsupported_paths)
         else:
-            self.http = HttpClient(target.http, self.transcript, target.time_scale)
+            self.http = HttpClient(target.http, self.transcript, target.time_scale,
+                                   unsupported_paths=unsupported_paths)
         self._connections: list[Connection] = []
         self._topics: list[str] = []
         self.name_prefix = _name_prefix("cf", name)
@@ -80,12 +100,19 @@ class Case:
                               "speaks plain TCP")
         name = chr(ord("A") + len(self._connections))
         connection = Connection(name, self.target.tcp, self.transcript, self.verify, self.time_scale,
-                                send_magic=magic, tls=tls or self.target.tls)
+                                send_magic=magic, tls=tls or self.target.tls, sections_under_test=self.sections,
+                                unsupported_commands=self._unsupported_commands())
         self._connections.append(connection)
         if magic and authenticate and self.auth_command():
-            connection.send(self.auth_command())
-            self.expect_authenticated(connection)
+            with setup_step("AUTH", self.sections):
+                connection.send(self.auth_command())
+                self.expect_authenticated(connection)
         return connection
+
+    def _unsupported_commands(self) -> dict[str, str]:
+        """Verbs the profile says the target lacks: a case that sends one is UNSUPPORTED, saying so."""
+        return {} if self.profile.offers("dpub") else {
+            "DPUB": f"profile {self.profile.name} says the target has no DPUB (capability dpub = false)"}
 
     def auth_command(self) -> bytes:
         """What a connection sends right after the magic: with a profile that has auth, an AUTH whose
@@ -102,11 +129,29 @@ class Case:
 
     def topic(self, suffix: str = "", length: int | None = None) -> str:
         """A fresh topic name for this case (padded to ``length`` characters including ``suffix``),
-        deleted over HTTP, when available, afterwards."""
+        deleted over HTTP, when available, afterwards. A target that does not create topics on first use
+        (capability topic_autocreate = false) gets it created first, as the profile's setup says."""
         name = f"{self.name_prefix}{len(self._topics)}"
         name = name + "a" * ((length or 0) - len(name) - len(suffix)) + suffix
         self._topics.append(name)
+        if not self.profile.offers("topic_autocreate"):
+            self._create_topic(name)
         return name
+
+    def _create_topic(self, name: str) -> None:
+        """The profile's ``[setup] create_topic``: a shell command with ``{topic}``, or POST /topic/create."""
+        command = self.profile.setup.get("create_topic")
+        with setup_step("create topic", self.sections):
+            if command:
+                self.transcript.note(f"setup: create topic {name} with the profile's command")
+                try:
+                    run_setup_command(command, topic=name, timeout=self.seconds(10))
+                except TargetError as exc:
+                    raise Mismatch(f"the profile's create_topic command creates {name}", "exit status 0",
+                                   str(exc), "the profile's create_topic command fails") from exc
+            else:
+                self.verify.equal(f"POST /topic/create?topic={name}", 200,
+                                  self.http.post(f"/topic/create?topic={quote(name)}").status)
 
     def seconds(self, seconds: float) -> float:
         return seconds * self.time_scale
@@ -141,7 +186,7 @@ class Case:
         """UNSUPPORTED unless the profile offers ``capability`` (with this ``value``, when given)."""
         if capability == "http" and self.http.address is None:
             raise Unsupported(self.http.absent)
-        offered = self.profile.capabilities.get(capability, False)
+        offered = self.profile.offers(capability)
         if not offered:
             raise Unsupported(f"profile {self.profile.name} says the target does not offer {capability}")
         if value is not None and offered != value:
@@ -151,10 +196,13 @@ class Case:
         """Create topic and channels over HTTP, then wait out nsqd's 5 s channel-list refresh (D-14)
         so that timeouts and deferrals on them are not late by up to 5 s."""
         self.require("http")
-        self.verify.equal("POST /topic/create", 200, self.http.post(f"/topic/create?topic={quote(topic)}").status)
-        for channel in channels:
-            self.verify.equal("POST /channel/create", 200, self.http.post(
-                f"/channel/create?topic={quote(topic)}&channel={quote(channel)}").status)
+        with setup_step("create topic", self.sections):
+            if self.profile.offers("topic_autocreate"):  # else topic() created it
+                self.verify.equal("POST /topic/create", 200,
+                                  self.http.post(f"/topic/create?topic={quote(topic)}").status)
+            for channel in channels:
+                self.verify.equal("POST /channel/create", 200, self.http.post(
+                    f"/channel/create?topic={quote(topic)}&channel={quote(channel)}").status)
         self.wait(5.2, "nsqd scans a new channel only after its 5 s channel-list refresh (D-14)")
 
     def elapsed_since(self, start: float) -> float:
@@ -164,7 +212,7 @@ class Case:
     def within(self, what: str, elapsed: float, low: float, high: float) -> None:
         """A timing check: strict lower bound, generous upper bound, both stated (unscaled seconds)."""
         self.verify.that(f"{what} (tolerance {low:g}..{high:g} s)", low <= elapsed <= high,
-                         f"{low:g}..{high:g} s", f"{elapsed:.3f} s")
+                         f"{low:g}..{high:g} s", seconds_against(elapsed, low, high))
 
     def close(self) -> None:
         for connection in self._connections:
@@ -175,6 +223,16 @@ class Case:
                     self.http.post(f"/topic/delete?topic={quote(topic)}")
                 except HarnessError:
                     pass
+
+
+def seconds_against(elapsed: float, low: float, high: float) -> str:
+    """``elapsed`` as a timing failure shows it: never rounded into the range it missed (3.0004 s against 1.8..3 s
+    is "3.0004 s, 0.4 ms above 3 s", not "3.000 s")."""
+    if elapsed > high:
+        return f"{elapsed:.4f} s, {(elapsed - high) * 1000:.1f} ms above {high:g} s"
+    if elapsed < low:
+        return f"{elapsed:.4f} s, {(low - elapsed) * 1000:.1f} ms below {low:g} s"
+    return f"{elapsed:.3f} s"
 
 
 class LookupdCase:

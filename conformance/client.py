@@ -13,6 +13,7 @@ import socket
 import ssl
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from conformance import wire
@@ -20,11 +21,45 @@ from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint,
 
 
 class Mismatch(AssertionError):
-    """A required behaviour differs: requirement, expected, actual."""
+    """A required behaviour differs: requirement, expected, actual. ``cause`` names the first unexpected thing the
+    broker did in words that group failures across cases ("E_TOPIC_NOT_EXIST on PUB"); None: the report derives
+    one from ``what`` and ``actual``."""
 
-    def __init__(self, what: str, expected, actual):
+    def __init__(self, what: str, expected, actual, cause: str | None = None):
         super().__init__(f"{what}\n  expected: {_show(expected)}\n  actual:   {_show(actual)}")
-        self.what, self.expected, self.actual = what, expected, actual
+        self.what, self.expected, self.actual, self.cause = what, expected, actual, cause
+
+
+class PreconditionFailed(Exception):
+    """A setup step of a case (a PUB, SUB or IDENTIFY the case only needs in order to reach what it checks, the
+    topic it creates first) went wrong: the case could not test its requirement (verdict PRECONDITION)."""
+
+    def __init__(self, step: str, mismatch: Mismatch):
+        super().__init__(f"setup step {step} failed, so the case could not test its requirement:\n{mismatch}")
+        self.step, self.mismatch = step, mismatch
+        self.cause = mismatch.cause or f"{step}: {_show(mismatch.actual)}"
+
+
+# The requirement sections that test a step themselves; in a case of any other section the step is setup.
+STEP_SECTIONS = {
+    "PUB": frozenset({"PUB", "NAME", "SYNTAX"}),
+    "SUB": frozenset({"SUB", "NAME", "SYNTAX", "STATE", "EPH"}),
+    "IDENTIFY": frozenset({"ID", "COMP", "TLS", "BUF", "SAMPLE", "HB", "TIMEOUT", "AUTH"}),
+    "AUTH": frozenset({"AUTH"}),
+    "create topic": frozenset({"HTTP", "ADMIN"}),
+}
+
+
+@contextmanager
+def setup_step(step: str, sections_under_test: frozenset[str]):
+    """A Mismatch inside is the case's PreconditionFailed unless the case's requirements test ``step`` itself
+    (``sections_under_test`` None: a caller outside a case, which checks every step)."""
+    try:
+        yield
+    except Mismatch as mismatch:
+        if sections_under_test is None or STEP_SECTIONS[step] & sections_under_test:
+            raise
+        raise PreconditionFailed(step, mismatch) from mismatch
 
 
 def _show(value) -> str:
@@ -99,8 +134,12 @@ class Connection:
     """
 
     def __init__(self, name: str, address: tuple[str, int], transcript: Transcript, verifier: Verifier,
-                 time_scale: float, send_magic: bool = True, tls: TlsClient = TlsClient()):
+                 time_scale: float, send_magic: bool = True, tls: TlsClient = TlsClient(),
+                 sections_under_test: frozenset[str] | None = None, unsupported_commands: dict[str, str] | None = None):
         self.name = name
+        self.sections_under_test = sections_under_test  # None: every step is what the caller checks
+        self.unsupported_commands = unsupported_commands or {}  # verb -> why the target lacks it (the profile)
+        self.last_verb = "the magic"  # what the broker's next frame answers, for a failure's cause
         self.tls = tls
         self.transcript = transcript
         self.verify = verifier
@@ -125,6 +164,12 @@ class Connection:
     # ---- sending -------------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
         lines = self._describe_sent(data)
+        verbs = [line.split(" ", 1)[0] for line in lines if not line.startswith(("(+", "MAGIC"))]
+        for verb in verbs:
+            if verb in self.unsupported_commands:
+                raise Unsupported(self.unsupported_commands[verb])
+        if verbs:
+            self.last_verb = verbs[-1]
         on_wire = self._encoder.encode(data) if self._encoder else data
         self.transcript.record(self.name, CLIENT_TO_SERVER, lines, on_wire)
         try:
@@ -245,9 +290,10 @@ class Connection:
                 self._read_more(deadline)
             except TimeoutError:
                 raise Mismatch("a frame arrives", f"a frame within {timeout * self.time_scale:.1f} s",
-                               "nothing") from None
+                               "nothing", self._silent()) from None
             except Closed:
-                raise Mismatch("a frame arrives", "a frame", "the server closed the connection") from None
+                raise Mismatch("a frame arrives", "a frame", "the server closed the connection",
+                               self._closed_cause()) from None
         return self.inbox.popleft()
 
     def next_frame(self, timeout: float = 3.0, kinds=(wire.FRAME_RESPONSE, wire.FRAME_ERROR)) -> wire.Frame:
@@ -266,32 +312,51 @@ class Connection:
             except TimeoutError:
                 wanted = "/".join(wire.FRAME_TYPE_NAMES[kind] for kind in kinds)
                 raise Mismatch(f"a {wanted} frame arrives", f"within {timeout * self.time_scale:.1f} s",
-                               "nothing arrived") from None
+                               "nothing arrived", self._silent()) from None
             except Closed:
                 wanted = "/".join(wire.FRAME_TYPE_NAMES[kind] for kind in kinds)
                 raise Mismatch(f"a {wanted} frame arrives", f"a {wanted} frame",
-                               "the server closed the connection") from None
+                               "the server closed the connection", self._closed_cause()) from None
+
+    def _cause(self, frame: wire.Frame) -> str:
+        """An unexpected frame as a failure's cause: what it is, and what it answered."""
+        if frame.frame_type == wire.FRAME_ERROR:
+            what = frame.error_code or "an error frame without a code"
+        elif frame.frame_type == wire.FRAME_RESPONSE:
+            what = f"RESPONSE {_preview_text(frame.data)}"
+        else:
+            what = wire.FRAME_TYPE_NAMES.get(frame.frame_type, f"frame type {frame.frame_type}").upper()
+        return f"{what} on {self.last_verb}"
+
+    def _silent(self) -> str:
+        return f"no answer to {self.last_verb}"
+
+    def _closed_cause(self) -> str:
+        return f"connection closed after {self.last_verb}"
 
     def expect_response(self, data: bytes, timeout: float = 3.0) -> None:
         frame = self.next_frame(timeout)
-        self.verify.equal("response frame", _summary(wire.Frame(wire.FRAME_RESPONSE, data)), _summary(frame))
+        if frame.frame_type != wire.FRAME_RESPONSE or frame.data != data:
+            raise Mismatch("response frame", _summary(wire.Frame(wire.FRAME_RESPONSE, data)), _summary(frame),
+                           self._cause(frame))
 
     def expect_json_response(self, timeout: float = 3.0) -> dict:
         frame = self.next_frame(timeout)
-        self.verify.that("response frame with a JSON object", frame.frame_type == wire.FRAME_RESPONSE
-                         and frame.data.startswith(b"{"), "RESPONSE {...}", _summary(frame))
+        if frame.frame_type != wire.FRAME_RESPONSE or not frame.data.startswith(b"{"):
+            raise Mismatch("response frame with a JSON object", "RESPONSE {...}", _summary(frame), self._cause(frame))
         try:
             return json.loads(frame.data)
         except ValueError as exc:
-            raise Mismatch("the response is valid JSON", "JSON", f"{frame.data!r}: {exc}") from exc
+            raise Mismatch("the response is valid JSON", "JSON", f"{frame.data!r}: {exc}",
+                           f"invalid JSON on {self.last_verb}") from exc
 
     def expect_error(self, code: str, text: str | None = None, fatal: bool = True, timeout: float = 3.0) -> None:
         """An error frame with ``code`` (MUST); ``text`` is nsqd's exact wording (SHOULD, soft);
         fatal errors are followed by a close with no further frame (C-23)."""
         frame = self.next_frame(timeout)
-        self.verify.that("error frame with the right code (C-08)",
-                         frame.frame_type == wire.FRAME_ERROR and frame.error_code == code,
-                         f"ERROR {code} ...", _summary(frame))
+        if frame.frame_type != wire.FRAME_ERROR or frame.error_code != code:
+            raise Mismatch("error frame with the right code (C-08)", f"ERROR {code} ...", _summary(frame),
+                           self._cause(frame))
         if text is not None:
             self.verify.soft_equal("error text as nsqd words it", f"{code} {text}", frame.data.decode(
                 "utf-8", "replace"))
@@ -303,8 +368,8 @@ class Connection:
     def expect_message(self, body: bytes | None = None, attempts: int | None = None,
                        timeout: float = 3.0) -> wire.Frame:
         frame = self.next_frame(timeout, kinds=(wire.FRAME_MESSAGE, wire.FRAME_ERROR))
-        self.verify.that("a message frame arrives", frame.frame_type == wire.FRAME_MESSAGE,
-                         "MESSAGE", _summary(frame))
+        if frame.frame_type != wire.FRAME_MESSAGE:
+            raise Mismatch("a message frame arrives", "MESSAGE", _summary(frame), self._cause(frame))
         if body is not None:
             self.verify.equal("message body", body, frame.body)
         if attempts is not None:
@@ -320,7 +385,7 @@ class Connection:
             unexpected = [frame for frame in self.inbox if not frame.is_heartbeat]
             if unexpected:
                 raise Mismatch(what + " with no further frame (C-25)", "close",
-                               _summary(unexpected[0]))
+                               _summary(unexpected[0]), self._cause(unexpected[0]))
             self.inbox.clear()
             try:
                 self._read_more(deadline)
@@ -328,7 +393,7 @@ class Connection:
                 return
             except TimeoutError:
                 raise Mismatch(what, f"close within {within * self.time_scale:.1f} s",
-                               "connection still open") from None
+                               "connection still open", f"connection left open after {self.last_verb}") from None
 
     def expect_silence(self, seconds: float, what: str = "nothing arrives and the connection stays open") -> None:
         """No response, error or message frame for ``seconds``; heartbeats are answered."""
@@ -339,13 +404,14 @@ class Connection:
                     self.inbox.remove(frame)
                     self.command("NOP")
                 else:
-                    raise Mismatch(what, "silence", _summary(frame))
+                    raise Mismatch(what, "silence", _summary(frame), self._cause(frame))
             try:
                 self._read_more(deadline)
             except TimeoutError:
                 return
             except Closed:
-                raise Mismatch(what, "connection open", "the server closed the connection") from None
+                raise Mismatch(what, "connection open", "the server closed the connection",
+                               self._closed_cause()) from None
 
     def poll(self, seconds: float) -> list[wire.Frame]:
         """Whatever response/error/message frames arrive within ``seconds`` (heartbeats answered);
@@ -357,7 +423,8 @@ class Connection:
             except TimeoutError:
                 break
             except Closed:
-                raise Mismatch("the connection stays open", "open", "the server closed the connection") from None
+                raise Mismatch("the connection stays open", "open", "the server closed the connection",
+                               self._closed_cause()) from None
         frames = []
         for frame in list(self.inbox):
             self.inbox.remove(frame)
@@ -377,7 +444,12 @@ class Connection:
     def identify(self, fields: dict, timeout: float = 3.0, upgrade: bool = True) -> dict | None:
         """IDENTIFY; with feature_negotiation returns the JSON response and, when the server agreed to TLS,
         deflate or snappy, switches this connection to it and expects the upgrade's OK (ID-30), unless
-        ``upgrade`` is False (the case then checks the upgrade itself)."""
+        ``upgrade`` is False (the case then checks the upgrade itself). A setup step in cases that do not
+        check IDENTIFY itself."""
+        with setup_step("IDENTIFY", self.sections_under_test):
+            return self._identify(fields, timeout, upgrade)
+
+    def _identify(self, fields: dict, timeout: float, upgrade: bool) -> dict | None:
         body = wire.identify_body(fields)
         self.command("IDENTIFY", body=body)
         if not {key.lower(): value for key, value in fields.items()}.get("feature_negotiation"):
@@ -393,24 +465,41 @@ class Connection:
                                   b"", trailing)
                 self.start_tls(timeout)
             else:
-                self.upgrade(layer, response.get("deflate_level", 6))
+                self.upgrade(layer, negotiated_deflate_level(response) if layer == "deflate" else 6)
                 self._decode(trailing, b"")
             self.expect_response(b"OK", timeout)
         return response
 
     def subscribe(self, topic: str, channel: str, ready: int | None = None) -> None:
-        self.command("SUB", topic, channel)
-        self.expect_response(b"OK")
+        with setup_step("SUB", self.sections_under_test):
+            self.command("SUB", topic, channel)
+            self.expect_response(b"OK")
         if ready is not None:
             self.command("RDY", ready)
 
     def publish(self, topic: str, body: bytes) -> None:
-        self.command("PUB", topic, body=body)
-        self.expect_response(b"OK")
+        with setup_step("PUB", self.sections_under_test):
+            self.command("PUB", topic, body=body)
+            self.expect_response(b"OK")
+
+
+def negotiated_deflate_level(response: dict) -> int:
+    """The deflate level an IDENTIFY response agreed to (ID-11: 1..9, 6 when absent), checked before the
+    connection's compressor takes it: anything else is the broker's answer that is wrong."""
+    level = response.get("deflate_level", 6)
+    if type(level) is not int or not 1 <= level <= 9:
+        raise Mismatch("the IDENTIFY response's deflate_level is a level the stream can use (ID-11)",
+                       "an integer 1..9", repr(level), f"deflate_level {level!r} in the IDENTIFY response")
+    return level
 
 
 def _summary(frame: wire.Frame) -> str:
     return frame.describe()
+
+
+def _preview_text(data: bytes, limit: int = 24) -> str:
+    text = data[:limit].decode("utf-8", "replace")
+    return repr(text + ("..." if len(data) > limit else ""))
 
 
 @dataclass
@@ -455,8 +544,10 @@ class HttpClient:
     """One request per connection to the target's HTTP port (HTTPS with ``tls``), recorded in the transcript."""
 
     def __init__(self, address: tuple[str, int] | None, transcript: Transcript, time_scale: float,
-                 tls: TlsClient | None = None, absent: str = "the target has no HTTP API (no --http-target)"):
+                 tls: TlsClient | None = None, absent: str = "the target has no HTTP API (no --http-target)",
+                 unsupported_paths: dict[str, str] | None = None):
         self.address = address
+        self.unsupported_paths = unsupported_paths or {}  # path -> why the target lacks it (the profile)
         self.transcript = transcript
         self.time_scale = time_scale
         self.tls = tls
@@ -469,6 +560,8 @@ class HttpClient:
         (H-PUB-01: 413 before reading), and a write error still lets the response be read."""
         if self.address is None:
             raise Unsupported(self.absent)
+        if path.split("?", 1)[0] in self.unsupported_paths:
+            raise Unsupported(self.unsupported_paths[path.split("?", 1)[0]])
         body = body or b""
         self.transcript.record(self.scheme, CLIENT_TO_SERVER, [f"{method} {path}" + (
             f" [{len(body)} bytes] {body[:80]!r}" if body else "")])

@@ -6,7 +6,9 @@ until one of its ``--nsq-*`` options is given. ``python -m conformance`` gives t
 
 Verdicts (set in ``pytest_runtest_makereport``, the way pytest's skipping plugin sets xfail):
 PASS; FAIL = a MUST is broken; NON-STRICT = only a SHOULD (or nsqd's exact wording) is broken,
-FAIL under ``--strict``; UNSUPPORTED = an optional capability is missing; ERROR = harness trouble.
+FAIL under ``--strict``; PRECONDITION = a setup step failed, so the case could not test its requirement;
+UNSUPPORTED = an optional capability is missing; NOT RUN = the target died during an earlier case and could not
+be restarted; ERROR = harness trouble (the target cannot be reached).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from conformance import compare, options
 from conformance.authd import AuthServer
 from conformance.case import Case, LookupdCase, LookupdTarget, Target
 from conformance.catalogue import requirements
-from conformance.client import HarnessError, HttpClient, Mismatch, Unsupported
+from conformance.client import HarnessError, HttpClient, Mismatch, PreconditionFailed, Unsupported
+from conformance.liveness import PROBE_SECONDS, NotRun, TargetHealth, probe_lookupd, probe_nsqd
 from conformance.lookupd_fake import FakeLookupd
 from conformance.target import (
     EmbeddedBroker,
@@ -34,14 +37,25 @@ from conformance.target import (
     restart_with_command,
 )
 from conformance.transcript import Transcript
+from conformance.verdicts import (
+    ERROR,
+    FAIL,
+    NON_STRICT,
+    NOT_RUN,
+    PASS,
+    PRECONDITION,
+    TARGET_DIED,
+    UNSUPPORTED,
+    cause_of,
+)
 
-PASS, FAIL, NON_STRICT, UNSUPPORTED, ERROR = "PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "ERROR"
-VERDICTS = (PASS, FAIL, NON_STRICT, UNSUPPORTED, ERROR)
 _TEST_STATUS = {
     PASS: ("passed", ".", ("PASS", {"green": True})),
     FAIL: ("failed", "F", ("FAIL", {"red": True})),
     NON_STRICT: ("non-strict", "N", ("NON-STRICT", {"yellow": True})),
+    PRECONDITION: ("precondition", "P", ("PRECONDITION", {"yellow": True})),
     UNSUPPORTED: ("unsupported", "U", ("UNSUPPORTED", {"blue": True})),
+    NOT_RUN: ("not run", "-", ("NOT RUN", {"purple": True})),
     ERROR: ("error", "E", ("ERROR", {"red": True})),
 }
 
@@ -183,10 +197,27 @@ def nsq_target(pytestconfig):
         except TargetError as exc:
             pytest.exit(str(exc), returncode=2)
         yield Target(settings.profile, settings.tcp, settings.http, settings.time_scale, https=settings.https,
-                     tls=settings.tls)
+                     tls=settings.tls, health=_user_target_health(settings))
         return
     with _embedded_broker(pytestconfig, "broker") as target:
         yield dataclasses.replace(target, restart=None)  # the restart cases restart brokers of their own
+
+
+def _user_target_health(settings) -> TargetHealth:
+    """The liveness of a broker the user started: restarted with --restart-command when given; otherwise its death
+    is shared with the other workers through a file, and their later cases are NOT RUN."""
+    http = settings.https if settings.profile.offers("tls_required") == "true" else settings.http
+    revive = None
+    if settings.restart_command:
+        addresses = [address for address in (settings.tcp, settings.http) if address]
+
+        def revive() -> str:
+            restart_with_command(settings.restart_command, addresses)
+            return f"restarted with --restart-command {settings.restart_command!r}"
+    settings.reports_dir.mkdir(parents=True, exist_ok=True)
+    return TargetHealth("nsqd %s:%d" % settings.tcp,
+                        lambda: probe_nsqd(settings.tcp, http, PROBE_SECONDS * settings.time_scale), revive,
+                        shared_death=settings.reports_dir / ".target-died")
 
 
 @contextlib.contextmanager
@@ -201,9 +232,16 @@ def _embedded_broker(pytestconfig, log_name: str):
         broker.start()
     except TargetError as exc:
         pytest.exit(str(exc), returncode=2)
+    def revive() -> str:
+        broker.restart()
+        return "the suite restarted the embedded reference broker on the same ports and data path"
+
+    http = broker.https_address if settings.profile.offers("tls_required") == "true" else broker.http_address
+    health = TargetHealth("embedded reference nsqd",
+                          lambda: probe_nsqd(broker.tcp_address, http, PROBE_SECONDS * settings.time_scale), revive)
     try:
         yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale, broker.restart,
-                     https=broker.https_address, tls=options.tls_client(options.EMBEDDED_TLS.get))
+                     https=broker.https_address, tls=options.tls_client(options.EMBEDDED_TLS.get), health=health)
     finally:
         broker.stop()
 
@@ -219,7 +257,10 @@ def lookupd_target(pytestconfig):
                 check_reachable(address, option)
             except TargetError as exc:
                 pytest.exit(str(exc), returncode=2)
-        yield LookupdTarget(settings.lookupd_tcp, settings.lookupd_http, settings.time_scale)
+        health = TargetHealth("nsqlookupd %s:%d" % settings.lookupd_tcp, lambda: probe_lookupd(
+            settings.lookupd_tcp, settings.lookupd_http, PROBE_SECONDS * settings.time_scale), None,
+            shared_death=settings.reports_dir / ".lookupd-died")
+        yield LookupdTarget(settings.lookupd_tcp, settings.lookupd_http, settings.time_scale, health)
         return
     worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
     settings.reports_dir.mkdir(parents=True, exist_ok=True)
@@ -228,8 +269,14 @@ def lookupd_target(pytestconfig):
         lookupd.start()
     except TargetError as exc:
         pytest.exit(str(exc), returncode=2)
+    def revive() -> str:
+        lookupd.restart()
+        return "the suite restarted the embedded reference nsqlookupd on the same ports"
+
+    health = TargetHealth("embedded reference nsqlookupd", lambda: probe_lookupd(
+        lookupd.tcp_address, lookupd.http_address, PROBE_SECONDS * settings.time_scale), revive)
     try:
-        yield LookupdTarget(lookupd.tcp_address, lookupd.http_address, settings.time_scale)
+        yield LookupdTarget(lookupd.tcp_address, lookupd.http_address, settings.time_scale, health)
     finally:
         lookupd.stop()
 
@@ -239,8 +286,15 @@ def _case_name(item) -> str:
     return re.sub(r"[^a-zA-Z0-9_-]", "", item.name.removeprefix("test_"))[:24]
 
 
+def _sections(item) -> frozenset[str]:
+    """The requirement sections a case checks: its PUB, SUB, IDENTIFY, ... of other sections are setup steps."""
+    catalogue = requirements()
+    return frozenset(catalogue[requirement_id].section for requirement_id in case_requirements(item))
+
+
 @pytest.fixture
 def lookupd(lookupd_target, request):
+    lookupd_target.health.ensure_alive()
     case = LookupdCase(lookupd_target, _case_name(request.node))
     request.node.nsq_case = case
     yield case
@@ -248,7 +302,7 @@ def lookupd(lookupd_target, request):
 
 
 @pytest.fixture(scope="session")
-def restartable_target(pytestconfig):
+def restartable_target(pytestconfig, request):
     """What the restart cases run against: the target with --restart-command; when the suite runs the embedded
     broker, one of this worker's own (restarting the shared one would cut the other workers' cases off);
     otherwise none."""
@@ -258,8 +312,8 @@ def restartable_target(pytestconfig):
         return
     if settings.restart_command:
         addresses = [address for address in (settings.tcp, settings.http) if address]
-        yield Target(settings.profile, settings.tcp, settings.http, settings.time_scale,
-                     lambda: restart_with_command(settings.restart_command, addresses))
+        target = request.getfixturevalue("nsq_target")  # the same target, and liveness, as the other cases
+        yield dataclasses.replace(target, restart=lambda: restart_with_command(settings.restart_command, addresses))
         return
     if settings.tcp and not settings.embedded:
         yield None
@@ -274,7 +328,8 @@ def restartable(restartable_target, request):
     if restartable_target is None:
         raise Unsupported("the suite cannot restart this target: the profile has no `restart` capability, or "
                           "the target was started by the user without --restart-command")
-    case = Case(restartable_target, _case_name(request.node))
+    restartable_target.health.ensure_alive()
+    case = Case(restartable_target, _case_name(request.node), _sections(request.node))
     case.require("http")  # the restart cases read /stats
     request.node.nsq_case = case
     yield case
@@ -332,7 +387,8 @@ def registration(nsq, fake_lookupd):
 
 @pytest.fixture
 def nsq(nsq_target, request):
-    case = Case(nsq_target, _case_name(request.node))
+    nsq_target.health.ensure_alive()
+    case = Case(nsq_target, _case_name(request.node), _sections(request.node))
     request.node.nsq_case = case
     yield case
     case.close()
@@ -340,32 +396,64 @@ def nsq(nsq_target, request):
 
 # ---- verdicts ------------------------------------------------------------------------------------
 
-def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tuple[str, str]:
+def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tuple[str, str, str]:
+    """The verdict, its message and, for a failing one, its cause (verdicts.cause_of)."""
+    verdict, message, error = _judged(item, case, excinfo)
+    if verdict in (PASS, UNSUPPORTED, NOT_RUN):
+        return verdict, message, ""
+    if error is None and case is not None and case.verify.soft_mismatches:
+        return verdict, message, cause_of(case.verify.soft_mismatches[0], message)
+    return verdict, message, cause_of(error, message)
+
+
+def _judged(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tuple[str, str, BaseException | None]:
     catalogue = requirements()
     levels = {catalogue[i].level for i in case_requirements(item)}
     strict = item.config.nsq_settings.strict
     if excinfo is None:
         if case and case.verify.soft_mismatches:
             message = "\n".join(str(mismatch) for mismatch in case.verify.soft_mismatches)
-            return (FAIL if strict else NON_STRICT), message
-        return PASS, ""
+            return (FAIL if strict else NON_STRICT), message, None
+        return PASS, "", None
     error = excinfo.value
+    if isinstance(error, NotRun):
+        return NOT_RUN, str(error), error
     if isinstance(error, (Unsupported, pytest.skip.Exception)):
-        return UNSUPPORTED, str(error)
+        return UNSUPPORTED, str(error), error
+    if isinstance(error, PreconditionFailed):
+        return PRECONDITION, str(error), error
     if isinstance(error, AssertionError):
         # MAY marks an optional capability: absent -> UNSUPPORTED, present but wrong -> FAIL.
         if levels - {"SHOULD"} or strict:
-            return FAIL, str(error)
-        return NON_STRICT, str(error)
+            return FAIL, str(error), error
+        return NON_STRICT, str(error), error
     if isinstance(error, (HarnessError, pytest.fail.Exception)):
-        return ERROR, str(error)
+        return ERROR, str(error), error
     if isinstance(error, (KeyError, IndexError, TypeError)) and _raised_in_case(excinfo):
         # The case read a part of the broker's answer that is not there (a null where an object was due, a
         # missing frame field): the broker's doing, judged as the requirement says, not harness trouble.
         what = f"the broker's answer has what {Path(excinfo.traceback[-1].path).name} reads"
         return (FAIL if levels - {"SHOULD"} or strict else NON_STRICT), \
-            f"{what}\n  expected: a value there\n  actual:   {type(error).__name__}: {error}"
-    return ERROR, f"{type(error).__name__}: {error}"
+            f"{what}\n  expected: a value there\n  actual:   {type(error).__name__}: {error}", error
+    return ERROR, f"{type(error).__name__}: {error}", error
+
+
+def _after_target_check(item, case, verdict: str, message: str, cause: str) -> tuple[str, str, str, dict | None]:
+    """A case that saw its target close a connection, or failed, asks the target whether it is still there
+    (liveness.py). The case during which it died is a FAIL that says so, once; a case that ran while another
+    worker's case saw it die is NOT RUN; the verdict stands while the target answers."""
+    health = getattr(case.target, "health", None) if case else None
+    saw_close = case is not None and any(endpoint.closed_by_server for endpoint in case.transcript.endpoints.values())
+    if health is None or not (saw_close or verdict in (FAIL, ERROR, PRECONDITION)):
+        return verdict, message, cause, None
+    death = health.check(item.nodeid)
+    if death is None:
+        if health.dead:
+            return NOT_RUN, f"not run to the end: {health.dead}", "", None
+        return verdict, message, cause, None
+    what = f"TARGET DIED during {item.nodeid}: {death.reason}. " + (
+        f"It came back: {death.revived}." if death.revived else "It was not restarted: later cases on it are NOT RUN.")
+    return FAIL, what + (f"\nWhat the case saw:\n{message}" if message else ""), TARGET_DIED, death.as_dict()
 
 
 # ---- differential mode (--compare) -------------------------------------------------------------------
@@ -403,7 +491,7 @@ def _run_on_compare_target(item) -> dict:
     # before the clean-up, which the target's run has not had yet
     diff = [] if varies else compare.differences(case, other, against)
     other.close()
-    verdict, message = _verdict(item, other, excinfo)
+    verdict, message, _ = _verdict(item, other, excinfo)
     return {"against": against, "status": "different" if diff else "same", "verdict": verdict, "message": message,
             "diff": diff, "transcripts": f"not compared: {varies.args[0]}" if varies else "compared"}
 
@@ -426,16 +514,20 @@ def pytest_runtest_makereport(item, call):
     if call.when == "teardown" or (call.when == "setup" and call.excinfo is None):
         return report
     case: Case | None = getattr(item, "nsq_case", None)
-    verdict, message = _verdict(item, case, call.excinfo)
+    verdict, message, cause = _verdict(item, case, call.excinfo)
+    verdict, message, cause, death = _after_target_check(item, case, verdict, message, cause)
     ids = case_requirements(item)
     pcap = None
     settings = item.config.nsq_settings
-    if case and verdict in (FAIL, ERROR) and case.transcript.endpoints:
+    if case and verdict in (FAIL, PRECONDITION, ERROR) and case.transcript.endpoints:
         pcap = settings.reports_dir / "pcap" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid) + ".pcap")
         case.transcript.write_pcap(pcap)
     report.nsq = {
         "verdict": verdict,
         "message": message,
+        "cause": cause,
+        "target": _target_label(item),
+        "target_death": death,
         "requirements": ids,
         "doc": (item.function.__doc__ or "").strip() if hasattr(item, "function") else "",
         "transcript": case.transcript.as_dicts() if case else [],
@@ -449,9 +541,9 @@ def pytest_runtest_makereport(item, call):
     item.user_properties += properties  # junitxml writes the teardown report's copy (JUnit <property>)
     if case:
         report.sections.append(("nsq transcript", case.transcript.render()))
-    if verdict == UNSUPPORTED:
+    if verdict in (UNSUPPORTED, NOT_RUN):
         report.outcome = "skipped"
-        report.longrepr = (str(item.path), item.location[1] or 0, f"UNSUPPORTED: {message}")
+        report.longrepr = (str(item.path), item.location[1] or 0, f"{verdict}: {message}")
     elif verdict == NON_STRICT:
         report.outcome = "passed"
         report.sections.append(("nsq non-strict", message))
@@ -459,7 +551,9 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "passed"
     else:
         report.outcome = "failed"
-        if call.excinfo is None or isinstance(call.excinfo.value, (Mismatch, HarnessError)):
+        expected = call.excinfo is None or isinstance(call.excinfo.value, (Mismatch, HarnessError,
+                                                                           PreconditionFailed))
+        if expected or death:
             # The requirement, expected and actual say it all (also for NON-STRICT details under --strict, which
             # raise nothing); the harness traceback would not help.
             in_case = [e for e in call.excinfo.traceback if Path(e.path).parent.name == "cases"] if call.excinfo else []
@@ -468,6 +562,17 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = "\n".join([where, *(f"{i} [{requirements()[i].level}] {requirements()[i].text}"
                                                    for i in ids), message])
     return report
+
+
+def _target_label(item) -> str:
+    """Which program a case judges, and which one: a case of the embedded reference nsqlookupd that runs beside a
+    broker the user started is not that broker's, and is counted apart."""
+    settings = item.config.nsq_settings
+    if "lookupd" in item.fixturenames:
+        return "nsqlookupd %s:%d" % settings.lookupd_tcp if settings.lookupd_tcp else "embedded reference nsqlookupd"
+    if settings.tcp and not settings.embedded:
+        return "nsqd %s:%d" % settings.tcp
+    return "embedded reference nsqd"
 
 
 def pytest_report_teststatus(report, config):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import tempfile
 import threading
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
@@ -24,6 +25,14 @@ class TargetError(Exception):
     """A target or profile problem the user must fix; reported as one line, exit code 2."""
 
 
+# What nsqd offers that another broker may lack, and so what a profile that does not name it gets.
+NSQD_CAPABILITIES = {
+    "topic_autocreate": True,   # PUB, MPUB, DPUB and SUB create a topic on first use (P-PUB-01, P-SUB-01)
+    "dpub": True,               # the DPUB command (P-DPUB)
+    "topic_create_http": True,  # POST /topic/create (H-EP:/topic/create)
+}
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -31,9 +40,14 @@ class Profile:
     broker_flags: tuple[str, ...]
     limits: dict
     capabilities: dict
+    setup: dict = field(default_factory=dict)  # how the suite prepares what the target does not do itself
 
     def limit(self, name: str) -> int:
         return self.limits[name]
+
+    def offers(self, capability: str):
+        """The capability's value: the profile's, else nsqd's (NSQD_CAPABILITIES), else False."""
+        return self.capabilities.get(capability, NSQD_CAPABILITIES.get(capability, False))
 
     @classmethod
     def load(cls, name_or_path: str) -> Profile:
@@ -46,8 +60,12 @@ class Profile:
         try:
             document = tomllib.loads(path.read_text())
             flags = tuple(flag.replace("${tls}", str(TLS_DIR)) for flag in document.get("broker_flags", []))
+            setup = dict(document.get("setup", {}))
+            unknown = set(setup) - {"create_topic"}
+            if unknown:
+                raise TargetError(f"profile {path}: unknown [setup] keys {sorted(unknown)} (known: create_topic)")
             return cls(path.stem, document.get("description", ""), flags,
-                       dict(document["limits"]), dict(document["capabilities"]))
+                       dict(document["limits"]), dict(document["capabilities"]), setup)
         except (tomllib.TOMLDecodeError, KeyError) as exc:
             raise TargetError(f"profile {path}: {exc}") from exc
 
@@ -83,6 +101,20 @@ def restart_with_command(command: str, addresses: list[tuple[str, int]], timeout
                 if time.monotonic() > deadline:
                     raise TargetError(f"after --restart-command, {address[0]}:{address[1]} does not answer") from None
                 time.sleep(0.1)
+
+
+def run_setup_command(command: str, timeout: float, **names: str) -> None:
+    """A profile's setup command with ``{topic}`` (and the like) replaced by shell-quoted ``names``."""
+    argv = command.format_map({key: shlex.quote(value) for key, value in names.items()})
+    try:
+        subprocess.run(argv, shell=True, check=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except subprocess.CalledProcessError as exc:
+        stderr = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+        raise TargetError(f"{argv!r} exited with status {exc.returncode}"
+                          + (f": {stderr[-1]}" if stderr else "")) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise TargetError(f"{argv!r} did not finish within {timeout:g} s") from exc
 
 
 def check_reachable(address: tuple[str, int], option: str) -> None:
@@ -194,4 +226,6 @@ class EmbeddedLookupd(EmbeddedBroker):
                          command=[sys.executable, "-m", "reference_broker.nsqlookupd"])
 
     def _argv(self) -> list[str]:
-        return [*self.command, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"]
+        """Free ports at first; a restart keeps them."""
+        tcp, http = ("%s:%d" % address if address else "127.0.0.1:0" for address in self._ports[:2])
+        return [*self.command, f"--tcp-address={tcp}", f"--http-address={http}"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conformance.catalogue import requirements
+from conformance.verdicts import FAILING, NOT_RUN, PASS, VERDICTS
 
 
 class ResultCollector:
@@ -27,15 +28,21 @@ class ResultCollector:
 
     # ---- the verdict of the run -----------------------------------------------------------------
     def summary(self) -> dict:
-        counts = Counter(case["verdict"] for case in self.cases.values())
-        bad = [case["id"] for case in self.cases.values() if case["verdict"] in ("FAIL", "ERROR")
-               and not case["baseline"]]
-        expected = [case["id"] for case in self.cases.values() if case["verdict"] in ("FAIL", "ERROR")
-                    and case["baseline"]]
+        """``counts`` are the broker's (the target of the nsqd cases); ``targets`` has each program's apart, so an
+        embedded reference nsqlookupd's cases never count for a broker the user started."""
+        targets: dict[str, Counter] = {}
+        for case in self.cases.values():
+            targets.setdefault(case["target"], Counter())[case["verdict"]] += 1
+        broker = next((label for label in targets if "nsqlookupd" not in label), None)
+        bad = [case["id"] for case in self.cases.values() if case["verdict"] in FAILING and not case["baseline"]]
+        expected = [case["id"] for case in self.cases.values() if case["verdict"] in FAILING and case["baseline"]]
         fixed = [case["id"] for case in self.cases.values()
                  if case["baseline"] and case["verdict"] in ("PASS", "NON-STRICT")]
-        summary = {"counts": {verdict: counts.get(verdict, 0) for verdict in
-                              ("PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "ERROR")},
+        summary = {"counts": self._counts(targets.get(broker, Counter())),
+                   "targets": {label: self._counts(counts) for label, counts in sorted(targets.items())},
+                   "causes": self.causes(),
+                   "target_deaths": [{**case["target_death"], "target": case["target"]}
+                                     for case in self.cases.values() if case.get("target_death")],
                    "unexpected_failures": bad, "baseline_failures": expected, "baseline_now_passing": fixed}
         if self.settings.compare_tcp:
             compared = Counter(case["compare"]["status"] for case in self.cases.values() if case.get("compare"))
@@ -46,6 +53,20 @@ class ResultCollector:
                                     if (case.get("compare") or {}).get("status") == "different")}
         return summary
 
+    @staticmethod
+    def _counts(counts: Counter) -> dict[str, int]:
+        return {verdict: counts.get(verdict, 0) for verdict in VERDICTS}
+
+    def causes(self) -> list[dict]:
+        """Failing cases grouped by their cause, largest group first: where a broker author starts."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for case in self.cases.values():
+            if case["verdict"] in FAILING or case["verdict"] == "NON-STRICT":
+                groups.setdefault((case["target"], case.get("cause") or "(no cause recorded)"), []).append(case["id"])
+        return [{"target": target, "cause": cause, "verdicts": dict(Counter(
+                    self.cases[case_id]["verdict"] for case_id in cases)), "cases": sorted(cases)}
+                for (target, cause), cases in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))]
+
     def coverage(self) -> list[dict]:
         rows = []
         by_requirement: dict[str, list[dict]] = {}
@@ -54,7 +75,7 @@ class ResultCollector:
                 by_requirement.setdefault(requirement_id, []).append(case)
         for requirement in requirements().values():
             cases = by_requirement.get(requirement.id, [])
-            exercised = [case for case in cases if case["verdict"] != "UNSUPPORTED"]
+            exercised = [case for case in cases if case["verdict"] not in ("UNSUPPORTED", NOT_RUN)]
             if exercised:
                 status, why = "exercised", ""
             elif cases:
@@ -107,7 +128,24 @@ class ResultCollector:
         summary = self.summary()
         write = terminalreporter.write_line
         terminalreporter.section("NSQ conformance verdicts")
-        write("  ".join(f"{verdict} {count}" for verdict, count in summary["counts"].items()))
+        for death in summary["target_deaths"]:
+            write(f"TARGET DIED during {death['case']} ({death['target']}): {death['reason']}; "
+                  + (death["revived"] or "not restarted, later cases NOT RUN"), red=True, bold=True)
+            transcript = self.cases[death["case"]]["transcript"]
+            for event in transcript[-6:]:
+                write(f"    {event['at_ms']:9.1f} ms {event['connection']:>4} {event['direction']} "
+                      + " | ".join(event["lines"])[:160])
+        for label, counts in summary["targets"].items():
+            write(f"{label}: " + "  ".join(f"{verdict} {count}" for verdict, count in counts.items()
+                                            if count or verdict == PASS))
+        if summary["causes"]:
+            write("failures by cause (first unexpected frame, error or status):")
+            for group in summary["causes"][:15]:
+                verdicts = ", ".join(f"{count} {verdict}" for verdict, count in group["verdicts"].items())
+                write(f"  {len(group['cases']):4d} cases  {group['cause']}  [{verdicts}]"
+                      + (f"  ({group['target']})" if len(summary["targets"]) > 1 else ""))
+            if len(summary["causes"]) > 15:
+                write(f"  ... and {len(summary['causes']) - 15} more causes in report.json (summary.causes)")
         for case_id in summary["baseline_failures"]:
             write(f"expected failure (baseline): {case_id}")
         for case_id in summary["baseline_now_passing"]:

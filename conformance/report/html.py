@@ -7,9 +7,10 @@ import time
 from collections import Counter, defaultdict
 from html import escape
 
-COLOURS = {"PASS": "#2e7d32", "FAIL": "#c62828", "NON-STRICT": "#ef6c00", "UNSUPPORTED": "#1565c0",
-           "ERROR": "#6a1b9a", "exercised": "#2e7d32", "skipped": "#1565c0", "not covered": "#757575"}
-ORDER = {"FAIL": 0, "ERROR": 1, "NON-STRICT": 2, "UNSUPPORTED": 3, "PASS": 4}
+COLOURS = {"PASS": "#2e7d32", "FAIL": "#c62828", "NON-STRICT": "#ef6c00", "PRECONDITION": "#ad1457",
+           "UNSUPPORTED": "#1565c0", "NOT RUN": "#616161", "ERROR": "#6a1b9a", "exercised": "#2e7d32",
+           "skipped": "#1565c0", "not covered": "#757575"}
+ORDER = {"FAIL": 0, "ERROR": 1, "PRECONDITION": 2, "NON-STRICT": 3, "NOT RUN": 4, "UNSUPPORTED": 5, "PASS": 6}
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
@@ -25,6 +26,7 @@ pre{background:#f6f8fa;padding:8px;overflow-x:auto;font-size:12px;margin:4px 0;w
 .tx td.n{white-space:nowrap;width:1%}
 .dir-c{color:#1565c0} .dir-s{color:#2e7d32} .dir-n{color:#777;font-style:italic}
 .req{color:#555} code{background:#f0f0f0;padding:0 3px;border-radius:2px}
+.death{background:#ffebee;border:2px solid #c62828;border-radius:4px;padding:8px 12px;margin:12px 0}
 """
 
 
@@ -32,13 +34,47 @@ def badge(label: str) -> str:
     return f'<span class="badge" style="background:{COLOURS.get(label, "#555")}">{escape(label)}</span>'
 
 
-def render_html(document: dict, catalogue: dict) -> str:
-    counts = document["summary"]["counts"]
+def _bar(counts: dict) -> str:
     total = sum(counts.values()) or 1
-    bar = "".join(
+    return "".join(
         f'<div style="width:{100 * count / total:.2f}%;background:{COLOURS[verdict]}" '
         f'title="{verdict} {count}">{f"{verdict} {count}" if count / total > 0.08 else ""}</div>'
         for verdict, count in counts.items() if count)
+
+
+def _targets(summary: dict) -> str:
+    """One verdict bar per program judged: a broker's totals never include an embedded nsqlookupd's cases."""
+    return "".join(f"<p><b>{escape(label)}</b></p><div class='bar'>{_bar(counts)}</div><p>" + " · ".join(
+        f"{badge(verdict)} {count}" for verdict, count in counts.items() if count) + "</p>"
+        for label, counts in summary["targets"].items())
+
+
+def _deaths(deaths: list[dict]) -> str:
+    return "".join(
+        f"<div class='death'><b>TARGET DIED during <code>{escape(death['case'])}</code></b> "
+        f"({escape(death['target'])}): {escape(death['reason'])}. "
+        + escape(death["revived"] or "It was not restarted: later cases on it are NOT RUN.")
+        + " Its transcript is in that case's entry below.</div>" for death in deaths)
+
+
+def _causes(causes: list[dict], several_targets: bool) -> str:
+    """Failures grouped by cause, largest first: the few things a broker does differently, not a wall of cases."""
+    if not causes:
+        return ""
+    rows = "".join(
+        f"<tr><td>{len(group['cases'])}</td><td><code>{escape(group['cause'])}</code>"
+        + (f" <span class='req'>({escape(group['target'])})</span>" if several_targets else "")
+        + "</td><td>" + " ".join(f"{badge(verdict)}×{count}" for verdict, count in group["verdicts"].items())
+        + "</td><td><details><summary>cases</summary><div class='body'>" + "<br>".join(
+            f"<code>{escape(case)}</code>" for case in group["cases"]) + "</div></details></td></tr>"
+        for group in causes)
+    return ("<h2>Failures by cause</h2><p class='meta'>Each failing case under the first unexpected thing the "
+            "target did (frame, error code, HTTP status, close or silence, and what it answered).</p>"
+            f"<table><tr><th>cases</th><th>cause</th><th>verdicts</th><th></th></tr>{rows}</table>")
+
+
+def render_html(document: dict, catalogue: dict) -> str:
+    summary = document["summary"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>NSQ conformance report</title>"
              f"<style>{STYLE}</style></head><body>",
              "<h1>NSQ conformance report</h1>",
@@ -47,13 +83,12 @@ def render_html(document: dict, catalogue: dict) -> str:
              f"{'strict' if document['strict'] else 'non-strict'} · time scale {document['time_scale']:g} · "
              f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(document['started']))} · "
              f"{document['wall_time_s']} s wall</div>",
-             f"<div class='bar'>{bar}</div>",
-             "<p>" + " · ".join(f"{badge(verdict)} {count}" for verdict, count in counts.items()) + "</p>",
+             _deaths(summary["target_deaths"]),
+             _targets(summary),
              "<p>Requirements: " + " · ".join(
                  f"{sum(row['status'] == status for row in document['coverage'])} {status}"
                  for status in ("exercised", "skipped", "not covered"))
              + f" (of {len(document['coverage'])}; see <a href='#coverage'>coverage</a>)</p>"]
-    summary = document["summary"]
     if summary["unexpected_failures"]:
         parts.append(f"<p><b>{len(summary['unexpected_failures'])} case(s) failed that are not in the "
                      f"baseline</b>: the run's exit status is 1.</p>")
@@ -61,8 +96,11 @@ def render_html(document: dict, catalogue: dict) -> str:
         parts.append("<p>Baseline cases that now pass (remove them from the baseline): " + ", ".join(
             f"<code>{escape(case)}</code>" for case in summary["baseline_now_passing"]) + "</p>")
     parts.append("<p class='meta'>Verdicts: PASS; FAIL = a MUST requirement is broken; NON-STRICT = only a "
-                 "SHOULD or nsqd's exact wording differs (FAIL with --strict); UNSUPPORTED = an optional "
-                 "capability the target does not offer; ERROR = the harness could not run the case.</p>")
+                 "SHOULD or nsqd's exact wording differs (FAIL with --strict); PRECONDITION = a setup step (a PUB, "
+                 "SUB, IDENTIFY or topic the case needed) failed, so the requirement could not be tested; "
+                 "UNSUPPORTED = an optional capability the target does not offer; NOT RUN = the target died during "
+                 "an earlier case and was not restarted; ERROR = the harness could not reach the target.</p>")
+    parts.append(_causes(summary["causes"], len(summary["targets"]) > 1))
 
     if "compare" in summary:
         parts.append(_differences(summary["compare"], document["cases"]))
@@ -92,6 +130,8 @@ def _case(case: dict, catalogue: dict, started: float) -> str:
     body = [requirement_lines]
     if case["doc"]:
         body.append(f"<p>{escape(case['doc'])}</p>")
+    if case.get("cause"):
+        body.append(f"<p>cause: <code>{escape(case['cause'])}</code></p>")
     if case["message"]:
         body.append(f"<b>expected vs actual</b><pre>{escape(case['message'][:4000])}</pre>")
     if case["baseline"]:
@@ -114,7 +154,7 @@ def _case(case: dict, catalogue: dict, started: float) -> str:
         body.append("<b>wire transcript</b> (time since the case started; connection A, B, ... or HTTP; "
                     "C → S = client to server; decoded commands and frames)"
                     f"<table class='tx'>{''.join(rows)}</table>")
-    opened = " open" if case["verdict"] in ("FAIL", "ERROR") else ""
+    opened = " open" if case["verdict"] in ("FAIL", "ERROR", "PRECONDITION") else ""
     return (f"<details{opened}><summary>{badge(case['verdict'])} <code>{escape(case['id'])}</code> "
             f"<span class='req'>{' '.join(case['requirements'])} · {case['duration_s']:.2f} s</span></summary>"
             f"<div class='body'>{''.join(body)}</div></details>")

@@ -66,6 +66,8 @@ class Fault:
     profile: str = "nsqd-defaults"
     linger: float = 0.0  # the broker notices a client's departure this late
     keeps_client_open: bool = False  # the client side stays open after the broker closed
+    dies_on: Callable | None = None  # a command that makes the broker exit ("exit") or stop answering ("hang")
+    death: str = "exit"
 
 
 _VALID_NAME = re.compile(rb"(?=.{1,64}$)[.a-zA-Z0-9_-]+(#ephemeral)?")  # D-39
@@ -110,6 +112,12 @@ def _identify_fields(command: wire.Command) -> dict | None:
     except ValueError:
         return None
     return fields if isinstance(fields, dict) else None
+
+
+def _negative_deflate_level(command: wire.Command) -> bool:
+    fields = _identify_fields(command)
+    level = {key.lower(): value for key, value in (fields or {}).items()}.get("deflate_level")
+    return isinstance(level, int) and level < 0
 
 
 def ignored_identify_field(field: str, valid: Callable[[int], bool]) -> tuple[Callable, Callable]:
@@ -517,6 +525,13 @@ FAULTS: tuple[Fault, ...] = (
           ("NSQ-RST-003", "NSQ-RST-004"), restart="drop-delivered"),
     Fault("restart-forgets-pause", "persistence", "nsqd.dat written without the paused flags",
           "after the restart /stats says paused:false", ("NSQ-RST-005",), restart="forget-pause"),
+    # the broker's death (the suite names it once, in the case that caused it: liveness.py)
+    Fault("exits-on-negative-deflate-level", "death", "IDENTIFY deflate_level -5 passed to flate.NewWriter: a panic "
+          "that ends the process", "the ports refuse connections from that IDENTIFY on", ("NSQ-ID-013",),
+          dies_on=_negative_deflate_level),
+    Fault("hangs-on-negative-deflate-level", "death", "IDENTIFY deflate_level -5 deadlocks the broker",
+          "connections are accepted and nothing is answered from that IDENTIFY on", ("NSQ-ID-013",),
+          dies_on=_negative_deflate_level, death="hang"),
     # TLS
     Fault("tls-not-offered", "tls", "IDENTIFY says tls_v1 false though the broker upgrades",
           "\"tls_v1\":false, then the broker waits for a handshake", ("NSQ-TLS-002",),

@@ -20,6 +20,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from conformance import wire, wire_v1
 from conformance.selftest.faults import BY_NAME, Fault, HttpRequest
@@ -28,6 +29,10 @@ from conformance.selftest.faults import BY_NAME, Fault, HttpRequest
 # size alone (P-PUB-03, H-PUB-01), nor waits for one the client sends in part.
 _MAX_REWRITTEN_BODY = 64 * 1024
 _INCOMPLETE_AFTER = 0.05  # seconds held bytes wait for the rest (a command) or the next frame (a held response)
+
+
+def _unchanged(command: wire.Command, session) -> None:
+    """The command hook of a fault that only watches the commands (``dies_on``)."""
 
 
 class Session:
@@ -77,6 +82,9 @@ class FaultyProxy:
         self.address = self.listener.getsockname()[:2]
         self._closing = threading.Event()
         self._relays: dict[str, FaultyProxy] = {}
+        self._sessions: set[Session] = set()
+        self.hung = False  # a fault's ``hang`` death: connections accepted, nothing answered
+        self._held: list[socket.socket] = []  # the clients a hung proxy accepted
 
     def start(self) -> FaultyProxy:
         threading.Thread(target=self._accept, daemon=True, name="proxy-accept").start()
@@ -87,6 +95,35 @@ class FaultyProxy:
         self.listener.close()
         for relay in self._relays.values():
             relay.stop()
+
+    def die(self) -> None:
+        """The fault's ``dies_on`` command came: as a broker that exits (its port refuses, its connections end) or
+        hangs (connections are accepted and nothing is answered any more)."""
+        if self.fault.death == "hang":
+            self.hung = True
+            for session in list(self._sessions):
+                with contextlib.suppress(OSError):
+                    session.server.close()  # nothing more flows; the clients stay connected, unanswered
+            return
+        self._closing.set()
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread: until then the port still accepts
+        self.listener.close()
+        for session in list(self._sessions):
+            session.close()
+
+    def revive(self) -> None:
+        """Up again on the same port, as a restarted broker: no held connections, listening anew."""
+        for sock in self._held:
+            sock.close()
+        self._held.clear()
+        for session in list(self._sessions):
+            session.close()
+        self.hung = False
+        if self._closing.is_set():
+            self.listener = socket.create_server(self.address)
+            self._closing.clear()
+            self.start()
 
     def relay_to(self, address: str) -> str:
         """The address of this fault's V1 relay in front of the nsqlookupd at ``address``."""
@@ -101,13 +138,17 @@ class FaultyProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            if self.hung:
+                self._held.append(client)
+                continue
             try:
                 server = socket.create_connection(self.upstream)
             except OSError:
                 client.close()
                 continue
-            threading.Thread(target=self._serve, args=(Session(client, server, self.fault),),
-                             daemon=True).start()
+            session = Session(client, server, self.fault)
+            self._sessions.add(session)
+            threading.Thread(target=self._serve, args=(session,), daemon=True).start()
 
     def _serve(self, session: Session) -> None:
         """Tell the protocol from the client's first bytes, then pump both ways."""
@@ -127,10 +168,10 @@ class FaultyProxy:
         threading.Thread(target=self._pump, args=(down, session, False), daemon=True).start()
         self._pump(up, session, True, first)
 
-    @staticmethod
-    def _pump(handler, session: Session, from_client: bool, first: bytes = b"") -> None:
+    def _pump(self, handler, session: Session, from_client: bool, first: bytes = b"") -> None:
         with contextlib.suppress(OSError):
             handler(session, first)
+        self._sessions.discard(session)
         if from_client and not session.hang_up:
             session.client_done()
         elif not session.fault.keeps_client_open:
@@ -152,7 +193,7 @@ class FaultyProxy:
         """Client -> broker: commands through the fault's ``command`` hook, whole commands at a time. Bytes the
         decoder holds for a command that does not complete soon go on as they are, and the rest of the
         connection with them (the suite's framing cases: a body shorter than its size, a half-close inside one)."""
-        hook = session.fault.command
+        hook = session.fault.command or (_unchanged if session.fault.dies_on else None)
         decoder, held = wire.CommandDecoder(max_body_size=_MAX_REWRITTEN_BODY, pause_at_upgrade=True), b""
         data = first
         while True:
@@ -167,7 +208,10 @@ class FaultyProxy:
                     commands, consumed, hook = exc.commands, exc.offset - start, None
                 else:
                     consumed = decoder.offset - start
-                session.server.sendall(self._rewritten(commands, held[:consumed], session, magic=start == 0))
+                if session.fault.dies_on and any(session.fault.dies_on(command) for command in commands):
+                    self.die()
+                    return
+                session.server.sendall(self._rewritten(commands, held[:consumed], session, hook, magic=start == 0))
                 held = held[consumed:]
                 if decoder.paused:  # TLS or compression follows the IDENTIFY: the rest as it comes
                     held, hook, data = held + decoder.take_trailing_data(), None, b""
@@ -181,9 +225,9 @@ class FaultyProxy:
                 return
 
     @staticmethod
-    def _rewritten(commands: list, raw: bytes, session: Session, magic: bool) -> bytes:
+    def _rewritten(commands: list, raw: bytes, session: Session, hook: Callable, magic: bool) -> bytes:
         """The raw bytes when the fault changes none of the commands, else its rewrite of each."""
-        rewrites = [session.fault.command(command, session) for command in commands]
+        rewrites = [hook(command, session) for command in commands]
         if all(rewrite is None for rewrite in rewrites):
             return raw
         pairs = zip(commands, rewrites, strict=True)
