@@ -64,11 +64,12 @@ def run_fault(fault: Fault, reports: Path, workers: int, timeout: float, pytest_
     if outcome != "finished" or not report.is_file():
         return {**result, "status": "error", "why": outcome if outcome != "finished" else "no report.json"}
     cases = json.loads(report.read_text())["cases"]
-    failed = sorted(case["id"] for case in cases if case["verdict"] == "FAIL")
+    # a failed setup step is the broker's doing too: the gate fails on it
+    failed = sorted(case["id"] for case in cases if case["verdict"] in ("FAIL", "PRECONDITION"))
     errors = sorted(case["id"] for case in cases if case["verdict"] == "ERROR")
     result.update(cases=len(cases), killed_by=failed, errors=errors,
                   messages={case["id"]: case["message"].splitlines()[0] if case["message"] else ""
-                            for case in cases if case["verdict"] in ("FAIL", "ERROR")})
+                            for case in cases if case["verdict"] in ("FAIL", "PRECONDITION", "ERROR")})
     if fault.name in CONTROLS:
         return {**result, "status": "control passes" if not failed and not errors else "control FAILS"}
     return {**result, "status": "killed" if failed else "survived"}
