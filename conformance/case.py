@@ -127,19 +127,23 @@ class Case:
         if self.auth_command():
             connection.expect_json_response()
 
-    def topic(self, suffix: str = "", length: int | None = None) -> str:
+    def topic(self, suffix: str = "", length: int | None = None, create: bool = True) -> str:
         """A fresh topic name for this case (padded to ``length`` characters including ``suffix``),
-        deleted over HTTP, when available, afterwards. A target that does not create topics on first use
-        (capability topic_autocreate = false) gets it created first, as the profile's setup says."""
+        deleted over HTTP, when available, afterwards. Unless ``create`` is False (a name that must not exist
+        yet, or an invalid one), it is prepared for use (``prepare_topic``)."""
         name = f"{self.name_prefix}{len(self._topics)}"
         name = name + "a" * ((length or 0) - len(name) - len(suffix)) + suffix
         self._topics.append(name)
-        if not self.profile.offers("topic_autocreate"):
-            self._create_topic(name)
+        if create:
+            self.prepare_topic(name)
         return name
 
-    def _create_topic(self, name: str) -> None:
-        """The profile's ``[setup] create_topic``: a shell command with ``{topic}``, or POST /topic/create."""
+    def prepare_topic(self, name: str) -> None:
+        """A target that does not create topics on first use (capability topic_autocreate = false) gets ``name``
+        created as the profile's ``[setup] create_topic`` says: a shell command with ``{topic}``, or POST
+        /topic/create. Others create it themselves when a case first uses it."""
+        if self.profile.offers("topic_autocreate"):
+            return
         command = self.profile.setup.get("create_topic")
         with setup_step("create topic", self.sections):
             if command:

@@ -168,7 +168,7 @@ def test_mpub_size_limits(nsq, http):
 @requirement("NSQ-HTTP-006")
 def test_topic_create_delete_empty(nsq, http):
     """(H-EP:/topic/*, X-27: delete does not validate names; rec-0217, rec-0218, rec-0219)"""
-    topic = nsq.topic()
+    topic = nsq.topic(create=False)
     expect(nsq, http.post("/topic/create"), 400, "MISSING_ARG_TOPIC")
     expect(nsq, http.post("/topic/create?topic=a!b"), 400, "INVALID_TOPIC")
     expect(nsq, http.post("/topic/empty?topic=a$b"), 400, "INVALID_TOPIC")
@@ -188,7 +188,7 @@ def test_topic_create_delete_empty(nsq, http):
 def test_channel_endpoint_argument_order(nsq, http):
     """INVALID_REQUEST, MISSING_ARG_TOPIC, INVALID_ARG_TOPIC, MISSING_ARG_CHANNEL, INVALID_ARG_CHANNEL,
     then TOPIC_NOT_FOUND; create is idempotent (H-EP:/channel/create; rec-0221, rec-0223)."""
-    topic = nsq.topic()
+    topic = nsq.topic(create=False)
     expect(nsq, http.post("/channel/create?topic=%zz"), 400, "INVALID_REQUEST")
     expect(nsq, http.post("/channel/create"), 400, "MISSING_ARG_TOPIC")
     expect(nsq, http.post("/channel/create?topic=a!b&channel=c"), 400, "INVALID_ARG_TOPIC")
@@ -205,7 +205,7 @@ def test_channel_endpoint_argument_order(nsq, http):
 @requirement("NSQ-HTTP-007")
 def test_channel_delete_and_empty_codes(nsq, http):
     """(H-EP:/channel/delete, /channel/empty; rec-0222, rec-0223)"""
-    topic = nsq.topic()
+    topic = nsq.topic(create=False)
     expect(nsq, http.post(f"/channel/delete?topic={topic}&channel=c"), 404, "TOPIC_NOT_FOUND")
     expect(nsq, http.post(f"/topic/create?topic={topic}"), 200, body=b"")
     expect(nsq, http.post(f"/channel/delete?topic={topic}&channel=c"), 404, "CHANNEL_NOT_FOUND")
@@ -267,7 +267,7 @@ def test_stats_counters(nsq, http):
 def test_query_string_rules_and_removed_endpoints(nsq, http):
     """%zz -> 400 INVALID_REQUEST; topic=a&topic=b publishes to a; /put, /create_topic -> 404 (H-07, H-09;
     rec-0207, rec-0208)."""
-    first, second = nsq.topic(), nsq.topic()
+    first, second = nsq.topic(), nsq.topic(create=False)
     expect(nsq, http.post("/pub?topic=%zz", b"x"), 400, "INVALID_REQUEST")
     expect(nsq, http.post(f"/pub?topic={first}&topic={second}", b"x"), 200, body=b"OK")
     nsq.verify.equal("(first topic exists, second topic exists)", (True, False),

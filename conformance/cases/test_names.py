@@ -12,9 +12,12 @@ INVALID_TOPICS = [(65, ""), (65, "#ephemeral"), (None, "#ephemeral"), (None, "t#
                   (None, "test:ephemeral"), (None, "a$b")]
 
 
-def name(nsq, length, literal):
-    """A unique name of ``length`` ending in ``literal``, or the literal itself."""
-    return nsq.topic(literal, length) if length else literal
+def name(nsq, length, literal, valid: bool):
+    """A unique name of ``length`` ending in ``literal``, or the literal itself; a valid one ready for use."""
+    topic = nsq.topic(literal, length, create=False) if length else literal
+    if valid:
+        nsq.prepare_topic(topic)
+    return topic
 
 
 @requirement("NSQ-NAME-001")
@@ -22,7 +25,7 @@ def name(nsq, length, literal):
                                                                "..", "all-classes"])
 def test_valid_topic_names(nsq, length, literal):
     """(D-39, X-18; rec-0180..0185)"""
-    topic = name(nsq, length, literal)
+    topic = name(nsq, length, literal, valid=True)
     conn = nsq.connect()
     conn.publish(topic, b"x")
     if not length and nsq.http.address:
@@ -34,7 +37,7 @@ def test_valid_topic_names(nsq, length, literal):
                                                                  "t#eph", "test:ephemeral", "a$b"])
 def test_invalid_topic_names(nsq, length, literal):
     """(D-39, X-18; rec-0186..0191)"""
-    topic = name(nsq, length, literal)
+    topic = name(nsq, length, literal, valid=False)
     conn = nsq.connect()
     conn.command("PUB", topic, body=b"x")
     conn.expect_error("E_BAD_TOPIC", f'PUB topic name "{topic}" is not valid')

@@ -58,6 +58,7 @@ def test_pub_max_msg_size_is_inclusive(nsq):
 def test_failed_pub_does_not_create_topic(nsq):
     """(P-PUB-04; rec-0110)"""
     nsq.require("http")
+    nsq.require("topic_autocreate")
     topic = nsq.topic()
     conn = nsq.connect()
     conn.command("PUB", topic, body=b"")

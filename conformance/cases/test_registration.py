@@ -7,7 +7,9 @@ import time
 import pytest
 
 requirement = pytest.mark.requirement
-IDENTIFY_KEYS = ["broadcast_address", "hostname", "http_port", "tcp_port", "version"]
+# What nsqlookupd needs of a broker's IDENTIFY (it refuses the body without them: E_BAD_BODY IDENTIFY missing
+# fields, L-TCP), and what nsqd also sends; nsqlookupd ignores any other key.
+REQUIRED_IDENTIFY = {"broadcast_address": str, "tcp_port": int, "http_port": int, "version": str}
 # Sent by the recorded build (nsq master after v1.3.0, topology-aware consumption, PR #1301), not by the v1.3.0 tag.
 TOPOLOGY_KEYS = ["topology_region", "topology_zone"]
 
@@ -44,21 +46,33 @@ def test_the_broker_identifies_itself(registration):
     nsq.verify.that("the broker sends the magic '  V1' first (R-01)", first is not None and identify is not None
                     and first.at <= identify.at, "MAGIC, then IDENTIFY", [event.line for event in events[:3]])
     body = identify.body if identify else {}
-    nsq.verify.equal("IDENTIFY body keys (R-02), the topology pair aside", IDENTIFY_KEYS,
-                     sorted(set(body) - set(TOPOLOGY_KEYS)))
+    nsq.verify.that("IDENTIFY body is a JSON object (R-02)", isinstance(body, dict), "{...}", repr(body))
+    missing = sorted(set(REQUIRED_IDENTIFY) - set(body))
+    nsq.verify.equal("IDENTIFY keys nsqlookupd requires (R-02; other keys are ignored by it)", [], missing)
+    for key, kind in REQUIRED_IDENTIFY.items():
+        value = body[key]
+        usable = type(value) is kind and (0 < value < 65536 if kind is int else bool(value))
+        nsq.verify.that(f"IDENTIFY {key} is a usable {'port' if kind is int else 'string'} (R-02)", usable,
+                        "1..65535" if kind is int else "a non-empty string", repr(value))
+    nsq.verify.soft_equal("IDENTIFY hostname, a string (R-02: nsqd sends its host name)", str,
+                          type(body.get("hostname")))
     nsq.verify.soft_equal("IDENTIFY topology_region and topology_zone (R-02: the recorded nsqd sends both; the "
                           "v1.3.0 tag, before PR #1301, neither)", TOPOLOGY_KEYS,
                           sorted(set(body) & set(TOPOLOGY_KEYS)))
     nsq.verify.soft_equal("IDENTIFY tcp_port: the broker's TCP port unless --broadcast-tcp-port says otherwise",
-                          nsq.target.tcp[1], body.get("tcp_port"))
+                          nsq.target.tcp[1], body["tcp_port"])
+    if nsq.target.http:
+        nsq.verify.soft_equal("IDENTIFY http_port: the broker's HTTP port unless --broadcast-http-port says "
+                              "otherwise", nsq.target.http[1], body["http_port"])
 
 
 @requirement("NSQ-REG-002")
 def test_new_topics_and_channels_are_registered(registration):
     """(R-03; rec-0329, rec-0330)"""
     nsq = registration
-    topic, created = nsq.topic(), nsq.topic()
+    topic, created = nsq.topic(create=False), nsq.topic(create=False)
     start = nsq.lookupd.mark()
+    nsq.prepare_topic(topic)  # a broker that does not create topics on PUB is told to here
     conn = nsq.connect()
     conn.publish(topic, b"x")
     conn.subscribe(topic, "c")
@@ -90,7 +104,7 @@ def test_deletions_are_unregistered(registration):
 def test_an_ephemeral_channel_comes_and_goes(registration):
     """(R-06; rec-0332)"""
     nsq = registration
-    topic = nsq.topic()
+    topic = nsq.topic(create=False)
     start = nsq.lookupd.mark()
     http_ok(nsq, f"/topic/create?topic={topic}")
     wait_for_lines(nsq, start, topic, [f"REGISTER {topic}"])  # nsqd registers a new topic asynchronously
