@@ -270,7 +270,9 @@ class Connection:
         lines = [frame.describe() for frame in frames] or [f"({len(plain)} bytes of a partial frame)"]
         if self.frames.paused:
             lines.append("(protocol switch: the bytes after it belong to the new layer)")
-        self.transcript.record(self.name, SERVER_TO_CLIENT, lines, on_wire)
+        json_data = {index: frame.data for index, frame in enumerate(frames)
+                     if frame.frame_type == wire.FRAME_RESPONSE and frame.data[:1] == b"{"}
+        self.transcript.record(self.name, SERVER_TO_CLIENT, lines, on_wire, json_data)
         for frame in frames:
             if frame.is_heartbeat:
                 self.heartbeats += 1

@@ -378,6 +378,7 @@ def fake_lookupd(pytestconfig, nsq_target, request):
 @pytest.fixture
 def registration(nsq, fake_lookupd):
     """An nsqd case with the fake nsqlookupd the target registers with (section 10)."""
+    nsq.require("nsqlookupd")
     if fake_lookupd is None:
         raise Unsupported("the target's registration cannot be observed: no plain HTTP API to PUT "
                           "/config/nsqlookupd_tcp_addresses, and no --lookupd-listen")

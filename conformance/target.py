@@ -30,6 +30,7 @@ NSQD_CAPABILITIES = {
     "topic_autocreate": True,   # PUB, MPUB, DPUB and SUB create a topic on first use (P-PUB-01, P-SUB-01)
     "dpub": True,               # the DPUB command (P-DPUB)
     "topic_create_http": True,  # POST /topic/create (H-EP:/topic/create)
+    "nsqlookupd": True,         # registers with the nsqlookupds it is given (section 10, R-*)
 }
 
 

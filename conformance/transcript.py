@@ -16,6 +16,7 @@ class Event:
     direction: str  # CLIENT_TO_SERVER, SERVER_TO_CLIENT or NOTE
     lines: list[str]  # decoded commands / frames, one per line
     wire: bytes = b""  # the bytes as they crossed the socket (compressed if negotiated)
+    json_data: dict[int, bytes] = field(default_factory=dict)  # line index -> a frame's whole JSON data (compare)
 
     def as_dict(self) -> dict:
         return {"at_ms": round(self.at * 1000, 1), "connection": self.connection,
@@ -41,8 +42,9 @@ class Transcript:
     def now(self) -> float:
         return time.monotonic() - self.started
 
-    def record(self, connection: str, direction: str, lines: list[str], wire: bytes = b"") -> None:
-        self.events.append(Event(self.now(), connection, direction, lines, wire))
+    def record(self, connection: str, direction: str, lines: list[str], wire: bytes = b"",
+               json_data: dict[int, bytes] | None = None) -> None:
+        self.events.append(Event(self.now(), connection, direction, lines, wire, json_data or {}))
 
     def note(self, text: str, connection: str = "-") -> None:
         self.record(connection, NOTE, [text])

@@ -5,6 +5,7 @@ front of its TCP port and runs a few cases through ``python -m conformance``.
 """
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from conformance import wire
 from conformance.selftest import amnesiac
+from conformance.selftest.faults import Fault
 from conformance.selftest.proxy import FaultyProxy
 from conformance.target import (
     EmbeddedBroker,
@@ -223,3 +226,30 @@ def test_compare_names_the_case_where_a_faulty_broker_differs(broker, tmp_path):
     assert any(line.startswith("-") and "attempts=2" in line for line in compared["diff"]), compared["diff"]
     assert any(line.startswith("+") and "attempts=1" in line for line in compared["diff"]), compared["diff"]
     assert code == 3
+
+
+def _identify_answer_changed(frame, session):
+    """Past the 120 bytes a transcript line shows: one limit changed, and the build's version."""
+    if frame.frame_type != wire.FRAME_RESPONSE or not frame.data.startswith(b"{"):
+        return None
+    data = frame.data.replace(b'"output_buffer_timeout":250', b'"output_buffer_timeout":100')
+    return wire.encode_frame(wire.FRAME_RESPONSE, re.sub(rb'"version":"[^"]*"', b'"version":"9.9.9-other"', data))
+
+
+def test_compare_names_the_json_key_that_differs_and_masks_the_version(broker, tmp_path):
+    """--compare reads JSON answers key by key and whole: a limit at the end of the IDENTIFY answer is named by its
+    key; the build's version is not a difference."""
+    fault = Fault("identify-answer-changed", "-", "another output_buffer_timeout default, another version",
+                  "output_buffer_timeout 100 in the IDENTIFY answer", (), frame=_identify_answer_changed)
+    proxy = FaultyProxy(broker.tcp_address, fault).start()
+    case_id = "cases/test_identify.py::test_deflate_level_is_clamped[9-True]"
+    try:
+        _, cases, _ = run_cases(tmp_path, "--target", "%s:%d" % broker.tcp_address, "--http-target",
+                                "%s:%d" % broker.http_address, "--compare", "%s:%d" % proxy.address,
+                                selection="deflate_level_is_clamped and 9")
+    finally:
+        proxy.stop()
+    diff = cases[case_id]["compare"]["diff"]
+    assert "-A < RESPONSE .output_buffer_timeout = 250" in diff and "+A < RESPONSE .output_buffer_timeout = 100" in diff
+    assert not any("version" in line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
+    assert not any("bytes)" in line for line in diff)
