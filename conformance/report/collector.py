@@ -138,12 +138,13 @@ class ResultCollector:
         for label, counts in summary["targets"].items():
             write(f"{label}: " + "  ".join(f"{verdict} {count}" for verdict, count in counts.items()
                                             if count or verdict == PASS))
+        several = len({group["target"] for group in summary["causes"]}) > 1
         if summary["causes"]:
             write("failures by cause (first unexpected frame, error or status):")
             for group in summary["causes"][:15]:
                 verdicts = ", ".join(f"{count} {verdict}" for verdict, count in group["verdicts"].items())
                 write(f"  {len(group['cases']):4d} cases  {group['cause']}  [{verdicts}]"
-                      + (f"  ({group['target']})" if len(summary["targets"]) > 1 else ""))
+                      + (f"  ({group['target']})" if several else ""))
             if len(summary["causes"]) > 15:
                 write(f"  ... and {len(summary['causes']) - 15} more causes in report.json (summary.causes)")
         for case_id in summary["baseline_failures"]:

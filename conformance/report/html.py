@@ -100,7 +100,7 @@ def render_html(document: dict, catalogue: dict) -> str:
                  "SUB, IDENTIFY or topic the case needed) failed, so the requirement could not be tested; "
                  "UNSUPPORTED = an optional capability the target does not offer; NOT RUN = the target died during "
                  "an earlier case and was not restarted; ERROR = the harness could not reach the target.</p>")
-    parts.append(_causes(summary["causes"], len(summary["targets"]) > 1))
+    parts.append(_causes(summary["causes"], len({group["target"] for group in summary["causes"]}) > 1))
 
     if "compare" in summary:
         parts.append(_differences(summary["compare"], document["cases"]))

@@ -19,6 +19,7 @@ from conformance import wire
 from conformance.case import Case, Target
 from conformance.catalogue import requirements
 from conformance.client import Closed, Mismatch, quote
+from conformance.liveness import probe_nsqd
 from conformance.lookupd_fake import FakeLookupd
 from conformance.selftest import amnesiac
 from conformance.selftest.faults import BY_NAME, FAULTS
@@ -28,7 +29,7 @@ from conformance.target import EmbeddedBroker, Profile, free_loopback_address, p
 
 PROBES = {}
 SECTIONS = {"loss", "delay", "duplication", "order", "frame", "parameters", "errors", "state", "http", "stats",
-            "admin", "ephemeral", "registration", "persistence", "tls"}
+            "admin", "ephemeral", "registration", "persistence", "tls", "death"}
 
 
 def probe(*names):
@@ -261,6 +262,14 @@ def _compression_answers(case):
                                      upgrade=False)
     snappy = case.connect().identify({"feature_negotiation": True, "snappy": True}, upgrade=False)
     return levels["deflate_level"], snappy["snappy"]
+
+
+@probe("exits-on-negative-deflate-level", "hangs-on-negative-deflate-level")
+def _after_a_negative_deflate_level(case):
+    """Does a fresh connection still get its IDENTIFY answered after one that asked for deflate level -5?"""
+    with contextlib.suppress(Mismatch):
+        case.connect().identify({"feature_negotiation": True, "deflate": True, "deflate_level": -5})
+    return probe_nsqd(case.target.tcp, None, 1.0) is None
 
 
 @probe("error-reworded", "fatal-error-not-flushed", "no-close-after-fatal")
