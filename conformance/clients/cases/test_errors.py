@@ -1,0 +1,59 @@
+"""NSQC-ERR: the three non-fatal errors keep the connection (C-23); a fatal one is followed by a reconnect."""
+import pytest
+
+from conformance import wire
+from conformance.clients import contract
+from conformance.clients.judge import check
+
+
+async def _still_working(run, broker, connection, what: str) -> None:
+    """After a non-fatal error: the same connection handles the next message, and no other connection opens."""
+    message_id = await connection.send_message(contract.instruction(contract.FINISH, tag=2))
+    fin = await connection.expect(b"FIN", timeout=5.0, why=f"after {what}, the next message is finished")
+    check(fin.params == (message_id,), f"the FIN after {what}", f"FIN {message_id.decode()}", fin.describe())
+    check(not connection.closed.is_set() and len(broker.connections) == 1, f"the connection after {what}",
+          "kept open, the only one", f"closed: {connection.closed.is_set()}, connections: {len(broker.connections)}")
+
+
+@pytest.mark.nsqc("NSQC-ERR-001")
+async def test_fin_failed_is_not_fatal(run):
+    broker = await run.nsqd()
+    _, connection = await run.subscribed(broker)
+    connection.overrides[b"FIN"] = (b"E_FIN_FAILED FIN failed", False)
+    await connection.send_message(contract.instruction(contract.FINISH, tag=1))
+    await connection.expect(b"FIN", timeout=5.0, why="the first message is finished")
+    await _still_working(run, broker, connection, "E_FIN_FAILED")
+
+
+@pytest.mark.nsqc("NSQC-ERR-002")
+async def test_req_failed_is_not_fatal(run):
+    broker = await run.nsqd()
+    _, connection = await run.subscribed(broker)
+    connection.overrides[b"REQ"] = (b"E_REQ_FAILED REQ failed", False)
+    await connection.send_message(contract.instruction(contract.REQUEUE, delay_ms=0, tag=1))
+    await connection.expect(b"REQ", timeout=5.0, why="the first message is requeued")
+    await _still_working(run, broker, connection, "E_REQ_FAILED")
+
+
+@pytest.mark.nsqc("NSQC-ERR-003")
+async def test_touch_failed_is_not_fatal(run):
+    broker = await run.nsqd()
+    _, connection = await run.subscribed(broker)
+    connection.overrides[b"TOUCH"] = (b"E_TOUCH_FAILED TOUCH failed", False)
+    message_id = await connection.send_message(contract.instruction(contract.TOUCH, times=1, every_ms=100, tag=1))
+    await connection.expect(b"TOUCH", timeout=5.0, why="the first message is touched")
+    fin = await connection.expect(b"FIN", timeout=5.0, why="after E_TOUCH_FAILED, the touched message is finished")
+    check(fin.params == (message_id,), "the FIN of the touched message", f"FIN {message_id.decode()}", fin.describe())
+    await _still_working(run, broker, connection, "E_TOUCH_FAILED")
+
+
+@pytest.mark.nsqc("NSQC-ERR-004")
+async def test_reconnect_after_fatal_error(run):
+    broker = await run.nsqd()
+    _, connection = await run.subscribed(broker)
+    connection.send(wire.FRAME_ERROR, b"E_INVALID cannot SUB in current state")  # C-23: the frame, then the close
+    await connection.close()
+    again = await broker.next_connection(timeout=20.0, why="the consumer reconnects after a fatal error")
+    await again.subscribed(timeout=5.0)
+    check(again.magic is not None and again.commands()[0].name == b"IDENTIFY", "the new connection's start",
+          "magic, IDENTIFY, SUB, RDY", " | ".join(command.describe() for command in again.commands()))

@@ -1,0 +1,50 @@
+"""NSQC-RDY: RDY within max_in_flight, spread over nsqds, backoff after failures."""
+import asyncio
+
+import pytest
+
+from conformance.clients import contract
+from conformance.clients.judge import check
+
+
+@pytest.mark.nsqc("NSQC-RDY-001")
+async def test_first_rdy_within_max_in_flight(run):
+    broker = await run.nsqd()
+    await run.consumer(broker, max_in_flight=3)
+    connection = await broker.next_connection(timeout=10.0)
+    rdy = await connection.subscribed()
+    count = rdy.params[0] if rdy.params else b""
+    check(count.isdigit() and 1 <= int(count) <= 3, "the first RDY (max_in_flight 3)", "RDY 1..3", rdy.describe())
+
+
+@pytest.mark.nsqc("NSQC-RDY-002")
+async def test_rdy_spread_over_two_nsqds(run):
+    first, second = await run.nsqd(), await run.nsqd()
+    await run.consumer(first, second, max_in_flight=4)
+    connections = [await first.next_connection(timeout=10.0), await second.next_connection(timeout=10.0)]
+    for connection in connections:
+        await connection.subscribed()
+    await asyncio.sleep(1.5)
+    events = sorted((at, connection.name, command) for connection in connections
+                    for at, command in connection.received if command.name == b"RDY")
+    current: dict[str, int] = {}
+    for at, name, command in events:
+        current[name] = int(command.params[0]) if command.params and command.params[0].isdigit() else -1
+        check(sum(current.values()) <= 4, "the RDY counts over both connections (max_in_flight 4)", "<= 4 in all",
+              f"{current} at {at * 1000:.0f} ms")
+    starved = [connection.name for connection in connections if current.get(connection.name, 0) <= 0]
+    check(not starved, "each connection's RDY 1.5 s after SUB (4 in flight allowed, 2 nsqds)", "> 0",
+          f"connection(s) {', '.join(starved)} at RDY 0")
+
+
+@pytest.mark.nsqc("NSQC-RDY-003")
+async def test_backoff_after_failure(run):
+    _, connection = await run.subscribed(await run.nsqd(), max_in_flight=1)
+    since = len(connection.received)
+    message_id = await connection.send_message(contract.instruction(contract.FAIL))
+    requeue = await connection.expect(b"REQ", timeout=3.0, why="the failed message is requeued")
+    check(requeue.params[:1] == (message_id,), "the REQ's id", message_id.decode(), requeue.describe())
+    backoff = await connection.seen(b"RDY", since, timeout=2.0, why="the consumer backs off after a failure",
+                                    matching=lambda rdy: rdy.params == (b"0",), expected="RDY 0")
+    await connection.seen(b"RDY", backoff + 1, timeout=10.0, why="the consumer recovers after its backoff",
+                          matching=lambda rdy: rdy.params[:1] != (b"0",), expected="RDY > 0")

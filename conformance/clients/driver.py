@@ -1,0 +1,141 @@
+"""Running a driver: its manifest entry (drivers/drivers.toml), its process, and its JSON-lines reports."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.clients import contract
+from conformance.clients.judge import ClientFault, HarnessError, Unsupported
+from conformance.transcript import Transcript
+
+DRIVERS_DIR = Path(__file__).parent / "drivers"
+NODE_PATH = "NSQC_NODE_PATH"  # where npm installed the JavaScript libraries (tox: {envdir}/node/node_modules)
+
+
+@dataclass(frozen=True)
+class Driver:
+    name: str
+    library: str
+    language: str
+    command: tuple[str, ...]
+    install: str
+    lacks: frozenset[str]
+
+    def argv(self) -> list[str]:
+        interpreters = {"{python}": sys.executable, "{node}": shutil.which("node") or "node"}
+        return [interpreters.get(part, str(DRIVERS_DIR / part) if part.endswith((".py", ".js")) else part)
+                for part in self.command]
+
+    def require(self, feature: str) -> None:
+        if feature in self.lacks:
+            raise Unsupported(f"{self.library} has no {feature}")
+
+
+def drivers() -> dict[str, Driver]:
+    manifest = tomllib.loads((DRIVERS_DIR / "drivers.toml").read_text())
+    return {name: Driver(name, entry["library"], entry["language"], tuple(entry["command"]), entry["install"],
+                         frozenset(entry.get("lacks", ()))) for name, entry in manifest.items()}
+
+
+class DriverProcess:
+    """One run of a driver for one case: started with the contract's environment, stopped with SIGTERM."""
+
+    def __init__(self, driver: Driver, transcript: Transcript, log_path: Path):
+        self.driver, self.transcript, self.log_path = driver, transcript, log_path
+        self.reports: list[contract.Report] = []
+        self._arrived = asyncio.Condition()
+        self._process: asyncio.subprocess.Process | None = None
+        self._reading: asyncio.Task | None = None
+        self.exit_code: int | None = None
+        self.stopping = False
+        self.on_exit = []  # callables told how the process ended, unless it was told to stop
+
+    async def start(self, orders: dict[str, str]) -> DriverProcess:
+        environment = {**os.environ, **orders, "PYTHONUNBUFFERED": "1"}
+        if os.environ.get(NODE_PATH):
+            environment["NODE_PATH"] = os.environ[NODE_PATH]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *self.driver.argv(), env=environment, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=self._log, cwd=DRIVERS_DIR)
+        except OSError as exc:
+            raise HarnessError(f"driver {self.driver.name} does not start: {exc}") from exc
+        self.transcript.note(f"driver {self.driver.name} started: " + " ".join(f"{k}={v}" for k, v in orders.items()))
+        self._reading = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        assert self._process and self._process.stdout
+        while line := await self._process.stdout.readline():
+            try:
+                fields = json.loads(line)
+                event = fields.pop("event")
+            except (ValueError, KeyError, AttributeError):
+                self.transcript.note(f"driver said: {line.decode('utf-8', 'replace').rstrip()}")
+                continue
+            self.transcript.note(f"driver: {event} {json.dumps(fields)}")
+            async with self._arrived:
+                self.reports.append(contract.Report(event, self.transcript.now(), fields))
+                self._arrived.notify_all()
+        self.exit_code = await self._process.wait()
+        async with self._arrived:
+            self._arrived.notify_all()
+        if not self.stopping:
+            how = f"the driver exited with {self.exit_code} ({self.log_tail()})"
+            self.transcript.note(how)
+            for callback in self.on_exit:
+                callback(how)
+
+    async def report(self, event: str, timeout: float, why: str, count: int = 1) -> list[contract.Report]:
+        """The first ``count`` reports of ``event``, waiting at most ``timeout`` seconds for them."""
+        def arrived():
+            return len(self.of(event)) >= count or self.exit_code is not None
+        async with self._arrived:
+            try:
+                await asyncio.wait_for(self._arrived.wait_for(arrived), timeout)
+            except TimeoutError:
+                pass
+        found = self.of(event)
+        if len(found) < count:
+            raise ClientFault(why, f"{count} '{event}' report(s) from the driver within {timeout:g} s",
+                              f"{len(found)}" + (f"; the driver exited with {self.exit_code} ({self.log_tail()})"
+                                                 if self.exit_code is not None else ""))
+        return found[:count]
+
+    def of(self, event: str) -> list[contract.Report]:
+        return [report for report in self.reports if report.event == event]
+
+    async def stop(self, timeout: float = 5.0) -> bool:
+        """SIGTERM (the contract's "stop cleanly"), then SIGKILL after ``timeout``; True if it stopped in time."""
+        process = self._process
+        if process is None:
+            return True
+        clean = True
+        self.stopping = True
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), timeout)
+            except TimeoutError:
+                clean = False
+                self.transcript.note(f"driver did not stop within {timeout:g} s of SIGTERM: killed")
+                process.kill()
+                await process.wait()
+        if self._reading:
+            await self._reading
+        self._log.close()
+        return clean
+
+    def log_tail(self, lines: int = 6) -> str:
+        self._log.flush()
+        text = self.log_path.read_text(errors="replace").strip().splitlines()
+        return " | ".join(text[-lines:]) or "no output on stderr"

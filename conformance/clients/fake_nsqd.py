@@ -1,0 +1,302 @@
+"""The conformance broker: an asyncio nsqd that a case scripts, and that records both directions of every
+connection in the case's transcript (conformance.transcript).
+
+It answers like nsqd v1.3.0 on its own (IDENTIFY, SUB, PUB, MPUB, DPUB, CLS; FIN, REQ and TOUCH of a message not
+in flight with E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED), delivers a message only while the connection's RDY
+allows it, and leaves everything else to the case: which messages to send, which heartbeats, which errors, when
+to close. Behaviour IDs (C-.., P-.., ID-..) are nsqd-behavior.md's, as in the broker suite."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+from conformance import wire
+from conformance.clients.judge import ClientFault
+from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
+
+MSG_TIMEOUT_MS = 60_000
+
+
+class FakeNsqd:
+    def __init__(self, transcript: Transcript, msg_timeout_ms: int = MSG_TIMEOUT_MS):
+        self.transcript = transcript
+        self.msg_timeout_ms = msg_timeout_ms
+        self.connections: list[ClientConnection] = []
+        self._accepted: asyncio.Queue[ClientConnection] = asyncio.Queue()
+        self._server: asyncio.base_events.Server | None = None
+        self.client_gone: str | None = None  # the client's process ended: nothing more will come
+        self.address: tuple[str, int] = ("127.0.0.1", 0)
+
+    async def start(self) -> FakeNsqd:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.address = self._server.sockets[0].getsockname()[:2]
+        return self
+
+    @property
+    def tcp_address(self) -> str:
+        return "%s:%d" % self.address
+
+    async def close(self) -> None:
+        for connection in self.connections:
+            connection.abort()
+        if self._server:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        name = chr(ord("A") + len(self.transcript.endpoints))  # unique across the case's brokers
+        self.transcript.endpoints[name] = Endpoint(writer.get_extra_info("peername")[:2],
+                                                   writer.get_extra_info("sockname")[:2])
+        connection = ClientConnection(self, name, reader, writer)
+        self.connections.append(connection)
+        await self._accepted.put(connection)
+        await connection.serve()
+
+    async def next_connection(self, timeout: float, why: str = "the client connects") -> ClientConnection:
+        expected = f"a TCP connection to {self.tcp_address} within {timeout:g} s"
+        try:
+            connection = await asyncio.wait_for(self._accepted.get(), timeout)
+        except TimeoutError:
+            raise ClientFault(why, expected, "no connection") from None
+        if connection is None:
+            self._accepted.put_nowait(None)
+            raise ClientFault(why, expected, self.client_gone)
+        return connection
+
+    def client_exited(self, how: str) -> None:
+        """The client's process ended: whatever a case waits for will not come."""
+        self.client_gone = how
+        self._accepted.put_nowait(None)
+        for connection in self.connections:
+            connection.unread_put(None)
+
+
+class ClientConnection:
+    """One client connection as nsqd sees it: the commands in arrival order, RDY, the messages in flight."""
+
+    def __init__(self, nsqd: FakeNsqd, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.nsqd, self.name, self._reader, self._writer = nsqd, name, reader, writer
+        self.transcript = nsqd.transcript
+        self.received: list[tuple[float, wire.Command]] = []  # (transcript time, command), every command
+        self._unread: asyncio.Queue[tuple[float, wire.Command] | None] = asyncio.Queue()
+        self.magic: bytes | None = None
+        self.identify: dict | None = None
+        self.rdy = 0
+        self.in_flight: dict[bytes, float] = {}
+        self._ready = asyncio.Condition()
+        self.closed = asyncio.Event()
+        self.closed_by_client = False
+        # command name -> the error frame to answer its next one with, and whether the error is fatal (C-23)
+        self.overrides: dict[bytes, tuple[bytes, bool]] = {}
+        self._message_number = 0
+
+    # ---- reading the client ---------------------------------------------------------------------------------
+    async def serve(self) -> None:
+        decoder = wire.CommandDecoder()
+        try:
+            while data := await self._reader.read(65536):
+                try:
+                    commands = decoder.feed(data)
+                except wire.ProtocolViolation as violation:
+                    self._magic_seen(decoder)
+                    for command in violation.commands:
+                        await self._received(command)
+                    self.transcript.note(f"undecodable input: {violation.reason}", self.name)
+                    # C-02: nsqd answers a bad magic with E_BAD_PROTOCOL and closes; other garbage with E_INVALID
+                    await self._fatal(b"E_BAD_PROTOCOL" if decoder.magic != wire.MAGIC_V2 else b"E_INVALID",
+                                      violation.reason.encode())
+                    return
+                self._magic_seen(decoder)
+                for command in commands:
+                    await self._received(command)
+                    if self.closed.is_set():
+                        return
+            self.closed_by_client = True
+            self.transcript.endpoints[self.name].closed_by_client = True
+            self.transcript.note("closed by the client", self.name)
+        except (ConnectionError, OSError):
+            self.transcript.note("connection reset", self.name)
+        finally:
+            self._closed()
+
+    def _magic_seen(self, decoder: wire.CommandDecoder) -> None:
+        if self.magic is None and decoder.magic is not None:
+            self.magic = decoder.magic
+            self.transcript.record(self.name, CLIENT_TO_SERVER, [f"MAGIC {self.magic!r}"], self.magic)
+
+    async def _received(self, command: wire.Command) -> None:
+        self.transcript.record(self.name, CLIENT_TO_SERVER, [command.describe()], command.encode())
+        entry = (self.transcript.now(), command)
+        self.received.append(entry)
+        self._unread.put_nowait(entry)  # before the answer, which may close the connection
+        await self._answer(command)
+
+    async def _answer(self, command: wire.Command) -> None:
+        name = command.name
+        if name in self.overrides:
+            error, fatal = self.overrides.pop(name)
+            self._in_flight_done(command)
+            if fatal:
+                await self._fatal(*error.split(b" ", 1))
+            else:
+                self.send(wire.FRAME_ERROR, error)
+            return
+        if name == b"IDENTIFY":
+            await self._identify(command)
+        elif name in (b"SUB", b"PUB", b"MPUB", b"DPUB"):
+            self.send(wire.FRAME_RESPONSE, b"OK")
+        elif name == b"RDY":
+            async with self._ready:
+                self.rdy = int(command.params[0]) if command.params and command.params[0].isdigit() else 0
+                self._ready.notify_all()
+        elif name in (b"FIN", b"REQ", b"TOUCH"):
+            message_id = command.params[0] if command.params else b""
+            if message_id not in self.in_flight:  # P-FIN, P-REQ, P-TOUCH: non-fatal, the connection stays
+                self.send(wire.FRAME_ERROR, b"E_%s_FAILED %s %s failed" % (name, name, message_id))
+            elif name == b"TOUCH":
+                self.in_flight[message_id] = time.monotonic()
+            else:
+                self._in_flight_done(command)
+        elif name == b"CLS":
+            self.send(wire.FRAME_RESPONSE, b"CLOSE_WAIT")
+        elif name != b"NOP":
+            await self._fatal(b"E_INVALID", b"invalid command " + name)
+
+    def _in_flight_done(self, command: wire.Command) -> None:
+        if command.name in (b"FIN", b"REQ") and command.params:
+            self.in_flight.pop(command.params[0], None)
+
+    async def _identify(self, command: wire.Command) -> None:
+        try:
+            self.identify = json.loads(command.body or b"")
+            if not isinstance(self.identify, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            await self._fatal(b"E_BAD_BODY", b"IDENTIFY failed to decode JSON body")  # P-ID
+            return
+        if self.identify.get("feature_negotiation") is not True:
+            self.send(wire.FRAME_RESPONSE, b"OK")  # ID-20
+            return
+        # ID-21: nsqd's answer with TLS, snappy and deflate turned off on this broker
+        response = {"max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout": 900000,
+                    "msg_timeout": self.nsqd.msg_timeout_ms, "tls_v1": False, "deflate": False, "deflate_level": 0,
+                    "max_deflate_level": 6, "snappy": False, "sample_rate": 0, "auth_required": False,
+                    "output_buffer_size": 16384, "output_buffer_timeout": 250}
+        self.send(wire.FRAME_RESPONSE, json.dumps(response, separators=(",", ":")).encode())
+
+    async def _fatal(self, code: bytes, text: bytes) -> None:
+        self.send(wire.FRAME_ERROR, code + b" " + text)
+        await self.close()
+
+    def unread_put(self, entry) -> None:
+        self._unread.put_nowait(entry)
+
+    def _closed(self) -> None:
+        if not self.closed.is_set():
+            self.closed.set()
+            self._unread.put_nowait(None)
+
+    # ---- writing to the client -------------------------------------------------------------------------------
+    def send(self, frame_type: int, data: bytes) -> None:
+        if self.closed.is_set():
+            return
+        frame = wire.Frame(frame_type, data)
+        self.transcript.record(self.name, SERVER_TO_CLIENT, [frame.describe()], frame.encode())
+        self._writer.write(frame.encode())
+
+    def heartbeat(self) -> None:
+        self.send(wire.FRAME_RESPONSE, wire.HEARTBEAT)  # C-26
+
+    async def send_message(self, body: bytes, attempts: int = 1, timeout: float = 5.0) -> bytes:
+        """Deliver one message once the client's RDY allows one more in flight (C-4.1: nsqd never exceeds RDY)."""
+        async with self._ready:
+            try:
+                await asyncio.wait_for(self._ready.wait_for(lambda: self.rdy > len(self.in_flight)), timeout)
+            except TimeoutError:
+                raise ClientFault("the client is ready for a message",
+                                  f"RDY above {len(self.in_flight)} (messages in flight) within {timeout:g} s",
+                                  f"RDY {self.rdy}") from None
+        self._message_number += 1
+        message_id = b"%s%015x" % (self.name.encode(), self._message_number)  # 16 ASCII bytes, as nsqd's hex IDs
+        self.in_flight[message_id] = time.monotonic()
+        self.send(wire.FRAME_MESSAGE, wire.encode_message(time.time_ns(), attempts, message_id, body))
+        return message_id
+
+    async def close(self) -> None:
+        """Close as nsqd does after a fatal error: what was written goes out first."""
+        if not self.closed.is_set():
+            self.transcript.endpoints[self.name].closed_by_server = True
+            self.transcript.note("closed by the broker", self.name)
+            self._closed()
+            try:
+                await self._writer.drain()
+            except (ConnectionError, OSError):
+                pass
+            self._writer.close()
+
+    def abort(self) -> None:
+        self._closed()
+        self._writer.close()
+
+    # ---- what a case waits for -------------------------------------------------------------------------------
+    async def expect(self, *names: bytes, timeout: float, why: str) -> wire.Command:
+        """The next command named one of ``names`` (those before it were recorded and are skipped)."""
+        deadline = time.monotonic() + timeout
+        wanted = " or ".join(name.decode() for name in names)
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                entry = await asyncio.wait_for(self._unread.get(), max(remaining, 0.0))
+            except TimeoutError:
+                raise ClientFault(why, f"{wanted} within {timeout:g} s", "nothing of that kind") from None
+            if entry is None:
+                self._unread.put_nowait(None)
+                raise ClientFault(why, f"{wanted} within {timeout:g} s", self.nsqd.client_gone or (
+                    "the connection closed first" + (" (by the client)" if self.closed_by_client else "")))
+            if entry[1].name in names:
+                return entry[1]
+
+    async def expect_none(self, *names: bytes, within: float, why: str) -> None:
+        """No command named one of ``names`` during ``within`` seconds (the connection may close)."""
+        deadline = time.monotonic() + within
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                entry = await asyncio.wait_for(self._unread.get(), remaining)
+            except TimeoutError:
+                return
+            if entry is None:
+                self._unread.put_nowait(None)
+                return
+            if entry[1].name in names:
+                raise ClientFault(why, f"no {' or '.join(n.decode() for n in names)} for {within:g} s",
+                                  f"{entry[1].describe()} at {entry[0] * 1000:.0f} ms")
+
+    async def seen(self, name: bytes, since: int, timeout: float, why: str, matching=lambda command: True,
+                   expected: str = "") -> int:
+        """The index in ``received`` of the first ``name`` command at or after ``since`` that ``matching`` accepts,
+        waiting at most ``timeout`` seconds; unlike ``expect``, in whatever order it came with others."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for index in range(since, len(self.received)):
+                command = self.received[index][1]
+                if command.name == name and matching(command):
+                    return index
+            if time.monotonic() >= deadline or self.closed.is_set():
+                raise ClientFault(why, f"{expected or name.decode()} within {timeout:g} s",
+                                  "; ".join(command.describe() for _, command in self.received[since:]) or "nothing")
+            await asyncio.sleep(0.02)
+
+    async def subscribed(self, timeout: float = 5.0) -> wire.Command:
+        """Wait for the consumer's first RDY after its SUB: the point where messages can flow."""
+        await self.expect(b"SUB", timeout=timeout, why="the consumer subscribes")
+        return await self.expect(b"RDY", timeout=timeout, why="the consumer sends RDY after SUB")
+
+    def commands(self, *names: bytes) -> list[wire.Command]:
+        return [command for _, command in self.received if not names or command.name in names]
+
+
+def case_token() -> str:
+    """A name part that differs per case and per run, for topics and channels."""
+    return os.urandom(3).hex()

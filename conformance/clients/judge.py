@@ -1,0 +1,40 @@
+"""How a case's outcome becomes a verdict: the broker suite's names (conformance.verdicts), a client's reasons."""
+from __future__ import annotations
+
+from conformance.verdicts import ERROR, FAIL, NON_STRICT, PASS, UNSUPPORTED
+
+MUST, SHOULD, MAY = "MUST", "SHOULD", "MAY"
+
+
+class ClientFault(AssertionError):
+    """The client did what a conformant client does not, or did not do in time what it must."""
+
+    def __init__(self, what: str, expected: str, actual: str):
+        super().__init__(f"{what}\n  expected: {expected}\n  actual:   {actual}")
+        self.what, self.expected, self.actual = what, expected, actual
+
+
+class Unsupported(Exception):
+    """The library lacks the feature the case needs (its driver's manifest says so)."""
+
+
+class HarnessError(Exception):
+    """The toolkit's side failed: a driver that does not start, a port that does not bind."""
+
+
+def verdict_of(level: str, error: BaseException | None) -> tuple[str, str]:
+    """A case's verdict and message: a fault against a MUST is a FAIL, against a SHOULD a NON-STRICT; a MAY is a
+    feature the library may lack (UNSUPPORTED when it does), judged as a MUST when it has it."""
+    if error is None:
+        return PASS, ""
+    if isinstance(error, Unsupported):
+        return UNSUPPORTED, str(error)
+    if isinstance(error, AssertionError):
+        return (NON_STRICT if level == SHOULD else FAIL), str(error)
+    return ERROR, f"{type(error).__name__}: {error}"
+
+
+def check(holds: bool, what: str, expected: str, actual: str) -> None:
+    """The case's judgement of one thing the client did: a ClientFault when it does not hold."""
+    if not holds:
+        raise ClientFault(what, expected, actual)

@@ -1,0 +1,81 @@
+"""What a case works with: its fake nsqds, its driver runs, its transcript (the ``run`` fixture)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conformance.clients import contract
+from conformance.clients.driver import Driver, DriverProcess
+from conformance.clients.fake_nsqd import FakeNsqd, case_token
+from conformance.transcript import Transcript
+
+HEARTBEAT_INTERVAL_MS = 1000  # the lowest nsqd accepts (ID-02): heartbeats in a case come from the case anyway
+
+
+class CaseRun:
+    def __init__(self, driver: Driver, logs_dir: Path, case_name: str, proxy_factory=None):
+        self.driver = driver
+        self.transcript = Transcript()
+        self.topic, self.channel = f"nsqc-{case_token()}", "conformance"
+        self._logs_dir, self._case_name = logs_dir, case_name
+        self._proxy_factory = proxy_factory  # the selftest's faulty proxy, between the client and every nsqd
+        self.brokers: list[FakeNsqd] = []
+        self.proxies: list = []
+        self.processes: list[DriverProcess] = []
+
+    async def nsqd(self, msg_timeout_ms: int = 60_000) -> FakeNsqd:
+        broker = await FakeNsqd(self.transcript, msg_timeout_ms).start()
+        self.brokers.append(broker)
+        return broker
+
+    def _address(self, broker: FakeNsqd) -> str:
+        if self._proxy_factory is None:
+            return broker.tcp_address
+        for proxy in self.proxies:
+            if proxy.upstream == broker.address:
+                return proxy.tcp_address
+        raise LookupError("start_proxies() first")
+
+    async def _start_proxies(self) -> None:
+        if self._proxy_factory is None:
+            return
+        for broker in self.brokers:
+            if not any(proxy.upstream == broker.address for proxy in self.proxies):
+                self.proxies.append(await self._proxy_factory(broker.address, self.transcript).start())
+
+    async def consumer(self, *brokers: FakeNsqd, max_in_flight: int = 1, max_attempts: int = 0) -> DriverProcess:
+        await self._start_proxies()
+        return await self._driver({
+            contract.ROLE: contract.CONSUMER, contract.NSQD_TCP_ADDRESSES: ",".join(map(self._address, brokers)),
+            contract.TOPIC: self.topic, contract.CHANNEL: self.channel, contract.MAX_IN_FLIGHT: str(max_in_flight),
+            contract.MAX_ATTEMPTS: str(max_attempts), contract.HEARTBEAT_INTERVAL_MS: str(HEARTBEAT_INTERVAL_MS)})
+
+    async def publisher(self, broker: FakeNsqd, operations: list[dict]) -> DriverProcess:
+        await self._start_proxies()
+        return await self._driver({
+            contract.ROLE: contract.PUBLISHER, contract.NSQD_TCP_ADDRESSES: self._address(broker),
+            contract.TOPIC: self.topic, contract.HEARTBEAT_INTERVAL_MS: str(HEARTBEAT_INTERVAL_MS),
+            contract.PUBLISH: json.dumps(operations)})
+
+    async def _driver(self, orders: dict[str, str]) -> DriverProcess:
+        log = self._logs_dir / f"{self._case_name}.{len(self.processes) + 1}.log"
+        process = DriverProcess(self.driver, self.transcript, log)
+        process.on_exit += [broker.client_exited for broker in self.brokers]
+        await process.start(orders)
+        self.processes.append(process)
+        return process
+
+    async def subscribed(self, broker: FakeNsqd, **settings):
+        """A consumer on ``broker`` that has sent SUB and its first RDY: its driver and its connection."""
+        process = await self.consumer(broker, **settings)
+        connection = await broker.next_connection(timeout=10.0)
+        await connection.subscribed(timeout=10.0)
+        return process, connection
+
+    async def close(self) -> None:
+        for process in self.processes:
+            await process.stop()
+        for proxy in self.proxies:
+            await proxy.close()
+        for broker in self.brokers:
+            await broker.close()
