@@ -39,6 +39,7 @@ def instruction(action: str, tag: int = 0, **arguments) -> bytes:
 # ---- reports: JSON lines on stdout ------------------------------------------------------------------------------
 # {"event": "message", "id": str, "attempts": int, "body": str}   the handler got a message
 # {"event": "published", "op": str, "ok": bool, "error": str}     a publish operation ended (error when not ok)
+# {"event": "discarded", "id": str, "attempts": int}              optional: the library gave a message up
 # {"event": "stopped"}                                            the library was told to stop and has stopped
 
 

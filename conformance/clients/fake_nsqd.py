@@ -87,6 +87,8 @@ class ClientConnection:
         self.in_flight: dict[bytes, float] = {}
         self._ready = asyncio.Condition()
         self.closed = asyncio.Event()
+        self.closed_at: float | None = None  # transcript time
+        self.close_wait_delay = 0.0  # seconds before CLS is answered: shows whether a client waits for it
         self.closed_by_client = False
         # command name -> the error frame to answer its next one with, and whether the error is fatal (C-23)
         self.overrides: dict[bytes, tuple[bytes, bool]] = {}
@@ -113,13 +115,17 @@ class ClientConnection:
                     await self._received(command)
                     if self.closed.is_set():
                         return
-            self.closed_by_client = True
-            self.transcript.endpoints[self.name].closed_by_client = True
-            self.transcript.note("closed by the client", self.name)
+            self._closed_by_client("closed by the client")
         except (ConnectionError, OSError):
-            self.transcript.note("connection reset", self.name)
+            self._closed_by_client("reset by the client")
         finally:
             self._closed()
+
+    def _closed_by_client(self, how: str) -> None:
+        if not self.closed.is_set():
+            self.closed_by_client = True
+            self.transcript.endpoints[self.name].closed_by_client = True
+            self.transcript.note(how, self.name)
 
     def _magic_seen(self, decoder: wire.CommandDecoder) -> None:
         if self.magic is None and decoder.magic is not None:
@@ -160,7 +166,8 @@ class ClientConnection:
             else:
                 self._in_flight_done(command)
         elif name == b"CLS":
-            self.send(wire.FRAME_RESPONSE, b"CLOSE_WAIT")
+            asyncio.get_running_loop().call_later(self.close_wait_delay, self.send, wire.FRAME_RESPONSE,
+                                                  b"CLOSE_WAIT")
         elif name != b"NOP":
             await self._fatal(b"E_INVALID", b"invalid command " + name)
 
@@ -195,6 +202,7 @@ class ClientConnection:
 
     def _closed(self) -> None:
         if not self.closed.is_set():
+            self.closed_at = self.transcript.now()
             self.closed.set()
             self._unread.put_nowait(None)
 

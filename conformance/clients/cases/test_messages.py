@@ -51,6 +51,7 @@ async def test_failed_handler_requeues(run):
 
 @pytest.mark.nsqc("NSQC-MSG-005")
 async def test_over_max_attempts_finished_unhandled(run):
+    run.driver.require("max_attempts")
     process, connection = await run.subscribed(await run.nsqd(), max_attempts=3)
     message_id = await connection.send_message(contract.instruction(contract.REQUEUE, delay_ms=0), attempts=4)
     answer = await connection.expect(b"FIN", b"REQ", timeout=5.0, why="the message over max_attempts is answered")

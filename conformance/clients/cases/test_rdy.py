@@ -9,6 +9,7 @@ from conformance.clients.judge import check
 
 @pytest.mark.nsqc("NSQC-RDY-001")
 async def test_first_rdy_within_max_in_flight(run):
+    run.driver.require("max_in_flight")
     broker = await run.nsqd()
     await run.consumer(broker, max_in_flight=3)
     connection = await broker.next_connection(timeout=10.0)
@@ -19,6 +20,7 @@ async def test_first_rdy_within_max_in_flight(run):
 
 @pytest.mark.nsqc("NSQC-RDY-002")
 async def test_rdy_spread_over_two_nsqds(run):
+    run.driver.require("max_in_flight")
     first, second = await run.nsqd(), await run.nsqd()
     await run.consumer(first, second, max_in_flight=4)
     connections = [await first.next_connection(timeout=10.0), await second.next_connection(timeout=10.0)]

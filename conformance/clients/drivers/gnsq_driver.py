@@ -1,0 +1,89 @@
+"""The driver of gnsq (gevent): the driver contract (conformance/clients/README.md) on gnsq.Consumer and
+gnsq.Producer."""
+from gevent import monkey
+
+monkey.patch_all()
+
+import json  # noqa: E402 (after gevent's patching, as gnsq asks)
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+
+import gevent  # noqa: E402
+import gnsq  # noqa: E402
+
+
+def emit(event, **fields):
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+env = os.environ
+addresses = env["NSQC_NSQD_TCP_ADDRESSES"].split(",")
+heartbeat_interval = int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000")) / 1000  # gnsq takes seconds
+stopped = gevent.event.Event()
+
+
+class HandlerFailed(Exception):
+    """gnsq's ordinary failure: a handler that raises has its message requeued."""
+
+
+def handle(_consumer, message):
+    order = json.loads(message.body)
+    emit("message", id=message.id.decode(), attempts=message.attempts, body=message.body.decode())
+    action = order["do"]
+    if action == "fail":
+        raise HandlerFailed("told to fail")
+    if action == "fin":
+        return
+    message.enable_async()
+    if action == "req":
+        message.requeue(time_ms=order["delay_ms"], backoff=False)
+    elif action == "touch":
+        def touch():
+            for _ in range(order["times"]):
+                gevent.sleep(order["every_ms"] / 1000)
+                message.touch()
+            gevent.sleep(order["every_ms"] / 1000)
+            message.finish()
+        gevent.spawn(touch)
+
+
+def consume():
+    max_attempts = int(env.get("NSQC_MAX_ATTEMPTS", "0"))
+    consumer = gnsq.Consumer(env["NSQC_TOPIC"], env["NSQC_CHANNEL"], nsqd_tcp_addresses=addresses,
+                             message_handler=handle, max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
+                             heartbeat_interval=heartbeat_interval, **({"max_tries": max_attempts} if max_attempts
+                                                                       else {}))
+    consumer.start(block=False)
+    return consumer.close
+
+
+def publish():
+    producer = gnsq.Producer(addresses, heartbeat_interval=heartbeat_interval)
+    producer.start()
+
+    def operations():
+        topic = env["NSQC_TOPIC"]
+        for operation in json.loads(env.get("NSQC_PUBLISH", "[]")):
+            op = operation["op"]
+            try:
+                if op == "pub":
+                    producer.publish(topic, operation["body"].encode())
+                elif op == "mpub":
+                    producer.multipublish(topic, [body.encode() for body in operation["bodies"]])
+                elif op == "dpub":
+                    producer.publish(topic, operation["body"].encode(), defer=operation["defer_ms"])
+                emit("published", op=op, ok=True, error="")
+            except Exception as error:  # the library's error, whatever it is, is the outcome reported
+                emit("published", op=op, ok=False, error=repr(error))
+    gevent.spawn(operations)
+    return producer.close
+
+
+close = consume() if env["NSQC_ROLE"] == "consumer" else publish()
+gevent.signal_handler(signal.SIGTERM, stopped.set)
+stopped.wait()
+close()
+gevent.sleep(0.2)  # the closes are writes on gevent's loop
+emit("stopped")
+sys.exit(0)
