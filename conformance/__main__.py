@@ -1,5 +1,6 @@
 """``python -m conformance`` / ``nsq-conformance``: run the suite against the embedded reference broker
-or any running broker, and write JUnit, JSON and HTML reports.
+or any running broker, and write JUnit, JSON and HTML reports. ``nsq-conformance clients`` judges client
+libraries instead (conformance/clients/).
 
 Exit status: 0 when no case FAILs or ERRORs outside the ``--baseline``; 1 otherwise; 2 for a bad option,
 an unreachable target or a broker that does not start (one line on stderr); 3 when no case fails but, with
@@ -91,7 +92,11 @@ def list_requirements(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["clients"]:  # the other half: the toolkit plays nsqd and judges client libraries
+        from conformance.clients.__main__ import main as clients
+        return clients(argv[1:])
+    args, passthrough = parse_args(argv)
     if args.list:
         return list_requirements(args)
     from conformance.target import EmbeddedBroker, check_reachable, free_loopback_address

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conformance.clients.driver import drivers
@@ -28,6 +30,10 @@ def parse_args(argv: list[str]):
     parser.add_argument("--reports-dir", default="reports/clients", metavar="DIR")
     parser.add_argument("--baseline", metavar="FILE", help="one driver only: its verdicts to expect ('none': "
                         "no baseline, any FAIL or ERROR fails the run)")
+    parser.add_argument("--jobs", type=int, default=3, metavar="N",
+                        help="drivers judged at once, each in its own process (default 3; their cases mostly wait)")
+    parser.add_argument("--write-baseline", action="store_true",
+                        help="write each driver's measured verdicts as its baseline (explanations kept)")
     parser.add_argument("--fault", metavar="NAME", help="selftest: break the client's output with this fault")
     argv = list(argv)
     passthrough = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -36,6 +42,8 @@ def parse_args(argv: list[str]):
     if unknown:
         parser.error(f"unknown driver(s) {', '.join(unknown)} (known: {', '.join(known)})")
     args.drivers = args.drivers or list(known)
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
     if args.baseline and len(args.drivers) > 1:
         parser.error("--baseline names one driver's verdicts: name one driver")
     return args, passthrough
@@ -50,17 +58,53 @@ def pytest_arguments(driver: str, args, passthrough: list[str]) -> list[str]:
         arguments += ["--client-baseline", args.baseline]
     if args.fault:
         arguments += ["--client-fault", args.fault]
+    if args.write_baseline:
+        arguments.append("--client-write-baseline")
     return arguments + passthrough
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args, passthrough = parse_args(argv)
+    if len(args.drivers) > 1 and args.jobs > 1:
+        return _in_parallel(args, argv)
     import pytest
     worst = 0
     for driver in args.drivers:
         print(f"== {driver} ==", flush=True)
         code = pytest.main(pytest_arguments(driver, args, passthrough))
         worst = max(worst, int(code) if code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) else 2)
+    return worst
+
+
+def _in_parallel(args, argv: list[str]) -> int:
+    """One process per driver, ``--jobs`` at a time; each one's output goes to its reports folder and is shown
+    whole when it ends, with one line of progress per driver."""
+    own = [arg for arg in (argv[:argv.index("--")] if "--" in argv else argv) if arg not in args.drivers]
+    rest = argv[argv.index("--"):] if "--" in argv else []
+    pending, running, worst = list(args.drivers), {}, 0
+    started = time.monotonic()
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            driver = pending.pop(0)
+            output = Path(args.reports_dir) / driver / "output.txt"
+            output.parent.mkdir(parents=True, exist_ok=True)
+            handle = output.open("w")
+            running[driver] = (subprocess.Popen([sys.executable, "-m", "conformance.clients", driver, *own, "--jobs",
+                                                 "1", *rest], stdout=handle, stderr=subprocess.STDOUT), handle, output)
+            print(f"[{time.monotonic() - started:5.0f} s] {driver}: started", flush=True)
+        time.sleep(0.2)
+        for driver, (process, handle, output) in list(running.items()):
+            if process.poll() is None:
+                continue
+            handle.close()
+            del running[driver]
+            code = process.returncode
+            worst = max(worst, code if code in (0, 1) else 2)
+            print(output.read_text(), end="")
+            print(f"[{time.monotonic() - started:5.0f} s] {driver}: "
+                  + ("every verdict as its baseline" if code == 0 else "verdicts differ from the baseline" if code == 1
+                     else f"exit {code}"), flush=True)
     return worst
 
 

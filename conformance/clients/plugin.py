@@ -24,6 +24,8 @@ def pytest_addoption(parser):
     group.addoption("--client-reports-dir", default="reports/clients", help="where the reports go")
     group.addoption("--client-baseline", default=None,
                     help="the verdicts expected of the library (default: baselines/<driver>.toml; 'none': none)")
+    group.addoption("--client-write-baseline", action="store_true",
+                    help="write the measured verdicts as the baseline (each non-PASS with its explanation kept)")
     group.addoption("--client-fault", default=None, help="selftest: a fault of selftest/faults.py between "
                     "the client and the fake nsqd")
 
@@ -133,6 +135,8 @@ class Collector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus):
+        if self.cases and self.config.getoption("--client-write-baseline"):
+            self._write_baseline()
         differences = self.differences()
         if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if differences else pytest.ExitCode.OK
@@ -145,6 +149,21 @@ class Collector:
             "wall_time_s": round(time.time() - self.started, 1),
             "baseline": str(self.baseline_path) if self.baseline_path else None, "differences": differences,
             "cases": [self.cases[key] for key in sorted(self.cases)]})
+
+    def _write_baseline(self) -> None:
+        """Every case's verdict; a non-PASS keeps the explanation the baseline had, else its first message line."""
+        path = self.baseline_path or BASELINES_DIR / f"{self.driver.name}.toml"
+        verdicts = {**self.baseline, **{case["id"]: case["verdict"] for case in self.cases.values()}}
+        why = {identifier: self.why.get(identifier) or self.cases[identifier]["message"].splitlines()[0]
+               for identifier, verdict in verdicts.items() if verdict != PASS and identifier in self.cases}
+        lines = [f"# {self.driver.library}: the verdicts `nsq-conformance clients {self.driver.name}` expects, as "
+                 "measured", "[verdicts]", *(f'"{key}" = "{verdicts[key]}"' for key in sorted(verdicts)), "",
+                 "# why each verdict that is not PASS is the library's doing", "[why]",
+                 *(f'"{key}" = {_toml_string(why[key])}' for key in sorted(why))]
+        path.write_text("\n".join(lines) + "\n")
+        self.baseline_path, self.baseline, self.why = path, verdicts, why
+        for case in self.cases.values():
+            case["baseline"], case["why"] = verdicts[case["id"]], why.get(case["id"], "")
 
     def pytest_terminal_summary(self, terminalreporter):
         write = terminalreporter.write_line
@@ -161,3 +180,7 @@ class Collector:
         if self.baseline_path is not None:
             write(f"baseline {self.baseline_path}: {len(self.differences())} difference(s)")
         write(f"reports: {self.reports_dir / 'report.html'}  {self.reports_dir / 'report.json'}")
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

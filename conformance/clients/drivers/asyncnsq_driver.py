@@ -1,0 +1,97 @@
+"""The driver of asyncnsq (asyncio): the driver contract (conformance/clients/README.md) on asyncnsq's reader and
+writer. asyncnsq has no max_attempts (drivers.toml: lacks); a publish error is raised (asyncnsq.exceptions)."""
+import asyncio
+import json
+import os
+import signal
+
+import asyncnsq
+
+
+def emit(event, **fields):
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+env = os.environ
+addresses = env["NSQC_NSQD_TCP_ADDRESSES"].split(",")
+heartbeat_interval = int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000"))
+
+
+def text(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def handle(message):
+    body = text(message.body)
+    order = json.loads(body)
+    emit("message", id=text(message.message_id), attempts=message.attempts, body=body)
+    action = order["do"]
+    if action == "fin":
+        await message.fin()
+    elif action == "fail":
+        await message.req()  # asyncnsq's handlers say failure themselves: a requeue with its default timeout
+    elif action == "req":
+        await message.req(order["delay_ms"])
+    elif action == "touch":
+        for _ in range(order["times"]):
+            await asyncio.sleep(order["every_ms"] / 1000)
+            await message.touch()
+        await asyncio.sleep(order["every_ms"] / 1000)
+        await message.fin()
+
+
+async def consume():
+    reader = await asyncnsq.create_reader(nsqd_tcp_addresses=addresses,
+                                          max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
+                                          heartbeat_interval=heartbeat_interval)
+    await reader.subscribe(env["NSQC_TOPIC"], env["NSQC_CHANNEL"])
+
+    async def loop():
+        async for message in reader.messages():
+            asyncio.create_task(handle(message))  # a touching handler must not hold the next message up
+    task = asyncio.create_task(loop())
+
+    async def close():
+        task.cancel()
+        reader.close()
+    return close
+
+
+async def publish():
+    host, port = addresses[0].split(":")
+    writer = await asyncnsq.create_writer(host=host, port=int(port), heartbeat_interval=heartbeat_interval)
+
+    async def operations():
+        topic = env["NSQC_TOPIC"]
+        for operation in json.loads(env.get("NSQC_PUBLISH", "[]")):
+            op = operation["op"]
+            try:
+                if op == "pub":
+                    response = await writer.pub(topic, operation["body"].encode())
+                elif op == "mpub":
+                    response = await writer.mpub(topic, *(body.encode() for body in operation["bodies"]))
+                else:
+                    response = await writer.dpub(topic, operation["defer_ms"], operation["body"].encode())
+                emit("published", op=op, ok=text(response) == "OK", error="" if text(response) == "OK"
+                     else text(response))
+            except Exception as error:  # the library's error, whatever it is, is the outcome reported
+                emit("published", op=op, ok=False, error=repr(error))
+    task = asyncio.create_task(operations())
+
+    async def close():
+        task.cancel()
+        writer.close()
+    return close
+
+
+async def main():
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    close = await (consume() if env["NSQC_ROLE"] == "consumer" else publish())
+    await stop.wait()
+    await close()
+    await asyncio.sleep(0.2)  # the closes are writes on the loop
+    emit("stopped")
+
+
+asyncio.run(main())

@@ -1,0 +1,178 @@
+"""The model client: a small NSQ client written to do what the client cases require, on conformance.wire, behind
+the same driver contract as the libraries' drivers. Every case PASSes for it, which shows that a case's FAIL for a
+library is the library's doing, and the selftest breaks its output to show that each case catches a fault."""
+import asyncio
+import json
+import os
+import signal
+import socket
+
+from conformance import wire
+
+env = os.environ
+NON_FATAL = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")  # C-23
+RECONNECT_AFTER, BACKOFF = 0.5, 0.5  # seconds
+
+
+def emit(event, **fields):
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+class Connection:
+    def __init__(self, client, address: str):
+        self.client, self.address = client, address
+        self.writer: asyncio.StreamWriter | None = None
+        self.responses: asyncio.Queue = asyncio.Queue()  # answers to PUB, MPUB, DPUB, SUB, CLS in order
+        self.rdy = 0
+        self.connected = asyncio.Event()
+
+    async def run(self):
+        while not self.client.stopping:
+            try:
+                await self._session()
+            except (OSError, asyncio.IncompleteReadError, wire.ProtocolViolation):
+                pass
+            self.connected.clear()
+            self.responses.put_nowait(None)
+            await asyncio.sleep(RECONNECT_AFTER)
+
+    async def _session(self):
+        host, port = self.address.split(":")
+        reader, self.writer = await asyncio.open_connection(host, int(port))
+        self.rdy = 0
+        identify = {"client_id": socket.gethostname(), "hostname": socket.getfqdn(), "user_agent": "nsqc-model/1.0",
+                    "feature_negotiation": True, "heartbeat_interval": int(env.get("NSQC_HEARTBEAT_INTERVAL_MS",
+                                                                                   "30000"))}
+        self.writer.write(wire.MAGIC_V2 + wire.encode_command("IDENTIFY", body=wire.identify_body(identify)))
+        decoder = wire.FrameDecoder()
+        reading = asyncio.create_task(self._read(reader, decoder))
+        if self.client.consumer:
+            self.writer.write(wire.encode_command("SUB", env["NSQC_TOPIC"], env["NSQC_CHANNEL"]))
+        await asyncio.sleep(0)
+        self.connected.set()
+        await reading
+
+    async def _read(self, reader, decoder):
+        identified = False
+        while data := await reader.read(65536):
+            for frame in decoder.feed(data):
+                if frame.is_heartbeat:
+                    self.send(wire.encode_command("NOP"))  # C-26
+                elif frame.frame_type == wire.FRAME_MESSAGE:
+                    self.client.received(self, frame)
+                elif frame.frame_type == wire.FRAME_ERROR and frame.error_code.encode() in NON_FATAL:
+                    continue
+                elif not identified:
+                    identified = True
+                elif frame.frame_type == wire.FRAME_RESPONSE and frame.data == b"OK" and self.client.consumer \
+                        and not self.rdy:
+                    self.set_rdy(self.client.share(self))  # SUB's OK
+                else:
+                    self.responses.put_nowait(frame)
+        self.writer.close()
+
+    def send(self, data: bytes):
+        if self.writer and not self.writer.is_closing():
+            self.writer.write(data)
+
+    def set_rdy(self, count: int):
+        self.rdy = count
+        self.send(wire.encode_command("RDY", count))
+
+
+class Client:
+    def __init__(self):
+        self.consumer = env["NSQC_ROLE"] == "consumer"
+        self.stopping = False
+        self.connections = [Connection(self, address) for address in env["NSQC_NSQD_TCP_ADDRESSES"].split(",")]
+        self.max_in_flight = int(env.get("NSQC_MAX_IN_FLIGHT", "1"))
+        self.max_attempts = int(env.get("NSQC_MAX_ATTEMPTS", "0"))
+        self.backing_off = False
+
+    def share(self, connection) -> int:
+        """RDY spread within max_in_flight: an equal share each, 1 for the first ones when there are too few."""
+        count, index = len(self.connections), self.connections.index(connection)
+        return max(self.max_in_flight // count, 1 if index < self.max_in_flight else 0)
+
+    def received(self, connection, frame):
+        message_id = frame.message_id
+        if self.max_attempts and frame.attempts > self.max_attempts:
+            emit("discarded", id=message_id.decode(), attempts=frame.attempts)
+            connection.send(wire.encode_command("FIN", message_id))
+            return
+        emit("message", id=message_id.decode(), attempts=frame.attempts, body=frame.body.decode())
+        asyncio.get_running_loop().create_task(self.handle(connection, message_id, json.loads(frame.body)))
+
+    async def handle(self, connection, message_id, order):
+        action = order["do"]
+        if action == "fin":
+            connection.send(wire.encode_command("FIN", message_id))
+        elif action == "req":
+            connection.send(wire.encode_command("REQ", message_id, order["delay_ms"]))
+        elif action == "fail":
+            connection.send(wire.encode_command("REQ", message_id, 1000))
+            await self.back_off()
+        elif action == "touch":
+            for _ in range(order["times"]):
+                await asyncio.sleep(order["every_ms"] / 1000)
+                connection.send(wire.encode_command("TOUCH", message_id))
+            await asyncio.sleep(order["every_ms"] / 1000)
+            connection.send(wire.encode_command("FIN", message_id))
+
+    async def back_off(self):
+        if self.backing_off:
+            return
+        self.backing_off = True
+        for connection in self.connections:
+            connection.set_rdy(0)
+        await asyncio.sleep(BACKOFF)
+        for connection in self.connections:
+            connection.set_rdy(self.share(connection))
+        self.backing_off = False
+
+    async def publish(self):
+        connection = self.connections[0]
+        await connection.connected.wait()
+        topic = env["NSQC_TOPIC"]
+        for operation in json.loads(env.get("NSQC_PUBLISH", "[]")):
+            op = operation["op"]
+            if op == "pub":
+                connection.send(wire.encode_command("PUB", topic, body=operation["body"].encode()))
+            elif op == "mpub":
+                body = wire.mpub_body([body.encode() for body in operation["bodies"]])
+                connection.send(wire.encode_command("MPUB", topic, body=body))
+            else:
+                connection.send(wire.encode_command("DPUB", topic, operation["defer_ms"],
+                                                    body=operation["body"].encode()))
+            answer = await connection.responses.get()
+            ok = answer is not None and answer.frame_type == wire.FRAME_RESPONSE
+            emit("published", op=op, ok=ok, error="" if ok else (answer.describe() if answer else "closed"))
+
+    async def stop(self):
+        self.stopping = True
+        for connection in self.connections:
+            if self.consumer and connection.connected.is_set():
+                connection.send(wire.encode_command("CLS"))  # P-CLS-02: then wait for CLOSE_WAIT
+                try:
+                    await asyncio.wait_for(connection.responses.get(), 2.0)
+                except TimeoutError:
+                    pass
+            if connection.writer:
+                connection.writer.close()
+
+
+async def main():
+    client = Client()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    tasks = [asyncio.create_task(connection.run()) for connection in client.connections]
+    if not client.consumer:
+        tasks.append(asyncio.create_task(client.publish()))
+    await stop.wait()
+    await client.stop()
+    for task in tasks:
+        task.cancel()
+    emit("stopped")
+
+
+asyncio.run(main())

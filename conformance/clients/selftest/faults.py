@@ -1,0 +1,124 @@
+"""The catalogue of client faults: each breaks a good client's output (or what it is told) in one way, and names
+the cases that must catch it (a FAIL, or a NON-STRICT for a SHOULD). The selftest (test_faults.py) runs the model
+client through each fault's proxy and checks that every one of those cases does."""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from conformance import wire
+from conformance.clients.selftest.proxy import FaultyProxy
+
+
+def _same(command: wire.Command) -> bytes:
+    return command.encode()
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    text: str
+    kills: tuple[str, ...]  # the case IDs that must not PASS
+    rewrite: Callable[[wire.Command], bytes] = _same  # a command as the broker gets it (b"" drops it)
+    late: Callable[[wire.Command], float] = lambda command: 0.0  # seconds to hold a command back
+    magic_as: bytes | None = None
+    tell: Callable[[wire.Frame], bytes | None] = lambda frame: frame.encode()  # a frame as the client gets it
+    refuse_after: int = 0  # connections after this many are refused (0: none)
+    hang_up_after: bytes | None = None  # the client's connection ends right after this command
+    selection: tuple[str, ...] = field(default=())  # cases to run; default: kills
+
+    def magic(self, magic: bytes) -> bytes:
+        return self.magic_as if self.magic_as is not None else magic
+
+    def command(self, command: wire.Command) -> bytes:
+        return self.rewrite(command)
+
+    def delay(self, command: wire.Command) -> float:
+        return self.late(command)
+
+    def frame(self, frame: wire.Frame) -> bytes | None:
+        return self.tell(frame)
+
+    def proxy(self, upstream: tuple[str, int], transcript) -> FaultyProxy:
+        return FaultyProxy(upstream, transcript, self)
+
+
+def _only(name: bytes, change: Callable[[wire.Command], bytes]) -> Callable[[wire.Command], bytes]:
+    return lambda command: change(command) if command.name == name else command.encode()
+
+
+def _identify(change: Callable[[dict], dict]) -> Callable[[wire.Command], bytes]:
+    return _only(b"IDENTIFY", lambda command: wire.encode_command(
+        "IDENTIFY", body=wire.identify_body(change(json.loads(command.body)))))
+
+
+def _without(*keys: str) -> Callable[[dict], dict]:
+    return lambda fields: {key: value for key, value in fields.items() if key not in keys}
+
+
+def _rdy_plus(command: wire.Command) -> bytes:
+    return wire.encode_command("RDY", int(command.params[0]) + 10)
+
+
+def _other_id(message_id: bytes) -> bytes:
+    return message_id[:-1] + (b"0" if message_id[-1:] != b"0" else b"1")
+
+
+ALL_CASES = ("NSQC-CONN-001", "NSQC-CONN-002", "NSQC-HB-001", "NSQC-MSG-001", "NSQC-PUB-001")
+
+FAULTS = {fault.name: fault for fault in (
+    Fault("faithful", "changes nothing: the proxy itself is transparent (every selected case PASSes)", (),
+          selection=ALL_CASES),
+    Fault("bad-magic", "the magic is '  V1'", ("NSQC-CONN-001",), magic_as=b"  V1"),
+    Fault("identify-not-json", "IDENTIFY's body is not JSON", ("NSQC-CONN-002",),
+          rewrite=_only(b"IDENTIFY", lambda command: wire.encode_command("IDENTIFY", body=b"client_id=x"))),
+    Fault("identify-anonymous", "IDENTIFY without client_id, hostname, user_agent", ("NSQC-CONN-003",),
+          rewrite=_identify(_without("client_id", "hostname", "user_agent"))),
+    Fault("identify-no-negotiation", "IDENTIFY without feature_negotiation", ("NSQC-CONN-003",),
+          rewrite=_identify(_without("feature_negotiation"))),
+    Fault("identify-default-heartbeat", "IDENTIFY asks for 30 s heartbeats, not the configured 1 s",
+          ("NSQC-CONN-004",), rewrite=_identify(lambda fields: {**fields, "heartbeat_interval": 30000})),
+    Fault("sub-other-channel", "SUB names another channel", ("NSQC-CONN-005",),
+          rewrite=_only(b"SUB", lambda command: wire.encode_command("SUB", command.params[0], b"elsewhere"))),
+    Fault("nop-dropped", "heartbeats are never answered", ("NSQC-HB-001", "NSQC-HB-002"),
+          rewrite=_only(b"NOP", lambda command: b"")),
+    Fault("nop-late", "NOP comes 1.5 s after the heartbeat", ("NSQC-HB-001", "NSQC-HB-002"),
+          late=lambda command: 1.5 if command.name == b"NOP" else 0.0),
+    Fault("rdy-over-max-in-flight", "RDY asks 10 more than max_in_flight allows", ("NSQC-RDY-001", "NSQC-RDY-002"),
+          rewrite=_only(b"RDY", _rdy_plus)),
+    Fault("no-backoff", "RDY 0 never goes out (no backoff after a failure)", ("NSQC-RDY-003",),
+          rewrite=lambda command: b"" if command.name == b"RDY" and command.params == (b"0",) else command.encode()),
+    Fault("fin-other-id", "FIN names another message", ("NSQC-MSG-001",),
+          rewrite=_only(b"FIN", lambda command: wire.encode_command("FIN", _other_id(command.params[0])))),
+    Fault("req-delay-changed", "REQ's delay is 1 ms off", ("NSQC-MSG-002",),
+          rewrite=_only(b"REQ", lambda command: wire.encode_command("REQ", command.params[0],
+                                                                     int(command.params[1]) + 1))),
+    Fault("req-as-fin", "REQ goes out as FIN (a failed message is dropped)", ("NSQC-MSG-002", "NSQC-MSG-004"),
+          rewrite=_only(b"REQ", lambda command: wire.encode_command("FIN", command.params[0]))),
+    Fault("touch-dropped", "TOUCH never goes out", ("NSQC-MSG-003",), rewrite=_only(b"TOUCH", lambda command: b"")),
+    Fault("discard-as-req", "a message over max_attempts is requeued, not finished", ("NSQC-MSG-005",),
+          rewrite=_only(b"FIN", lambda command: wire.encode_command("REQ", command.params[0], 0))),
+    Fault("close-on-fin-failed", "the client drops its connection on E_FIN_FAILED", ("NSQC-ERR-001",),
+          tell=lambda frame: None if frame.error_code == "E_FIN_FAILED" else frame.encode()),
+    Fault("close-on-req-failed", "the client drops its connection on E_REQ_FAILED", ("NSQC-ERR-002",),
+          tell=lambda frame: None if frame.error_code == "E_REQ_FAILED" else frame.encode()),
+    Fault("close-on-touch-failed", "the client drops its connection on E_TOUCH_FAILED", ("NSQC-ERR-003",),
+          tell=lambda frame: None if frame.error_code == "E_TOUCH_FAILED" else frame.encode()),
+    Fault("no-reconnect", "the client never reconnects (a second connection is refused)", ("NSQC-ERR-004",),
+          refuse_after=1),
+    Fault("cls-dropped", "CLS never goes out on stop", ("NSQC-CLS-001",), rewrite=_only(b"CLS", lambda command: b"")),
+    Fault("close-before-close-wait", "the client closes right after CLS, before CLOSE_WAIT", ("NSQC-CLS-001",),
+          hang_up_after=b"CLS"),
+    Fault("pub-body-changed", "PUB's body loses its last byte", ("NSQC-PUB-001",),
+          rewrite=_only(b"PUB", lambda command: wire.encode_command("PUB", *command.params, body=command.body[:-1]))),
+    Fault("mpub-message-dropped", "MPUB loses its last message", ("NSQC-PUB-002",),
+          rewrite=_only(b"MPUB", lambda command: wire.encode_command(
+              "MPUB", *command.params, body=wire.mpub_body(command.messages[:-1])))),
+    Fault("dpub-defer-changed", "DPUB's defer is 0", ("NSQC-PUB-003",),
+          rewrite=_only(b"DPUB", lambda command: wire.encode_command("DPUB", command.params[0], 0,
+                                                                      body=command.body))),
+    Fault("pub-error-hidden", "an error answer to PUB reaches the client as OK", ("NSQC-PUB-004",),
+          tell=lambda frame: wire.encode_frame(wire.FRAME_RESPONSE, b"OK") if frame.frame_type == wire.FRAME_ERROR
+          else frame.encode()),
+)}

@@ -1,0 +1,78 @@
+"""A proxy between a client and the fake nsqd that breaks what the client sends (or what it is told), command by
+command: the selftest's way of making a good client faulty (faults.py)."""
+from __future__ import annotations
+
+import asyncio
+
+from conformance import wire
+from conformance.transcript import Transcript
+
+
+class FaultyProxy:
+    def __init__(self, upstream: tuple[str, int], transcript: Transcript, fault):
+        self.upstream, self.transcript, self.fault = upstream, transcript, fault
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+        self.accepted = 0
+
+    async def start(self) -> FaultyProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        return self
+
+    @property
+    def tcp_address(self) -> str:
+        return "%s:%d" % self._server.sockets[0].getsockname()[:2]
+
+    async def close(self) -> None:
+        for writer in self._writers:
+            writer.close()
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _accept(self, client_reader, client_writer) -> None:
+        self.accepted += 1
+        self._writers.append(client_writer)
+        if self.fault.refuse_after and self.accepted > self.fault.refuse_after:
+            self.transcript.note(f"selftest fault {self.fault.name}: connection {self.accepted} refused")
+            client_writer.close()
+            return
+        server_reader, server_writer = await asyncio.open_connection(*self.upstream)
+        self._writers.append(server_writer)
+        await asyncio.gather(self._client_to_server(client_reader, server_writer),
+                             self._server_to_client(server_reader, client_writer, server_writer),
+                             return_exceptions=True)
+
+    async def _client_to_server(self, reader, writer) -> None:
+        decoder = wire.CommandDecoder()
+        try:
+            while data := await reader.read(65536):
+                magic_seen = decoder.magic is not None
+                commands = decoder.feed(data)
+                if not magic_seen and decoder.magic is not None:
+                    writer.write(self.fault.magic(decoder.magic))
+                for command in commands:
+                    if delay := self.fault.delay(command):
+                        await asyncio.sleep(delay)
+                    writer.write(self.fault.command(command))
+                    if command.name == self.fault.hang_up_after:
+                        self.transcript.note(f"selftest fault {self.fault.name}: hung up after {command.describe()}")
+                        await writer.drain()
+                        return
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def _server_to_client(self, reader, writer, upstream_writer) -> None:
+        decoder = wire.FrameDecoder()
+        try:
+            while data := await reader.read(65536):
+                for frame in decoder.feed(data):
+                    replacement = self.fault.frame(frame)
+                    if replacement is None:  # the fault closes the client's connection here
+                        self.transcript.note(f"selftest fault {self.fault.name}: closed on {frame.describe()}")
+                        upstream_writer.close()
+                        return
+                    writer.write(replacement)
+                await writer.drain()
+        finally:
+            writer.close()

@@ -1,0 +1,48 @@
+"""The faulty-client selftest: the model client (drivers/model_driver.py) through each fault of faults.py must make
+the fault's cases fail (FAIL, or NON-STRICT for a SHOULD), and through the faithful proxy must PASS them all."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conformance.clients.selftest.faults import FAULTS
+from conformance.verdicts import FAIL, NON_STRICT, PASS
+
+CAUGHT = (FAIL, NON_STRICT)
+
+
+def _run(fault, reports) -> dict[str, dict]:
+    selection = fault.selection or fault.kills
+    completed = subprocess.run(
+        [sys.executable, "-m", "conformance.clients", "model", "--fault", fault.name, "--baseline", "none",
+         "--reports-dir", str(reports), "--", "-k", " or ".join(selection), "-p", "no:randomly"],
+        capture_output=True, text=True, timeout=120)
+    report = reports / "model" / "report.json"
+    assert report.is_file(), f"no report from the {fault.name} run:\n{completed.stdout[-2000:]}{completed.stderr}"
+    cases = {case["id"]: case for case in json.loads(report.read_text())["cases"]}
+    assert set(cases) == set(selection), f"ran {sorted(cases)}, selected {sorted(selection)}"
+    return cases
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+def test_fault_is_caught(name, tmp_path):
+    fault = FAULTS[name]
+    cases = _run(fault, tmp_path)
+    if not fault.kills:
+        wrong = {identifier: case["verdict"] for identifier, case in cases.items() if case["verdict"] != PASS}
+        assert not wrong, f"through the {name} proxy the model client must PASS: {wrong}"
+        return
+    survived = {identifier: f"{cases[identifier]['verdict']}" for identifier in fault.kills
+                if cases[identifier]["verdict"] not in CAUGHT}
+    assert not survived, f"fault {name} ({fault.text}) not caught by: {survived}"
+
+
+def test_catalogue_is_large_enough():
+    """The issue's bar: at least 15 client faults, each naming the cases that catch it."""
+    faults = [fault for fault in FAULTS.values() if fault.kills]
+    assert len(faults) >= 15, len(faults)
+    from conformance.clients.catalogue import REQUIREMENTS
+    assert {case for fault in faults for case in fault.kills} <= set(REQUIREMENTS)
