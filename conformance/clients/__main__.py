@@ -26,7 +26,7 @@ def parse_args(argv: list[str]):
     parser = OneLineParser(prog="nsq-conformance clients", description=__doc__.split("\n\n")[0],
                            epilog="Arguments after -- go to pytest unchanged (e.g. -- -k HB -x).")
     parser.add_argument("drivers", nargs="*", metavar="DRIVER",
-                        help=f"drivers to run (default: all of {', '.join(known)})")
+                        help=f"drivers to run (default: all of {', '.join(known)} that are available)")
     parser.add_argument("--reports-dir", default="reports/clients", metavar="DIR")
     parser.add_argument("--baseline", metavar="FILE", help="one driver only: its verdicts to expect ('none': "
                         "no baseline, any FAIL or ERROR fails the run)")
@@ -41,7 +41,11 @@ def parse_args(argv: list[str]):
     unknown = [name for name in args.drivers if name not in known]
     if unknown:
         parser.error(f"unknown driver(s) {', '.join(unknown)} (known: {', '.join(known)})")
-    args.drivers = args.drivers or list(known)
+    for name in args.drivers:
+        if not known[name].available:
+            parser.error(f"driver {name} is built locally: set {known[name].built} to its program "
+                         "(conformance/clients/README.md)")
+    args.drivers = args.drivers or [name for name, driver in known.items() if driver.available]
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     if args.baseline and len(args.drivers) > 1:

@@ -27,9 +27,15 @@ class Driver:
     command: tuple[str, ...]
     install: str
     lacks: frozenset[str]
+    built: str | None  # the environment variable naming a driver built locally ("{built}" in the command)
+
+    @property
+    def available(self) -> bool:
+        return self.built is None or bool(os.environ.get(self.built))
 
     def argv(self) -> list[str]:
-        interpreters = {"{python}": sys.executable, "{node}": shutil.which("node") or "node"}
+        interpreters = {"{python}": sys.executable, "{node}": shutil.which("node") or "node",
+                        "{built}": os.environ.get(self.built or "", "")}
         return [interpreters.get(part, str(DRIVERS_DIR / part) if part.endswith((".py", ".js")) else part)
                 for part in self.command]
 
@@ -41,7 +47,7 @@ class Driver:
 def drivers() -> dict[str, Driver]:
     manifest = tomllib.loads((DRIVERS_DIR / "drivers.toml").read_text())
     return {name: Driver(name, entry["library"], entry["language"], tuple(entry["command"]), entry["install"],
-                         frozenset(entry.get("lacks", ()))) for name, entry in manifest.items()}
+                         frozenset(entry.get("lacks", ())), entry.get("built")) for name, entry in manifest.items()}
 
 
 class DriverProcess:

@@ -1,0 +1,144 @@
+// The driver of go-nsq: the driver contract (conformance/clients/README.md) on nsq.Consumer and nsq.Producer.
+// Built locally against go-nsq v1.1.0 (README.md, "go-nsq"); nothing of go-nsq is committed here.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nsqio/go-nsq"
+)
+
+type order struct {
+	Do      string `json:"do"`
+	DelayMs int    `json:"delay_ms"`
+	Times   int    `json:"times"`
+	EveryMs int    `json:"every_ms"`
+}
+
+type operation struct {
+	Op      string   `json:"op"`
+	Body    string   `json:"body"`
+	Bodies  []string `json:"bodies"`
+	DeferMs int      `json:"defer_ms"`
+}
+
+func emit(event string, fields map[string]interface{}) {
+	fields["event"] = event
+	line, _ := json.Marshal(fields)
+	fmt.Println(string(line))
+}
+
+func number(name string, otherwise int) int {
+	value, err := strconv.Atoi(os.Getenv(name))
+	if err != nil {
+		return otherwise
+	}
+	return value
+}
+
+type handler struct{}
+
+// go-nsq's ordinary failure: a handler that returns an error has its message requeued, with backoff.
+func (handler) HandleMessage(message *nsq.Message) error {
+	var o order
+	if err := json.Unmarshal(message.Body, &o); err != nil {
+		return err
+	}
+	emit("message", map[string]interface{}{"id": string(message.ID[:]), "attempts": message.Attempts,
+		"body": string(message.Body)})
+	switch o.Do {
+	case "fail":
+		return fmt.Errorf("told to fail")
+	case "req":
+		message.DisableAutoResponse()
+		message.RequeueWithoutBackoff(time.Duration(o.DelayMs) * time.Millisecond)
+	case "touch":
+		message.DisableAutoResponse()
+		go func() {
+			for i := 0; i < o.Times; i++ {
+				time.Sleep(time.Duration(o.EveryMs) * time.Millisecond)
+				message.Touch()
+			}
+			time.Sleep(time.Duration(o.EveryMs) * time.Millisecond)
+			message.Finish()
+		}()
+	}
+	return nil
+}
+
+func (handler) LogFailedMessage(message *nsq.Message) {
+	emit("discarded", map[string]interface{}{"id": string(message.ID[:]), "attempts": message.Attempts})
+}
+
+func main() {
+	logger := log.New(os.Stderr, "", log.LstdFlags)
+	config := nsq.NewConfig()
+	config.HeartbeatInterval = time.Duration(number("NSQC_HEARTBEAT_INTERVAL_MS", 30000)) * time.Millisecond
+	addresses := strings.Split(os.Getenv("NSQC_NSQD_TCP_ADDRESSES"), ",")
+	topic := os.Getenv("NSQC_TOPIC")
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM)
+
+	if os.Getenv("NSQC_ROLE") == "consumer" {
+		config.MaxInFlight = number("NSQC_MAX_IN_FLIGHT", 1)
+		if attempts := number("NSQC_MAX_ATTEMPTS", 0); attempts > 0 {
+			config.MaxAttempts = uint16(attempts)
+		}
+		consumer, err := nsq.NewConsumer(topic, os.Getenv("NSQC_CHANNEL"), config)
+		if err != nil {
+			logger.Fatal(err)
+		}
+		consumer.SetLogger(logger, nsq.LogLevelInfo)
+		consumer.AddHandler(handler{})
+		if err := consumer.ConnectToNSQDs(addresses); err != nil {
+			logger.Print(err)
+		}
+		<-stop
+		consumer.Stop()
+		<-consumer.StopChan
+	} else {
+		producer, err := nsq.NewProducer(addresses[0], config)
+		if err != nil {
+			logger.Fatal(err)
+		}
+		producer.SetLogger(logger, nsq.LogLevelInfo)
+		var operations []operation
+		json.Unmarshal([]byte(os.Getenv("NSQC_PUBLISH")), &operations)
+		go func() {
+			if len(operations) == 0 {
+				producer.Ping() // connects, as a publisher about to publish would be
+			}
+			for _, o := range operations {
+				var err error
+				switch o.Op {
+				case "pub":
+					err = producer.Publish(topic, []byte(o.Body))
+				case "mpub":
+					bodies := make([][]byte, len(o.Bodies))
+					for i, body := range o.Bodies {
+						bodies[i] = []byte(body)
+					}
+					err = producer.MultiPublish(topic, bodies)
+				case "dpub":
+					err = producer.DeferredPublish(topic, time.Duration(o.DeferMs)*time.Millisecond, []byte(o.Body))
+				}
+				failure := ""
+				if err != nil {
+					failure = err.Error()
+				}
+				emit("published", map[string]interface{}{"op": o.Op, "ok": err == nil, "error": failure})
+			}
+		}()
+		<-stop
+		producer.Stop()
+	}
+	emit("stopped", map[string]interface{}{})
+}
