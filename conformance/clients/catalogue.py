@@ -50,7 +50,7 @@ REQUIREMENTS = {requirement.id: requirement for requirement in (
     Requirement("NSQC-ERR-002", MUST, "E_REQ_FAILED is non-fatal as well", "C-23"),
     Requirement("NSQC-ERR-003", MUST, "E_TOUCH_FAILED is non-fatal as well", "C-23"),
     Requirement("NSQC-ERR-004", SHOULD, "after the broker closes on a fatal error, the consumer reconnects to "
-                "that nsqd (magic, IDENTIFY, SUB) within 5 s", "C-23; go-nsq, pynsq: reconnect to nsqd addresses"),
+                "that nsqd (magic, IDENTIFY, SUB) within 20 s", "C-23; go-nsq, pynsq: reconnect to nsqd addresses"),
     Requirement("NSQC-CLS-001", SHOULD, "a consumer told to stop sends CLS and waits for CLOSE_WAIT before it "
                 "closes", "P-CLS-02; go-nsq Consumer.Stop"),
     Requirement("NSQC-CLS-002", MUST, "a consumer told to stop closes its connection within 5 s", "P-CLS-02"),

@@ -27,6 +27,9 @@ class FakeNsqd:
         self._accepted: asyncio.Queue[ClientConnection] = asyncio.Queue()
         self._server: asyncio.base_events.Server | None = None
         self.client_gone: str | None = None  # the client's process ended: nothing more will come
+        # command name -> (error frame, fatal): what every new connection answers its first such command with; set
+        # before the client connects when it may send the command at once (a publisher's PUB)
+        self.overrides: dict[bytes, tuple[bytes, bool]] = {}
         self.address: tuple[str, int] = ("127.0.0.1", 0)
 
     async def start(self) -> FakeNsqd:
@@ -91,7 +94,8 @@ class ClientConnection:
         self.close_wait_delay = 0.0  # seconds before CLS is answered: shows whether a client waits for it
         self.closed_by_client = False
         # command name -> the error frame to answer its next one with, and whether the error is fatal (C-23)
-        self.overrides: dict[bytes, tuple[bytes, bool]] = {}
+        self.overrides: dict[bytes, tuple[bytes, bool]] = dict(nsqd.overrides)
+        self._held: bytearray | None = None  # frames written together on release()
         self._message_number = 0
 
     # ---- reading the client ---------------------------------------------------------------------------------
@@ -212,7 +216,21 @@ class ClientConnection:
             return
         frame = wire.Frame(frame_type, data)
         self.transcript.record(self.name, SERVER_TO_CLIENT, [frame.describe()], frame.encode())
-        self._writer.write(frame.encode())
+        if self._held is not None:
+            self._held += frame.encode()
+        else:
+            self._writer.write(frame.encode())
+
+    def hold(self) -> None:
+        """Keep what is sent from now on for one write on ``release()``: the frames reach the client in one TCP
+        segment, as they do whenever a busy client reads after several have arrived."""
+        self._held = bytearray()
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held and not self.closed.is_set():
+            self.transcript.note(f"the last frames went out in one write of {len(held)} bytes", self.name)
+            self._writer.write(bytes(held))
 
     def heartbeat(self) -> None:
         self.send(wire.FRAME_RESPONSE, wire.HEARTBEAT)  # C-26

@@ -1,4 +1,7 @@
-"""NSQC-ERR: the three non-fatal errors keep the connection (C-23); a fatal one is followed by a reconnect."""
+"""NSQC-ERR: the three non-fatal errors keep the connection (C-23); a fatal one is followed by a reconnect.
+
+E_FIN_FAILED and E_REQ_FAILED reach the client in one segment with the next message: a client reading a busy
+connection gets them so, and must handle both. E_TOUCH_FAILED comes alone, while its message is still in flight."""
 import pytest
 
 from conformance import wire
@@ -9,6 +12,7 @@ from conformance.clients.judge import check
 async def _still_working(run, broker, connection, what: str) -> None:
     """After a non-fatal error: the same connection handles the next message, and no other connection opens."""
     message_id = await connection.send_message(contract.instruction(contract.FINISH, tag=2))
+    connection.release()
     fin = await connection.expect(b"FIN", timeout=5.0, why=f"after {what}, the next message is finished")
     check(fin.params == (message_id,), f"the FIN after {what}", f"FIN {message_id.decode()}", fin.describe())
     check(not connection.closed.is_set() and len(broker.connections) == 1, f"the connection after {what}",
@@ -21,6 +25,7 @@ async def test_fin_failed_is_not_fatal(run):
     _, connection = await run.subscribed(broker)
     connection.overrides[b"FIN"] = (b"E_FIN_FAILED FIN failed", False)
     await connection.send_message(contract.instruction(contract.FINISH, tag=1))
+    connection.hold()  # the error and the next message reach the client together
     await connection.expect(b"FIN", timeout=5.0, why="the first message is finished")
     await _still_working(run, broker, connection, "E_FIN_FAILED")
 
@@ -31,6 +36,7 @@ async def test_req_failed_is_not_fatal(run):
     _, connection = await run.subscribed(broker)
     connection.overrides[b"REQ"] = (b"E_REQ_FAILED REQ failed", False)
     await connection.send_message(contract.instruction(contract.REQUEUE, delay_ms=0, tag=1))
+    connection.hold()  # the error and the next message reach the client together
     await connection.expect(b"REQ", timeout=5.0, why="the first message is requeued")
     await _still_working(run, broker, connection, "E_REQ_FAILED")
 
