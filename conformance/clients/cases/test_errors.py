@@ -19,26 +19,27 @@ async def _still_working(run, broker, connection, what: str) -> None:
           "kept open, the only one", f"closed: {connection.closed.is_set()}, connections: {len(broker.connections)}")
 
 
-@pytest.mark.nsqc("NSQC-ERR-001")
-async def test_fin_failed_is_not_fatal(run):
+async def _answered_with_error(run, instruction: bytes, command: bytes, error: bytes) -> None:
+    """The first message's FIN or REQ answered with ``error``, which reaches the client in one segment with the
+    next message; then that message must be handled on the same connection."""
     broker = await run.nsqd()
     _, connection = await run.subscribed(broker)
-    connection.overrides[b"FIN"] = (b"E_FIN_FAILED FIN failed", False)
-    await connection.send_message(contract.instruction(contract.FINISH, tag=1))
-    connection.hold()  # the error and the next message reach the client together
-    await connection.expect(b"FIN", timeout=5.0, why="the first message is finished")
-    await _still_working(run, broker, connection, "E_FIN_FAILED")
+    connection.overrides[command] = (error, False)
+    await connection.send_message(instruction)
+    connection.hold()
+    await connection.expect(command, timeout=5.0, why=f"the first message is answered with {command.decode()}")
+    await _still_working(run, broker, connection, error.split(b" ")[0].decode())
+
+
+@pytest.mark.nsqc("NSQC-ERR-001")
+async def test_fin_failed_is_not_fatal(run):
+    await _answered_with_error(run, contract.instruction(contract.FINISH, tag=1), b"FIN", b"E_FIN_FAILED FIN failed")
 
 
 @pytest.mark.nsqc("NSQC-ERR-002")
 async def test_req_failed_is_not_fatal(run):
-    broker = await run.nsqd()
-    _, connection = await run.subscribed(broker)
-    connection.overrides[b"REQ"] = (b"E_REQ_FAILED REQ failed", False)
-    await connection.send_message(contract.instruction(contract.REQUEUE, delay_ms=0, tag=1))
-    connection.hold()  # the error and the next message reach the client together
-    await connection.expect(b"REQ", timeout=5.0, why="the first message is requeued")
-    await _still_working(run, broker, connection, "E_REQ_FAILED")
+    await _answered_with_error(run, contract.instruction(contract.REQUEUE, delay_ms=0, tag=1), b"REQ",
+                               b"E_REQ_FAILED REQ failed")
 
 
 @pytest.mark.nsqc("NSQC-ERR-003")
