@@ -48,6 +48,12 @@ def parse_args(argv: list[str]):
     args.drivers = args.drivers or [name for name, driver in known.items() if driver.available]
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
+    if args.baseline not in (None, "none") and not Path(args.baseline).is_file():
+        parser.error(f"no baseline file {args.baseline}")
+    if args.fault:
+        from conformance.clients.selftest.faults import FAULTS
+        if args.fault not in FAULTS:
+            parser.error(f"unknown fault {args.fault} (selftest/faults.py: {', '.join(sorted(FAULTS))})")
     if args.baseline and len(args.drivers) > 1:
         parser.error("--baseline names one driver's verdicts: name one driver")
     return args, passthrough

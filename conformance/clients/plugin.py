@@ -38,6 +38,10 @@ def pytest_configure(config):
     known = drivers()
     if name not in known:
         raise pytest.UsageError(f"unknown driver {name!r} (known: {', '.join(sorted(known))})")
+    if fault := config.getoption("--client-fault"):
+        from conformance.clients.selftest.faults import FAULTS
+        if fault not in FAULTS:
+            raise pytest.UsageError(f"unknown fault {fault!r} (selftest/faults.py)")
     config.nsqc = Collector(config, known[name])
     config.pluginmanager.register(config.nsqc, "nsqc-collector")
 
