@@ -440,12 +440,12 @@ def _judged(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tu
 
 
 def _after_target_check(item, case, verdict: str, message: str, cause: str) -> tuple[str, str, str, dict | None]:
-    """A case that saw its target close a connection, or failed, asks the target whether it is still there
+    """A case that saw its target close a connection, or did not pass, asks the target whether it is still there
     (liveness.py). The case during which it died is a FAIL that says so, once; a case that ran while another
     worker's case saw it die is NOT RUN; the verdict stands while the target answers."""
     health = getattr(case.target, "health", None) if case else None
     saw_close = case is not None and any(endpoint.closed_by_server for endpoint in case.transcript.endpoints.values())
-    if health is None or not (saw_close or verdict in (FAIL, ERROR, PRECONDITION)):
+    if health is None or not (saw_close or verdict not in (PASS, UNSUPPORTED, NOT_RUN)):
         return verdict, message, cause, None
     death = health.check(item.nodeid)
     if death is None:
