@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,19 +18,28 @@ from pathlib import Path
 from conformance import wire, wire_v1
 
 PROBE_SECONDS = 5.0  # how long a live target may take to answer a fresh connection (scaled)
+_PING = b"GET /ping HTTP/1.1\r\nHost: target\r\nConnection: close\r\n\r\n"
 
 
 class NotRun(Exception):
     """The case's target died during an earlier case and could not be restarted."""
 
 
-def _answer(address: tuple[str, int], greeting: bytes, seconds: float, what: str) -> str | None:
-    """None when ``address`` answers ``greeting`` with at least one byte within ``seconds``; else why not."""
+def _answer(address: tuple[str, int], greeting: bytes, seconds: float, what: str,
+            tls: ssl.SSLContext | None = None) -> str | None:
+    """None when ``address`` answers ``greeting`` (inside TLS with ``tls``) with at least one byte within
+    ``seconds``; else why not."""
     where = "%s:%d" % address
     try:
         sock = socket.create_connection(address, timeout=seconds)
     except OSError as exc:
         return f"{what} {where} refuses connections ({exc.strerror or exc})"
+    if tls is not None:
+        try:
+            sock = tls.wrap_socket(sock)
+        except OSError as exc:  # ssl.SSLError included
+            sock.close()
+            return f"{what} {where} accepts a connection, then fails the TLS handshake ({exc})"
     with sock:
         deadline = time.monotonic() + seconds
         try:
@@ -46,12 +56,13 @@ def _answer(address: tuple[str, int], greeting: bytes, seconds: float, what: str
     return f"{what} {where} accepts a connection but answers nothing within {seconds:g} s (hung)"
 
 
-def probe_nsqd(tcp: tuple[str, int], http: tuple[str, int] | None, seconds: float) -> str | None:
+def probe_nsqd(tcp: tuple[str, int], http: tuple[str, int] | None, seconds: float,
+               https: ssl.SSLContext | None = None) -> str | None:
     """A broker answers a fresh connection's IDENTIFY (with OK, JSON or an error: any frame will do) and, when it
-    has one, its HTTP port answers GET /ping."""
+    has one, its HTTP port answers GET /ping (over TLS with ``https``: a target that requires HTTPS)."""
     reason = _answer(tcp, wire.MAGIC_V2 + wire.encode_command("IDENTIFY", body=b"{}"), seconds, "TCP")
     if reason is None and http is not None:
-        reason = _answer(http, b"GET /ping HTTP/1.1\r\nHost: target\r\nConnection: close\r\n\r\n", seconds, "HTTP")
+        reason = _answer(http, _PING, seconds, "HTTPS" if https else "HTTP", https)
     return reason
 
 
@@ -59,8 +70,7 @@ def probe_lookupd(tcp: tuple[str, int], http: tuple[str, int], seconds: float) -
     """An nsqlookupd answers PING (L-TCP) and GET /ping."""
     reason = _answer(tcp, wire_v1.MAGIC_V1 + b"PING\n", seconds, "nsqlookupd TCP")
     if reason is None:
-        reason = _answer(http, b"GET /ping HTTP/1.1\r\nHost: target\r\nConnection: close\r\n\r\n", seconds,
-                         "nsqlookupd HTTP")
+        reason = _answer(http, _PING, seconds, "nsqlookupd HTTP")
     return reason
 
 

@@ -206,7 +206,8 @@ def nsq_target(pytestconfig):
 def _user_target_health(settings) -> TargetHealth:
     """The liveness of a broker the user started: restarted with --restart-command when given; otherwise its death
     is shared with the other workers through a file, and their later cases are NOT RUN."""
-    http = settings.https if settings.profile.offers("tls_required") == "true" else settings.http
+    https = settings.profile.offers("tls_required") == "true"
+    http, tls = (settings.https, settings.tls.context()) if https else (settings.http, None)
     revive = None
     if settings.restart_command:
         addresses = [address for address in (settings.tcp, settings.http) if address]
@@ -216,7 +217,7 @@ def _user_target_health(settings) -> TargetHealth:
             return f"restarted with --restart-command {settings.restart_command!r}"
     settings.reports_dir.mkdir(parents=True, exist_ok=True)
     return TargetHealth("nsqd %s:%d" % settings.tcp,
-                        lambda: probe_nsqd(settings.tcp, http, PROBE_SECONDS * settings.time_scale), revive,
+                        lambda: probe_nsqd(settings.tcp, http, PROBE_SECONDS * settings.time_scale, tls), revive,
                         shared_death=settings.reports_dir / ".target-died")
 
 
@@ -236,12 +237,18 @@ def _embedded_broker(pytestconfig, log_name: str):
         broker.restart()
         return "the suite restarted the embedded reference broker on the same ports and data path"
 
-    http = broker.https_address if settings.profile.offers("tls_required") == "true" else broker.http_address
-    health = TargetHealth("embedded reference nsqd",
-                          lambda: probe_nsqd(broker.tcp_address, http, PROBE_SECONDS * settings.time_scale), revive)
+    tls = options.tls_client(options.EMBEDDED_TLS.get)
+    https = settings.profile.offers("tls_required") == "true"
+
+    def probe() -> str | None:
+        http = broker.https_address if https else broker.http_address
+        return probe_nsqd(broker.tcp_address, http, PROBE_SECONDS * settings.time_scale,
+                          tls.context() if https else None)
+
+    health = TargetHealth("embedded reference nsqd", probe, revive)
     try:
         yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale, broker.restart,
-                     https=broker.https_address, tls=options.tls_client(options.EMBEDDED_TLS.get), health=health)
+                     https=broker.https_address, tls=tls, health=health)
     finally:
         broker.stop()
 
