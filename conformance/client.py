@@ -259,7 +259,14 @@ class Connection:
     def _decode(self, data: bytes, on_wire: bytes) -> None:
         """Frames from ``data`` (through the compression layer, if any) into the inbox; ``on_wire`` is what the
         transcript keeps of it (nothing for the bytes after a switch point: recorded when they arrived)."""
-        plain = self._decoder.feed(data) if self._decoder else data
+        try:
+            plain = self._decoder.feed(data) if self._decoder else data
+        except wire.ProtocolViolation as exc:  # ID-33, ID-34: what the agreed layer carries must decode
+            self.transcript.record(self.name, SERVER_TO_CLIENT, [f"UNDECODABLE in the compression layer: {exc}"],
+                                   on_wire)
+            raise Mismatch("the server's bytes decode in the agreed compression layer (ID-33, ID-34)",
+                           "a valid deflate or snappy stream", str(exc), f"undecodable compression after "
+                           f"{self.last_verb}") from exc
         try:
             frames = self.frames.feed(plain)
         except wire.ProtocolViolation as exc:
@@ -585,7 +592,8 @@ class HttpClient:
             raw.begin()
             response = HttpResponse(raw.status, {key.lower(): value for key, value in raw.getheaders()},
                                     raw.read())
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, ValueError, OverflowError) as exc:
+            # ValueError, OverflowError: a Content-Length no read can honour (99999999999999999999)
             # Connected, then no well-formed answer: the broker's doing, a FAIL of the case's requirement.
             raise Mismatch(f"{self.scheme} {method} {path} is answered", f"a well-formed {self.scheme} response",
                            repr(exc)) from exc
@@ -603,16 +611,38 @@ class HttpClient:
 
     def stats(self, topic: str) -> dict:
         """The JSON stats of one topic (None when it does not exist)."""
-        document = self.get(f"/stats?format=json&topic={quote(topic)}").json()
-        topics = document.get("topics") or []
-        return next((entry for entry in topics if entry.get("topic_name") == topic), None)
+        document = json_of_type(self.get(f"/stats?format=json&topic={quote(topic)}").json(), dict,
+                                "the body of GET /stats?format=json")
+        topics = json_of_type(document.get("topics") or [], list, "/stats' topics")
+        return next((entry for entry in topics
+                     if json_of_type(entry, dict, "an entry of /stats' topics").get("topic_name") == topic), None)
 
     def channel_stats(self, topic: str, channel: str) -> dict | None:
         topic_stats = self.stats(topic)
         if topic_stats is None:
             return None
-        return next((entry for entry in topic_stats.get("channels") or []
-                     if entry.get("channel_name") == channel), None)
+        channels = json_of_type(topic_stats.get("channels") or [], list, f"/stats' channels of topic {topic}")
+        return next((entry for entry in channels
+                     if json_of_type(entry, dict, "an entry of /stats' channels").get("channel_name") == channel),
+                    None)
+
+
+def json_of_type(value, kind: type, what: str):
+    """``value`` of the broker's JSON when it is of ``kind`` (dict, list, int, str...); else the broker's answer is
+    wrong: a Mismatch naming the value, before anything reads it as one (no AttributeError, TypeError)."""
+    if type(value) is bool and kind is not bool or not isinstance(value, kind):
+        raise Mismatch(f"{what} is a JSON {_JSON_NAMES.get(kind, kind.__name__)}",
+                       f"a JSON {_JSON_NAMES.get(kind, kind.__name__)}", _preview_value(value),
+                       f"{what}: {_preview_value(value, 40)}")
+    return value
+
+
+_JSON_NAMES = {dict: "object", list: "array", int: "integer", str: "string", bool: "boolean", float: "number"}
+
+
+def _preview_value(value, limit: int = 120) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def quote(name: str) -> str:
