@@ -283,6 +283,10 @@ class Connection:
         for frame in frames:
             if frame.is_heartbeat:
                 self.heartbeats += 1
+            elif frame.frame_type == wire.FRAME_MESSAGE and not frame.message_id.isascii():
+                # the cases FIN, REQ and TOUCH it as text
+                raise Mismatch("a message ID is 16 ASCII hex characters (C-10)", "16 ASCII characters",
+                               repr(frame.message_id), f"message ID {frame.message_id!r} after {self.last_verb}")
         self.inbox.extend(frames)
 
     def _mark_closed(self, how: str) -> None:

@@ -94,6 +94,8 @@ class FakeLookupd:
                         try:
                             document = json.loads(command.body)
                         except ValueError:
+                            document = None
+                        if not isinstance(document, dict):  # the cases read it as the object it must be
                             document = {"undecodable": command.body[:200].decode("utf-8", "replace")}
                         self._log(number, line, document)
                         reply = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "conformance-lookupd",

@@ -482,9 +482,12 @@ class _HttpSession:
         if path.startswith("/config/"):
             if method == "PUT":
                 try:
-                    return 200, json.loads(body)
+                    value = json.loads(body)
                 except ValueError:
                     return 400, {"message": "INVALID_VALUE"}
+                if path == "/config/nsqlookupd_tcp_addresses" and isinstance(value, list):
+                    self.broker.register_with([address for address in value if isinstance(address, str)])
+                return 200, value
             return 200, {"/config/nsqlookupd_tcp_addresses": [], "/config/log_level": "info"}.get(path, 0)
         return 404, {"message": "NOT_FOUND"}
 
@@ -540,6 +543,7 @@ class HostileBroker:
         self.started = time.time()
         self.connections = 0
         self._servers: list[asyncio.base_events.Server] = []
+        self._registrations: list[asyncio.Task] = []
         self.tcp_address: tuple[str, int] = ("127.0.0.1", 0)
         self.http_address: tuple[str, int] = ("127.0.0.1", 0)
 
@@ -555,7 +559,51 @@ class HostileBroker:
         self.http_address = http.sockets[0].getsockname()[:2]
         return self
 
+    def register_with(self, addresses: list[str]) -> None:
+        """nsqd's lookup loop, hostile too: a connection to each nsqlookupd, IDENTIFY, REGISTERs, PINGs."""
+        for task in self._registrations:
+            task.cancel()
+        self._registrations = [asyncio.get_running_loop().create_task(self._register(address))
+                               for address in addresses]
+
+    async def _register(self, address: str) -> None:
+        liar = self._liar()
+        host, _, port = address.rpartition(":")
+        try:
+            reader, writer = await asyncio.open_connection(host, int(port))
+        except (OSError, ValueError):
+            return
+        identify = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "hostile", "tcp_port":
+                               self.tcp_address[1], "http_port": self.http_address[1], "version": "1.3.0"}).encode()
+        if liar.lies("bad-json") or liar.lies("identify-types"):
+            identify = liar.pick([b"[1, 2]", b'"x"', b"null", identify[:10], b"\xff\xfe", b"{}"])
+        registered: set[tuple[str, ...]] = set()
+        try:
+            writer.write(b"  V1IDENTIFY\n" + struct.pack(">I", len(identify)) + identify)
+            while True:
+                now = {(topic.name,) for topic in self.state.topics.values()} | {
+                    (topic.name, channel) for topic in self.state.topics.values() for channel in topic.channels}
+                for key in sorted(now - registered):
+                    writer.write(b"REGISTER " + " ".join(key).encode() + b"\n")
+                for key in sorted(registered - now, reverse=True):
+                    writer.write(b"UNREGISTER " + " ".join(key).encode() + b"\n")
+                registered = now
+                if liar.lies("garbage-frame"):
+                    writer.write(liar.pick([os.urandom(12) + b"\n", b"\xff\xfe REGISTER\n",
+                                            b"IDENTIFY\n\xff\xff\xff\xff"]))
+                if liar.lies("close"):
+                    return
+                writer.write(b"PING\n")
+                await writer.drain()
+                await asyncio.sleep(0.5)
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
     async def stop(self) -> None:
+        for task in self._registrations:
+            task.cancel()
         for server in self._servers:
             server.close()
         for server in self._servers:
