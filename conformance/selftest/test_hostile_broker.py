@@ -1,6 +1,7 @@
 """No harness exception on any broker answer (issue 23 item 2): the whole suite against the hostile fake nsqd
 (hostile_broker.py) under plans that hypothesis draws. Whatever the broker sends, each case ends in a verdict the
-report explains: no Traceback, no INTERNALERROR, no exception in a fixture, and an ERROR only for a target that cannot be reached or died.
+report explains: no Traceback, no INTERNALERROR, no exception in a fixture, and an ERROR only for a target that
+cannot be reached or died.
 
 HOSTILE_EXAMPLES=N draws N plans at random (CI: the plan with every lie on, then a fixed draw)."""
 
