@@ -268,12 +268,7 @@ class _TcpSession:
             if self.closing or self.writer.is_closing():
                 return
             self.respond(wire.HEARTBEAT)
-            try:
-                await self.flush()
-            except ConnectionError:
-                return
-            if self.closing:
-                self.writer.close()
+            if not await self.send_out():
                 return
 
     def deliver(self) -> None:
@@ -290,13 +285,18 @@ class _TcpSession:
             await self.wake.wait()
             self.wake.clear()
             self.deliver()
-            try:
-                await self.flush()
-            except ConnectionError:
+            if not await self.send_out():
                 return
-            if self.closing:
-                self.writer.close()
-                return
+
+    async def send_out(self) -> bool:
+        """Flush from a task beside the reading loop; False: the session is over (a lie closed it, or the peer)."""
+        try:
+            await self.flush()
+        except ConnectionError:
+            return False
+        if self.closing:
+            self.writer.close()
+        return not self.closing
 
     def answer(self, command: wire.Command) -> None:
         name = command.name.decode("ascii", "replace") if isinstance(command.name, bytes) else str(command.name)
@@ -502,7 +502,8 @@ class _HttpSession:
                 payload = self.wrong_types(payload)
             payload = json.dumps(payload).encode()
         if liar.lies("http-garbage-body"):
-            payload = liar.pick([os.urandom(40), b"{", b"<html>nope</html>", b"\xff\xfe", b"[1, 2", b"null"])
+            payload = liar.pick([os.urandom(40), b"{", b"<html>nope</html>", b"\xff\xfe", b"[1, 2", b"null",
+                                 b"[" + b"0," * 500_000 + b"0]", payload + b" " * 1_000_000 + b"}"])
         if liar.lies("http-status"):
             status = liar.pick([0, 199, 204, 301, 404, 500, 503, 999])
         status_line = f"HTTP/1.1 {status} Whatever"
