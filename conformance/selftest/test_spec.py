@@ -155,7 +155,7 @@ def test_explain_of_a_requirement_lists_its_cases_items_and_broker_lines(explain
     assert "reference_broker/protocol_v2.py" in answer
 
 
-@pytest.mark.parametrize("arguments", [("X-99",), ("D-12", "NSQ-NOPE-001"), ("d-12",)])
+@pytest.mark.parametrize("arguments", [("Q-99",), ("D-12", "NSQ-NOPE-0001"), ("d-12",)])
 def test_explain_of_an_unknown_id_is_one_line_and_exit_2(arguments):
     answer = explain(*arguments)
     assert answer.returncode == 2
@@ -164,14 +164,14 @@ def test_explain_of_an_unknown_id_is_one_line_and_exit_2(arguments):
 
 
 @pytest.mark.parametrize("entry, complaint", [
-    ({"id": "D-99", "level": "MUST", "text": "t", "observable": "o", "recordings": []}, "missing source"),
-    ({"id": "D-99", "level": "MAYBE", "text": "t", "observable": "o", "recordings": [], "source": "s"}, "level"),
+    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": []}, "missing source"),
+    ({"id": "Q-99", "level": "MAYBE", "text": "t", "observable": "o", "recordings": [], "source": "s"}, "level"),
     ({"id": "d99", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s"},
      "not a behaviour"),
-    ({"id": "D-99", "level": "MUST", "text": "t", "observable": "o", "recordings": ["r1"], "source": "s"}, "rec-NNNN"),
-    ({"id": "D-99", "level": "SHOULD", "text": "t", "observable": "o", "recordings": [], "source": "s",
+    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": ["r1"], "source": "s"}, "rec-NNNN"),
+    ({"id": "Q-99", "level": "SHOULD", "text": "t", "observable": "o", "recordings": [], "source": "s",
       "not_checkable": "why"}, "MUST items only"),
-    ({"id": "D-99", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s", "txt": "x"},
+    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s", "txt": "x"},
      "unknown field"),
 ])
 def test_a_bad_catalogue_entry_is_named(entry, complaint):
