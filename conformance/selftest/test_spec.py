@@ -4,6 +4,7 @@ recordings it names are the fixtures' own, and ``nsq-conformance explain`` answe
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import subprocess
@@ -69,6 +70,29 @@ def test_every_cited_id_is_in_the_catalogue():
 def test_requirements_map_onto_catalogue_items():
     unmapped = [f"{r.id}: {i}" for r in requirements().values() for i in behaviour_ids_of(r) if i not in behaviours()]
     assert not unmapped, "requirements.toml sources that are not catalogue items:\n" + "\n".join(unmapped)
+
+
+def marked_cases():
+    """(file, test function, its requirement marks, its docstring) of every case under conformance/cases/."""
+    for path in sorted((REPO_DIR / "conformance" / "cases").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                marks = [argument.value for decorator in node.decorator_list
+                         if isinstance(decorator, ast.Call) and "requirement" in ast.unparse(decorator.func)
+                         for argument in decorator.args if isinstance(argument, ast.Constant)]
+                yield path.name, node.name, marks, ast.get_docstring(node) or ""
+
+
+def test_a_case_citing_an_item_judges_it_through_its_requirements():
+    """A case whose docstring cites a behaviour item is marked with a requirement whose source names it, so that
+    `explain` of the item finds the case."""
+    pattern = cited_id_pattern()
+    unmapped = []
+    for file, name, marks, docstring in marked_cases():
+        mapped = {item for mark in marks if mark in requirements() for item in behaviour_ids_of(requirements()[mark])}
+        unmapped += [f"{file}::{name} {marks}: {item}" for item in sorted(set(pattern.findall(docstring)) - mapped)
+                     if item in behaviours()]
+    assert not unmapped, "add the item to one of the case's requirements' source:\n" + "\n".join(unmapped)
 
 
 # MUST items that a black-box case could judge but none does yet, each with what the case needs. The list only
