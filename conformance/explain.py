@@ -106,7 +106,7 @@ def explain(identifier: str, cases: dict[str, list[str]]) -> Explanation:
         return Explanation(
             item.id, "behaviour", item.level, item.text, details,
             [f"{r.id} {r.level} {r.text}" for r in mapped],
-            sorted({case for r in mapped for case in cases.get(r.id, ())}),
+            sorted({f"conformance/{case}" for r in mapped for case in cases.get(r.id, ())}),
             citing_lines(BROKER_DIR, (identifier,)), citing_lines(TRACE_DIR, (identifier,)),
             _transcripts(item.recordings))
     if identifier in requirements():
@@ -116,7 +116,7 @@ def explain(identifier: str, cases: dict[str, list[str]]) -> Explanation:
             requirement.id, "requirement", requirement.level, requirement.text,
             [("source", requirement.source), ("catalogue", "conformance/requirements.toml")],
             [_summary(i) for i in items],
-            sorted(cases.get(identifier, ())),
+            sorted(f"conformance/{case}" for case in cases.get(identifier, ())),
             citing_lines(BROKER_DIR, (identifier, *items)), citing_lines(TRACE_DIR, (identifier, *items)),
             _transcripts(requirement.recordings))
     raise KeyError(identifier)
