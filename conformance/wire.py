@@ -5,7 +5,7 @@ pcap streams, possibly gigabytes of them) both use this module, so a frame means
 both. The decoders are incremental (``feed`` keeps partial input) and work per frame or per command,
 never per byte: offsets move with ``struct.unpack_from`` and ``bytes.find`` over one buffer.
 
-Behaviour IDs (``C-06`` ...) refer to ``nsqd-behavior.md``.
+Behaviour IDs (``C-06`` ...) are items of ``conformance/spec/`` (``nsq-conformance explain C-06``).
 """
 
 from __future__ import annotations
