@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import ssl
 import time
@@ -37,7 +38,7 @@ class PreconditionFailed(Exception):
     def __init__(self, step: str, mismatch: Mismatch):
         super().__init__(f"setup step {step} failed, so the case could not test its requirement:\n{mismatch}")
         self.step, self.mismatch = step, mismatch
-        self.cause = mismatch.cause or f"{step}: {_show(mismatch.actual)}"
+        self.cause = mismatch.cause or f"{mismatch.what}: {_show(mismatch.actual)}"
 
 
 # The requirement sections that test a step themselves; in a case of any other section the step is setup.
@@ -139,7 +140,9 @@ class Connection:
         self.name = name
         self.sections_under_test = sections_under_test  # None: every step is what the caller checks
         self.unsupported_commands = unsupported_commands or {}  # verb -> why the target lacks it (the profile)
-        self.last_verb = "the magic"  # what the broker's next frame answers, for a failure's cause
+        self.last_verb = "the magic"  # the last command sent, for a failure's cause
+        self._unanswered: deque[str] = deque()  # sent commands nsqd answers, oldest first (C-13: in order)
+        self._answers: dict[int, str] = {}  # id(response or error frame) -> the command it answers
         self.tls = tls
         self.transcript = transcript
         self.verify = verifier
@@ -163,11 +166,14 @@ class Connection:
 
     # ---- sending -------------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
+        started = _COMMAND_START.findall(data)  # also the verb of a command sent a few bytes at a time
+        for verb in started:
+            if verb.decode("ascii") in self.unsupported_commands:
+                raise Unsupported(self.unsupported_commands[verb.decode("ascii")])
         lines = self._describe_sent(data)
-        verbs = [line.split(" ", 1)[0] for line in lines if not line.startswith(("(+", "MAGIC"))]
-        for verb in verbs:
-            if verb in self.unsupported_commands:
-                raise Unsupported(self.unsupported_commands[verb])
+        verbs = [line.split(" ", 1)[0] for line in lines if not line.startswith(("(+", "MAGIC", "raw "))]
+        verbs = verbs or [verb.decode("ascii") for verb in started[-1:]]
+        self._unanswered.extend(verb for verb in verbs if verb in _ANSWERED)
         if verbs:
             self.last_verb = verbs[-1]
         on_wire = self._encoder.encode(data) if self._encoder else data
@@ -283,10 +289,8 @@ class Connection:
         for frame in frames:
             if frame.is_heartbeat:
                 self.heartbeats += 1
-            elif frame.frame_type == wire.FRAME_MESSAGE and not frame.message_id.isascii():
-                # the cases FIN, REQ and TOUCH it as text
-                raise Mismatch("a message ID is 16 ASCII hex characters (C-10)", "16 ASCII characters",
-                               repr(frame.message_id), f"message ID {frame.message_id!r} after {self.last_verb}")
+            elif frame.frame_type in (wire.FRAME_RESPONSE, wire.FRAME_ERROR) and self._unanswered:
+                self._answers[id(frame)] = self._unanswered.popleft()
         self.inbox.extend(frames)
 
     def _mark_closed(self, how: str) -> None:
@@ -325,7 +329,7 @@ class Connection:
             except TimeoutError:
                 wanted = "/".join(wire.FRAME_TYPE_NAMES[kind] for kind in kinds)
                 raise Mismatch(f"a {wanted} frame arrives", f"within {timeout * self.time_scale:.1f} s",
-                               "nothing arrived", self._silent()) from None
+                               "nothing arrived", self._silent(kinds)) from None
             except Closed:
                 wanted = "/".join(wire.FRAME_TYPE_NAMES[kind] for kind in kinds)
                 raise Mismatch(f"a {wanted} frame arrives", f"a {wanted} frame",
@@ -339,10 +343,12 @@ class Connection:
             what = f"RESPONSE {_preview_text(frame.data)}"
         else:
             what = wire.FRAME_TYPE_NAMES.get(frame.frame_type, f"frame type {frame.frame_type}").upper()
-        return f"{what} on {self.last_verb}"
+        return f"{what} on {self._answers.get(id(frame), self.last_verb)}"
 
-    def _silent(self) -> str:
-        return f"no answer to {self.last_verb}"
+    def _silent(self, kinds=(wire.FRAME_RESPONSE, wire.FRAME_ERROR)) -> str:
+        if wire.FRAME_MESSAGE in kinds:
+            return f"no message after {self.last_verb}"
+        return f"no answer to {self._unanswered[0] if self._unanswered else self.last_verb}"
 
     def _closed_cause(self) -> str:
         return f"connection closed after {self.last_verb}"
@@ -506,6 +512,11 @@ def negotiated_deflate_level(response: dict) -> int:
     return level
 
 
+# What nsqd answers with a frame of its own (a RESPONSE or an ERROR) in command order; the rest answer only an error.
+_ANSWERED = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
+_COMMAND_START = re.compile(rb"(?:^|\n)([A-Z_]{2,16})(?=[ \n])")
+
+
 def _summary(frame: wire.Frame) -> str:
     return frame.describe()
 
@@ -579,7 +590,8 @@ class HttpClient:
         self.transcript.record(self.scheme, CLIENT_TO_SERVER, [f"{method} {path}" + (
             f" [{len(body)} bytes] {body[:80]!r}" if body else "")])
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.address[0]}:{self.address[1]}",
-                f"Content-Length: {len(body)}", "Connection: close"]
+                f"Content-Length: {len(body)}", "Connection: close",
+                "Accept: application/vnd.nsq; version=1.0"]  # as nsq's own tools ask: some brokers answer 0.x else
         head += [f"{key}: {value}" for key, value in (headers or {}).items()]
         try:
             sock = socket.create_connection(self.address, timeout=10 * self.time_scale)

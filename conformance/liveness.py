@@ -6,6 +6,7 @@ programs, ``--restart-command``), and otherwise every later case on it is NOT RU
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -79,9 +80,10 @@ class Death:
     case: str
     reason: str
     revived: str | None  # how the target came back, or None: later cases are NOT RUN
+    concurrent: list[str]  # cases other workers were running on the same target then: the cause may be theirs
 
     def as_dict(self) -> dict:
-        return {"case": self.case, "reason": self.reason, "revived": self.revived}
+        return {"case": self.case, "reason": self.reason, "revived": self.revived, "concurrent": self.concurrent}
 
 
 class TargetHealth:
@@ -93,6 +95,27 @@ class TargetHealth:
                  shared_death: Path | None = None):
         self.name, self._probe, self._revive, self._shared_death = name, probe, revive, shared_death
         self._dead: str | None = None
+        # one file per worker process naming the case it runs on the shared target: a death names them all
+        self._running = shared_death.with_name(shared_death.name + ".running") if shared_death else None
+
+    def case_started(self, case: str) -> None:
+        if self._running is not None:
+            self._running.mkdir(exist_ok=True)
+            (self._running / str(os.getpid())).write_text(case)
+
+    def case_finished(self) -> None:
+        if self._running is not None:
+            (self._running / str(os.getpid())).unlink(missing_ok=True)
+
+    def _concurrent(self) -> list[str]:
+        if self._running is None or not self._running.is_dir():
+            return []
+        cases = []
+        for marker in self._running.iterdir():
+            if marker.name != str(os.getpid()):
+                with contextlib.suppress(OSError):
+                    cases.append(marker.read_text())
+        return sorted(cases)
 
     @property
     def dead(self) -> str | None:
@@ -122,12 +145,13 @@ class TargetHealth:
                 revived = self._revive()
             except Exception as exc:  # noqa: BLE001 - any failure to restart leaves the target dead, named
                 reason += f"; restarting it failed: {exc}"
+        concurrent = self._concurrent()
         if revived is None:
             self._dead = f"the target died during {case}: {reason}"
             if self._shared_death is not None and not self._claim_shared_death(case, reason):
                 self._dead = None  # read back from the file that the other worker wrote
                 return None
-        return Death(case, reason, revived)
+        return Death(case, reason, revived, concurrent)
 
     def _claim_shared_death(self, case: str, reason: str) -> bool:
         try:

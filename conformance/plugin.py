@@ -47,6 +47,7 @@ from conformance.verdicts import (
     TARGET_DIED,
     UNSUPPORTED,
     cause_of,
+    masked,
 )
 
 _TEST_STATUS = {
@@ -398,7 +399,9 @@ def nsq(nsq_target, request):
     nsq_target.health.ensure_alive()
     case = Case(nsq_target, _case_name(request.node), _sections(request.node))
     request.node.nsq_case = case
+    nsq_target.health.case_started(request.node.nodeid)
     yield case
+    nsq_target.health.case_finished()
     case.close()
 
 
@@ -410,7 +413,7 @@ def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> t
     if verdict in (PASS, UNSUPPORTED, NOT_RUN):
         return verdict, message, ""
     if error is None and case is not None and case.verify.soft_mismatches:
-        return verdict, message, cause_of(case.verify.soft_mismatches[0], message)
+        return verdict, message, masked(case.verify.soft_mismatches[0].what)  # wording differences group by what
     return verdict, message, cause_of(error, message)
 
 
@@ -440,10 +443,21 @@ def _judged(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tu
     if isinstance(error, (KeyError, IndexError, TypeError)) and _raised_in_case(excinfo):
         # The case read a part of the broker's answer that is not there (a null where an object was due, a
         # missing frame field): the broker's doing, judged as the requirement says, not harness trouble.
-        what = f"the broker's answer has what {Path(excinfo.traceback[-1].path).name} reads"
+        what = f"the broker's answer{_last_answer(case)} has what {Path(excinfo.traceback[-1].path).name} reads"
         return (FAIL if levels - {"SHOULD"} or strict else NON_STRICT), \
             f"{what}\n  expected: a value there\n  actual:   {type(error).__name__}: {error}", error
     return ERROR, f"{type(error).__name__}: {error}", error
+
+
+def _last_answer(case) -> str:
+    """' to GET /stats?...' (the request or command the last answer the case received was for), or ''."""
+    events = case.transcript.events if case else []
+    for index in range(len(events) - 1, -1, -1):
+        if events[index].direction == "<":
+            asked = next((event for event in reversed(events[:index]) if event.direction == ">"
+                          and event.connection == events[index].connection), None)
+            return f" to {asked.lines[-1][:100]}" if asked and asked.lines else ""
+    return ""
 
 
 def _after_target_check(item, case, verdict: str, message: str, cause: str) -> tuple[str, str, str, dict | None]:
@@ -455,13 +469,17 @@ def _after_target_check(item, case, verdict: str, message: str, cause: str) -> t
     if health is None or not (saw_close or verdict not in (PASS, UNSUPPORTED, NOT_RUN)):
         return verdict, message, cause, None
     death = health.check(item.nodeid)
+    saw = f"\nWhat the case saw:\n{message}" if message else ""
     if death is None:
-        if health.dead:
-            return NOT_RUN, f"not run to the end: {health.dead}", "", None
+        if health.dead:  # another worker's case named the death first; this one ran then, and may be its cause
+            return NOT_RUN, f"not run to the end: {health.dead}, while this case ran{saw}", "", None
         return verdict, message, cause, None
     what = f"TARGET DIED during {item.nodeid}: {death.reason}. " + (
         f"It came back: {death.revived}." if death.revived else "It was not restarted: later cases on it are NOT RUN.")
-    return FAIL, what + (f"\nWhat the case saw:\n{message}" if message else ""), TARGET_DIED, death.as_dict()
+    if death.concurrent:
+        what += (f" Other workers were running {', '.join(death.concurrent)} on it at the time: the cause may be "
+                 "one of those (--workers 0 or --restart-command runs one case at a time).")
+    return FAIL, what + saw, TARGET_DIED, death.as_dict()
 
 
 # ---- differential mode (--compare) -------------------------------------------------------------------

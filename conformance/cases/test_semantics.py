@@ -87,7 +87,7 @@ class Consumer(threading.Thread):
                     self.seen += 1
                     if action == "disconnect" and disconnected:
                         action = "fin"  # one disconnect per consumer keeps the run short
-                    message_id = frame.message_id.decode()
+                    message_id = frame.id_text
                     if action == "disconnect":
                         disconnected = True
                         conn.close()
@@ -294,7 +294,7 @@ def test_a_ready_consumer_gets_every_message_at_once(nsq):
             nsq.verify.that("only message frames arrive", frame.frame_type == wire.FRAME_MESSAGE, "MESSAGE",
                             frame.describe())
             deliveries.append(frame)
-            consumer.command("FIN", frame.message_id.decode())
+            consumer.command("FIN", frame.id_text)
     consumer.expect_silence(0.3, what="nothing after the last message: no duplicate, no late delivery")
     bodies = [frame.body for frame in deliveries]
     missing = sorted(set(singles + batch) - set(bodies))
