@@ -166,7 +166,7 @@ def _analyze(parser, args) -> int:
         storage = Storage.from_environment(args.storage_option)
         files = storage.expand(args.pcaps)
         missing = [path for path in files if not storage.is_file(path)]
-        storage.locate(args.out)
+        storage.make_directory(args.out)  # a missing bucket or a read-only place fails here, before Spark starts
     except (StorageError, OSError) as exc:
         parser.error(str(exc).splitlines()[0])
     if not files or missing:

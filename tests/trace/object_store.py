@@ -36,9 +36,13 @@ class ObjectStore:
                                          "allow_bucket_creation=true"],
                                         {"AWS_ENDPOINT_URL": self.endpoint})
 
+    def bucket(self, name: str) -> None:
+        filesystem, _ = self.storage.locate(f"s3://{name}")
+        filesystem.create_dir(name)
+
     def upload(self, local_path, url: str) -> None:
         filesystem, path = self.storage.locate(url)
-        filesystem.create_dir(path.split("/")[0])  # the bucket
+        self.bucket(path.split("/")[0])
         with open(local_path, "rb") as source, filesystem.open_output_stream(path) as target:
             target.write(source.read())
 

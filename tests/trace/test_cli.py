@@ -31,6 +31,8 @@ def nsq_trace(*args, timeout=300):
         (["analyze", "pcaps/compressed.pcap", "--out", "x", "--nsq-port", "99999"], "invalid port '99999'"),
         (["generate", "--size", "lots", "-o", "x.pcap"], "invalid size 'lots'"),
         (["analyze", "nowhere.pcap", "--out", "x"], "no such capture file: nowhere.pcap"),
+        (["analyze", "pcaps/compressed.pcap", "--out", "x", "--storage-option", "region"],
+         "storage option 'region' is not key=value"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
 )
