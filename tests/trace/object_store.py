@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -44,7 +45,7 @@ class ObjectStore:
         filesystem, path = self.storage.locate(url)
         self.bucket(path.split("/")[0])
         with open(local_path, "rb") as source, filesystem.open_output_stream(path) as target:
-            target.write(source.read())
+            shutil.copyfileobj(source, target, 8 << 20)
 
     def listing(self, url: str) -> list[str]:
         filesystem, path = self.storage.locate(url)

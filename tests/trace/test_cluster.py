@@ -34,7 +34,7 @@ def test_the_hook_records_a_local_open_of_the_input(tmp_path):
 def test_analysis_on_a_standalone_cluster_sharing_no_disk(tmp_path):
     log = tmp_path / "opens.log"
     with moto_server() as store:
-        store.upload(PCAPS / "workload-small.pcap", "s3://nsq-captures/minutes/workload-small.pcap")
+        store.upload(PCAPS / "compressed.pcap", "s3://nsq-captures/minutes/compressed.pcap")
         store.upload(PCAPS / "cluster.pcap", "s3://nsq-captures/elsewhere/cluster.pcap")  # outside the glob
         store.bucket("nsq-analysis")
         with standalone_cluster(tmp_path / "cluster", 2, {**CREDENTIALS, **watching(log)}) as cluster:
@@ -44,14 +44,15 @@ def test_analysis_on_a_standalone_cluster_sharing_no_disk(tmp_path):
                            "PYTHONPATH": f"{HOOK}:{REPO}", "TMPDIR": str(driver)}
             result = subprocess.run(
                 [sys.executable, "-m", "spark_analysis", "analyze", "s3://nsq-captures/minutes/*.pcap",
-                 "--out", "s3://nsq-analysis/run1", "--master", cluster.master, "--split-size", "2MiB",
+                 "--out", "s3://nsq-analysis/run1", "--master", cluster.master, "--split-size", "64KiB",
                  "--shuffle-partitions", "2"],
                 cwd=driver, env=environment, capture_output=True, text=True, timeout=600)
             assert result.returncode == 0, result.stderr[-3000:]
             summary = json.loads(store.storage.read_text("s3://nsq-analysis/run1/summary.json"))
             written = store.listing("s3://nsq-analysis/run1")
-    assert truth_mismatches(summary, load_truth("workload-small")) == []
-    assert summary["input"]["files"] == ["s3://nsq-captures/minutes/workload-small.pcap"]
+    assert truth_mismatches(summary, load_truth("compressed")) == []
+    assert summary["violations"] == {"NSQ-FIN-003": 2}
+    assert summary["input"]["files"] == ["s3://nsq-captures/minutes/compressed.pcap"]
     assert {"nsq-analysis/run1/report.html", "nsq-analysis/run1/tables/messages/part-00000.parquet"} <= set(written)
     lines = log.read_text().splitlines()
     assert [line for line in lines if " opened " in line] == []
