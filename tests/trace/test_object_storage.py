@@ -117,3 +117,9 @@ def test_endpoint_and_options_from_the_environment_and_the_command_line():
         Storage.from_environment(["region"], {})
     with pytest.raises(StorageError, match="s3://bucket/x"):
         Storage({"no_such_option": "1"}).locate("s3://bucket/x")
+
+
+def test_file_urls_are_local_files():
+    local = str(PCAPS / "compressed.pcap")
+    assert Storage().expand([f"file://{PCAPS}/compr*.pcap", f"file://{local}"]) == [local, local]
+    assert rows(f"file://{local}", 50_000, Storage()) == rows(local, 0, Storage())
