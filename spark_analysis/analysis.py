@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -69,7 +70,7 @@ def packets(
 
 def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str,
                      nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS, window_bytes: int = DEFAULT_WINDOW_BYTES,
-                     storage: Storage = LOCAL) -> int:
+                     storage: Storage = LOCAL, with_payloads: bool = False) -> int:
     """Shuffle segments by flow; each task decodes its flows' connections, ``window_bytes`` of a connection at a
     time, writes their tables (connection_tables.py) into ``tables_dir`` and what the lifecycles join into
     ``exchange_dir`` (lifecycle.MessageExchange). Walker errors become error events. Returns the exchange's
@@ -77,8 +78,10 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
     ports = frozenset(nsq_ports)
     prepare_directories(tables_dir, SCHEMAS, storage)
     lifecycle.prepare_exchange(exchange_dir, storage)
-    # Read once: the placement sizes the flows, then the tasks decode them.
-    packet_frame = packet_frame.persist()
+    # Read once: the placement sizes the flows, then the tasks decode them. Segments that carry their payloads
+    # (``with_payloads``: captures on object storage) are kept on the executors' disks: in memory they would be the
+    # whole capture.
+    packet_frame = packet_frame.persist(StorageLevel.DISK_ONLY if with_payloads else StorageLevel.MEMORY_AND_DISK_DESER)
     placed, trace_bytes = _placed_by_size(packet_frame)
     buckets = lifecycle.bucket_count(trace_bytes)
 
@@ -281,7 +284,7 @@ def run_analysis(
     payload = "reference" if all(is_local(path) for path in files) else "bytes"
     exchange_dir = join(out_dir, "exchange")
     buckets = decode_to_tables(packets(spark, paths, split_bytes, payload, storage), tables_dir, exchange_dir,
-                               nsq_ports, window_bytes, storage)
+                               nsq_ports, window_bytes, storage, with_payloads=payload == "bytes")
     step("deriving tables")
 
     def materialise(name: str, frame: DataFrame) -> DataFrame:

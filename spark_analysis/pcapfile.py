@@ -252,7 +252,9 @@ def _read_remote_range(byte_range: ByteRange, batcher: _Batcher, storage: Storag
             with mmap.mmap(-1, stop) as data:
                 data[: len(head)] = head
                 if begin < stop:
-                    data[begin:stop] = remote.read_at(stop - begin, begin)
+                    remote.seek(begin)
+                    with memoryview(data) as whole, whole[begin:stop] as window:
+                        remote.readinto(window)  # straight into place: no second copy of the range
                 yield from _walk(data, byte_range, batcher, max(begin, 24))
             boundary = batcher.walked_to
             if boundary is not None and boundary < size:
