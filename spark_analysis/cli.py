@@ -166,11 +166,11 @@ def _analyze(parser, args) -> int:
         storage = Storage.from_environment(args.storage_option)
         files = storage.expand(args.pcaps)
         missing = [path for path in files if not storage.is_file(path)]
+        if not files or missing:
+            parser.error(f"no such capture file: {', '.join(missing or args.pcaps)}")
         storage.make_directory(args.out)  # a missing bucket or a read-only place fails here, before Spark starts
     except (StorageError, OSError) as exc:
         parser.error(str(exc).splitlines()[0])
-    if not files or missing:
-        parser.error(f"no such capture file: {', '.join(missing or args.pcaps)}")
     console = Console(stderr=True)
     started = time.monotonic()
 
