@@ -5,7 +5,7 @@ import time
 import pytest
 
 from conformance import wire
-from conformance.client import quote
+from conformance.client import json_of_type, quote
 
 requirement = pytest.mark.requirement
 NSQ_CONTENT_TYPE = "nsq; version=1.0"
@@ -44,7 +44,7 @@ def test_info(nsq, http):
     """JSON with version and the limits in the profile (H-EP:/info; rec-0204: max_heartbeat_interval in ns)."""
     response = http.get("/info")
     expect(nsq, response, 200)
-    info = response.json()
+    info = json_of_type(response.json(), dict, "the body of GET /info")
     nsq.verify.that("/info has a version", isinstance(info.get("version"), str), "a version string", info)
     nsq.verify.soft_equal("/info max_heartbeat_interval (ns)", nsq.limits["max_heartbeat_interval_ms"] * 10**6,
                           info.get("max_heartbeat_interval"))
