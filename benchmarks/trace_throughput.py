@@ -8,13 +8,16 @@ pynsq, the official Python client, through the reference broker, recorded on loo
 client timing and heartbeats are measured too. The bench and captured figures are message events per
 second (published + deliveries + FIN/REQ/TOUCH) and their ratio to the plain counter's time. A fourth,
 the long workload, is the bench's traffic on a single connection that publishes and consumes (2 GB): its
-figure is the peak memory of all processes (target 3 GB), a connection being decoded in bounded windows. The
-1-minute load average goes with each figure: the machine's 2 cores are shared.
+figure is the peak memory of all processes (target 3 GB), a connection being decoded in bounded windows. A fifth,
+s3, is the bench workload read from and written to an S3-compatible store (moto's server on loopback, started by
+this process, so that its memory is not the analysis's): ranged reads of the capture, every table written there.
+The 1-minute load average goes with each figure: the machine's 2 cores are shared.
 
     python -m benchmarks.trace_throughput                 # writes bench-results/trace.json
     python -m benchmarks.trace_throughput --size 200MB --workloads bench    # quicker
     python -m benchmarks.trace_throughput --workloads captured --captured-size 20MB   # root, pynsq
     python -m benchmarks.trace_throughput --workloads long --long-size 500MB
+    python -m benchmarks.trace_throughput --workloads s3 --bench-size 100MB
 
 First, the committed 9 MB sample (pcaps/workload-small.pcap) through ``nsq-trace analyze`` in a process of its own:
 the time to a user's first result, the JVM's start included (target 15 s).
@@ -48,7 +51,7 @@ from benchmarks import trace_baseline
 from spark_analysis.cli import parse_size
 
 TRUTH_KEYS = ("totals", "topics")
-WORKLOADS = ("mixed", "bench", "captured", "long")
+WORKLOADS = ("mixed", "bench", "captured", "long", "s3")
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,6 +210,13 @@ def main(argv=None) -> int:
         if "long" in workloads:
             result["long"] = _in_a_process_of_its_own("long", args.long_size, args, workdir)
             result["long"]["target_peak_mb_all_processes"] = 3000
+        if "s3" in workloads:
+            from tests.trace.object_store import moto_server
+
+            with moto_server() as store:
+                args.s3_endpoint = store.endpoint
+                result["s3"] = _in_a_process_of_its_own("s3", args.bench_size, args, workdir)
+            result["s3"]["target_message_events_per_s"] = 150_000
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -228,14 +238,23 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
     """Generate or record, count with the plain-Python baseline, analyse with Spark, parse with dpkt and scapy."""
     from spark_analysis.analysis import run_analysis
     from spark_analysis.session import spark_session
+    from spark_analysis.storage import LOCAL
     from spark_analysis.summary import message_events
 
     trace = os.path.join(workdir, f"{workload}.pcap")
     if workload == "captured":
         truth, source = _record(trace, size, args.seed)
     else:
-        truth, source = _generate(trace, size, args.seed, workload)
+        truth, source = _generate(trace, size, args.seed, "bench" if workload == "s3" else workload)
     size = os.path.getsize(trace)
+    inputs, out, storage = [trace], os.path.join(workdir, f"{workload}-out"), LOCAL
+    if workload == "s3":
+        from tests.trace.object_store import ObjectStore
+
+        store = ObjectStore(args.s3_endpoint)
+        print(f"uploading to {store.endpoint}", flush=True)
+        inputs, out, storage = ["s3://nsq-bench/captures/bench.pcap"], "s3://nsq-bench/analysis", store.storage
+        store.upload(trace, inputs[0])
     nsqd_port = truth.get("recording", {}).get("nsqd_tcp_port", trace_baseline.NSQD_PORT)
     # The file is in the page cache for both: it has just been written.
     print("baseline: plain-Python counter", flush=True)
@@ -254,7 +273,7 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
                 print(f"  {message}", flush=True)
 
             summary, analysis_seconds = timed(
-                run_analysis, spark, [trace], os.path.join(workdir, f"{workload}-out"), report=False, step=step
+                run_analysis, spark, inputs, out, report=False, step=step, storage=storage
             )
             phases.append(("end", time.perf_counter()))
         load_after = os.getloadavg()[0]

@@ -2,6 +2,9 @@
 or any running broker, and write JUnit, JSON and HTML reports. ``nsq-conformance clients`` judges client
 libraries instead (conformance/clients/).
 
+``nsq-conformance explain ID [ID ...]`` prints what a behaviour item or a requirement means and what checks it
+(``conformance/explain.py``).
+
 Exit status: 0 when no case FAILs or ERRORs outside the ``--baseline``; 1 otherwise; 2 for a bad option,
 an unreachable target or a broker that does not start (one line on stderr); 3 when no case fails but, with
 ``--compare``, some case's transcript or verdict differs on the second broker.
@@ -63,36 +66,27 @@ def pytest_arguments(args, passthrough: list[str], **embedded) -> list[str]:
 
 
 def list_requirements(args) -> int:
-    import pytest
-
     from conformance.catalogue import requirements
-    from conformance.plugin import case_requirements
+    from conformance.explain import collect_cases
 
-    class Collector:
-        cases: dict[str, list[str]] = {}
-
-        def pytest_collection_finish(self, session):
-            for item in session.items:
-                for requirement_id in case_requirements(item):
-                    self.cases.setdefault(requirement_id, []).append(item.nodeid)
-
-    collector = Collector()
-    code = pytest.main([str(PACKAGE_DIR / "cases"), "-c", str(PACKAGE_DIR / "suite.ini"), "--rootdir",
-                        str(PACKAGE_DIR), "-p", "no:cacheprovider", "-p", "conformance.plugin", "--collect-only", "-q",
-                        "--nsq-embedded", *options.as_pytest_arguments(vars(args))], plugins=[collector])
-    if code not in (0, 5):
+    try:
+        cases_of = collect_cases(options.as_pytest_arguments(vars(args)))
+    except RuntimeError:
         return 2
     print()
     for requirement in requirements().values():
         if args.nsq_requirement and not any(requirement.id.startswith(p) for p in args.nsq_requirement):
             continue
-        cases = collector.cases.get(requirement.id, [])
+        cases = cases_of.get(requirement.id, [])
         print(f"{requirement.id:16} {requirement.level:6} {len(cases):3} case(s)  {requirement.text}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["explain"]:
+        from conformance.explain import main as explain
+        return explain(argv[1:])
     if argv[:1] == ["clients"]:  # the other half: the toolkit plays nsqd and judges client libraries
         from conformance.clients.__main__ import main as clients
         return clients(argv[1:])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,7 +88,8 @@ class Case:
         else:
             self.http = HttpClient(target.http, self.transcript, target.time_scale,
                                    unsupported_paths=unsupported_paths)
-        self._connections: list[Connection] = []
+        self._connections: list[Connection | None] = []  # None: being opened
+        self._naming = threading.Lock()
         self._topics: list[str] = []
         self.name_prefix = _name_prefix("cf", name)
 
@@ -98,11 +100,13 @@ class Case:
         if tls is None and self.target.requires_tls("tcp"):
             raise Unsupported(f"profile {self.profile.name}: the target requires TLS on TCP (T-07), and this case "
                               "speaks plain TCP")
-        name = chr(ord("A") + len(self._connections))
-        connection = Connection(name, self.target.tcp, self.transcript, self.verify, self.time_scale,
-                                send_magic=magic, tls=tls or self.target.tls, sections_under_test=self.sections,
-                                unsupported_commands=self._unsupported_commands())
-        self._connections.append(connection)
+        with self._naming:  # cases open connections from several threads (the concurrent workloads)
+            index = len(self._connections)
+            self._connections.append(None)
+        connection = Connection(_connection_label(index), self.target.tcp, self.transcript, self.verify,
+                                self.time_scale, send_magic=magic, tls=tls or self.target.tls,
+                                sections_under_test=self.sections, unsupported_commands=self._unsupported_commands())
+        self._connections[index] = connection
         if magic and authenticate and self.auth_command():
             with setup_step("AUTH", self.sections):
                 connection.send(self.auth_command())
@@ -199,15 +203,20 @@ class Case:
     def fresh_channel(self, topic: str, *channels: str) -> None:
         """Create topic and channels over HTTP, then wait out nsqd's 5 s channel-list refresh (D-14)
         so that timeouts and deferrals on them are not late by up to 5 s."""
+        self.create_over_http(topic, *channels)
+        self.wait(5.2, "nsqd scans a new channel only after its 5 s channel-list refresh (D-14)")
+
+    def create_over_http(self, topic: str, *channels: str) -> None:
+        """The topic (unless ``prepare_topic`` made it: a target without auto-creation) and its channels, created
+        over HTTP as a setup step."""
         self.require("http")
         with setup_step("create topic", self.sections):
-            if self.profile.offers("topic_autocreate"):  # else topic() created it
+            if self.profile.offers("topic_autocreate"):
                 self.verify.equal("POST /topic/create", 200,
                                   self.http.post(f"/topic/create?topic={quote(topic)}").status)
             for channel in channels:
                 self.verify.equal("POST /channel/create", 200, self.http.post(
                     f"/channel/create?topic={quote(topic)}&channel={quote(channel)}").status)
-        self.wait(5.2, "nsqd scans a new channel only after its 5 s channel-list refresh (D-14)")
 
     def elapsed_since(self, start: float) -> float:
         """Seconds since ``start`` (a ``time.monotonic()``), divided by the time scale."""
@@ -220,13 +229,19 @@ class Case:
 
     def close(self) -> None:
         for connection in self._connections:
-            connection.close()
+            if connection is not None:
+                connection.close()
         if self.http.address:
             for topic in self._topics:
                 try:
                     self.http.post(f"/topic/delete?topic={quote(topic)}")
-                except HarnessError:
-                    pass
+                except (HarnessError, Mismatch):
+                    pass  # cleaning up is best effort: the case's verdict is made
+
+
+def _connection_label(index: int) -> str:
+    """A, B, ... Z, then A1, B1, ...: one name per connection of a case."""
+    return chr(ord("A") + index % 26) + (str(index // 26) if index >= 26 else "")
 
 
 def seconds_against(elapsed: float, low: float, high: float) -> str:

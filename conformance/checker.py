@@ -87,10 +87,10 @@ def check(history: History) -> Report:
             body_of[event.message_id] = event.body
             if event.message_id in finished_ids and event.message_id not in failed_fins:
                 # A FIN that raced a timeout fails (E_FIN_FAILED) and is not final.
-                after_fin.append(f"{event.message_id.decode()} on {connection}")
+                after_fin.append(f"{repr(event.message_id)[2:-1]} on {connection}")
             previous = last_attempts.get(event.message_id, 0)
             if event.attempts <= previous:
-                attempt_violations.append(f"{event.message_id.decode()}: attempts {previous} then {event.attempts}")
+                attempt_violations.append(f"{repr(event.message_id)[2:-1]}: attempts {previous} then {event.attempts}")
             last_attempts[event.message_id] = event.attempts
             in_flight[connection].add(event.message_id)
             allowed = max(ready[connection])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import ssl
 import time
@@ -37,7 +38,7 @@ class PreconditionFailed(Exception):
     def __init__(self, step: str, mismatch: Mismatch):
         super().__init__(f"setup step {step} failed, so the case could not test its requirement:\n{mismatch}")
         self.step, self.mismatch = step, mismatch
-        self.cause = mismatch.cause or f"{step}: {_show(mismatch.actual)}"
+        self.cause = mismatch.cause or f"{mismatch.what}: {_show(mismatch.actual)}"
 
 
 # The requirement sections that test a step themselves; in a case of any other section the step is setup.
@@ -139,7 +140,9 @@ class Connection:
         self.name = name
         self.sections_under_test = sections_under_test  # None: every step is what the caller checks
         self.unsupported_commands = unsupported_commands or {}  # verb -> why the target lacks it (the profile)
-        self.last_verb = "the magic"  # what the broker's next frame answers, for a failure's cause
+        self.last_verb = "the magic"  # the last command sent, for a failure's cause
+        self._unanswered: deque[str] = deque()  # sent commands nsqd answers, oldest first (C-13: in order)
+        self._answers: dict[int, str] = {}  # id(response or error frame) -> the command it answers
         self.tls = tls
         self.transcript = transcript
         self.verify = verifier
@@ -163,11 +166,14 @@ class Connection:
 
     # ---- sending -------------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
+        started = _COMMAND_START.findall(data)  # also the verb of a command sent a few bytes at a time
+        for verb in started:
+            if verb.decode("ascii") in self.unsupported_commands:
+                raise Unsupported(self.unsupported_commands[verb.decode("ascii")])
         lines = self._describe_sent(data)
-        verbs = [line.split(" ", 1)[0] for line in lines if not line.startswith(("(+", "MAGIC"))]
-        for verb in verbs:
-            if verb in self.unsupported_commands:
-                raise Unsupported(self.unsupported_commands[verb])
+        verbs = [line.split(" ", 1)[0] for line in lines if not line.startswith(("(+", "MAGIC", "raw "))]
+        verbs = verbs or [verb.decode("ascii") for verb in started[-1:]]
+        self._unanswered.extend(verb for verb in verbs if verb in _ANSWERED)
         if verbs:
             self.last_verb = verbs[-1]
         on_wire = self._encoder.encode(data) if self._encoder else data
@@ -259,7 +265,14 @@ class Connection:
     def _decode(self, data: bytes, on_wire: bytes) -> None:
         """Frames from ``data`` (through the compression layer, if any) into the inbox; ``on_wire`` is what the
         transcript keeps of it (nothing for the bytes after a switch point: recorded when they arrived)."""
-        plain = self._decoder.feed(data) if self._decoder else data
+        try:
+            plain = self._decoder.feed(data) if self._decoder else data
+        except wire.ProtocolViolation as exc:  # ID-33, ID-34: what the agreed layer carries must decode
+            self.transcript.record(self.name, SERVER_TO_CLIENT, [f"UNDECODABLE in the compression layer: {exc}"],
+                                   on_wire)
+            raise Mismatch("the server's bytes decode in the agreed compression layer (ID-33, ID-34)",
+                           "a valid deflate or snappy stream", str(exc), f"undecodable compression after "
+                           f"{self.last_verb}") from exc
         try:
             frames = self.frames.feed(plain)
         except wire.ProtocolViolation as exc:
@@ -276,6 +289,8 @@ class Connection:
         for frame in frames:
             if frame.is_heartbeat:
                 self.heartbeats += 1
+            elif frame.frame_type in (wire.FRAME_RESPONSE, wire.FRAME_ERROR) and self._unanswered:
+                self._answers[id(frame)] = self._unanswered.popleft()
         self.inbox.extend(frames)
 
     def _mark_closed(self, how: str) -> None:
@@ -314,7 +329,7 @@ class Connection:
             except TimeoutError:
                 wanted = "/".join(wire.FRAME_TYPE_NAMES[kind] for kind in kinds)
                 raise Mismatch(f"a {wanted} frame arrives", f"within {timeout * self.time_scale:.1f} s",
-                               "nothing arrived", self._silent()) from None
+                               "nothing arrived", self._silent(kinds)) from None
             except Closed:
                 wanted = "/".join(wire.FRAME_TYPE_NAMES[kind] for kind in kinds)
                 raise Mismatch(f"a {wanted} frame arrives", f"a {wanted} frame",
@@ -328,10 +343,12 @@ class Connection:
             what = f"RESPONSE {_preview_text(frame.data)}"
         else:
             what = wire.FRAME_TYPE_NAMES.get(frame.frame_type, f"frame type {frame.frame_type}").upper()
-        return f"{what} on {self.last_verb}"
+        return f"{what} on {self._answers.get(id(frame), self.last_verb)}"
 
-    def _silent(self) -> str:
-        return f"no answer to {self.last_verb}"
+    def _silent(self, kinds=(wire.FRAME_RESPONSE, wire.FRAME_ERROR)) -> str:
+        if wire.FRAME_MESSAGE in kinds:
+            return f"no message after {self.last_verb}"
+        return f"no answer to {self._unanswered[0] if self._unanswered else self.last_verb}"
 
     def _closed_cause(self) -> str:
         return f"connection closed after {self.last_verb}"
@@ -495,6 +512,11 @@ def negotiated_deflate_level(response: dict) -> int:
     return level
 
 
+# What nsqd answers with a frame of its own (a RESPONSE or an ERROR) in command order; the rest answer only an error.
+_ANSWERED = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
+_COMMAND_START = re.compile(rb"(?:^|\n)([A-Z_]{2,16})(?=[ \n])")
+
+
 def _summary(frame: wire.Frame) -> str:
     return frame.describe()
 
@@ -568,7 +590,8 @@ class HttpClient:
         self.transcript.record(self.scheme, CLIENT_TO_SERVER, [f"{method} {path}" + (
             f" [{len(body)} bytes] {body[:80]!r}" if body else "")])
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.address[0]}:{self.address[1]}",
-                f"Content-Length: {len(body)}", "Connection: close"]
+                f"Content-Length: {len(body)}", "Connection: close",
+                "Accept: application/vnd.nsq; version=1.0"]  # as nsq's own tools ask: some brokers answer 0.x else
         head += [f"{key}: {value}" for key, value in (headers or {}).items()]
         try:
             sock = socket.create_connection(self.address, timeout=10 * self.time_scale)
@@ -585,7 +608,8 @@ class HttpClient:
             raw.begin()
             response = HttpResponse(raw.status, {key.lower(): value for key, value in raw.getheaders()},
                                     raw.read())
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, ValueError, OverflowError) as exc:
+            # ValueError, OverflowError: a Content-Length no read can honour (99999999999999999999)
             # Connected, then no well-formed answer: the broker's doing, a FAIL of the case's requirement.
             raise Mismatch(f"{self.scheme} {method} {path} is answered", f"a well-formed {self.scheme} response",
                            repr(exc)) from exc
@@ -603,16 +627,38 @@ class HttpClient:
 
     def stats(self, topic: str) -> dict:
         """The JSON stats of one topic (None when it does not exist)."""
-        document = self.get(f"/stats?format=json&topic={quote(topic)}").json()
-        topics = document.get("topics") or []
-        return next((entry for entry in topics if entry.get("topic_name") == topic), None)
+        document = json_of_type(self.get(f"/stats?format=json&topic={quote(topic)}").json(), dict,
+                                "the body of GET /stats?format=json")
+        topics = json_of_type(document.get("topics") or [], list, "/stats' topics")
+        return next((entry for entry in topics
+                     if json_of_type(entry, dict, "an entry of /stats' topics").get("topic_name") == topic), None)
 
     def channel_stats(self, topic: str, channel: str) -> dict | None:
         topic_stats = self.stats(topic)
         if topic_stats is None:
             return None
-        return next((entry for entry in topic_stats.get("channels") or []
-                     if entry.get("channel_name") == channel), None)
+        channels = json_of_type(topic_stats.get("channels") or [], list, f"/stats' channels of topic {topic}")
+        return next((entry for entry in channels
+                     if json_of_type(entry, dict, "an entry of /stats' channels").get("channel_name") == channel),
+                    None)
+
+
+def json_of_type(value, kind: type, what: str):
+    """``value`` of the broker's JSON when it is of ``kind`` (dict, list, int, str...); else the broker's answer is
+    wrong: a Mismatch naming the value, before anything reads it as one (no AttributeError, TypeError)."""
+    if type(value) is bool and kind is not bool or not isinstance(value, kind):
+        raise Mismatch(f"{what} is a JSON {_JSON_NAMES.get(kind, kind.__name__)}",
+                       f"a JSON {_JSON_NAMES.get(kind, kind.__name__)}", _preview_value(value),
+                       f"{what}: {_preview_value(value, 40)}")
+    return value
+
+
+_JSON_NAMES = {dict: "object", list: "array", int: "integer", str: "string", bool: "boolean", float: "number"}
+
+
+def _preview_value(value, limit: int = 120) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def quote(name: str) -> str:

@@ -1,4 +1,4 @@
-"""A test connection to an nsqlookupd's TCP protocol "  V1" (nsqlookupd-behavior.md section 2): commands are
+"""A test connection to an nsqlookupd's TCP protocol "  V1" (conformance/spec/nsqlookupd.toml, L-TCP-*): commands are
 lines, IDENTIFY adds a 4-byte size and a JSON body, and every reply is a 4-byte big-endian size and the data,
 with no frame type (L-TCP-02). Sends and receives are recorded in the case's transcript like V2's."""
 from __future__ import annotations

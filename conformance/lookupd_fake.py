@@ -1,4 +1,4 @@
-"""The suite's fake nsqlookupd: what a broker registers is checked here (nsqd-behavior.md section 10, R-01..R-11).
+"""The suite's fake nsqlookupd: what a broker registers is checked here (spec/registration.toml, R-01..R-11).
 
 It accepts the broker's connections, reads the magic and the commands (IDENTIFY with its body), logs each one
 with its arrival time, and answers like nsqlookupd: IDENTIFY with nsqlookupd's JSON, everything else `OK`.
@@ -55,7 +55,7 @@ class FakeLookupd:
 
     def settle(self, timeout: float, quiet: float = 0.3) -> None:
         """Wait (at most `timeout`) until a broker has IDENTIFYed and its REGISTERs of what it already has are
-        over: a topic created during them would be registered twice (nsqd-behavior.md R-09, R-11)."""
+        over: a topic created during them would be registered twice (R-09, R-11)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
@@ -94,6 +94,8 @@ class FakeLookupd:
                         try:
                             document = json.loads(command.body)
                         except ValueError:
+                            document = None
+                        if not isinstance(document, dict):  # the cases read it as the object it must be (R-02)
                             document = {"undecodable": command.body[:200].decode("utf-8", "replace")}
                         self._log(number, line, document)
                         reply = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "conformance-lookupd",

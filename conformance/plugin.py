@@ -47,6 +47,7 @@ from conformance.verdicts import (
     TARGET_DIED,
     UNSUPPORTED,
     cause_of,
+    masked,
 )
 
 _TEST_STATUS = {
@@ -206,7 +207,8 @@ def nsq_target(pytestconfig):
 def _user_target_health(settings) -> TargetHealth:
     """The liveness of a broker the user started: restarted with --restart-command when given; otherwise its death
     is shared with the other workers through a file, and their later cases are NOT RUN."""
-    http = settings.https if settings.profile.offers("tls_required") == "true" else settings.http
+    https = settings.profile.offers("tls_required") == "true"
+    http, tls = (settings.https, settings.tls.context()) if https else (settings.http, None)
     revive = None
     if settings.restart_command:
         addresses = [address for address in (settings.tcp, settings.http) if address]
@@ -216,7 +218,7 @@ def _user_target_health(settings) -> TargetHealth:
             return f"restarted with --restart-command {settings.restart_command!r}"
     settings.reports_dir.mkdir(parents=True, exist_ok=True)
     return TargetHealth("nsqd %s:%d" % settings.tcp,
-                        lambda: probe_nsqd(settings.tcp, http, PROBE_SECONDS * settings.time_scale), revive,
+                        lambda: probe_nsqd(settings.tcp, http, PROBE_SECONDS * settings.time_scale, tls), revive,
                         shared_death=settings.reports_dir / ".target-died")
 
 
@@ -236,12 +238,18 @@ def _embedded_broker(pytestconfig, log_name: str):
         broker.restart()
         return "the suite restarted the embedded reference broker on the same ports and data path"
 
-    http = broker.https_address if settings.profile.offers("tls_required") == "true" else broker.http_address
-    health = TargetHealth("embedded reference nsqd",
-                          lambda: probe_nsqd(broker.tcp_address, http, PROBE_SECONDS * settings.time_scale), revive)
+    tls = options.tls_client(options.EMBEDDED_TLS.get)
+    https = settings.profile.offers("tls_required") == "true"
+
+    def probe() -> str | None:
+        http = broker.https_address if https else broker.http_address
+        return probe_nsqd(broker.tcp_address, http, PROBE_SECONDS * settings.time_scale,
+                          tls.context() if https else None)
+
+    health = TargetHealth("embedded reference nsqd", probe, revive)
     try:
         yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale, broker.restart,
-                     https=broker.https_address, tls=options.tls_client(options.EMBEDDED_TLS.get), health=health)
+                     https=broker.https_address, tls=tls, health=health)
     finally:
         broker.stop()
 
@@ -366,12 +374,15 @@ def fake_lookupd(pytestconfig, nsq_target, request):
             yield None
             return
         lookupd = FakeLookupd().start()
-        http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(["%s:%d" % lookupd.address]).encode())
-        lookupd.settle(5.0 * settings.time_scale)
         try:
+            http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(["%s:%d" % lookupd.address]).encode())
+            lookupd.settle(5.0 * settings.time_scale)
             yield lookupd
         finally:
-            http.request("PUT", "/config/nsqlookupd_tcp_addresses", before.body)
+            try:
+                http.request("PUT", "/config/nsqlookupd_tcp_addresses", before.body)
+            except (Mismatch, HarnessError):
+                pass  # putting the target's nsqlookupd back is best effort: the case's verdict is made
             lookupd.stop()
 
 
@@ -391,7 +402,9 @@ def nsq(nsq_target, request):
     nsq_target.health.ensure_alive()
     case = Case(nsq_target, _case_name(request.node), _sections(request.node))
     request.node.nsq_case = case
+    nsq_target.health.case_started(request.node.nodeid)
     yield case
+    nsq_target.health.case_finished()
     case.close()
 
 
@@ -403,7 +416,7 @@ def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> t
     if verdict in (PASS, UNSUPPORTED, NOT_RUN):
         return verdict, message, ""
     if error is None and case is not None and case.verify.soft_mismatches:
-        return verdict, message, cause_of(case.verify.soft_mismatches[0], message)
+        return verdict, message, masked(case.verify.soft_mismatches[0].what)  # wording differences group by what
     return verdict, message, cause_of(error, message)
 
 
@@ -433,28 +446,43 @@ def _judged(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tu
     if isinstance(error, (KeyError, IndexError, TypeError)) and _raised_in_case(excinfo):
         # The case read a part of the broker's answer that is not there (a null where an object was due, a
         # missing frame field): the broker's doing, judged as the requirement says, not harness trouble.
-        what = f"the broker's answer has what {Path(excinfo.traceback[-1].path).name} reads"
+        what = f"the broker's answer{_last_answer(case)} has what {Path(excinfo.traceback[-1].path).name} reads"
         return (FAIL if levels - {"SHOULD"} or strict else NON_STRICT), \
             f"{what}\n  expected: a value there\n  actual:   {type(error).__name__}: {error}", error
     return ERROR, f"{type(error).__name__}: {error}", error
 
 
+def _last_answer(case) -> str:
+    """' to GET /stats?...' (the request or command the last answer the case received was for), or ''."""
+    events = case.transcript.events if case else []
+    for index in range(len(events) - 1, -1, -1):
+        if events[index].direction == "<":
+            asked = next((event for event in reversed(events[:index]) if event.direction == ">"
+                          and event.connection == events[index].connection), None)
+            return f" to {asked.lines[-1][:100]}" if asked and asked.lines else ""
+    return ""
+
+
 def _after_target_check(item, case, verdict: str, message: str, cause: str) -> tuple[str, str, str, dict | None]:
-    """A case that saw its target close a connection, or failed, asks the target whether it is still there
+    """A case that saw its target close a connection, or did not pass, asks the target whether it is still there
     (liveness.py). The case during which it died is a FAIL that says so, once; a case that ran while another
     worker's case saw it die is NOT RUN; the verdict stands while the target answers."""
     health = getattr(case.target, "health", None) if case else None
     saw_close = case is not None and any(endpoint.closed_by_server for endpoint in case.transcript.endpoints.values())
-    if health is None or not (saw_close or verdict in (FAIL, ERROR, PRECONDITION)):
+    if health is None or not (saw_close or verdict not in (PASS, UNSUPPORTED, NOT_RUN)):
         return verdict, message, cause, None
     death = health.check(item.nodeid)
+    saw = f"\nWhat the case saw:\n{message}" if message else ""
     if death is None:
-        if health.dead:
-            return NOT_RUN, f"not run to the end: {health.dead}", "", None
+        if health.dead:  # another worker's case named the death first; this one ran then, and may be its cause
+            return NOT_RUN, f"not run to the end: {health.dead}, while this case ran{saw}", "", None
         return verdict, message, cause, None
     what = f"TARGET DIED during {item.nodeid}: {death.reason}. " + (
         f"It came back: {death.revived}." if death.revived else "It was not restarted: later cases on it are NOT RUN.")
-    return FAIL, what + (f"\nWhat the case saw:\n{message}" if message else ""), TARGET_DIED, death.as_dict()
+    if death.concurrent:
+        what += (f" Other workers were running {', '.join(death.concurrent)} on it at the time: the cause may be "
+                 "one of those (--workers 0 or --restart-command runs one case at a time).")
+    return FAIL, what + saw, TARGET_DIED, death.as_dict()
 
 
 # ---- differential mode (--compare) -------------------------------------------------------------------

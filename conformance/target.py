@@ -90,8 +90,12 @@ def restart_with_command(command: str, addresses: list[tuple[str, int]], timeout
     try:
         subprocess.run(command, shell=True, check=True, timeout=timeout, stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        raise TargetError(f"--restart-command {command!r} failed: {exc}") from exc
+    except subprocess.CalledProcessError as exc:
+        stderr = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+        raise TargetError(f"--restart-command {command!r} exited with status {exc.returncode}"
+                          + (f": {stderr[-1]}" if stderr else "")) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise TargetError(f"--restart-command {command!r} did not finish within {timeout:g} s") from exc
     deadline = time.monotonic() + timeout
     for address in addresses:
         while True:

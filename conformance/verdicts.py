@@ -14,6 +14,7 @@ TARGET_DIED = "the target died"
 
 _CASE_TOPIC = re.compile(r"(?:cf|lk)\d+-\d+-\d+-[A-Za-z0-9_.#-]*")  # case.NAME_PREFIX and the rest of the name
 _MESSAGE_ID = re.compile(r"\b[0-9a-fA-F]{16}\b")
+_VERSION = re.compile(r"\bv?\d+\.\d+\.\d+[\w.+-]*")
 _DECIMAL = re.compile(r"\d+\.\d+")
 _PORT = re.compile(r"\b(127\.0\.0\.1|localhost|\[::1\]):\d+")
 
@@ -23,6 +24,7 @@ def masked(text: str) -> str:
     text = _CASE_TOPIC.sub("<topic>", text)
     text = _MESSAGE_ID.sub("<id>", text)
     text = _PORT.sub(r"\1:<port>", text)
+    text = _VERSION.sub("<version>", text)
     return _DECIMAL.sub("<n>", text)
 
 

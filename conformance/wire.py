@@ -5,7 +5,7 @@ pcap streams, possibly gigabytes of them) both use this module, so a frame means
 both. The decoders are incremental (``feed`` keeps partial input) and work per frame or per command,
 never per byte: offsets move with ``struct.unpack_from`` and ``bytes.find`` over one buffer.
 
-Behaviour IDs (``C-06`` ...) refer to ``nsqd-behavior.md``.
+Behaviour IDs (``C-06`` ...) are items of ``conformance/spec/`` (``nsq-conformance explain C-06``).
 """
 
 from __future__ import annotations
@@ -119,10 +119,16 @@ class Frame:
     def encode(self) -> bytes:
         return encode_frame(self.frame_type, self.data)
 
+    @property
+    def id_text(self) -> str:
+        """The message ID as a FIN, REQ or TOUCH line carries it back: any 16 bytes, nsqd's hex or not, survive the
+        round trip (``encode_command`` encodes text the same way)."""
+        return self.message_id.decode("utf-8", "surrogateescape")
+
     def describe(self) -> str:
         """One human line, as used in transcripts and reports."""
         if self.frame_type == FRAME_MESSAGE:
-            return (f"MESSAGE id={self.message_id.decode('ascii', 'replace')} attempts={self.attempts} "
+            return (f"MESSAGE id={repr(self.message_id)[2:-1]} attempts={self.attempts} "
                     f"ts={self.timestamp} body={_preview(self.body)}")
         name = FRAME_TYPE_NAMES.get(self.frame_type, f"type{self.frame_type}").upper()
         return f"{name} {_preview(self.data)}"
@@ -577,7 +583,7 @@ class SnappyStreamEncoder:
 def _as_bytes(value: bytes | str | int) -> bytes:
     if isinstance(value, bytes):
         return value
-    return str(value).encode()
+    return str(value).encode("utf-8", "surrogateescape")  # Frame.id_text's bytes, whatever they were
 
 
 def encode_command(name: bytes | str, *params: bytes | str | int, body: bytes | None = None) -> bytes:

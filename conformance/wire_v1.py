@@ -1,8 +1,8 @@
-"""nsqlookupd's TCP protocol "  V1" (nsqlookupd-behavior.md section 2) as pure codecs over bytes, beside
+"""nsqlookupd's TCP protocol "  V1" (conformance/spec/nsqlookupd.toml, L-TCP-*) as pure codecs over bytes, beside
 ``wire.py``'s V2: what nsqd sends its lookupds (IDENTIFY, REGISTER, UNREGISTER, PING) and the replies. The suite's
 V1 test connection, its fake nsqlookupd and the trace decoder all read V1 through this module.
 
-Behaviour IDs (``L-TCP-02`` ...) refer to ``nsqlookupd-behavior.md``.
+Behaviour IDs (``L-TCP-02`` ...) are items of ``conformance/spec/nsqlookupd.toml``.
 """
 
 from __future__ import annotations

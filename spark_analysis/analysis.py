@@ -13,9 +13,10 @@ Data flows one way:
          DataFrame operations; summary.json from the totals and a few small aggregates (summary.py)
 
 Connections spanning several files meet in the shuffle: the reader keeps no state across files.
-Shuffling offsets instead of payloads, and the tasks writing their tables and the lifecycles' buckets, need the
-capture files and the output directory on every executor's file system (local mode, or a shared file system on a
-cluster).
+Inputs and outputs are paths or URLs (storage.py): every task opens the captures and writes its tables itself,
+through the same filesystem layer, so executors need no disk shared with the driver nor with each other. Only
+local captures shuffle offsets instead of payloads (the decoder reads the bytes back from the files); from object
+storage the payloads travel with the segments, read once by ranged reads.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import ctypes
 import gc
 import itertools
 import json
-import os
-import shutil
 import time
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -33,17 +32,19 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis import lifecycle
 from spark_analysis.connection_tables import DELIVERED_SCHEMA, SCHEMAS, TableWriter, prepare_directories, project
-from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource, expand_paths
+from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
 from spark_analysis.decode import ConnectionDecoder
 from spark_analysis.events import EVENT_SCHEMA
+from spark_analysis.parquet_source import read_table
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.reassembly import reassemble
+from spark_analysis.storage import LOCAL, Storage, is_local, join
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
 SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"]
@@ -52,7 +53,8 @@ DEFAULT_WINDOW_BYTES = 16 << 20
 
 
 def packets(
-    spark: SparkSession, paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES, payload: str = "bytes"
+    spark: SparkSession, paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES, payload: str = "bytes",
+    storage: Storage = LOCAL,
 ) -> DataFrame:
     spark.dataSource.register(NsqPcapDataSource)  # any session will do: this one may not know the source yet
     return (
@@ -61,21 +63,25 @@ def packets(
         .schema(PACKET_DDL)
         .option("splitBytes", str(split_bytes))
         .option("payload", payload)
+        .option("storage", json.dumps(storage.options))
         .load(paths if len(paths) > 1 else paths[0])
     )
 
 
 def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str,
-                     nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS, window_bytes: int = DEFAULT_WINDOW_BYTES) -> int:
+                     nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS, window_bytes: int = DEFAULT_WINDOW_BYTES,
+                     storage: Storage = LOCAL, with_payloads: bool = False) -> int:
     """Shuffle segments by flow; each task decodes its flows' connections, ``window_bytes`` of a connection at a
     time, writes their tables (connection_tables.py) into ``tables_dir`` and what the lifecycles join into
     ``exchange_dir`` (lifecycle.MessageExchange). Walker errors become error events. Returns the exchange's
     bucket count."""
     ports = frozenset(nsq_ports)
-    prepare_directories(tables_dir, SCHEMAS)
-    lifecycle.prepare_exchange(exchange_dir)
-    # Read once: the placement sizes the flows, then the tasks decode them.
-    packet_frame = packet_frame.persist()
+    prepare_directories(tables_dir, SCHEMAS, storage)
+    lifecycle.prepare_exchange(exchange_dir, storage)
+    # Read once: the placement sizes the flows, then the tasks decode them. Segments that carry their payloads
+    # (``with_payloads``: captures on object storage) are kept on the executors' disks: in memory they would be the
+    # whole capture.
+    packet_frame = packet_frame.persist(StorageLevel.DISK_ONLY if with_payloads else StorageLevel.MEMORY_AND_DISK_DESER)
     placed, trace_bytes = _placed_by_size(packet_frame)
     buckets = lifecycle.bucket_count(trace_bytes)
 
@@ -83,8 +89,8 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
         from pyspark import TaskContext
 
         part = f"part-{TaskContext.get().partitionId():05d}"
-        with (TableWriter(tables_dir, part, SCHEMAS) as writer,
-              lifecycle.MessageExchange(exchange_dir, part, buckets) as exchange):
+        with (TableWriter(tables_dir, part, SCHEMAS, storage) as writer,
+              lifecycle.MessageExchange(exchange_dir, part, buckets, storage) as exchange):
             for flow, runs in _flows(batches):
                 for name, table in decode_flow(flow, runs, ports, window_bytes):
                     writer.add(name, table)
@@ -237,14 +243,14 @@ class WrittenTables(Mapping):
     """The decoding tasks' tables in ``tables_dir``, each a DataFrame once asked for: making one lists its files
     (~40 ms of the driver's), and the summary asks for three of the eleven."""
 
-    def __init__(self, spark: SparkSession, tables_dir: str):
-        self.spark, self.tables_dir = spark, tables_dir
+    def __init__(self, spark: SparkSession, tables_dir: str, storage: Storage = LOCAL):
+        self.spark, self.tables_dir, self.storage = spark, tables_dir, storage
         self._read: dict[str, DataFrame] = {}
 
     def __getitem__(self, name: str) -> DataFrame:
         if name not in self._read:
-            schema = from_arrow_schema(SCHEMAS[name])  # KeyError: not one of them
-            self._read[name] = self.spark.read.schema(schema).parquet(os.path.join(self.tables_dir, name))
+            schema = SCHEMAS[name]  # KeyError: not one of them
+            self._read[name] = read_table(self.spark, join(self.tables_dir, name), schema, self.storage)
         return self._read[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -263,49 +269,55 @@ def run_analysis(
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     report: bool = True,
     step: Callable[[str], None] = lambda message: None,
+    storage: Storage = LOCAL,
 ) -> dict:
-    """Decode ``paths`` into ``out_dir``: tables/*.parquet, summary.json and (optionally) report.html."""
+    """Decode ``paths`` into ``out_dir``: tables/*.parquet, summary.json and (optionally) report.html. Paths and
+    ``out_dir`` may be URLs of ``storage``'s filesystems."""
     from spark_analysis import summary
 
-    os.makedirs(out_dir, exist_ok=True)
-    tables_dir = os.path.join(out_dir, "tables")
+    storage.make_directory(out_dir)
+    tables_dir = join(out_dir, "tables")
     started = time.monotonic()
     step("decoding packets (read, shuffle by flow, reassemble, decode, per-connection tables)")
-    # Payloads stay in the files until the decoder needs them: only segment metadata is shuffled.
-    exchange_dir = os.path.join(out_dir, "exchange")
-    buckets = decode_to_tables(packets(spark, paths, split_bytes, payload="reference"), tables_dir, exchange_dir,
-                               nsq_ports, window_bytes)
+    files = storage.expand(paths)
+    # Local payloads stay in the files until the decoder needs them: only segment metadata is shuffled.
+    payload = "reference" if all(is_local(path) for path in files) else "bytes"
+    exchange_dir = join(out_dir, "exchange")
+    buckets = decode_to_tables(packets(spark, paths, split_bytes, payload, storage), tables_dir, exchange_dir,
+                               nsq_ports, window_bytes, storage, with_payloads=payload == "bytes")
     step("deriving tables")
 
     def materialise(name: str, frame: DataFrame) -> DataFrame:
-        frame.write.mode("overwrite").parquet(os.path.join(tables_dir, name))
-        # the known schema spares Spark a job that would read the Parquet footers to infer it
-        return spark.read.schema(frame.schema).parquet(os.path.join(tables_dir, name))
+        """A small table computed by Spark, written by the driver (one file) wherever the output lives."""
+        rows = frame.toArrow()
+        storage.reset_directory(join(tables_dir, name))
+        with TableWriter(tables_dir, "part-00000", {name: rows.schema}, storage) as writer:
+            writer.add(name, rows)
+        return spark.createDataFrame(rows)
 
-    written = WrittenTables(spark, tables_dir)
+    written = WrittenTables(spark, tables_dir, storage)
     with ThreadPoolExecutor(summary.CONCURRENT_JOBS) as pool:
         # What needs nothing the lifecycles make runs beside their job, filling the moments a core waits:
         # the connections table and the summary's aggregates.
-        stored = pool.submit(lambda: materialise("connections", lifecycle.connections(spark, exchange_dir)))
+        stored = pool.submit(lambda: materialise("connections", lifecycle.connections(spark, exchange_dir, storage)))
         counted = {name: pool.submit(lambda aggregate=aggregate: aggregate(written).collect())
                    for name, aggregate in summary.AGGREGATES.items()}
         counted["connections"] = pool.submit(lambda: stored.result().collect())
-        derived, totals = lifecycle.tables(spark, tables_dir, exchange_dir, buckets)
+        derived, totals = lifecycle.tables(spark, tables_dir, exchange_dir, buckets, storage)
         step("summarising")
         tables = ChainMap({**derived, "connections": stored.result()}, written)
         rows = {name: future.result() for name, future in counted.items()}
-    shutil.rmtree(exchange_dir, ignore_errors=True)
+    storage.delete_directory(exchange_dir)
     result = summary.summarise(rows, totals)
     result["input"] = {
         "files": paths,
-        "bytes": sum(os.path.getsize(p) for p in expand_paths(paths)),
+        "bytes": sum(storage.size(path) for path in files),
         "analysis_seconds": round(time.monotonic() - started, 3),
     }
-    with open(os.path.join(out_dir, "summary.json"), "w") as handle:
-        json.dump(result, handle, indent=1, sort_keys=False)
+    storage.write_text(join(out_dir, "summary.json"), json.dumps(result, indent=1, sort_keys=False))
     if report:
         from spark_analysis import report as html_report
 
         step("writing report")
-        html_report.write(tables, totals, result, out_dir)
+        html_report.write(tables, totals, result, out_dir, storage)
     return result

@@ -1,6 +1,7 @@
 """``nsq-trace``: analyse pcaps with Spark, generate seeded traces, capture live traffic.
 
     nsq-trace analyze pcaps/workload-small.pcap --out reports/workload
+    nsq-trace analyze 's3://bucket/captures/*.pcap' --out s3://bucket/analysis/run1   (AWS_ENDPOINT_URL for others)
     nsq-trace generate --size 1GB --seed 7 -o big.pcap [--workload bench]
     nsq-trace capture --port 4150 -o out.pcap -- python my_producer.py
     nsq-trace prepare    (once per installation: an archive of Spark's classes for faster JVM starts)
@@ -45,8 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
 
     analyze = commands.add_parser("analyze", help="decode pcaps with Spark into tables, summary.json and a report")
-    analyze.add_argument("pcaps", nargs="+", help="pcap/pcapng files, directories or globs")
-    analyze.add_argument("--out", required=True, help="output directory")
+    analyze.add_argument("pcaps", nargs="+",
+                         help="pcap/pcapng files, directories or globs: paths or URLs (s3://, gs://, hdfs://, file://)")
+    analyze.add_argument("--out", required=True, help="output directory: a path or a URL")
+    analyze.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the URLs' filesystem (pyarrow.fs.S3FileSystem / GcsFileSystem: region=..., "
+        "endpoint_override=..., anonymous=true); AWS_ENDPOINT_URL sets the S3 endpoint (repeatable)",
+    )
     analyze.add_argument(
         "--master",
         default=None,
@@ -146,15 +156,21 @@ def _analyze(parser, args) -> int:
     from rich.console import Console
 
     from spark_analysis.analysis import DEFAULT_NSQ_PORTS, DEFAULT_WINDOW_BYTES, run_analysis
-    from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, expand_paths
+    from spark_analysis.datasource import DEFAULT_SPLIT_BYTES
     from spark_analysis.session import archive_java_options, spark_session
+    from spark_analysis.storage import Storage, StorageError
 
     if args.window_size == 0:
         parser.error("--window-size must be at least 1 byte")
-    files = expand_paths(args.pcaps)
-    missing = [path for path in files if not os.path.isfile(path)]
-    if not files or missing:
-        parser.error(f"no such capture file: {', '.join(missing or args.pcaps)}")
+    try:
+        storage = Storage.from_environment(args.storage_option)
+        files = storage.expand(args.pcaps)
+        missing = [path for path in files if not storage.is_file(path)]
+        if not files or missing:
+            parser.error(f"no such capture file: {', '.join(missing or args.pcaps)}")
+        storage.make_directory(args.out)  # a missing bucket or a read-only place fails here, before Spark starts
+    except (StorageError, OSError) as exc:
+        parser.error(str(exc).splitlines()[0])
     console = Console(stderr=True)
     started = time.monotonic()
 
@@ -165,7 +181,7 @@ def _analyze(parser, args) -> int:
     master = args.master or (None if os.environ.get("SPARK_ENV_LOADED") else "local[2]")
     step(
         f"starting Spark ({master or 'from spark-submit'}) for {len(files)} file(s), "
-        f"{sum(os.path.getsize(p) for p in files) / 1e6:,.1f} MB"
+        f"{sum(storage.size(p) for p in files) / 1e6:,.1f} MB"
     )
     # A JVM and Python processes started on this machine: the session's measured tuning applies.
     local = master is not None and master.startswith("local")
@@ -181,6 +197,7 @@ def _analyze(parser, args) -> int:
             DEFAULT_WINDOW_BYTES if args.window_size is None else args.window_size,
             report=not args.no_report,
             step=step,
+            storage=storage,
         )
     totals = result["totals"]
     step(

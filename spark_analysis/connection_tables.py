@@ -12,8 +12,6 @@ partition: a retried task overwrites its failed attempt's file.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -22,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spark_analysis.events import EVENT_SCHEMA
+from spark_analysis.storage import LOCAL, Storage, join
 
 NS_PER_MS = 1_000_000
 ROW_GROUP_ROWS = 1 << 18
@@ -243,29 +242,30 @@ def project(events: pa.Table, delivered: pa.Table, lookupd: bool) -> Iterator[tu
     yield "delivered", delivered
 
 
-def prepare_directories(tables_dir: str, schemas: dict[str, pa.Schema]) -> None:
+def prepare_directories(tables_dir: str, schemas: dict[str, pa.Schema], storage: Storage = LOCAL) -> None:
     """Empty directories for the tasks' files (a table no task writes to reads as empty with its schema)."""
     for name in schemas:
-        shutil.rmtree(os.path.join(tables_dir, name), ignore_errors=True)
-        os.makedirs(os.path.join(tables_dir, name))
+        storage.reset_directory(join(tables_dir, name))
 
 
-def parquet_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
+def parquet_writer(path: str, schema: pa.Schema, storage: Storage = LOCAL) -> pq.ParquetWriter:
     """A Parquet file whose label columns (kinds, names, topics, connections) are dictionary-encoded, and no other;
     its row groups carry the time range of their rows (what a reader skips them by), no other statistics (each
     column's cost a fifth of the write time, and a row group mixes every kind of row)."""
     labels = [field.name for field in schema if field.type == pa.string() and field.name not in _UNIQUE_STRINGS]
     statistics = ["ts_ns"] if "ts_ns" in schema.names else False
-    return pq.ParquetWriter(path, schema, use_dictionary=labels, write_statistics=statistics)
+    filesystem, located = storage.locate(path)
+    return pq.ParquetWriter(located, schema, filesystem=filesystem, use_dictionary=labels,
+                            write_statistics=statistics)
 
 
 class TableWriter:
     """One task's file of each of the tables of ``schemas``, each in ``tables_dir/<table>/``: ``add`` buffers rows,
     ``close`` writes what is still buffered."""
 
-    def __init__(self, tables_dir: str, part: str, schemas: dict[str, pa.Schema]):
-        self.schemas = schemas
-        self.paths = {name: os.path.join(tables_dir, name, f"{part}.parquet") for name in schemas}
+    def __init__(self, tables_dir: str, part: str, schemas: dict[str, pa.Schema], storage: Storage = LOCAL):
+        self.schemas, self.storage = schemas, storage
+        self.paths = {name: join(tables_dir, name, f"{part}.parquet") for name in schemas}
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._buffered: dict[str, list[pa.Table]] = {name: [] for name in schemas}
         self._buffered_rows = dict.fromkeys(schemas, 0)
@@ -282,7 +282,7 @@ class TableWriter:
         if not self._buffered[name]:
             return
         if name not in self._writers:
-            self._writers[name] = parquet_writer(self.paths[name], self.schemas[name])
+            self._writers[name] = parquet_writer(self.paths[name], self.schemas[name], self.storage)
         rows = pa.concat_tables(self._buffered[name]).cast(self.schemas[name])
         self._writers[name].write_table(rows, row_group_size=ROW_GROUP_ROWS)
         self._buffered[name], self._buffered_rows[name] = [], 0

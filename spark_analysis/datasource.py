@@ -9,18 +9,19 @@ Options:
                  "reference": ``payload`` is null and consumers read ``payload_length`` bytes at
                  ``payload_offset`` of ``file`` themselves (``pcapfile.read_payloads``), so that
                  payloads never cross a shuffle; needs the files on every executor's file system
+    storage      ``Storage.options`` as JSON: the options of the files' filesystem (``storage.py``) when they
+                 are URLs (``s3://bucket/captures/*.pcap``): every task opens them itself, by ranged reads
 """
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_analysis.pcapfile import PACKET_DDL
+from spark_analysis.storage import Storage
 
 DEFAULT_SPLIT_BYTES = 64 << 20  # walking the records of 100 MB of small packets takes seconds: cores share a file
 
@@ -30,19 +31,6 @@ class PcapRange(InputPartition):
     path: str
     start: int
     end: int
-
-
-def expand_paths(paths: list[str]) -> list[str]:
-    """Files named directly, by glob, or inside directories (``*.pcap``, ``*.pcapng``, ``*.cap``)."""
-    found = []
-    for path in paths:
-        if os.path.isdir(path):
-            found += sorted(p for p in glob.glob(os.path.join(path, "*")) if p.endswith((".pcap", ".pcapng", ".cap")))
-        elif glob.has_magic(path):
-            found += sorted(glob.glob(path))
-        else:
-            found.append(path)
-    return found
 
 
 class NsqPcapDataSource(DataSource):
@@ -65,8 +53,9 @@ class NsqPcapReader(DataSourceReader):
             paths = [options["path"]]
         else:
             raise ValueError("nsqpcap: give one or more capture files to load()")
-        self.paths = expand_paths(paths)
-        missing = [p for p in self.paths if not os.path.isfile(p)]
+        self.storage = Storage(json.loads(options.get("storage", "{}")))
+        self.paths = self.storage.expand(paths)
+        missing = [p for p in self.paths if not self.storage.is_file(p)]
         if missing:
             raise FileNotFoundError(f"nsqpcap: no such capture file: {', '.join(missing)}")
         try:
@@ -82,11 +71,12 @@ class NsqPcapReader(DataSourceReader):
     def partitions(self) -> list[PcapRange]:
         from spark_analysis.pcapfile import split_file
 
-        return [PcapRange(r.path, r.start, r.end) for path in self.paths for r in split_file(path, self.split_bytes)]
+        return [PcapRange(r.path, r.start, r.end) for path in self.paths
+                for r in split_file(path, self.split_bytes, self.storage)]
 
     def read(self, partition: PcapRange):
         from spark_analysis.pcapfile import ByteRange, read_range
 
         yield from read_range(
-            ByteRange(partition.path, partition.start, partition.end), copy_payload=self.payload == "bytes"
+            ByteRange(partition.path, partition.start, partition.end), self.payload == "bytes", self.storage
         )

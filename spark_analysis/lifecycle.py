@@ -21,9 +21,6 @@ executor's file system.
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -46,7 +43,9 @@ from spark_analysis.connection_tables import (
     parquet_writer,
     prepare_directories,
 )
+from spark_analysis.parquet_source import read_table
 from spark_analysis.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
+from spark_analysis.storage import LOCAL, Storage, join
 
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 NS_PER_MS = 1_000_000
@@ -110,12 +109,13 @@ class MessageExchange:
     ``<table>-<bucket>/<part>.parquet``; its connections' own rows, and the IDs its E_FIN_FAILED frames named, go to
     ``connections/`` and ``fin_failed/<part>.parquet``, for every bucket and the connections table."""
 
-    def __init__(self, directory: str, part: str, buckets: int):
-        self.directory, self.part, self.buckets = directory, part, buckets
+    def __init__(self, directory: str, part: str, buckets: int, storage: Storage = LOCAL):
+        self.directory, self.part, self.buckets, self.storage = directory, part, buckets, storage
         self._gathered: dict[str, list[pa.Table]] = {"delivered": [], "published": []}
         self._rows = 0
         self._writers: dict[tuple[str, int], pq.ParquetWriter] = {}
-        self._unbucketed = TableWriter(directory, part, {name: EXCHANGED_SCHEMAS[name] for name in UNBUCKETED})
+        self._unbucketed = TableWriter(directory, part, {name: EXCHANGED_SCHEMAS[name] for name in UNBUCKETED},
+                                       storage)
 
     def add(self, name: str, table: pa.Table) -> None:
         if name == "events":
@@ -153,9 +153,10 @@ class MessageExchange:
     def _writer(self, name: str, bucket: int) -> pq.ParquetWriter:
         key = (name, bucket)
         if key not in self._writers:
-            path = os.path.join(self.directory, f"{name}-{bucket:05d}")
-            os.makedirs(path, exist_ok=True)
-            self._writers[key] = parquet_writer(os.path.join(path, f"{self.part}.parquet"), EXCHANGED_SCHEMAS[name])
+            path = join(self.directory, f"{name}-{bucket:05d}")
+            self.storage.make_directory(path)
+            self._writers[key] = parquet_writer(join(path, f"{self.part}.parquet"), EXCHANGED_SCHEMAS[name],
+                                                self.storage)
         return self._writers[key]
 
     def close(self) -> None:
@@ -171,40 +172,46 @@ class MessageExchange:
         self.close()
 
 
-def prepare_exchange(directory: str) -> None:
-    shutil.rmtree(directory, ignore_errors=True)
+def prepare_exchange(directory: str, storage: Storage = LOCAL) -> None:
+    storage.delete_directory(directory)
     for name in UNBUCKETED:
-        os.makedirs(os.path.join(directory, name))
+        storage.reset_directory(join(directory, name))
 
 
-def _exchanged(directory: str, name: str, bucket: int | None = None) -> pa.Table:
+def _exchanged(directory: str, name: str, bucket: int | None = None, storage: Storage = LOCAL) -> pa.Table:
     """Every decoding task's rows of table ``name`` (in ``bucket``)."""
     schema = EXCHANGED_SCHEMAS[name]
-    files = glob.glob(os.path.join(directory, name if bucket is None else f"{name}-{bucket:05d}", "*.parquet"))
-    return ds.dataset(files, schema=schema, format="parquet").to_table() if files else schema.empty_table()
+    files = storage.files(join(directory, name if bucket is None else f"{name}-{bucket:05d}"), ".parquet")
+    if not files:
+        return schema.empty_table()
+    filesystem = storage.locate(files[0])[0]
+    return ds.dataset([storage.locate(url)[1] for url in files], schema=schema, format="parquet",
+                      filesystem=filesystem).to_table()
 
 
-def tables(spark: SparkSession, tables_dir: str, exchange_dir: str,
-           buckets: int) -> tuple[dict[str, DataFrame], Totals]:
+def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int,
+           storage: Storage = LOCAL) -> tuple[dict[str, DataFrame], Totals]:
     """The lifecycle tables, from the exchange the decoding tasks wrote (``exchange_dir``, in ``buckets``), and their
     totals."""
-    prepare_directories(tables_dir, LIFECYCLE_SCHEMAS)
+    prepare_directories(tables_dir, LIFECYCLE_SCHEMAS, storage)
 
     def lifecycles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ends, fin_failed = _ends(_exchanged(exchange_dir, "connections")), _exchanged(exchange_dir, "fin_failed")
+        ends = _ends(_exchanged(exchange_dir, "connections", storage=storage))
+        fin_failed = _exchanged(exchange_dir, "fin_failed", storage=storage)
         for batch in batches:
             for bucket in batch.column("id").to_pylist():
-                delivered = _exchanged(exchange_dir, "delivered", bucket).join(ends, "conn_id", join_type="left outer")
+                delivered = _exchanged(exchange_dir, "delivered", bucket, storage).join(ends, "conn_id",
+                                                                                       join_type="left outer")
                 delivery = deliveries(delivered)
-                message = messages(delivery, _exchanged(exchange_dir, "published", bucket))
-                with TableWriter(tables_dir, f"part-{bucket:05d}", LIFECYCLE_SCHEMAS) as writer:
+                message = messages(delivery, _exchanged(exchange_dir, "published", bucket, storage))
+                with TableWriter(tables_dir, f"part-{bucket:05d}", LIFECYCLE_SCHEMAS, storage) as writer:
                     writer.add("deliveries", delivery.select(DELIVERIES_SCHEMA.names))
                     writer.add("messages", message)
                 yield bucket_totals(delivery, message, fin_failed)
 
     totals = Totals.of(spark.range(buckets, numPartitions=buckets)
                        .mapInArrow(lifecycles, from_arrow_schema(TOTALS_SCHEMA)).collect())
-    return {name: spark.read.schema(from_arrow_schema(schema)).parquet(os.path.join(tables_dir, name))
+    return {name: read_table(spark, join(tables_dir, name), schema, storage)
             for name, schema in LIFECYCLE_SCHEMAS.items()}, totals
 
 
@@ -356,10 +363,10 @@ def messages(delivery: pa.Table, published: pa.Table) -> pa.Table:
     ).select(MESSAGES_SCHEMA.names).cast(MESSAGES_SCHEMA)
 
 
-def connections(spark: SparkSession, exchange_dir: str) -> DataFrame:
+def connections(spark: SparkSession, exchange_dir: str, storage: Storage = LOCAL) -> DataFrame:
     """One row per TCP connection with its role, subscription and how it ended, from the connections' own event rows
     in the exchange."""
-    ended = spark.read.schema(from_arrow_schema(SCHEMAS["events"])).parquet(os.path.join(exchange_dir, "connections"))
+    ended = read_table(spark, join(exchange_dir, "connections"), SCHEMAS["events"], storage)
     rows = (
         ended.select(
             "conn_id",

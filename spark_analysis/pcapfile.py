@@ -9,9 +9,14 @@ interface link type and ``if_tsresol``). Link types: Ethernet (with VLAN tags), 
 SLL/SLL2, BSD null/loop, raw IP. Network: IPv4, IPv6 with extension headers. IP fragments are
 skipped as a named error (``ip_fragment``): NSQ traffic over TCP is never fragmented in practice.
 
-Byte ranges: a reader for ``[start, end)`` walks record headers from the file start (cheap: one
+Byte ranges: a reader for ``[start, end)`` of a local file walks record headers from the file start (cheap: one
 small unpack per record, no payload reads) and emits the records that *begin* inside its range, so
-adjacent ranges never lose or repeat a record, and no resync heuristic is needed.
+adjacent ranges never lose or repeat a record. On object storage (``storage.py``) that walk would read the whole
+file before the range: there a reader reads its range and one record's worth beyond (ranged reads), and finds the
+first record boundary at or after ``start`` from the bytes themselves (``pcap_resync``: a chain of plausible
+record headers). The reader of the range before knows the true boundary (its walk reaches it) and checks the
+guess against it: a wrong one is the error row ``split_resync_mismatch``, never a silent loss. A pcapng file on
+object storage is one range (its interface blocks come first and a range needs them).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+
+from spark_analysis.storage import LOCAL, Storage, is_local, local_path
 
 PACKET_SCHEMA = pa.schema(
     [
@@ -79,6 +86,9 @@ IPPROTO_TCP = 6
 # A record longer than this cannot be a packet (largest snaplen in use is 262144); guards the walk.
 MAX_RECORD = 1 << 20
 BATCH_BYTES = 8 << 20
+RESYNC_CHAIN = 8  # consecutive plausible record headers that mark a record boundary found mid-file
+RESYNC_BYTES = 2 << 20  # read after a range's start to find its first record
+RESYNC_SECONDS = 366 * 86400  # a record's time lies within this of the file's first record
 
 
 @dataclass(frozen=True)
@@ -90,8 +100,12 @@ class ByteRange:
     end: int
 
 
-def split_file(path: str, split_bytes: int) -> list[ByteRange]:
-    size = os.path.getsize(path)
+def split_file(path: str, split_bytes: int, storage: Storage = LOCAL) -> list[ByteRange]:
+    size = storage.size(path)
+    if not is_local(path) and size > split_bytes > 0:
+        with storage.open_input(path) as remote:
+            if remote.read_at(min(size, 4), 0) == struct.pack("<I", PCAPNG_SHB):
+                split_bytes = 0
     if split_bytes <= 0 or size <= split_bytes:
         return [ByteRange(path, 0, max(size, 1))]
     return [ByteRange(path, start, min(start + split_bytes, size)) for start in range(0, size, split_bytes)]
@@ -104,6 +118,7 @@ class _Batcher:
         self.path = path
         self.copy_payload = copy_payload
         self.frame_start = 0  # file offset of the frame being parsed
+        self.walked_to = None  # the first record boundary at or after the range's end, once a pcap walk reached it
         self._endpoints: dict[tuple, tuple[str, str, str]] = {}  # per-packet address formatting is costly
         self._reset()
 
@@ -194,14 +209,17 @@ def _endpoints(addresses: bytes, sport: int, dport: int) -> tuple[str, str, str]
     return src, dst, f"{low[0]} {low[1]}|{high[0]} {high[1]}"
 
 
-def read_range(byte_range: ByteRange, copy_payload: bool = True) -> Iterator[pa.RecordBatch]:
+def read_range(byte_range: ByteRange, copy_payload: bool = True, storage: Storage = LOCAL) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches of the TCP segments (and error rows) of one byte range.
 
     ``copy_payload=False`` leaves ``payload`` null: a consumer on the same file system reads the
     bytes at ``payload_offset`` itself (``read_payloads``), so they never travel through a shuffle."""
     batcher = _Batcher(byte_range.path, copy_payload)
+    if not is_local(byte_range.path):
+        yield from _read_remote_range(byte_range, batcher, storage)
+        return
     try:
-        with open(byte_range.path, "rb") as handle:
+        with open(local_path(byte_range.path), "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             if size == 0:
                 if byte_range.start == 0:
@@ -216,20 +234,88 @@ def read_range(byte_range: ByteRange, copy_payload: bool = True) -> Iterator[pa.
     yield from _flushed(batcher)
 
 
+def _read_remote_range(byte_range: ByteRange, batcher: _Batcher, storage: Storage) -> Iterator[pa.RecordBatch]:
+    """A range of a file on object storage: the file's header, and from the range's first record to one record past
+    its end, read into an anonymous mapping at their offsets (the pages between are never touched: no memory)."""
+    try:
+        with storage.open_input(byte_range.path) as remote:
+            size = remote.size()
+            if size == 0:
+                if byte_range.start == 0:
+                    batcher.error(0, None, "capture_empty", "file has no bytes")
+                yield from _flushed(batcher)
+                return
+            head = remote.read_at(min(size, 40), 0)
+            pcapng = head[:4] == struct.pack("<I", PCAPNG_SHB)
+            begin = 0 if byte_range.start == 0 or pcapng else pcap_resync(remote, byte_range.start, size, head)
+            stop = size if pcapng else min(size, byte_range.end + 16 + MAX_RECORD)
+            with mmap.mmap(-1, stop) as data:
+                data[: len(head)] = head
+                if begin < stop:
+                    remote.seek(begin)
+                    with memoryview(data) as whole, whole[begin:stop] as window:
+                        remote.readinto(window)  # straight into place: no second copy of the range
+                yield from _walk(data, byte_range, batcher, max(begin, 24))
+            boundary = batcher.walked_to
+            if boundary is not None and boundary < size:
+                guessed = pcap_resync(remote, byte_range.end, size, head)
+                if guessed != boundary:
+                    batcher.error(boundary, None, "split_resync_mismatch",
+                                  f"the next range starts at {guessed}, the record boundary is at {boundary}")
+    except OSError as exc:
+        if byte_range.start == 0:
+            batcher.error(0, None, "capture_unreadable", str(exc))
+    yield from _flushed(batcher)
+
+
+def pcap_resync(remote, start: int, size: int, head: bytes) -> int:
+    """The first pcap record boundary at or after ``start``, from the bytes there alone: the first offset where
+    ``RESYNC_CHAIN`` consecutive plausible record headers begin (or that many run to the file's end). ``head``: the
+    file's first 40 bytes (its header and first record's). Not a pcap: the file's end (nothing to read)."""
+    if len(head) < 24 or struct.unpack_from("<I", head)[0] not in PCAP_MAGICS:
+        return size
+    if start <= 24:
+        return 24
+    order, nano = PCAP_MAGICS[struct.unpack_from("<I", head)[0]]
+    header = struct.Struct(order + "IIII")
+    snaplen = struct.unpack_from(order + "I", head, 16)[0] or MAX_RECORD
+    first_seconds = header.unpack_from(head, 24)[0] if len(head) >= 40 else None
+    fraction_limit = 1_000_000_000 if nano else 1_000_000
+    window = remote.read_at(min(size, start + RESYNC_BYTES) - start, start)
+
+    def plausible(position: int) -> bool:
+        for _ in range(RESYNC_CHAIN):
+            if start + position == size:
+                return True
+            if position + 16 > len(window):
+                return True  # as far as was read, every header fits
+            seconds, fraction, included, original = header.unpack_from(window, position)
+            if (fraction >= fraction_limit or included > min(snaplen, MAX_RECORD) or included > original
+                    or original > MAX_RECORD or start + position + 16 + included > size
+                    or (first_seconds is not None and abs(seconds - first_seconds) > RESYNC_SECONDS)):
+                return False
+            position += 16 + included
+        return True
+
+    return next((start + candidate for candidate in range(min(len(window), 16 + MAX_RECORD))
+                 if plausible(candidate)), size)
+
+
 def _flushed(batcher: _Batcher) -> Iterator[pa.RecordBatch]:
     batch = batcher.flush()
     if batch is not None:
         yield batch
 
 
-def _walk(data, byte_range: ByteRange, batcher: _Batcher) -> Iterator[pa.RecordBatch]:
+def _walk(data, byte_range: ByteRange, batcher: _Batcher, first: int = 24) -> Iterator[pa.RecordBatch]:
+    """``first``: where a pcap's records begin to be walked (after its header, or a range's resynchronised start)."""
     if len(data) < 4:
         if byte_range.start == 0:
             batcher.error(0, None, "capture_truncated_header", f"{len(data)} bytes")
         return
     (magic,) = struct.unpack_from("<I", data, 0)
     if magic in PCAP_MAGICS:
-        records = _pcap_records(data, byte_range, batcher, *PCAP_MAGICS[magic])
+        records = _pcap_records(data, byte_range, batcher, *PCAP_MAGICS[magic], first)
     elif magic == PCAPNG_SHB:
         records = _pcapng_records(data, byte_range, batcher)
     else:
@@ -244,7 +330,7 @@ def _walk(data, byte_range: ByteRange, batcher: _Batcher) -> Iterator[pa.RecordB
     del frame  # the last slice of the mmap must go before the mmap can close
 
 
-def _pcap_records(data, byte_range, batcher, order, nano):
+def _pcap_records(data, byte_range, batcher, order, nano, first):
     if len(data) < 24:
         if byte_range.start == 0:
             batcher.error(0, None, "capture_truncated_header", f"pcap header needs 24 bytes, file has {len(data)}")
@@ -252,9 +338,9 @@ def _pcap_records(data, byte_range, batcher, order, nano):
     linktype = struct.unpack_from(order + "I", data, 20)[0] & 0x0FFFFFFF
     header = struct.Struct(order + "IIII")
     scale = 1 if nano else 1000
-    offset, size = 24, len(data)
+    offset, size = first, len(data)
     view = memoryview(data)  # frames are sliced without copying; only payloads are copied, once
-    forgotten = 0
+    forgotten = offset - offset % mmap.PAGESIZE
     while offset < byte_range.end:
         forgotten = _forget_behind(data, offset, forgotten)
         if offset + 16 > size:
@@ -278,6 +364,7 @@ def _pcap_records(data, byte_range, batcher, order, nano):
                 return
             yield offset, ts_ns, linktype, offset + 16, view[offset + 16 : offset + 16 + included]
         offset += 16 + included
+    batcher.walked_to = offset
 
 
 def _pcapng_records(data, byte_range, batcher):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
 from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from conformance.catalogue import requirements  # noqa: E402
 from spark_analysis.lifecycle import LATENCY_COLUMNS, Totals  # noqa: E402
+from spark_analysis.storage import LOCAL, Storage, join  # noqa: E402
 from spark_analysis.summary import CONCURRENT_JOBS, message_events  # noqa: E402
 
 NS_PER_S = 1_000_000_000
@@ -28,7 +28,8 @@ CDF_POINTS = 200
 LATENCY_TITLES = ("publish -> first delivery", "last delivery -> FIN")
 
 
-def write(tables: Mapping[str, DataFrame], totals: Totals, summary: dict, out_dir: str) -> str:
+def write(tables: Mapping[str, DataFrame], totals: Totals, summary: dict, out_dir: str,
+          storage: Storage = LOCAL) -> str:
     data = _fetch(tables)
     sections = [
         ("Throughput per topic and channel", _throughput(data["delivered_per_second"], data["published_per_second"])),
@@ -40,9 +41,8 @@ def write(tables: Mapping[str, DataFrame], totals: Totals, summary: dict, out_di
         ("RDY and in flight per consumer connection", _flow_control(data["flow_control"])),
         ("Registrations with nsqlookupd", _registrations(summary["lookupd"])),
     ]
-    path = os.path.join(out_dir, "report.html")
-    with open(path, "w") as handle:
-        handle.write(_page(summary, sections))
+    path = join(out_dir, "report.html")
+    storage.write_text(path, _page(summary, sections))
     return path
 
 

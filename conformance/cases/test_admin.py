@@ -82,7 +82,7 @@ def test_channel_empty_clears_in_flight(nsq):
     ok(nsq, f"/channel/empty?topic={topic}&channel=c")
     channel = nsq.http.channel_stats(topic, "c")
     nsq.verify.equal("(depth, in_flight_count) after empty", (0, 0), (channel["depth"], channel["in_flight_count"]))
-    message_id = message.message_id.decode()
+    message_id = message.id_text
     conn.command("FIN", message_id)
     conn.expect_error("E_FIN_FAILED", f"FIN {message_id} failed ID not in flight", fatal=False)
     conn.publish(topic, b"e3")

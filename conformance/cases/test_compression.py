@@ -27,7 +27,7 @@ def test_deflate_session(nsq):
     conn.publish(topic, body)
     conn.command("RDY", 1)
     message = conn.expect_message(body, attempts=1)
-    conn.command("FIN", message.message_id.decode())
+    conn.command("FIN", message.id_text)
     conn.expect_silence(0.3)
 
 
@@ -43,9 +43,9 @@ def test_snappy_session(nsq):
     first = conn.expect_message(b"s" * size, attempts=1)
     binary = bytes(range(256))[:size]
     conn.publish(topic, binary)
-    conn.command("FIN", first.message_id.decode())
+    conn.command("FIN", first.id_text)
     second = conn.expect_message(binary, attempts=1)
-    conn.command("FIN", second.message_id.decode())
+    conn.command("FIN", second.id_text)
     conn.expect_silence(0.3)
 
 

@@ -2,8 +2,6 @@
 
 import pytest
 
-from conformance.client import quote
-
 requirement = pytest.mark.requirement
 
 
@@ -31,9 +29,7 @@ def test_ephemeral_channel_created_over_http_stays(nsq):
     """(D-51, H-08: '#' sent as %23; rec-0195)"""
     nsq.require("http")
     topic = nsq.topic()
-    nsq.verify.equal("topic create", 200, nsq.http.post(f"/topic/create?topic={topic}").status)
-    nsq.verify.equal("channel create", 200, nsq.http.post(
-        f"/channel/create?topic={topic}&channel={quote('e#ephemeral')}").status)
+    nsq.create_over_http(topic, "e#ephemeral")  # '#' sent as %23
     nsq.wait(0.3, "as the recording")
     nsq.verify.that("an HTTP-created ephemeral channel without clients stays",
                     nsq.http.channel_stats(topic, "e#ephemeral") is not None, "present", "gone")

@@ -56,7 +56,7 @@ def test_non_hex_id_reaches_the_lookup(nsq):
 def test_fin_is_silent_and_only_once(nsq):
     """FIN succeeds with no response; a second FIN of the same ID is 'not in flight' (P-FIN-06; rec-0149)."""
     conn, message = one_in_flight(nsq, nsq.topic())
-    message_id = message.message_id.decode()
+    message_id = message.id_text
     conn.command("FIN", message_id)
     conn.expect_silence(0.3, what="FIN has no response (P-FIN-06)")
     conn.command("FIN", message_id)
@@ -73,7 +73,7 @@ def test_settling_another_clients_message(nsq, line, verb):
     owner, message = one_in_flight(nsq, topic, b"mine")
     other = nsq.connect()
     other.subscribe(topic, "c")
-    message_id = message.message_id.decode()
+    message_id = message.id_text
     other.send((line % message_id).encode() + b"\n")
     other.expect_error(f"E_{verb}_FAILED", f"{verb} {message_id} failed client does not own message",
                        fatal=False)
@@ -88,7 +88,7 @@ def test_fin_from_another_channel(nsq):
     owner, message = one_in_flight(nsq, topic, b"x")
     other = nsq.connect()
     other.subscribe(topic, "c2")
-    message_id = message.message_id.decode()
+    message_id = message.id_text
     other.command("FIN", message_id)
     other.expect_error("E_FIN_FAILED", f"FIN {message_id} failed ID not in flight", fatal=False)
 
@@ -112,9 +112,9 @@ def test_req_zero_goes_to_the_tail(nsq):
     conn.expect_response(b"OK")
     conn.subscribe(topic, "c", ready=1)
     first = conn.expect_message(b"first", attempts=1)
-    conn.command("REQ", first.message_id.decode(), 0)
+    conn.command("REQ", first.id_text, 0)
     second = conn.expect_message(b"second", attempts=1)
-    conn.command("FIN", second.message_id.decode())
+    conn.command("FIN", second.id_text)
     again = conn.expect_message(b"first", attempts=2)
     nsq.verify.equal("same ID and timestamp", (first.message_id, first.timestamp),
                      (again.message_id, again.timestamp))
@@ -127,7 +127,7 @@ def test_req_with_delay_defers(nsq):
     topic = nsq.topic()
     nsq.fresh_channel(topic, "c")
     conn, message = one_in_flight(nsq, topic, b"later")
-    conn.command("REQ", message.message_id.decode(), 1000)
+    conn.command("REQ", message.id_text, 1000)
     start = time.monotonic()
     conn.expect_silence(0.2)
     nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("deferred_count") == 1, 0.5,
@@ -149,7 +149,7 @@ def test_req_above_max_is_clamped(nsq):
     if timed:
         nsq.fresh_channel(topic, "c")
     conn, message = one_in_flight(nsq, topic, b"clamp")
-    conn.command("REQ", message.message_id.decode(), int(maximum * 2000))
+    conn.command("REQ", message.id_text, int(maximum * 2000))
     start = time.monotonic()
     if not timed:
         conn.expect_silence(1.0, what="REQ above the max is accepted silently and deferred (P-REQ-05)")
@@ -166,9 +166,9 @@ def test_touch_extends_the_timeout(nsq):
     nsq.fresh_channel(topic, "c")
     conn, message = one_in_flight(nsq, topic, b"touch", {"msg_timeout": 2000})
     nsq.wait(1.5, "three quarters of msg_timeout")
-    conn.command("TOUCH", message.message_id.decode())
+    conn.command("TOUCH", message.id_text)
     conn.expect_silence(1.5, what="no timeout: TOUCH reset the deadline")
-    conn.command("FIN", message.message_id.decode())
+    conn.command("FIN", message.id_text)
     conn.expect_silence(0.3, what="FIN of the touched message succeeds")
 
 
@@ -185,7 +185,7 @@ def test_touch_cannot_pass_max_msg_timeout(nsq):
     delivered = time.monotonic()
     while nsq.elapsed_since(delivered) < maximum - 1:
         nsq.wait(1.0, "then TOUCH again")
-        conn.command("TOUCH", message.message_id.decode())
+        conn.command("TOUCH", message.id_text)
     conn.expect_message(b"cap", attempts=2, timeout=6)
     nsq.within("redelivery despite TOUCHes, measured from delivery", nsq.elapsed_since(delivered),
                maximum - 0.05, maximum + 2.5)

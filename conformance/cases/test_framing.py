@@ -52,7 +52,7 @@ def test_redelivery_keeps_id_and_timestamp(nsq):
     conn.subscribe(topic, "c", ready=1)
     first = conn.expect_message(b"again", attempts=1)
     for attempts in (2, 3):
-        conn.command("REQ", first.message_id.decode(), 0)
+        conn.command("REQ", first.id_text, 0)
         frame = conn.expect_message(b"again", attempts=attempts)
         nsq.verify.equal("ID unchanged across redelivery", first.message_id, frame.message_id)
         nsq.verify.equal("timestamp unchanged across redelivery", first.timestamp, frame.timestamp)

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from conformance import wire
-from conformance.client import quote
+from conformance.client import json_of_type, quote
 
 requirement = pytest.mark.requirement
 NSQ_CONTENT_TYPE = "nsq; version=1.0"
@@ -44,7 +44,7 @@ def test_info(nsq, http):
     """JSON with version and the limits in the profile (H-EP:/info; rec-0204: max_heartbeat_interval in ns)."""
     response = http.get("/info")
     expect(nsq, response, 200)
-    info = response.json()
+    info = json_of_type(response.json(), dict, "the body of GET /info")
     nsq.verify.that("/info has a version", isinstance(info.get("version"), str), "a version string", info)
     nsq.verify.soft_equal("/info max_heartbeat_interval (ns)", nsq.limits["max_heartbeat_interval_ms"] * 10**6,
                           info.get("max_heartbeat_interval"))
@@ -221,9 +221,7 @@ def test_stats_filters(nsq, http):
     """A missing topic gives topics null; a channel filter keeps only that channel; a missing channel gives []
     (H-STATS-04/05; rec-0225)."""
     topic = nsq.topic()
-    expect(nsq, http.post(f"/topic/create?topic={topic}"), 200, body=b"")
-    for channel in ("c1", "c2"):
-        expect(nsq, http.post(f"/channel/create?topic={topic}&channel={channel}"), 200, body=b"")
+    nsq.create_over_http(topic, "c1", "c2")
     missing = http.get(f"/stats?format=json&topic={quote(topic + '-missing')}").json()
     nsq.verify.equal("topics for a missing topic (H-STATS-04)", None, missing["topics"])
     filtered = http.get(f"/stats?format=json&topic={topic}&channel=c2").json()["topics"]
@@ -254,7 +252,7 @@ def test_stats_counters(nsq, http):
     nsq.verify.equal("channel (message_count, depth, in_flight_count, requeue_count, client_count) with s1 in "
                      "flight", (2, 1, 1, 0, 1), counters()[1])
     conn.command("RDY", 0)
-    conn.command("REQ", first.message_id.decode(), 0)
+    conn.command("REQ", first.id_text, 0)
     conn.expect_silence(0.2)
     nsq.until(lambda: counters()[1] == (2, 2, 0, 1, 1), 1.0, "s1 requeued")
     stats, channel_counters = counters()

@@ -118,7 +118,7 @@ def test_rdy_is_a_window(nsq):
     for body in (b"w1", b"w2", b"w3"):
         frame = conn.expect_message(body, attempts=1)
         conn.expect_silence(0.2, what="no second message while one is in flight at RDY 1")
-        conn.command("FIN", frame.message_id.decode())
+        conn.command("FIN", frame.id_text)
 
 
 @requirement("NSQ-RDY-005")
@@ -130,9 +130,9 @@ def test_lowering_rdy_below_in_flight(nsq):
     conn.expect_response(b"OK")
     conn.subscribe(topic, "c", ready=2)
     first, second = conn.expect_message(b"l1"), conn.expect_message(b"l2")
-    conn.send(b"RDY 1\n" + wire.encode_command("FIN", first.message_id.decode()))
+    conn.send(b"RDY 1\n" + wire.encode_command("FIN", first.id_text))
     conn.expect_silence(0.5, what="in flight (1) is not below RDY (1)")
-    conn.command("FIN", second.message_id.decode())
+    conn.command("FIN", second.id_text)
     conn.expect_message(b"l3", attempts=1)
     conn.expect_silence(0.3)
 
@@ -147,7 +147,7 @@ def test_rdy_zero_stops_delivery_but_fin_works(nsq):
     conn.subscribe(topic, "c", ready=1)
     frame = conn.expect_message(b"z1")
     conn.command("RDY", 0)
-    conn.command("FIN", frame.message_id.decode())
+    conn.command("FIN", frame.id_text)
     conn.expect_silence(0.6, what="RDY 0 stops delivery")
     conn.command("RDY", 1)
     conn.expect_message(b"z2")

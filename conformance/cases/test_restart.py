@@ -10,8 +10,7 @@ requirement = pytest.mark.requirement
 
 
 def create(nsq, topic: str, *channels: str) -> None:
-    for path in [f"/topic/create?topic={topic}"] + [f"/channel/create?topic={topic}&channel={c}" for c in channels]:
-        nsq.verify.equal(f"POST {path}", 200, nsq.http.post(path).status)
+    nsq.create_over_http(topic, *channels)
 
 
 def restore(nsq, topic: str, channel: str, ready: int):
@@ -68,7 +67,7 @@ def test_deferred_messages_come_at_once_after_a_restart(restartable):
     conn.expect_response(b"OK")
     conn.publish(topic, b"requeued")
     message = conn.expect_message(b"requeued", attempts=1)
-    conn.command("REQ", message.message_id.decode(), delay)
+    conn.command("REQ", message.id_text, delay)
     conn.expect_silence(0.3)
     nsq.restart()
     consumer = restore(nsq, topic, "c", ready=2)

@@ -28,7 +28,7 @@ def test_sample_rate_keeps_about_that_share(nsq):
     while time.monotonic() < deadline:
         for frame in consumer.poll(deadline - time.monotonic()):
             deliveries.append(frame)
-            consumer.command("FIN", frame.message_id.decode())
+            consumer.command("FIN", frame.id_text)
     nsq.verify.that("sampled share of 300 messages at sample_rate 10 (D-45: 33 expected)",
                     8 <= len(deliveries) <= 70, "8..70", len(deliveries))
     nsq.verify.equal("attempts of the sampled messages", {1}, {frame.attempts for frame in deliveries})

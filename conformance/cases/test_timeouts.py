@@ -26,7 +26,7 @@ def test_unsettled_message_times_out(nsq):
     nsq.within("timeout redelivery", nsq.elapsed_since(start), 0.95, 1.8)
     nsq.verify.equal("same ID and timestamp", (first.message_id, first.timestamp),
                      (again.message_id, again.timestamp))
-    conn.command("FIN", first.message_id.decode())
+    conn.command("FIN", first.id_text)
     conn.expect_silence(0.3, what="FIN of the redelivered message succeeds (D-12)")
     if nsq.http.address:
         channel = nsq.http.channel_stats(topic, "c")
@@ -51,7 +51,7 @@ def test_late_fin_after_redelivery_elsewhere(nsq):
     slow.command("RDY", 0)
     other.command("RDY", 1)
     again = other.expect_message(b"move", attempts=2, timeout=5)
-    message_id = message.message_id.decode()
+    message_id = message.id_text
     nsq.verify.equal("same ID", message.message_id, again.message_id)
     slow.command("FIN", message_id)
     slow.expect_error("E_FIN_FAILED", f"FIN {message_id} failed client does not own message", fatal=False)
@@ -72,7 +72,7 @@ def test_late_fin_after_timeout(nsq):
     message = conn.expect_message(b"late", attempts=1)
     conn.command("RDY", 0)
     nsq.wait(2.5, "past msg_timeout and the scan interval")
-    message_id = message.message_id.decode()
+    message_id = message.id_text
     conn.command("FIN", message_id)
     conn.expect_error("E_FIN_FAILED", f"FIN {message_id} failed ID not in flight", fatal=False)
 

@@ -10,7 +10,7 @@ import ssl
 
 import pytest
 
-from conformance.client import HttpClient
+from conformance.client import HttpClient, json_of_type
 from conformance.target import TLS_DIR
 
 requirement = pytest.mark.requirement
@@ -34,7 +34,7 @@ def works_inside_tls(nsq, conn, topic: str) -> None:
     conn.publish(topic, b"inside tls")
     conn.subscribe(topic, "c", ready=1)
     message = conn.expect_message(b"inside tls", attempts=1)
-    conn.command("FIN", message.message_id.decode())
+    conn.command("FIN", message.id_text)
     conn.expect_silence(0.2, "FIN of the delivered message is silent")
 
 
@@ -102,8 +102,8 @@ def test_https_serves_the_api(nsq):
     ping = api.get("/ping")
     nsq.verify.equal("HTTPS /ping", (200, b"OK"), (ping.status, ping.body))
     info = api.get("/info")
-    nsq.verify.that("HTTPS /info is nsqd's JSON", info.status == 200 and info.json().get("version"), "a version",
-                    info.body[:200])
+    nsq.verify.that("HTTPS /info is nsqd's JSON", info.status == 200 and json_of_type(
+        info.json(), dict, "the body of HTTPS GET /info").get("version"), "a version", info.body[:200])
     if not nsq.target.requires_tls("http"):
         plain = nsq.http.get("/ping")
         nsq.verify.equal("plain HTTP /ping still works", (200, b"OK"), (plain.status, plain.body))

@@ -39,7 +39,8 @@ class ResultCollector:
         fixed = [case["id"] for case in self.cases.values()
                  if case["baseline"] and case["verdict"] in ("PASS", "NON-STRICT")]
         summary = {"counts": self._counts(targets.get(broker, Counter())),
-                   "targets": {label: self._counts(counts) for label, counts in sorted(targets.items())},
+                   "targets": {label: self._counts(counts) for label, counts in  # the broker first
+                               sorted(targets.items(), key=lambda item: ("nsqlookupd" in item[0], item[0]))},
                    "causes": self.causes(),
                    "target_deaths": [{**case["target_death"], "target": case["target"]}
                                      for case in self.cases.values() if case.get("target_death")],

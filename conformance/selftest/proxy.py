@@ -172,6 +172,8 @@ class FaultyProxy:
         with contextlib.suppress(OSError):
             handler(session, first)
         self._sessions.discard(session)
+        if self.hung:
+            return  # a hung broker leaves its clients connected and unanswered
         if from_client and not session.hang_up:
             session.client_done()
         elif not session.fault.keeps_client_open:

@@ -31,6 +31,8 @@ def nsq_trace(*args, timeout=300):
         (["analyze", "pcaps/compressed.pcap", "--out", "x", "--nsq-port", "99999"], "invalid port '99999'"),
         (["generate", "--size", "lots", "-o", "x.pcap"], "invalid size 'lots'"),
         (["analyze", "nowhere.pcap", "--out", "x"], "no such capture file: nowhere.pcap"),
+        (["analyze", "pcaps/compressed.pcap", "--out", "x", "--storage-option", "region"],
+         "storage option 'region' is not key=value"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
 )
@@ -39,6 +41,14 @@ def test_bad_flags_give_one_line_and_exit_status_2(args, message):
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert not (REPO / "x").exists()  # nothing made of a command refused
+
+
+def test_a_missing_output_place_is_one_line_before_spark_starts(tmp_path):
+    (tmp_path / "file").write_text("")
+    result = nsq_trace("analyze", "pcaps/compressed.pcap", "--out", str(tmp_path / "file" / "out"), timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and str(tmp_path / "file") in result.stderr
 
 
 def test_analyze_end_to_end_with_a_corrupt_file_among_good_ones(tmp_path):

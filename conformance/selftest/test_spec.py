@@ -1,0 +1,203 @@
+"""The behaviour catalogue (conformance/spec/) against the rest of the tree: every ID the project cites is in it,
+every requirement maps onto it, every MUST item is judged by a case (or says why no black-box case can), the
+recordings it names are the fixtures' own, and ``nsq-conformance explain`` answers for every ID."""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.catalogue import requirements
+from conformance.explain import REPO_DIR, TRANSCRIPT_FILES
+from conformance.spec import SpecError, _behaviour, behaviour_ids_of, behaviours, cited_id_pattern
+
+# Labels the recorder put in the fixtures' `catalog` lists that are not behaviour IDs: sections of the old
+# behaviour document, now items of their own, and the names of nsqd's own Go tests (whose behaviour items the
+# same transcripts also cite).
+FIXTURE_LABELS = {
+    "§3.1": "ID-14", "§5": "LIM-01", "H-EP:/info": "H-INFO-01", "H-EP:/debug": "H-DEBUG-01",
+    "H-EP:/topic/create": "H-TOPIC-01", "H-EP:/topic/delete": "H-TOPIC-02", "H-EP:/topic/empty": "H-TOPIC-03",
+    "H-EP:/topic/pause": "H-TOPIC-04", "H-EP:/channel/create": "H-CHANNEL-01",
+    "H-EP:/channel/delete": "H-CHANNEL-02", "H-EP:/channel/empty": "H-CHANNEL-03",
+    "H-EP:/channel/pause": "H-CHANNEL-04", "T-TestSizeLimits": None, "T-TestMaxRdyCount": None,
+}
+
+
+def explain(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "conformance", "explain", *arguments], capture_output=True,
+                          text=True, timeout=120, cwd=REPO_DIR)
+
+
+@pytest.fixture(scope="module")
+def every_explanation() -> dict[str, dict]:
+    """``explain --json`` of every behaviour item and every requirement, in one run (one case collection)."""
+    answer = explain("--json", *behaviours(), *requirements())
+    assert answer.returncode == 0, answer.stderr
+    return json.loads(answer.stdout)
+
+
+def tracked_texts():
+    names = subprocess.run(["git", "ls-files", "-z"], capture_output=True, check=True, cwd=REPO_DIR).stdout
+    for name in names.decode().split("\0"):
+        path = REPO_DIR / name
+        if name and path.is_file():
+            try:
+                yield name, path.read_text()
+            except UnicodeDecodeError:
+                continue  # pcaps and other binary golden data
+
+
+def test_every_cited_id_is_in_the_catalogue():
+    pattern = cited_id_pattern()
+    known = behaviours().keys() | requirements().keys()
+    cited, unknown = set(), []
+    for name, text in tracked_texts():
+        for number, line in enumerate(text.splitlines(), 1):
+            for identifier in pattern.findall(line):
+                cited.add(identifier)
+                if identifier not in known:
+                    unknown.append(f"{name}:{number}: {identifier}")
+    assert not unknown, "IDs cited but in neither conformance/spec/ nor requirements.toml:\n" + "\n".join(unknown)
+    assert len(cited) > 400  # the tree cites ~330 behaviour items and ~160 requirements: the scan did run
+
+
+def test_requirements_map_onto_catalogue_items():
+    unmapped = [f"{r.id}: {i}" for r in requirements().values() for i in behaviour_ids_of(r) if i not in behaviours()]
+    assert not unmapped, "requirements.toml sources that are not catalogue items:\n" + "\n".join(unmapped)
+
+
+def marked_cases():
+    """(file, test function, its requirement marks, its docstring) of every case under conformance/cases/."""
+    for path in sorted((REPO_DIR / "conformance" / "cases").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                marks = [argument.value for decorator in node.decorator_list
+                         if isinstance(decorator, ast.Call) and "requirement" in ast.unparse(decorator.func)
+                         for argument in decorator.args if isinstance(argument, ast.Constant)]
+                yield path.name, node.name, marks, ast.get_docstring(node) or ""
+
+
+def test_a_case_citing_an_item_judges_it_through_its_requirements():
+    """A case whose docstring cites a behaviour item is marked with a requirement whose source names it, so that
+    `explain` of the item finds the case."""
+    pattern = cited_id_pattern()
+    unmapped = []
+    for file, name, marks, docstring in marked_cases():
+        mapped = {item for mark in marks if mark in requirements() for item in behaviour_ids_of(requirements()[mark])}
+        unmapped += [f"{file}::{name} {marks}: {item}" for item in sorted(set(pattern.findall(docstring)) - mapped)
+                     if item in behaviours()]
+    assert not unmapped, "add the item to one of the case's requirements' source:\n" + "\n".join(unmapped)
+
+
+# MUST items that a black-box case could judge but none does yet, each with what the case needs. The list only
+# shrinks: a new unjudged MUST item fails the test below, and so does an item here that a case now judges.
+NO_CASE_YET = {
+    "P-SUB-06": "a profile whose broker runs with --max-channel-consumers (the recordings' limits flags)",
+    "D-22": "a timeout, then /stats timeout_count 1 and requeue_count 0",
+    "D-53": "a profile whose broker runs with a small --mem-queue-size, then an ephemeral channel's counters",
+    "L-TCP-19": "an nsqlookupd started with a short --inactive-producer-timeout",
+    "L-TCP-20": "a lookupd command line ending in CRLF",
+    "L-HTTP-03": "an nsqlookupd no other case has used",
+    "L-HTTP-16": "an nsqlookupd started with a short --inactive-producer-timeout",
+    "L-HTTP-17": "an nsqlookupd started with a short --tombstone-lifetime",
+    "R-07": "an ephemeral topic's last consumer leaving, seen by the fake lookupd",
+    "R-09": "a restart of the broker under test (--restart-command) seen by the fake lookupd",
+    "R-10": "the fake lookupd stopped and started again across a 15 s PING tick",
+    "R-12": "the broker registered with a real nsqlookupd, then /lookup and /nodes",
+    "R-13": "the broker registered with a real nsqlookupd, then /topic/delete on the broker",
+    "R-14": "a real nsqlookupd restarted, then two 15 s PING ticks",
+    "R-15": "a consumer that finds the broker through nsqlookupd's /lookup",
+}
+
+
+def test_every_must_item_is_checked_by_a_case_or_says_why_not(every_explanation):
+    unchecked = {item.id for item in behaviours().values()
+                 if item.level == "MUST" and not item.not_checkable and not every_explanation[item.id]["cases"]}
+    new_gaps = [f"{i} ({behaviours()[i].section}.toml): {behaviours()[i].text}"
+                for i in sorted(unchecked - NO_CASE_YET.keys())]
+    assert not new_gaps, ("MUST items no case judges (map them in a requirement's source, or give "
+                          "not_checkable = \"reason\"):\n" + "\n".join(new_gaps))
+    closed = sorted(NO_CASE_YET.keys() - unchecked)
+    assert not closed, f"judged now (or no longer MUST): remove from NO_CASE_YET: {closed}"
+
+
+def test_not_checkable_items_are_really_unjudged(every_explanation):
+    """An item that claims no black-box case can judge it while a case does is stale."""
+    stale = [item.id for item in behaviours().values() if item.not_checkable and every_explanation[item.id]["cases"]]
+    assert not stale
+
+
+def test_recordings_are_the_fixtures_own():
+    shows: dict[str, set[str]] = {}
+    for path in TRANSCRIPT_FILES:
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            for label in record["catalog"]:
+                identifier = FIXTURE_LABELS.get(label, label)
+                if identifier is not None:
+                    shows.setdefault(identifier, set()).add(record["id"])
+    assert shows.keys() <= behaviours().keys(), sorted(shows.keys() - behaviours().keys())
+    differing = [f"{i.id}: catalogue {sorted(i.recordings)} fixtures {sorted(shows.get(i.id, ()))}"
+                 for i in behaviours().values() if set(i.recordings) != shows.get(i.id, set())]
+    assert not differing, "\n".join(differing)
+
+
+def test_explain_answers_every_id(every_explanation):
+    assert every_explanation.keys() == behaviours().keys() | requirements().keys()
+
+
+RANDOM_IDS = random.Random(25).sample(sorted(behaviours().keys() | requirements().keys()), 20)
+
+
+@pytest.fixture(scope="module")
+def explained() -> str:
+    """The text answer for 20 IDs drawn at random (seeded) and one requirement whose answer is known."""
+    answer = explain(*RANDOM_IDS, "NSQ-FIN-004")
+    assert answer.returncode == 0, answer.stderr
+    return answer.stdout
+
+
+@pytest.mark.parametrize("identifier", RANDOM_IDS)
+def test_explain_prints_the_text_and_transcripts_of_random_ids(explained, identifier):
+    entry = behaviours().get(identifier) or requirements()[identifier]
+    assert f"{identifier}  {entry.level}" in explained
+    assert entry.text in explained
+    for recording in entry.recordings:
+        assert recording in explained
+
+
+def test_explain_of_a_requirement_lists_its_cases_items_and_broker_lines(explained):
+    answer = explained[explained.index("NSQ-FIN-004  MUST"):]
+    assert "test_settling_another_clients_message[TOUCH]" in answer
+    assert behaviours()["P-TOUCH-03"].text in answer
+    assert "reference_broker/protocol_v2.py" in answer
+
+
+@pytest.mark.parametrize("arguments", [("Q-99",), ("D-12", "NSQ-NOPE-0001"), ("d-12",)])
+def test_explain_of_an_unknown_id_is_one_line_and_exit_2(arguments):
+    answer = explain(*arguments)
+    assert answer.returncode == 2
+    assert answer.stdout == ""
+    assert answer.stderr.count("\n") == 1 and "unknown ID" in answer.stderr
+
+
+@pytest.mark.parametrize("entry, complaint", [
+    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": []}, "missing source"),
+    ({"id": "Q-99", "level": "MAYBE", "text": "t", "observable": "o", "recordings": [], "source": "s"}, "level"),
+    ({"id": "d99", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s"},
+     "not a behaviour"),
+    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": ["r1"], "source": "s"}, "rec-NNNN"),
+    ({"id": "Q-99", "level": "SHOULD", "text": "t", "observable": "o", "recordings": [], "source": "s",
+      "not_checkable": "why"}, "MUST items only"),
+    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s", "txt": "x"},
+     "unknown field"),
+])
+def test_a_bad_catalogue_entry_is_named(entry, complaint):
+    with pytest.raises(SpecError, match=complaint):
+        _behaviour(Path("example.toml"), entry)

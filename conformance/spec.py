@@ -1,0 +1,94 @@
+"""The behaviour catalogue (``conformance/spec/*.toml``): what nsqd and nsqlookupd do, item by item, in our
+own words, with the recordings that show it and the Go source it comes from.
+
+Two kinds of ID live in this project. Behaviour items (``C-01``, ``P-TOUCH-04``, ``D-12``, ``R-01``, ``T-07``,
+``L-HTTP-06``, ...) are facts about the real brokers, one per item here. Suite requirements (``NSQ-PUB-003``,
+``NSQLOOKUPD-HTTP-002``) live in ``requirements.toml`` and name the behaviour items they judge in ``source``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from conformance.catalogue import LEVELS, Requirement, requirements
+
+SPEC_DIR = Path(__file__).parent / "spec"
+FIELDS = frozenset({"id", "level", "text", "observable", "recordings", "source", "not_checkable"})
+BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}")
+RECORDING_ID = re.compile(r"rec-\d{4}")
+
+
+class SpecError(ValueError):
+    """A catalogue file that does not load: the message names the file and the item."""
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    id: str
+    level: str
+    text: str
+    observable: str
+    recordings: tuple[str, ...]
+    source: str
+    not_checkable: str | None
+    section: str
+
+    @property
+    def prefix(self) -> str:
+        """``P-TOUCH-04`` -> ``P-TOUCH``."""
+        return self.id.rsplit("-", 1)[0]
+
+
+@cache
+def behaviours() -> dict[str, Behaviour]:
+    catalogue: dict[str, Behaviour] = {}
+    for path in sorted(SPEC_DIR.glob("*.toml")):
+        for entry in tomllib.loads(path.read_text()).get("behaviour", ()):
+            item = _behaviour(path, entry)
+            if item.id in catalogue:
+                raise SpecError(f"{path.name}: {item.id} is already in {catalogue[item.id].section}.toml")
+            catalogue[item.id] = item
+    return catalogue
+
+
+def _behaviour(path: Path, entry: dict) -> Behaviour:
+    name = f"{path.name}: {entry.get('id', '<no id>')}"
+    missing = {"id", "level", "text", "observable", "recordings", "source"} - entry.keys()
+    if missing:
+        raise SpecError(f"{name}: missing {', '.join(sorted(missing))}")
+    if entry.keys() - FIELDS:
+        raise SpecError(f"{name}: unknown field(s) {', '.join(sorted(entry.keys() - FIELDS))}")
+    if not BEHAVIOUR_ID.fullmatch(entry["id"]):
+        raise SpecError(f"{name}: not a behaviour ID (like D-12 or P-TOUCH-04)")
+    if entry["level"] not in LEVELS:
+        raise SpecError(f"{name}: level {entry['level']!r} is not one of {LEVELS}")
+    if not all(RECORDING_ID.fullmatch(recording) for recording in entry["recordings"]):
+        raise SpecError(f"{name}: recordings must be rec-NNNN")
+    if "not_checkable" in entry and entry["level"] != "MUST":
+        raise SpecError(f"{name}: not_checkable is for MUST items only")
+    return Behaviour(entry["id"], entry["level"], entry["text"], entry["observable"], tuple(entry["recordings"]),
+                     entry["source"], entry.get("not_checkable"), path.stem)
+
+
+def behaviour_ids_of(requirement: Requirement) -> tuple[str, ...]:
+    """The behaviour items a requirement judges, from its ``source = "C-01, C-22"``."""
+    return tuple(part.strip() for part in requirement.source.split(",") if part.strip())
+
+
+@cache
+def requirements_of(behaviour_id: str) -> tuple[Requirement, ...]:
+    return tuple(requirement for requirement in requirements().values()
+                 if behaviour_id in behaviour_ids_of(requirement))
+
+
+@cache
+def cited_id_pattern() -> re.Pattern:
+    """A behaviour ID as a whole word, for the prefixes the catalogue has (``D-12``, but not inside ``ID-12``,
+    ``D-120`` or ``P-RST-12``), or a requirement ID (``NSQ-ID-012``)."""
+    prefixes = sorted({item.prefix for item in behaviours().values()}, key=len, reverse=True)
+    alternatives = "|".join(re.escape(prefix) for prefix in prefixes)
+    return re.compile(rf"(?<![\w-])(?:(?:{alternatives})-\d{{2}}|NSQ(?:LOOKUPD)?-[A-Z0-9]+-\d{{3}})(?![\w-])")
