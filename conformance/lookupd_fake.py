@@ -33,6 +33,7 @@ class FakeLookupd:
         self.events: list[Event] = []
         self._lock = threading.Lock()
         self._connections = 0
+        self._open: dict[int, socket.socket] = {}  # by connection number: what drop() closes
         with socket.socket() as probe:  # a port that refuses connections
             probe.bind(("127.0.0.1", 0))
             self._dead_http_port = probe.getsockname()[1]
@@ -43,6 +44,17 @@ class FakeLookupd:
 
     def stop(self) -> None:
         self.listener.close()
+
+    def drop(self) -> None:
+        """Close every connection of the broker's, as a lookupd that goes away does (R-10): it learns of it only
+        when it next writes."""
+        with self._lock:
+            connections = list(self._open.values())
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def since(self, start: int) -> list[Event]:
         with self._lock:
@@ -78,6 +90,7 @@ class FakeLookupd:
             with self._lock:
                 self._connections += 1
                 number = self._connections
+                self._open[number] = conn
             threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
 
     def _serve(self, conn: socket.socket, number: int) -> None:
@@ -107,4 +120,6 @@ class FakeLookupd:
             pass
         finally:
             self._log(number, "CLOSED")
+            with self._lock:
+                self._open.pop(number, None)
             conn.close()

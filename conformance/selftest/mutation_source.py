@@ -52,6 +52,11 @@ class Run:
     """One suite run of a mutant: a profile and the requirement prefixes of the cases that judge the module."""
     profile: str
     prefixes: tuple[str, ...]
+    lookupd_profile: str = "nsqlookupd-defaults"
+
+    @property
+    def name(self) -> str:
+        return self.profile if self.lookupd_profile == "nsqlookupd-defaults" else self.lookupd_profile
 
 
 @dataclass(frozen=True)
@@ -62,21 +67,23 @@ class Module:
 
 
 _DURABILITY = ("NSQ-RST", "NSQ-DISK")
+# the disk queue in use: every message past the second on disk, small files, frequent syncs
+_ON_DISK = Run("nsqd-durability", _DURABILITY)
 MODULES = (
-    Module("diskqueue.py", ("reference_broker/diskqueue.py",), (Run("nsqd-defaults", _DURABILITY),)),
+    Module("diskqueue.py", ("reference_broker/diskqueue.py",), (Run("nsqd-defaults", _DURABILITY), _ON_DISK)),
     Module("nsqd.py", ("reference_broker/nsqd.py",),
-           (Run("nsqd-defaults", (*_DURABILITY, "NSQ-REG", "NSQ-ADMIN", "NSQ-EPH", "NSQ-PUB", "NSQ-HTTP")),)),
+           (Run("nsqd-defaults", (*_DURABILITY, "NSQ-REG", "NSQ-ADMIN", "NSQ-EPH", "NSQ-PUB", "NSQ-HTTP")), _ON_DISK)),
     Module("topic.py", ("reference_broker/topic.py",),
            (Run("nsqd-defaults", (*_DURABILITY, "NSQ-PUB", "NSQ-MPUB", "NSQ-DPUB", "NSQ-FANOUT", "NSQ-ADMIN",
-                                  "NSQ-EPH", "NSQ-SEM")),)),
+                                  "NSQ-EPH", "NSQ-SEM")), _ON_DISK)),
     Module("channel.py", ("reference_broker/channel.py",),
            (Run("nsqd-defaults", (*_DURABILITY, "NSQ-SUB", "NSQ-FIN", "NSQ-REQ", "NSQ-RDY", "NSQ-SEM", "NSQ-FANOUT",
-                                  "NSQ-ADMIN", "NSQ-EPH", "NSQ-DPUB", "NSQ-TOUCH")),)),
+                                  "NSQ-ADMIN", "NSQ-EPH", "NSQ-DPUB", "NSQ-TOUCH")), _ON_DISK)),
     Module("lookup*.py", ("reference_broker/lookup.py", "reference_broker/lookup_peer.py"),
            (Run("nsqd-defaults", ("NSQ-REG",)),)),
     Module("nsqlookupd/", tuple(f"reference_broker/nsqlookupd/{name}" for name in (
         "http_api.py", "lookup_protocol_v1.py", "nsqlookupd.py", "options.py", "registration_db.py",
-        "tcp_server.py", "__main__.py")), (Run("nsqd-defaults", ("NSQLOOKUPD",)),)),
+        "tcp_server.py", "__main__.py")), (Run("nsqd-defaults", ("NSQLOOKUPD",), "nsqlookupd-short-timeouts"),)),
     Module("tls.py", ("reference_broker/tls.py",),
            (Run("nsqd-tls", ("NSQ-TLS",)), Run("nsqd-tls-client-cert", ("NSQ-TLS",)))),
 )
@@ -224,8 +231,9 @@ def run_suite(slot: Path, run: Run, reports: Path, timeout: float) -> dict:
     shutil.rmtree(reports, ignore_errors=True)
     reports.mkdir(parents=True)
     prefixes = [argument for prefix in run.prefixes for argument in ("--requirement", prefix)]
-    command = [sys.executable, "-m", "conformance", "--strict", "--profile", run.profile, "--workers", "0",
-               "--reports-dir", str(reports), *prefixes, "--", "-x", "-q", "-p", "no:randomly"]
+    command = [sys.executable, "-m", "conformance", "--strict", "--profile", run.profile, "--lookupd-profile",
+               run.lookupd_profile, "--workers", "0", "--reports-dir", str(reports), *prefixes,
+               "--", "-x", "-q", "-p", "no:randomly"]
     started = time.monotonic()
     with (reports / "suite.log").open("w") as log:
         process = subprocess.Popen(command, cwd=slot, env=environment(slot), stdout=log, stderr=subprocess.STDOUT,
@@ -236,7 +244,7 @@ def run_suite(slot: Path, run: Run, reports: Path, timeout: float) -> dict:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             return {"status": "timeout", "seconds": round(time.monotonic() - started, 1),
-                    "by": f"{run.profile}: no verdict within {timeout:g} s"}
+                    "by": f"{run.name}: no verdict within {timeout:g} s"}
     _kill_leftovers(process.pid)
     seconds = round(time.monotonic() - started, 1)
     report = reports / "report.json"
@@ -247,10 +255,10 @@ def run_suite(slot: Path, run: Run, reports: Path, timeout: float) -> dict:
     if failed:
         first = failed[0]
         message = (first["message"] or "").strip().splitlines()
-        return {"status": "killed", "seconds": seconds, "by": f"{run.profile}: {first['id']} {first['verdict']}",
+        return {"status": "killed", "seconds": seconds, "by": f"{run.name}: {first['id']} {first['verdict']}",
                 "why": message[-1][:200] if message else ""}
     tail = (reports / "suite.log").read_text(errors="replace").strip().splitlines()
-    return {"status": "killed", "seconds": seconds, "by": f"{run.profile}: exit status {process.returncode}",
+    return {"status": "killed", "seconds": seconds, "by": f"{run.name}: exit status {process.returncode}",
             "why": tail[-1][:200] if tail else ""}
 
 
@@ -262,7 +270,7 @@ def _kill_leftovers(group: int) -> None:
         pass
 
 
-def run_mutant(mutant: Mutant, module: Module, slots: Slots, reports: Path, timeouts: dict[str, float]) -> dict:
+def run_mutant(mutant: Mutant, module: Module, slots: Slots, reports: Path, timeouts: dict) -> dict:
     slot = slots.free.get()
     target = slot / mutant.path
     original = target.read_text()
@@ -270,7 +278,7 @@ def run_mutant(mutant: Mutant, module: Module, slots: Slots, reports: Path, time
         target.write_text(mutant.mutated_source)
         outcome: dict = {}
         for number, run in enumerate(module.runs):
-            outcome = run_suite(slot, run, reports / "runs" / f"{slot.name}-{number}", timeouts[run.profile + module.name])
+            outcome = run_suite(slot, run, reports / "runs" / f"{slot.name}-{number}", timeouts[module.name, run])
             if outcome["status"] != "survived":
                 break
     finally:
@@ -279,28 +287,28 @@ def run_mutant(mutant: Mutant, module: Module, slots: Slots, reports: Path, time
     return {"module": mutant.module, "key": mutant.key, "line": mutant.line, "diff": mutant.diff, **outcome}
 
 
-def run_controls(modules: list[Module], slots: Slots, reports: Path) -> dict[str, float]:
+def run_controls(modules: list[Module], slots: Slots, reports: Path) -> dict[tuple[str, Run], float]:
     """Each module's selection on the unmutated copy: it must pass; its time bounds the mutants' runs."""
-    timeouts: dict[str, float] = {}
+    timeouts: dict[tuple[str, Run], float] = {}
     jobs = [(module, run) for module in modules for run in module.runs]
 
     def control(job):
         module, run = job
         slot = slots.free.get()
         try:
-            return job, run_suite(slot, run, reports / "controls" / f"{module.name.strip('*/.')}-{run.profile}",
-                                  900)
+            return job, run_suite(slot, run, reports / "controls" / f"{module.name.strip('*/.')}-{run.name}", 900)
         finally:
             slots.free.put(slot)
 
     with ThreadPoolExecutor(slots.free.qsize()) as pool:
         for (module, run), outcome in pool.map(control, jobs):
-            print(f"control {module.name} {run.profile}: {'passes' if outcome['status'] == 'survived' else 'FAILS'} in {outcome['seconds']:g} s "
+            verdict = "passes" if outcome["status"] == "survived" else "FAILS"
+            print(f"control {module.name} {run.name}: {verdict} in {outcome['seconds']:g} s "
                   f"({outcome.get('cases', 0)} cases)", flush=True)
             if outcome["status"] != "survived":
                 raise SystemExit(f"mutation-source: the unmutated {module.name} fails its own selection "
                                  f"({outcome.get('by')}: {outcome.get('why', '')}): the harness is wrong")
-            timeouts[run.profile + module.name] = 2 * outcome["seconds"] + 30
+            timeouts[module.name, run] = 2 * outcome["seconds"] + 30
     return timeouts
 
 

@@ -1,0 +1,159 @@
+"""Crashes and what the disk keeps (nsqd-behavior.md 4.10): SIGKILL, the sync policy (--sync-every,
+--sync-timeout), rolled disk queue files and the files a target leaves in its --data-path. Each case runs on a
+broker the suite may kill (conformance/crash.py); without what a case needs it is UNSUPPORTED."""
+
+import json
+
+import pytest
+
+from conformance import crash, wire
+
+requirement = pytest.mark.requirement
+RECORD_HEADER = 4 + 8 + 2 + 16  # go-diskqueue's size, then nsqd's timestamp, attempts and ID before the body
+
+
+def create(nsq, topic: str, *channels: str) -> None:
+    for path in [f"/topic/create?topic={topic}"] + [f"/channel/create?topic={topic}&channel={c}" for c in channels]:
+        nsq.verify.equal(f"POST {path}", 200, nsq.http.post(path).status)
+
+
+def publish(nsq, topic: str, bodies: list[bytes]) -> None:
+    """MPUBs that fit --max-body-size, in order."""
+    conn = nsq.connect()
+    batch = max(1, min(2000, nsq.limits["max_body_size"] // (4 + max(map(len, bodies))) - 1))
+    for start in range(0, len(bodies), batch):
+        conn.command("MPUB", topic, body=wire.mpub_body(bodies[start:start + batch]))
+        conn.expect_response(b"OK")
+
+
+def overflowed(nsq, topic: str, channel: str, count: int, why: str) -> None:
+    """Wait until `count` messages of the channel are on disk (D-70) and the topic has handed everything on."""
+    nsq.until(lambda: (nsq.http.channel_stats(topic, channel) or {}).get("backend_depth") == count
+              and (nsq.http.stats(topic) or {}).get("depth") == 0, 10.0, why)
+    nsq.verify.equal("the channel's backend_depth before the crash (D-70)", count,
+                     (nsq.http.channel_stats(topic, channel) or {}).get("backend_depth"))
+
+
+def drain(nsq, topic: str, channel: str, count: int) -> list[bytes]:
+    """Every message the channel has after the restart, by a consumer ready for all of them."""
+    conn = nsq.connect()
+    conn.subscribe(topic, channel, ready=max(1, count))
+    messages = conn.expect_messages(count, timeout=5) if count else []
+    conn.expect_silence(0.3, "no message more than the channel had")
+    return [message.body for message in messages]
+
+
+def bodies(first: int, count: int, size: int = 1) -> list[bytes]:
+    return [f"{number:0{size}d}".encode() for number in range(first, first + count)]
+
+
+@requirement("NSQ-DISK-001")
+def test_topics_and_channels_outlive_a_sigkill(crashable):
+    """Created over HTTP (one paused), then SIGKILL: both come back, the pause too (D-71, P-RST-10; rec-0276)."""
+    nsq = crashable
+    crash.require(nsq, "kill")
+    topic = nsq.topic()
+    create(nsq, topic, "open", "paused")
+    nsq.verify.equal("POST /channel/pause", 200, nsq.http.post(f"/channel/pause?topic={topic}&channel=paused").status)
+    nsq.wait(1.0, "nsqd writes its metadata after a change, not with the reply (P-RST-08)")
+    nsq.kill()
+    channels = {name: (nsq.http.channel_stats(topic, name) or {}).get("paused") for name in ("open", "paused")}
+    nsq.verify.equal("channels after the SIGKILL, with their pause state (D-71)", {"open": False, "paused": True},
+                     channels)
+
+
+@requirement("NSQ-DISK-002")
+def test_what_reached_the_disk_outlives_a_sigkill(crashable):
+    """--mem-queue-size + 3 messages, a wait past --sync-timeout, SIGKILL: the 3 that went to disk are delivered
+    once each after the restart (P-RST-15; rec-0282)."""
+    nsq = crashable
+    crash.require(nsq, "kill")
+    memory, topic = nsq.limits["mem_queue_size"], nsq.topic()
+    create(nsq, topic, "c")
+    published = bodies(0, memory + 3, 5)
+    publish(nsq, topic, published)
+    overflowed(nsq, topic, "c", 3, "the last 3 went to disk")
+    nsq.wait(nsq.limits["sync_timeout_ms"] / 1000 + 0.5, "past --sync-timeout: the disk queue synced (P-RST-15)")
+    nsq.kill()
+    delivered = drain(nsq, topic, "c", 3)
+    nsq.verify.equal("after the SIGKILL: the messages that were on disk, each once (P-RST-15)",
+                     published[-3:], sorted(delivered))
+
+
+@requirement("NSQ-DISK-003")
+def test_sync_every_writes_reach_the_metadata(crashable):
+    """--sync-every messages past the memory queue, SIGKILL at once (before --sync-timeout): the sync after that
+    many writes made them all survive (go-diskqueue's syncEvery)."""
+    nsq = crashable
+    crash.require(nsq, "kill")
+    memory, every, topic = nsq.limits["mem_queue_size"], nsq.limits["sync_every"], nsq.topic()
+    create(nsq, topic, "c")
+    published = bodies(0, memory + every, 5)
+    publish(nsq, topic, published)
+    overflowed(nsq, topic, "c", every, f"--sync-every ({every}) messages went to disk")
+    nsq.kill()
+    channel = nsq.http.channel_stats(topic, "c") or {}
+    nsq.verify.equal("backend_depth after the SIGKILL: every message of the synced writes", every,
+                     channel.get("backend_depth"))
+    nsq.verify.equal("those messages, each once", published[-every:], sorted(drain(nsq, topic, "c", every)))
+
+
+@requirement("NSQ-DISK-004")
+def test_disk_queue_files_roll_and_are_read_across_a_restart(crashable):
+    """Messages that do not fit one --max-bytes-per-file go to the next numbered file (D-76); after a SIGTERM
+    restart every one is delivered once, in order, from the memory queue's and the files' (P-RST-14)."""
+    nsq = crashable
+    crash.require(nsq, "restart", "data_path")
+    size, memory = nsq.limits["max_bytes_per_file"], nsq.limits["mem_queue_size"]
+    if size > 4096:
+        pytest.skip(f"profile {nsq.profile.name}: --max-bytes-per-file {size} makes files roll only after "
+                    "thousands of messages (a profile with a small one, e.g. nsqd-durability, shows it)")
+    topic = nsq.topic()
+    create(nsq, topic, "c")
+    body_size = size // 2 - RECORD_HEADER + 1  # one record per file: two would pass the limit
+    published = [body.rjust(body_size, b"x") for body in bodies(0, memory + 3, 3)]
+    publish(nsq, topic, published)
+    overflowed(nsq, topic, "c", 3, "3 went to disk")
+    files = sorted(path.name for path in nsq.target.data_path.glob(f"{topic}:c.diskqueue.[0-9]*.dat"))
+    nsq.verify.equal("the channel's disk queue files: one record each (D-76)",
+                     [f"{topic}:c.diskqueue.{number:06d}.dat" for number in range(3)], files)
+    nsq.restart()
+    nsq.verify.equal("depth after the restart: every message (P-RST-14)", len(published),
+                     (nsq.http.channel_stats(topic, "c") or {}).get("depth"))
+    nsq.verify.equal("every message once after the restart", published, sorted(drain(nsq, topic, "c", len(published))))
+
+
+@requirement("NSQ-DISK-005")
+def test_the_data_path_after_a_clean_shutdown(crashable):
+    """One topic, one channel, one message nobody read, SIGTERM: nsqd.dat names them, the channel's queue holds
+    the message in file 000000, the metadata files say where (P-RST-07, P-RST-09)."""
+    nsq = crashable
+    crash.require(nsq, "restart", "data_path")
+    topic, body = nsq.topic(), b"kept on disk"
+    create(nsq, topic, "c")
+    nsq.connect().publish(topic, body)
+    nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("depth") == 1, 2.0, "the message is queued")
+    nsq.restart()
+    data = nsq.target.data_path
+    files = sorted(path.name for path in data.glob(f"{topic}*"))
+    nsq.verify.equal("the topic's files after the restart (P-RST-09)",
+                     [f"{topic}.diskqueue.meta.dat", f"{topic}:c.diskqueue.000000.dat",
+                      f"{topic}:c.diskqueue.meta.dat"],
+                     files)
+    record = RECORD_HEADER + len(body)
+    nsq.verify.soft_equal("the channel's disk queue metadata: depth, read file and position, write file and position",
+                          f"1\n0,0\n0,{record}\n", _read(data / f"{topic}:c.diskqueue.meta.dat"))
+    nsq.verify.soft_equal("the topic's disk queue metadata: empty", "0\n0,0\n0,0\n",
+                          _read(data / f"{topic}.diskqueue.meta.dat"))
+    stored = (data / f"{topic}:c.diskqueue.000000.dat").read_bytes() if files else b""
+    nsq.verify.equal("the record: its size, then the message with the body last (D-76)",
+                     (record - 4, body), (int.from_bytes(stored[:4], "big"), stored[RECORD_HEADER:]))
+    metadata = json.loads(_read(data / "nsqd.dat") or "{}")
+    mine = [entry for entry in metadata.get("topics") or [] if entry.get("name") == topic]
+    nsq.verify.equal("nsqd.dat's entry of the topic (P-RST-07)",
+                     [{"name": topic, "paused": False, "channels": [{"name": "c", "paused": False}]}], mine)
+    nsq.verify.equal("the message after the restart", [body], drain(nsq, topic, "c", 1))
+
+
+def _read(path) -> str:
+    return path.read_text() if path.is_file() else ""
