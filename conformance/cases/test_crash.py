@@ -121,6 +121,59 @@ def test_disk_queue_files_roll_and_are_read_across_a_restart(crashable):
     nsq.verify.equal("depth after the restart: every message (P-RST-14)", len(published),
                      (nsq.http.channel_stats(topic, "c") or {}).get("depth"))
     nsq.verify.equal("every message once after the restart", published, sorted(drain(nsq, topic, "c", len(published))))
+    nsq.until(lambda: not (nsq.target.data_path / files[0]).exists(), 2.0, "a file read to its end goes")
+    nsq.verify.equal("file 000000 once read (removed, or renamed *.bad: D-76)", False,
+                     (nsq.target.data_path / files[0]).exists())
+
+
+@requirement("NSQ-DISK-006")
+def test_a_sigkill_before_the_sync_leaves_a_working_queue(crashable):
+    """A message past the memory queue, SIGKILL at once (its disk queue not synced yet): after the restart, new
+    messages to the same channel, past its memory queue too, are taken and delivered once each (go-diskqueue
+    writes on in a new file when the metadata lags the file: P-RST-15)."""
+    nsq = crashable
+    crash.require(nsq, "kill")
+    memory, topic = nsq.limits["mem_queue_size"], nsq.topic()
+    create(nsq, topic, "c")
+    publish(nsq, topic, bodies(0, memory + 1, 6))
+    overflowed(nsq, topic, "c", 1, "one went to disk")
+    nsq.kill()
+    survivors = (nsq.http.channel_stats(topic, "c") or {}).get("depth", 0)
+    past_memory = memory + 3 if memory <= 100 else 3  # a large memory queue: the disk queue is not reached again
+    fresh = [b"new-" + body for body in bodies(0, past_memory, 6)]
+    publish(nsq, topic, fresh)
+    nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("depth") == survivors + len(fresh), 5.0,
+              "the new messages are queued")
+    delivered = drain(nsq, topic, "c", survivors + len(fresh))
+    nsq.verify.equal("the new messages after the SIGKILL, each once", fresh,
+                     sorted(body for body in delivered if body.startswith(b"new-")))
+
+
+@requirement("NSQ-DISK-007")
+def test_messages_from_disk_keep_to_rdy(crashable):
+    """A topic without a channel keeps what passes its memory queue on disk (P-RST-12, D-70); the first SUB with
+    RDY 1 then gets them all, one at a time, each once, whether the topic's or the channel's queue held them."""
+    nsq = crashable
+    memory, topic = nsq.limits["mem_queue_size"], nsq.topic()
+    if memory > 1000:
+        pytest.skip(f"profile {nsq.profile.name}: --mem-queue-size {memory} would take a case of thousands of "
+                    "one-at-a-time deliveries (a profile with a small one, e.g. nsqd-durability, shows it)")
+    nsq.verify.equal("POST /topic/create", 200, nsq.http.post(f"/topic/create?topic={topic}").status)
+    published = bodies(0, memory + 6, 4)
+    publish(nsq, topic, published)
+    nsq.until(lambda: (nsq.http.stats(topic) or {}).get("backend_depth") == 6, 5.0, "6 went to the topic's disk")
+    nsq.verify.equal("the topic's (depth, backend_depth) without a channel (D-70)", (len(published), 6),
+                     tuple((nsq.http.stats(topic) or {}).get(key) for key in ("depth", "backend_depth")))
+    conn = nsq.connect()
+    conn.subscribe(topic, "c", ready=1)
+    delivered = []
+    for _ in published:
+        message = conn.expect_message(timeout=5)
+        conn.expect_silence(0.1, "RDY 1: nothing more before the FIN")
+        delivered.append(message.body)
+        conn.command("FIN", message.message_id.decode())
+    conn.expect_silence(0.3, "no message more than were published")
+    nsq.verify.equal("every message once, from memory and disk", published, sorted(delivered))
 
 
 @requirement("NSQ-DISK-005")
