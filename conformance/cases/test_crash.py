@@ -53,8 +53,9 @@ def test_topics_and_channels_outlive_a_sigkill(crashable):
     nsq = crashable
     crash.require(nsq, "kill")
     topic = nsq.topic()
-    create(nsq, topic, "open", "paused")
+    create(nsq, topic, "paused")
     nsq.verify.equal("POST /channel/pause", 200, nsq.http.post(f"/channel/pause?topic={topic}&channel=paused").status)
+    create(nsq, topic, "open")  # the last change: its creation alone must reach the metadata
     nsq.wait(1.0, "nsqd writes its metadata after a change, not with the reply (P-RST-08)")
     nsq.kill()
     channels = {name: (nsq.http.channel_stats(topic, name) or {}).get("paused") for name in ("open", "paused")}
@@ -158,12 +159,14 @@ def test_messages_from_disk_keep_to_rdy(crashable):
     if memory > 1000:
         pytest.skip(f"profile {nsq.profile.name}: --mem-queue-size {memory} would take a case of thousands of "
                     "one-at-a-time deliveries (a profile with a small one, e.g. nsqd-durability, shows it)")
-    nsq.verify.equal("POST /topic/create", 200, nsq.http.post(f"/topic/create?topic={topic}").status)
-    published = bodies(0, memory + 6, 4)
-    publish(nsq, topic, published)
+    published, conn = bodies(0, memory + 6, 4), nsq.connect()
+    for body in published:
+        conn.publish(topic, body)
     nsq.until(lambda: (nsq.http.stats(topic) or {}).get("backend_depth") == 6, 5.0, "6 went to the topic's disk")
-    nsq.verify.equal("the topic's (depth, backend_depth) without a channel (D-70)", (len(published), 6),
-                     tuple((nsq.http.stats(topic) or {}).get(key) for key in ("depth", "backend_depth")))
+    nsq.verify.equal("the topic's (depth, backend_depth, message_count) without a channel (D-70, D-53)",
+                     (len(published), 6, len(published)),
+                     tuple((nsq.http.stats(topic) or {}).get(key) for key in ("depth", "backend_depth",
+                                                                             "message_count")))
     conn = nsq.connect()
     conn.subscribe(topic, "c", ready=1)
     delivered = []
