@@ -261,6 +261,8 @@ def test_stats_counters(nsq, http):
     nsq.verify.equal("topic message_count", 2, stats["message_count"])
     nsq.verify.equal("channel (message_count, depth, in_flight_count, requeue_count, client_count)",
                      (2, 2, 0, 1, 1), channel_counters)
+    nsq.verify.soft_equal("channel global_msg_count: the one delivery (H-STATS-08, the recorded build's topology "
+                          "counter; the v1.3.0 tag has none)", 1, stats["channels"][0].get("global_msg_count"))
 
 
 @requirement("NSQ-HTTP-009")

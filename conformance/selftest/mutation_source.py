@@ -67,18 +67,19 @@ class Module:
 
 
 _DURABILITY = ("NSQ-RST", "NSQ-DISK")
-# the disk queue in use: every message past the second on disk, small files, frequent syncs
+# The disk queue in use (every message past the second on disk, small files, frequent syncs): the short run, first.
 _ON_DISK = Run("nsqd-durability", _DURABILITY)
 MODULES = (
-    Module("diskqueue.py", ("reference_broker/diskqueue.py",), (Run("nsqd-defaults", _DURABILITY), _ON_DISK)),
+    Module("diskqueue.py", ("reference_broker/diskqueue.py",), (_ON_DISK, Run("nsqd-defaults", _DURABILITY))),
     Module("nsqd.py", ("reference_broker/nsqd.py",),
-           (Run("nsqd-defaults", (*_DURABILITY, "NSQ-REG", "NSQ-ADMIN", "NSQ-EPH", "NSQ-PUB", "NSQ-HTTP")), _ON_DISK)),
+           (_ON_DISK, Run("nsqd-defaults", (*_DURABILITY, "NSQ-REG", "NSQ-ADMIN", "NSQ-EPH", "NSQ-PUB", "NSQ-HTTP")))),
     Module("topic.py", ("reference_broker/topic.py",),
-           (Run("nsqd-defaults", (*_DURABILITY, "NSQ-PUB", "NSQ-MPUB", "NSQ-DPUB", "NSQ-FANOUT", "NSQ-ADMIN",
-                                  "NSQ-EPH", "NSQ-SEM")), _ON_DISK)),
+           (_ON_DISK, Run("nsqd-defaults", (*_DURABILITY, "NSQ-PUB", "NSQ-MPUB", "NSQ-DPUB", "NSQ-FANOUT",
+                                            "NSQ-ADMIN", "NSQ-EPH", "NSQ-SEM", "NSQ-HTTP")))),
     Module("channel.py", ("reference_broker/channel.py",),
-           (Run("nsqd-defaults", (*_DURABILITY, "NSQ-SUB", "NSQ-FIN", "NSQ-REQ", "NSQ-RDY", "NSQ-SEM", "NSQ-FANOUT",
-                                  "NSQ-ADMIN", "NSQ-EPH", "NSQ-DPUB", "NSQ-TOUCH")), _ON_DISK)),
+           (_ON_DISK, Run("nsqd-defaults", (*_DURABILITY, "NSQ-SUB", "NSQ-FIN", "NSQ-REQ", "NSQ-RDY", "NSQ-SEM",
+                                            "NSQ-FANOUT", "NSQ-ADMIN", "NSQ-EPH", "NSQ-DPUB", "NSQ-TOUCH", "NSQ-HTTP",
+                                            "NSQ-SAMPLE", "NSQ-CLS", "NSQ-TIMEOUT")))),
     Module("lookup*.py", ("reference_broker/lookup.py", "reference_broker/lookup_peer.py"),
            (Run("nsqd-defaults", ("NSQ-REG",)),)),
     Module("nsqlookupd/", tuple(f"reference_broker/nsqlookupd/{name}" for name in (
