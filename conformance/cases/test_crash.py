@@ -101,8 +101,9 @@ def test_sync_every_writes_reach_the_metadata(crashable):
 
 @requirement("NSQ-DISK-004")
 def test_disk_queue_files_roll_and_are_read_across_a_restart(crashable):
-    """Messages that do not fit one --max-bytes-per-file go to the next numbered file (D-76); after a SIGTERM
-    restart every one is delivered once, in order, from the memory queue's and the files' (P-RST-14)."""
+    """Records go to the next numbered file when one more would take the file past --max-bytes-per-file: two per
+    file here (D-76); after a SIGTERM restart every message is delivered once, from memory and the files
+    (P-RST-14), and a file read to its end goes."""
     nsq = crashable
     crash.require(nsq, "restart", "data_path")
     size, memory = nsq.limits["max_bytes_per_file"], nsq.limits["mem_queue_size"]
@@ -111,20 +112,52 @@ def test_disk_queue_files_roll_and_are_read_across_a_restart(crashable):
                     "thousands of messages (a profile with a small one, e.g. nsqd-durability, shows it)")
     topic = nsq.topic()
     create(nsq, topic, "c")
-    body_size = size // 2 - RECORD_HEADER + 1  # one record per file: two would pass the limit
-    published = [body.rjust(body_size, b"x") for body in bodies(0, memory + 3, 3)]
+    body_size = size // 2 - RECORD_HEADER  # two records fill a file to the limit at most, a third would pass it
+    published = [body.rjust(body_size, b"x") for body in bodies(0, memory + 4, 3)]
     publish(nsq, topic, published)
-    overflowed(nsq, topic, "c", 3, "3 went to disk")
+    overflowed(nsq, topic, "c", 4, "4 went to disk")
     files = sorted(path.name for path in nsq.target.data_path.glob(f"{topic}:c.diskqueue.[0-9]*.dat"))
-    nsq.verify.equal("the channel's disk queue files: one record each (D-76)",
-                     [f"{topic}:c.diskqueue.{number:06d}.dat" for number in range(3)], files)
+    nsq.verify.equal("the channel's disk queue files: two records each (D-76)",
+                     [f"{topic}:c.diskqueue.{number:06d}.dat" for number in range(2)], files)
     nsq.restart()
     nsq.verify.equal("depth after the restart: every message (P-RST-14)", len(published),
                      (nsq.http.channel_stats(topic, "c") or {}).get("depth"))
     nsq.verify.equal("every message once after the restart", published, sorted(drain(nsq, topic, "c", len(published))))
-    nsq.until(lambda: not (nsq.target.data_path / files[0]).exists(), 2.0, "a file read to its end goes")
-    nsq.verify.equal("file 000000 once read (removed, or renamed *.bad: D-76)", False,
-                     (nsq.target.data_path / files[0]).exists())
+    first = nsq.target.data_path / f"{topic}:c.diskqueue.000000.dat"
+    nsq.until(lambda: not first.exists(), 2.0, "a file read to its end goes")
+    nsq.verify.equal("file 000000 once read (removed, or renamed *.bad: D-76)", False, first.exists())
+
+
+@requirement("NSQ-DISK-005")
+def test_the_data_path_after_a_clean_shutdown(crashable):
+    """One topic, one channel, one message nobody read, SIGTERM: nsqd.dat names them, the channel's queue holds
+    the message in file 000000, the metadata files say where (P-RST-07, P-RST-09)."""
+    nsq = crashable
+    crash.require(nsq, "restart", "data_path")
+    topic, body = nsq.topic(), b"kept on disk"
+    create(nsq, topic, "c")
+    nsq.connect().publish(topic, body)
+    nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("depth") == 1, 2.0, "the message is queued")
+    nsq.restart()
+    data = nsq.target.data_path
+    files = sorted(path.name for path in data.glob(f"{topic}*"))
+    nsq.verify.equal("the topic's files after the restart (P-RST-09)",
+                     [f"{topic}.diskqueue.meta.dat", f"{topic}:c.diskqueue.000000.dat",
+                      f"{topic}:c.diskqueue.meta.dat"],
+                     files)
+    record = RECORD_HEADER + len(body)
+    nsq.verify.soft_equal("the channel's disk queue metadata: depth, read file and position, write file and position",
+                          f"1\n0,0\n0,{record}\n", _read(data / f"{topic}:c.diskqueue.meta.dat"))
+    nsq.verify.soft_equal("the topic's disk queue metadata: empty", "0\n0,0\n0,0\n",
+                          _read(data / f"{topic}.diskqueue.meta.dat"))
+    stored = (data / f"{topic}:c.diskqueue.000000.dat").read_bytes() if files else b""
+    nsq.verify.equal("the record: its size, then the message with the body last (D-76)",
+                     (record - 4, body), (int.from_bytes(stored[:4], "big"), stored[RECORD_HEADER:]))
+    metadata = json.loads(_read(data / "nsqd.dat") or "{}")
+    mine = [entry for entry in metadata.get("topics") or [] if entry.get("name") == topic]
+    nsq.verify.equal("nsqd.dat's entry of the topic (P-RST-07)",
+                     [{"name": topic, "paused": False, "channels": [{"name": "c", "paused": False}]}], mine)
+    nsq.verify.equal("the message after the restart", [body], drain(nsq, topic, "c", 1))
 
 
 @requirement("NSQ-DISK-006")
@@ -179,37 +212,29 @@ def test_messages_from_disk_keep_to_rdy(crashable):
     nsq.verify.equal("every message once, from memory and disk", published, sorted(delivered))
 
 
-@requirement("NSQ-DISK-005")
-def test_the_data_path_after_a_clean_shutdown(crashable):
-    """One topic, one channel, one message nobody read, SIGTERM: nsqd.dat names them, the channel's queue holds
-    the message in file 000000, the metadata files say where (P-RST-07, P-RST-09)."""
-    nsq = crashable
-    crash.require(nsq, "restart", "data_path")
-    topic, body = nsq.topic(), b"kept on disk"
-    create(nsq, topic, "c")
-    nsq.connect().publish(topic, body)
-    nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("depth") == 1, 2.0, "the message is queued")
-    nsq.restart()
-    data = nsq.target.data_path
-    files = sorted(path.name for path in data.glob(f"{topic}*"))
-    nsq.verify.equal("the topic's files after the restart (P-RST-09)",
-                     [f"{topic}.diskqueue.meta.dat", f"{topic}:c.diskqueue.000000.dat",
-                      f"{topic}:c.diskqueue.meta.dat"],
-                     files)
-    record = RECORD_HEADER + len(body)
-    nsq.verify.soft_equal("the channel's disk queue metadata: depth, read file and position, write file and position",
-                          f"1\n0,0\n0,{record}\n", _read(data / f"{topic}:c.diskqueue.meta.dat"))
-    nsq.verify.soft_equal("the topic's disk queue metadata: empty", "0\n0,0\n0,0\n",
-                          _read(data / f"{topic}.diskqueue.meta.dat"))
-    stored = (data / f"{topic}:c.diskqueue.000000.dat").read_bytes() if files else b""
-    nsq.verify.equal("the record: its size, then the message with the body last (D-76)",
-                     (record - 4, body), (int.from_bytes(stored[:4], "big"), stored[RECORD_HEADER:]))
-    metadata = json.loads(_read(data / "nsqd.dat") or "{}")
-    mine = [entry for entry in metadata.get("topics") or [] if entry.get("name") == topic]
-    nsq.verify.equal("nsqd.dat's entry of the topic (P-RST-07)",
-                     [{"name": topic, "paused": False, "channels": [{"name": "c", "paused": False}]}], mine)
-    nsq.verify.equal("the message after the restart", [body], drain(nsq, topic, "c", 1))
-
-
 def _read(path) -> str:
     return path.read_text() if path.is_file() else ""
+
+
+@requirement("NSQ-DISK-008")
+def test_reads_from_disk_are_synced_too(crashable):
+    """Messages on disk, synced; then --sync-every of them read from disk, and SIGKILL at once: the reads were
+    synced with them (go-diskqueue counts reads and writes alike), so none is delivered again after the restart."""
+    nsq = crashable
+    crash.require(nsq, "kill")
+    memory, every, topic = nsq.limits["mem_queue_size"], nsq.limits["sync_every"], nsq.topic()
+    if memory + every > 1000:
+        pytest.skip(f"profile {nsq.profile.name}: --mem-queue-size {memory} and --sync-every {every} would take a "
+                    "case of thousands of deliveries (a profile with small ones, e.g. nsqd-durability, shows it)")
+    create(nsq, topic, "c")
+    publish(nsq, topic, bodies(0, memory + every, 5))
+    overflowed(nsq, topic, "c", every, f"--sync-every ({every}) messages went to disk")
+    nsq.wait(nsq.limits["sync_timeout_ms"] / 1000 + 0.5, "past --sync-timeout: the writes are synced")
+    conn = nsq.connect()
+    conn.subscribe(topic, "c", ready=memory + every)
+    conn.expect_messages(memory + every, timeout=5)
+    nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("backend_depth") == 0, 2.0,
+              "every message was read from disk")
+    nsq.kill()
+    again = drain(nsq, topic, "c", 0)
+    nsq.verify.equal("messages delivered again after the SIGKILL (the in-flight ones are lost: P-RST-11)", [], again)

@@ -10,6 +10,11 @@ from conformance.cases.test_lookupd_v1 import lookup, producer_ports
 
 requirement = pytest.mark.requirement
 OBSERVABLE_MS = 5000  # longer timeouts than this are not waited out
+PEER_KEYS = ["broadcast_address", "hostname", "http_port", "remote_address", "tcp_port", "topology_region",
+             "topology_zone", "version"]  # L-HTTP-04
+DEBUG_KEYS = ["broadcast_address", "hostname", "http_port", "id", "last_update", "tcp_port", "tombstoned",
+              "tombstoned_at", "topology_region", "topology_zone", "version"]  # L-HTTP-13
+GO_ZERO_TIME_NS = -6795364578871345152  # time.Time{}.UnixNano(): "tombstoned_at" of a producer never tombstoned
 
 
 def short(lookupd, limit: str) -> float:
@@ -27,9 +32,9 @@ def node(lookupd, port: int) -> dict | None:
 
 @requirement("NSQLOOKUPD-V1-009")
 def test_answers_name_only_the_topic_asked_about(lookupd):
-    """Producer A registers X with channel a and Y; B registers Y with channel b: /lookup, /channels and /nodes
-    keep them apart, and a tombstone, an UNREGISTER or a producer leaving one topic leave the other alone
-    (L-TCP-12, L-TCP-14, L-TCP-15, L-HTTP-04..07, L-HTTP-12)."""
+    """Producer A registers X with channel a and Y; B registers Y with channel b: /lookup, /channels, /nodes and
+    /debug keep them apart, and a tombstone, an UNREGISTER or a producer leaving one topic leave the other alone
+    (L-TCP-12, L-TCP-14, L-TCP-15, L-HTTP-04..07, L-HTTP-12, L-HTTP-13)."""
     x, y = lookupd.topic(), lookupd.topic()
     a, b = lookupd.connect(), lookupd.connect()
     a.identify(tcp_port=24041, http_port=24042)
@@ -42,6 +47,17 @@ def test_answers_name_only_the_topic_asked_about(lookupd):
                                                                    producer_ports(lookup(lookupd, y))))
     lookupd.verify.equal("/channels of X and of Y", (["a"], ["b"]),
                          tuple(lookupd.http.get(f"/channels?topic={t}").json()["channels"] for t in (x, y)))
+    lookupd.verify.equal("/lookup producer fields (L-HTTP-04)", [PEER_KEYS] * 2,
+                         [sorted(producer) for producer in lookup(lookupd, y)["producers"]])
+    debug = lookupd.http.get("/debug").json()
+    lookupd.verify.equal("/debug: channel:X:a and channel:Y:b each name their own producer (L-HTTP-13)",
+                         ([24041], [24043]), tuple(sorted(p.get("tcp_port") for p in debug.get(key, []))
+                                                   for key in (f"channel:{x}:a", f"channel:{y}:b")))
+    entry = next(iter(debug.get(f"channel:{x}:a", [])), {})
+    lookupd.verify.soft_equal("/debug producer fields, tombstoned_at of one never tombstoned (L-HTTP-13)",
+                              (DEBUG_KEYS, 24042, "1.3.0", False, GO_ZERO_TIME_NS),
+                              (sorted(entry), entry.get("http_port"), entry.get("version"), entry.get("tombstoned"),
+                               entry.get("tombstoned_at")))
     nodes = {port: node(lookupd, port) or {} for port in (24041, 24043)}
     lookupd.verify.equal("/nodes: each producer's topics", {24041: sorted([x, y]), 24043: [y]},
                          {port: sorted(n.get("topics", [])) for port, n in nodes.items()})
@@ -120,3 +136,12 @@ def test_a_tombstone_expires(lookupd):
     lookupd.verify.that("listed again after --tombstone-lifetime, not sooner (L-HTTP-17)",
                         lifetime <= elapsed <= lifetime + 2.0, f"{lifetime:g}..{lifetime + 2:g} s", f"{elapsed:.2f} s")
     lookupd.verify.equal("/nodes after the tombstone expired", [False], (node(lookupd, 24061) or {}).get("tombstones"))
+
+
+@requirement("NSQLOOKUPD-HTTP-003")
+def test_a_name_that_is_not_utf8_is_invalid(lookupd):
+    """A topic or channel name of bytes that are not UTF-8 is refused like any invalid name (L-HTTP-08, -09)."""
+    for path, message in (("/topic/create?topic=bad%FF", "INVALID_ARG_TOPIC"),
+                          (f"/channel/create?topic={lookupd.topic()}&channel=bad%FF", "INVALID_ARG_CHANNEL")):
+        response = lookupd.http.post(path)
+        lookupd.verify.equal(f"POST {path}", (400, {"message": message}), (response.status, response.json()))

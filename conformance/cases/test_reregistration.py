@@ -10,6 +10,7 @@ import pytest
 
 from conformance import crash
 from conformance.lookupd_fake import FakeLookupd
+from conformance.target import free_loopback_address
 
 requirement = pytest.mark.requirement
 
@@ -60,7 +61,8 @@ def test_a_restarted_broker_registers_everything_again(crashable):
 @requirement("NSQ-REG-007")
 def test_a_lookupd_added_at_run_time_gets_every_registration(crashable):
     """PUT /config/nsqlookupd_tcp_addresses with one more lookupd: it gets the magic, IDENTIFY and a REGISTER of
-    every channel at once; taken out of the list again, its connection is closed at once (R-11; rec-0337)."""
+    every channel at once, and new topics while another listed one is down; taken out of the list again, its
+    connection is closed at once (R-10, R-11; rec-0337)."""
     nsq = crashable
     crash.require(nsq, "lookupd")
     first, topic = nsq.target.lookupd, nsq.topic()
@@ -70,13 +72,22 @@ def test_a_lookupd_added_at_run_time_gets_every_registration(crashable):
     second = FakeLookupd().start()
     try:
         both = ["%s:%d" % first.address, "%s:%d" % second.address]
-        put = nsq.http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(both).encode())
-        nsq.verify.equal("PUT /config/nsqlookupd_tcp_addresses echoes the list (R-11)", (200, both),
+        listed = [*both, free_loopback_address()]  # and one where nothing listens
+        put = nsq.http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(listed).encode())
+        nsq.verify.equal("PUT /config/nsqlookupd_tcp_addresses echoes the list (R-11)", (200, listed),
                          (put.status, put.json()))
         lines = registered(nsq, second, 0, {f"REGISTER {topic} c"}, 3.0, "the new lookupd gets the registrations")
         nsq.verify.equal("what the new lookupd gets (R-11)", {f"REGISTER {topic} c"}, lines)
         firsts = [event.line for event in second.since(0)][:2]
         nsq.verify.equal("the new lookupd's first commands (R-01)", ["MAGIC", "IDENTIFY"], firsts)
+        later, start = nsq.topic(), second.mark()
+        nsq.connect().publish(later, b"with a lookupd down")  # one unreachable lookupd stops nothing (R-10)
+        for lookupd in (first, second):
+            registered(nsq, lookupd, start if lookupd is second else 0, {f"REGISTER {later}"}, 3.0,
+                       "both reachable lookupds get the new topic")
+        nsq.verify.equal("REGISTER of a topic made while a listed lookupd is down, at both others",
+                         [True, True], [any(event.line == f"REGISTER {later}" for event in lookupd.since(0))
+                                        for lookupd in (first, second)])
         nsq.http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(both[:1]).encode())
         nsq.until(lambda: any(event.line == "CLOSED" for event in second.since(0)), 2.0,
                   "the lookupd taken out is closed")

@@ -15,6 +15,8 @@ from conformance.target import TLS_DIR
 
 requirement = pytest.mark.requirement
 UPGRADE = {"feature_negotiation": True, "tls_v1": True}
+TLS13_SUITE_IDS = {"TLS_AES_128_GCM_SHA256": 0x1301, "TLS_AES_256_GCM_SHA384": 0x1302,
+                   "TLS_CHACHA20_POLY1305_SHA256": 0x1303}
 
 
 def https(nsq, tls=None) -> HttpClient:
@@ -88,6 +90,15 @@ def test_stats_show_the_tls_client(nsq):
     nsq.verify.equal("(tls, tls_version in TLS1.2/TLS1.3, tls_negotiated_protocol) of the TLS client",
                      (True, True, ""), (tls.get("tls"), tls.get("tls_version") in ("TLS1.2", "TLS1.3"),
                                         tls.get("tls_negotiated_protocol")))
+    cipher, version, _ = secure.sock.cipher()
+    if version == "TLSv1.3":
+        nsq.verify.soft_equal("the TLS 1.3 suite the broker picks from the client's (T-01: Go's preference)",
+                              "TLS_AES_128_GCM_SHA256", cipher)
+        nsq.verify.soft_equal("(tls_cipher_suite, tls_negotiated_protocol_is_mutual) in /stats: the suite by Go's "
+                              "name, which go1.19 lacks for TLS 1.3 ones (T-04)",
+                              ({f"Unknown {TLS13_SUITE_IDS.get(cipher)}", cipher}, True),
+                              ({f"Unknown {TLS13_SUITE_IDS.get(cipher)}", cipher} | {tls.get("tls_cipher_suite")},
+                               tls.get("tls_negotiated_protocol_is_mutual")))
     if plain:
         no_tls = found.get("plain", {})
         nsq.verify.equal("(tls, tls_version) of the plaintext client", (False, ""),
