@@ -10,7 +10,7 @@ import ssl
 
 import pytest
 
-from conformance.client import HttpClient
+from conformance.client import HttpClient, TlsClient
 from conformance.target import TLS_DIR
 
 requirement = pytest.mark.requirement
@@ -221,3 +221,45 @@ def test_a_client_below_the_minimum_version_is_refused(nsq):
     current = nsq.connect(tls=nsq.target.tls)
     current.identify(UPGRADE)
     works_inside_tls(nsq, current, nsq.topic())
+
+
+@dataclasses.dataclass(frozen=True)
+class OneSuite(TlsClient):
+    """A TLS 1.2 client that offers one cipher suite (OpenSSL's name)."""
+    suite: str = ""
+
+    def context(self) -> ssl.SSLContext:
+        context = super().context()
+        context.set_ciphers(self.suite)
+        return context
+
+
+# OpenSSL's name -> what nsqd's /stats calls it: Go's name for the suites nsqd's prettyConnectionState names,
+# "Unknown <id>" for any other (T-04)
+TLS12_SUITES = {"AES128-SHA": "TLS_RSA_WITH_AES_128_CBC_SHA", "AES256-SHA": "TLS_RSA_WITH_AES_256_CBC_SHA",
+                "ECDHE-RSA-AES128-SHA": "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+                "ECDHE-RSA-AES256-SHA": "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+                "ECDHE-RSA-AES128-GCM-SHA256": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                "ECDHE-RSA-AES256-GCM-SHA384": f"Unknown {0xC030}"}
+
+
+@requirement("NSQ-TLS-003")
+def test_stats_name_each_tls12_cipher_suite(nsq):
+    """A TLS 1.2 client per suite the broker offers with an RSA certificate: /stats names each as nsqd does (T-04)."""
+    nsq.require("tls")
+    nsq.require("http")
+    if nsq.profile.capabilities.get("tls_min_version") == "tls1.3":
+        pytest.skip(f"profile {nsq.profile.name}: the target refuses TLS 1.2 (T-17)")
+    topic = nsq.topic()
+    for suite in TLS12_SUITES:
+        offer = {**dataclasses.asdict(nsq.target.tls), "maximum_version": ssl.TLSVersion.TLSv1_2}
+        conn = nsq.connect(tls=OneSuite(**offer, suite=suite))
+        conn.identify({**UPGRADE, "client_id": suite})
+        conn.subscribe(topic, "c")
+
+    def named() -> dict:
+        channel = nsq.http.channel_stats(topic, "c") or {"clients": []}
+        return {client["client_id"]: client.get("tls_cipher_suite") for client in channel["clients"]}
+
+    nsq.until(lambda: set(named()) == set(TLS12_SUITES), 2.0, "every client is in /stats")
+    nsq.verify.soft_equal("tls_cipher_suite of each TLS 1.2 client (T-04)", TLS12_SUITES, named())

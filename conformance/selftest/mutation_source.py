@@ -40,6 +40,7 @@ import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 import mutmut
 
@@ -251,6 +252,11 @@ def run_suite(slot: Path, run: Run, reports: Path, timeout: float) -> dict:
     report = reports / "report.json"
     cases = json.loads(report.read_text())["cases"] if report.is_file() else []
     failed = [case for case in cases if case["verdict"] in ("FAIL", "ERROR")]
+    broken_cleanup = _teardown_errors(reports / "junit.xml")
+    if broken_cleanup and not failed:
+        # pytest stopped (-x) at a case whose clean-up found the broker broken; the verdicts leave clean-ups out
+        return {"status": "killed", "seconds": seconds, "by": f"{run.name}: {broken_cleanup[0]} ERROR at teardown",
+                "why": "the case's clean-up (e.g. /topic/delete) got no answer"}
     if process.returncode == 0 and not failed:
         return {"status": "survived", "seconds": seconds, "cases": len(cases)}
     if failed:
@@ -261,6 +267,15 @@ def run_suite(slot: Path, run: Run, reports: Path, timeout: float) -> dict:
     tail = (reports / "suite.log").read_text(errors="replace").strip().splitlines()
     return {"status": "killed", "seconds": seconds, "by": f"{run.name}: exit status {process.returncode}",
             "why": tail[-1][:200] if tail else ""}
+
+
+def _teardown_errors(junit: Path) -> list[str]:
+    """Cases whose teardown raised (JUnit <error message="failed on teardown ...">)."""
+    if not junit.is_file():
+        return []
+    return [f"cases/{case.get('classname', '').split('.')[-1]}.py::{case.get('name')}"
+            for case in ElementTree.parse(junit).iter("testcase")
+            for error in case.iter("error") if (error.get("message") or "").startswith("failed on teardown")]
 
 
 def _kill_leftovers(group: int) -> None:
