@@ -35,12 +35,17 @@ def overflowed(nsq, topic: str, channel: str, count: int, why: str) -> None:
 
 
 def drain(nsq, topic: str, channel: str, count: int) -> list[bytes]:
-    """Every message the channel has after the restart, by a consumer ready for all of them."""
-    conn = nsq.connect()
-    conn.subscribe(topic, channel, ready=max(1, count))
-    messages = conn.expect_messages(count, timeout=5) if count else []
+    """Every message the channel has after the restart, by a consumer that FINs them as they come, as many at a
+    time as --max-rdy-count allows."""
+    conn, ready = nsq.connect(), max(1, min(count, nsq.limits["max_rdy_count"]))
+    conn.subscribe(topic, channel, ready=ready)
+    delivered = []
+    while len(delivered) < count:
+        for message in conn.expect_messages(min(ready, count - len(delivered)), timeout=5):
+            conn.command("FIN", message.message_id.decode())
+            delivered.append(message.body)
     conn.expect_silence(0.3, "no message more than the channel had")
-    return [message.body for message in messages]
+    return delivered
 
 
 def bodies(first: int, count: int, size: int = 1) -> list[bytes]:
