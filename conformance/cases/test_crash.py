@@ -3,6 +3,7 @@
 broker the suite may kill (conformance/crash.py); without what a case needs it is UNSUPPORTED."""
 
 import json
+import time
 
 import pytest
 
@@ -199,8 +200,9 @@ def test_a_sigkill_before_the_sync_leaves_a_working_queue(crashable):
 
 @requirement("NSQ-DISK-007")
 def test_messages_from_disk_keep_to_rdy(crashable):
-    """A topic without a channel keeps what passes its memory queue on disk (P-RST-12, D-70); the first SUB with
-    RDY 1 then gets them all, one at a time, each once, whether the topic's or the channel's queue held them."""
+    """A topic without a channel keeps what passes its memory queue on disk, a DPUB too, which loses its deferral
+    there (P-RST-12, D-70, D-32); the first SUB with RDY 1 then gets them all, one at a time, each once, whether
+    the topic's or the channel's queue held them."""
     nsq = crashable
     memory, topic = nsq.limits["mem_queue_size"], nsq.topic()
     if memory > 1000:
@@ -209,21 +211,28 @@ def test_messages_from_disk_keep_to_rdy(crashable):
     published, conn = bodies(0, memory + 6, 4), nsq.connect()
     for body in published:
         conn.publish(topic, body)
-    nsq.until(lambda: (nsq.http.stats(topic) or {}).get("backend_depth") == 6, 5.0, "6 went to the topic's disk")
+    conn.command("DPUB", topic, 3000, body=b"deferred")
+    conn.expect_response(b"OK")
+    published.append(b"deferred")
+    nsq.until(lambda: (nsq.http.stats(topic) or {}).get("backend_depth") == 7, 5.0, "7 went to the topic's disk")
     nsq.verify.equal("the topic's (depth, backend_depth, message_count) without a channel (D-70, D-53)",
-                     (len(published), 6, len(published)),
+                     (len(published), 7, len(published)),
                      tuple((nsq.http.stats(topic) or {}).get(key) for key in ("depth", "backend_depth",
                                                                              "message_count")))
     conn = nsq.connect()
     conn.subscribe(topic, "c", ready=1)
-    delivered = []
+    subscribed, delivered, deferred_after = time.monotonic(), [], None
     for _ in published:
         message = conn.expect_message(timeout=5)
+        if message.body == b"deferred":
+            deferred_after = nsq.elapsed_since(subscribed)
         conn.expect_silence(0.1, "RDY 1: nothing more before the FIN")
         delivered.append(message.body)
         conn.command("FIN", message.message_id.decode())
     conn.expect_silence(0.3, "no message more than were published")
-    nsq.verify.equal("every message once, from memory and disk", published, sorted(delivered))
+    nsq.verify.equal("every message once, from memory and disk", sorted(published), sorted(delivered))
+    nsq.verify.soft_equal("the DPUB 3000 that went to disk comes without its deferral (D-32): < 2.5 s after the "
+                          "SUB", True, deferred_after is not None and deferred_after < 2.5)
 
 
 def _read(path) -> str:
