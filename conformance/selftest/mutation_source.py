@@ -269,6 +269,15 @@ def run_suite(slot: Path, run: Run, reports: Path, timeout: float) -> dict:
             "why": tail[-1][:200] if tail else ""}
 
 
+def _detected_in(report: Path) -> dict[str, dict]:
+    """key -> result of the mutants a previous run detected (killed or timed out)."""
+    try:
+        results = json.loads(report.read_text())["results"]
+    except (OSError, ValueError, KeyError) as error:
+        raise SystemExit(f"mutation-source: --rerun {report}: not a mutation-source.json ({error})") from None
+    return {result["key"]: result for result in results if result["status"] in ("killed", "timeout")}
+
+
 def _teardown_errors(junit: Path) -> list[str]:
     """Cases whose teardown raised (JUnit <error message="failed on teardown ...">)."""
     if not junit.is_file():
@@ -346,7 +355,9 @@ def summarize(modules: list[Module], counts: dict[str, dict], results: list[dict
 def render_markdown(summary: dict, results: list[dict]) -> str:
     lines = ["# Source-level mutation score of the conformance suite", "",
              f"mutmut {summary['mutmut']} operators; seed {summary['seed']}, sample {summary['sample']} per module; "
-             f"wall time {summary['wall_time_s']:g} s; target {summary['target']:g} %.", "",
+             f"wall time {summary['wall_time_s']:g} s; target {summary['target']:g} %."
+             + (f" {summary['carried_over']} detected mutants carried over from {summary['rerun_of']} (cases are "
+                "only ever added), the rest run again." if summary["rerun_of"] else ""), "",
              "Score = (killed + timeout) / (sampled - equivalent).", "",
              "| module | mutants | in log calls | sampled | killed | timeout | survived | equivalent | score |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -383,11 +394,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=90.0, help="per-module score to reach (default 90)")
     parser.add_argument("--reports-dir", type=Path, default=Path("reports/mutation-source"))
     parser.add_argument("--list", action="store_true", help="list the sampled mutants' keys, run nothing")
+    parser.add_argument("--rerun", type=Path, metavar="JSON",
+                        help="a previous mutation-source.json: its killed and timed-out mutants are carried over "
+                             "(cases are only ever added, so they stay detected), the rest run again")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     modules = [BY_NAME[name] for name in args.module] if args.module else list(MODULES)
     equivalents = load_equivalents()
+    detected = _detected_in(args.rerun) if args.rerun else {}
     chosen: list[tuple[Module, Mutant]] = []
     counts = {}
     for module in modules:
@@ -417,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
             if mutant.key in equivalents:
                 return {"module": mutant.module, "key": mutant.key, "line": mutant.line, "diff": mutant.diff,
                         "status": "equivalent", "why": equivalents[mutant.key], "seconds": 0}
+            if mutant.key in detected:
+                return {**detected[mutant.key], "carried_from": str(args.rerun)}
             return run_mutant(mutant, module, slots, reports, timeouts)
 
         with ThreadPoolExecutor(args.jobs) as pool:
@@ -427,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         slots.remove()
     summary = {"mutmut": mutmut.__version__, "seed": args.seed, "sample": args.sample, "target": args.target,
+               "carried_over": sum("carried_from" in result for result in results),
+               "rerun_of": str(args.rerun) if args.rerun else None,
                "wall_time_s": round(time.monotonic() - started, 1),
                "modules": summarize(modules, counts, results, args.target)}
     (reports / "mutation-source.json").write_text(json.dumps({**summary, "results": results}, indent=1) + "\n")
