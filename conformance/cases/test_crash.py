@@ -143,6 +143,9 @@ def test_the_data_path_after_a_clean_shutdown(crashable):
     the message in file 000000, the metadata files say where (P-RST-07, P-RST-09)."""
     nsq = crashable
     crash.require(nsq, "restart", "data_path")
+    if nsq.limits["mem_queue_size"] == 0:
+        pytest.skip(f"profile {nsq.profile.name}: P-RST-09's layout is a broker's with a memory queue; without one "
+                    "the topic's own queue has files too")
     topic, body = nsq.topic(), b"kept on disk"
     create(nsq, topic, "c")
     nsq.connect().publish(topic, body)
@@ -187,10 +190,12 @@ def test_a_sigkill_before_the_sync_leaves_a_working_queue(crashable):
     past_memory = memory + 3 if memory <= 100 else 3  # a large memory queue: the disk queue is not reached again
     fresh = [b"new-" + body for body in bodies(0, past_memory, 6)]
     publish(nsq, topic, fresh)
-    conn = nsq.connect()  # what survived the SIGKILL may come too, in any order: read until every new one came
-    conn.subscribe(topic, "c", ready=min(len(fresh) + memory + 2, nsq.limits["max_rdy_count"]))
+    # What survived the SIGKILL may come too, in any order, some of it twice (a queue whose read position was not
+    # synced reads again what it had handed on): read until every new one came.
+    conn, most = nsq.connect(), len(fresh) + 2 * (memory + 2)
+    conn.subscribe(topic, "c", ready=min(most, nsq.limits["max_rdy_count"]))
     delivered = []
-    while not set(fresh) <= set(delivered) and len(delivered) < len(fresh) + memory + 2:
+    while not set(fresh) <= set(delivered) and len(delivered) < most:
         message = conn.expect_message(timeout=3)
         conn.command("FIN", message.message_id.decode())
         delivered.append(message.body)
@@ -288,3 +293,30 @@ def test_a_corrupt_disk_queue_file_is_set_aside(crashable):
     nsq.verify.equal("every message outside the corrupt file, once", sorted(readable), sorted(delivered))
     nsq.verify.equal("the corrupt file set aside as *.bad (D-76)", (False, True),
                      (second.exists(), second.with_name(second.name + ".bad").exists()))
+
+
+@requirement("NSQ-DISK-010")
+def test_without_a_memory_queue(crashable):
+    """--mem-queue-size=0: queued messages are all on disk (backend_depth = depth); a ready consumer, also on an
+    ephemeral channel, is handed each message at once; an ephemeral channel whose consumer is not ready drops
+    every message (D-74; rec-0283, rec-0284)."""
+    nsq = crashable
+    if nsq.limits["mem_queue_size"] != 0:
+        pytest.skip(f"profile {nsq.profile.name}: --mem-queue-size {nsq.limits['mem_queue_size']}, not 0 "
+                    "(nsqd-memory-0 shows it)")
+    topic = nsq.topic()
+    create(nsq, topic, "c")
+    ready, idle = nsq.connect(), nsq.connect()
+    ready.subscribe(topic, "e#ephemeral", ready=5)
+    idle.subscribe(topic, "idle#ephemeral", ready=0)
+    publish(nsq, topic, [b"d1", b"d2", b"d3"])
+    nsq.verify.equal("the ready consumer of an ephemeral channel gets each message at once (D-74)",
+                     [b"d1", b"d2", b"d3"], sorted(message.body for message in ready.expect_messages(3)))
+    nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("depth") == 3, 2.0, "c has all three")
+    stats = {name: nsq.http.channel_stats(topic, name) or {} for name in ("c", "idle#ephemeral")}
+    nsq.verify.equal("(depth, backend_depth) of c, and (message_count, depth) of the ephemeral channel nobody is "
+                     "ready on (D-74)", ((3, 3), (3, 0)),
+                     ((stats["c"].get("depth"), stats["c"].get("backend_depth")),
+                      (stats["idle#ephemeral"].get("message_count"), stats["idle#ephemeral"].get("depth"))))
+    idle.command("RDY", 5)
+    idle.expect_silence(0.5, "the ephemeral channel dropped what came while nobody was ready (D-74)")

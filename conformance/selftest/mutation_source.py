@@ -70,17 +70,19 @@ class Module:
 _DURABILITY = ("NSQ-RST", "NSQ-DISK")
 # The disk queue in use (every message past the second on disk, small files, frequent syncs): the short run, first.
 _ON_DISK = Run("nsqd-durability", _DURABILITY)
+_NO_MEMORY = Run("nsqd-memory-0", _DURABILITY)  # --mem-queue-size=0: every message through the disk queue (D-74)
 MODULES = (
     Module("diskqueue.py", ("reference_broker/diskqueue.py",), (_ON_DISK, Run("nsqd-defaults", _DURABILITY))),
     Module("nsqd.py", ("reference_broker/nsqd.py",),
            (_ON_DISK, Run("nsqd-defaults", (*_DURABILITY, "NSQ-REG", "NSQ-ADMIN", "NSQ-EPH", "NSQ-PUB", "NSQ-HTTP")))),
     Module("topic.py", ("reference_broker/topic.py",),
-           (_ON_DISK, Run("nsqd-defaults", (*_DURABILITY, "NSQ-PUB", "NSQ-MPUB", "NSQ-DPUB", "NSQ-FANOUT",
-                                            "NSQ-ADMIN", "NSQ-EPH", "NSQ-SEM", "NSQ-HTTP")))),
+           (_ON_DISK, _NO_MEMORY, Run("nsqd-defaults", (*_DURABILITY, "NSQ-PUB", "NSQ-MPUB", "NSQ-DPUB", "NSQ-FANOUT",
+                                                        "NSQ-ADMIN", "NSQ-EPH", "NSQ-SEM", "NSQ-HTTP")))),
     Module("channel.py", ("reference_broker/channel.py",),
-           (_ON_DISK, Run("nsqd-defaults", (*_DURABILITY, "NSQ-SUB", "NSQ-FIN", "NSQ-REQ", "NSQ-RDY", "NSQ-SEM",
-                                            "NSQ-FANOUT", "NSQ-ADMIN", "NSQ-EPH", "NSQ-DPUB", "NSQ-TOUCH", "NSQ-HTTP",
-                                            "NSQ-SAMPLE", "NSQ-CLS", "NSQ-TIMEOUT")))),
+           (_ON_DISK, _NO_MEMORY, Run("nsqd-defaults", (*_DURABILITY, "NSQ-SUB", "NSQ-FIN", "NSQ-REQ", "NSQ-RDY",
+                                                        "NSQ-SEM", "NSQ-FANOUT", "NSQ-ADMIN", "NSQ-EPH", "NSQ-DPUB",
+                                                        "NSQ-TOUCH", "NSQ-HTTP", "NSQ-SAMPLE", "NSQ-CLS",
+                                                        "NSQ-TIMEOUT")))),
     Module("lookup*.py", ("reference_broker/lookup.py", "reference_broker/lookup_peer.py"),
            (Run("nsqd-defaults", ("NSQ-REG",)),)),
     Module("nsqlookupd/", tuple(f"reference_broker/nsqlookupd/{name}" for name in (
