@@ -119,3 +119,23 @@ def test_a_lookupd_that_dropped_the_connection_gets_everything_again(crashable):
                      {f"REGISTER {topic} c", f"REGISTER {later}"}, lines)
     nsq.verify.that("it IDENTIFYed again first (R-10)", identify_after(lookupd, start) is not None, "IDENTIFY",
                     [event.line for event in lookupd.since(start)][:3])
+
+
+@requirement("NSQ-REG-009")
+def test_a_new_topic_gets_the_channels_its_lookupd_knows(crashable):
+    """The first PUB to a topic its nsqlookupd knows channels of: the broker asks the lookupd's GET /channels and
+    creates them before the message goes in, so they all get it; an ephemeral one is not made without a consumer
+    (nsqd.go GetTopic)."""
+    nsq = crashable
+    crash.require(nsq, "lookupd")
+    topic = nsq.topic()
+    nsq.target.lookupd.channels[topic] = ["known", "a-second", "seen#ephemeral"]
+    nsq.connect().publish(topic, b"for every known channel")
+
+    def channels() -> dict:
+        return {channel["channel_name"]: channel["depth"] for channel in (nsq.http.stats(topic) or {}).get(
+            "channels", [])}
+
+    nsq.until(lambda: channels() == {"a-second": 1, "known": 1}, 2.0, "the message reached the channels")
+    nsq.verify.equal("the topic's channels after its first PUB, with their depth", {"a-second": 1, "known": 1},
+                     channels())
