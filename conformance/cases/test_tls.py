@@ -7,6 +7,7 @@ suite's own, from a CA of its own (tls/other-client.pem), unrelated to any CA of
 
 import dataclasses
 import ssl
+import time
 
 import pytest
 
@@ -263,3 +264,21 @@ def test_stats_name_each_tls12_cipher_suite(nsq):
 
     nsq.until(lambda: set(named()) == set(TLS12_SUITES), 2.0, "every client is in /stats")
     nsq.verify.soft_equal("tls_cipher_suite of each TLS 1.2 client (T-04)", TLS12_SUITES, named())
+
+
+@pytest.mark.long_wait(6)
+@requirement("NSQ-TLS-007")
+def test_a_client_that_never_starts_the_handshake_is_closed_after_5_s(nsq):
+    """IDENTIFY with tls_v1, then silence: the broker gives the handshake 5 s, then closes (ID-31)."""
+    nsq.require("tls")
+    conn = nsq.connect(tls=nsq.target.tls)
+    conn.identify(UPGRADE, upgrade=False)
+    started = time.monotonic()
+    conn.sock.settimeout(nsq.seconds(10))
+    try:
+        while conn.sock.recv(4096):  # its plaintext E_IDENTIFY_FAILED may come before the close (ID-31)
+            pass
+    except OSError:
+        pass
+    nsq.within("the broker closes a connection whose TLS handshake never began (ID-31: a 5 s deadline)",
+               nsq.elapsed_since(started), 4.5, 5.8)
