@@ -426,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     slots = Slots(args.jobs)
     try:
         check_isolation(slots.free.queue[0])
-        timeouts = run_controls(sorted({module for module, _ in chosen}, key=modules.index), slots, reports)
+        to_run = {module for module, mutant in chosen if mutant.key not in equivalents and mutant.key not in detected}
+        timeouts = run_controls(sorted(to_run, key=modules.index), slots, reports)  # the modules with runs to bound
         results: list[dict] = []
 
         def one(item):
