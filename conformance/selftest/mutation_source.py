@@ -31,7 +31,6 @@ import os
 import queue
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,8 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import mutmut
+
+from conformance.selftest.mutation import bounded_run
 
 ROOT = Path(__file__).parents[2]
 EQUIVALENTS = Path(__file__).with_name("equivalent_mutants.toml")
@@ -239,18 +240,10 @@ def run_suite(slot: Path, run: Run, reports: Path, timeout: float) -> dict:
                run.lookupd_profile, "--workers", "0", "--reports-dir", str(reports), *prefixes,
                "--", "-x", "-q", "-p", "no:randomly"]
     started = time.monotonic()
-    with (reports / "suite.log").open("w") as log:
-        process = subprocess.Popen(command, cwd=slot, env=environment(slot), stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            return {"status": "timeout", "seconds": round(time.monotonic() - started, 1),
-                    "by": f"{run.name}: no verdict within {timeout:g} s"}
-    _kill_leftovers(process.pid)
+    outcome = bounded_run(command, reports / "suite.log", timeout, cwd=slot, env=environment(slot))
     seconds = round(time.monotonic() - started, 1)
+    if outcome.startswith("timed out"):
+        return {"status": "timeout", "seconds": seconds, "by": f"{run.name}: no verdict, {outcome}"}
     report = reports / "report.json"
     cases = json.loads(report.read_text())["cases"] if report.is_file() else []
     failed = [case for case in cases if case["verdict"] in ("FAIL", "ERROR")]
@@ -259,7 +252,7 @@ def run_suite(slot: Path, run: Run, reports: Path, timeout: float) -> dict:
         # pytest stopped (-x) at a case whose clean-up found the broker broken; the verdicts leave clean-ups out
         return {"status": "killed", "seconds": seconds, "by": f"{run.name}: {broken_cleanup[0]} ERROR at teardown",
                 "why": "the case's clean-up (e.g. /topic/delete) got no answer"}
-    if process.returncode == 0 and not failed:
+    if outcome == "finished" and not failed:
         return {"status": "survived", "seconds": seconds, "cases": len(cases)}
     if failed:
         first = failed[0]
@@ -267,7 +260,7 @@ def run_suite(slot: Path, run: Run, reports: Path, timeout: float) -> dict:
         return {"status": "killed", "seconds": seconds, "by": f"{run.name}: {first['id']} {first['verdict']}",
                 "why": message[-1][:200] if message else ""}
     tail = (reports / "suite.log").read_text(errors="replace").strip().splitlines()
-    return {"status": "killed", "seconds": seconds, "by": f"{run.name}: exit status {process.returncode}",
+    return {"status": "killed", "seconds": seconds, "by": f"{run.name}: {outcome}",
             "why": tail[-1][:200] if tail else ""}
 
 
@@ -287,14 +280,6 @@ def _teardown_errors(junit: Path) -> list[str]:
     return [f"cases/{case.get('classname', '').split('.')[-1]}.py::{case.get('name')}"
             for case in ElementTree.parse(junit).iter("testcase")
             for error in case.iter("error") if (error.get("message") or "").startswith("failed on teardown")]
-
-
-def _kill_leftovers(group: int) -> None:
-    """Brokers a hung mutant left in the run's process group."""
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_mutant(mutant: Mutant, module: Module, slots: Slots, reports: Path, timeouts: dict) -> dict:
