@@ -128,8 +128,9 @@ def test_a_new_topic_gets_the_channels_its_lookupd_knows(crashable):
     (nsqd.go GetTopic)."""
     nsq = crashable
     crash.require(nsq, "lookupd")
-    topic = nsq.topic()
-    nsq.target.lookupd.channels[topic] = ["known", "a-second", "seen#ephemeral"]
+    topic, lookupd = nsq.topic(), nsq.target.lookupd
+    lookupd.channels[topic] = ["known", "a-second", "seen#ephemeral"]
+    lookupd.settle(5.0 * nsq.time_scale)  # the broker asks only the lookupds that answered its IDENTIFY
     nsq.connect().publish(topic, b"for every known channel")
 
     def channels() -> dict:
