@@ -129,7 +129,7 @@ def test_a_new_topic_gets_the_channels_its_lookupd_knows(crashable):
     nsq = crashable
     crash.require(nsq, "lookupd")
     topic, lookupd = nsq.topic(), nsq.target.lookupd
-    lookupd.channels[topic] = ["known", "a-second", "seen#ephemeral"]
+    lookupd.channels[topic] = ["0-seen#ephemeral", "known", "a-second"]  # the ephemeral one sorts first
     lookupd.settle(5.0 * nsq.time_scale)  # the broker asks only the lookupds that answered its IDENTIFY
     nsq.connect().publish(topic, b"for every known channel")
 
