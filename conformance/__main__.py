@@ -60,7 +60,7 @@ def pytest_arguments(args, passthrough: list[str], **embedded) -> list[str]:
                  "-p", "no:cacheprovider", "-p", "conformance.plugin", "--junitxml", str(reports / "junit.xml"),
                  *options.as_pytest_arguments(values)]
     # Restarting the user's target would cut other workers off; --lookupd-listen is one address.
-    if args.workers and not args.nsq_restart_command and not args.nsq_lookupd_listen:
+    if args.workers and not args.nsq_restart_command and not args.nsq_kill_command and not args.nsq_lookupd_listen:
         arguments += ["-n", str(args.workers)]
     return arguments + passthrough
 

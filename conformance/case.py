@@ -8,7 +8,8 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from conformance import wire
 from conformance.authd import ALLOW_ALL_SECRET
@@ -39,6 +40,11 @@ class Target:
     https: tuple[str, int] | None = None
     tls: TlsClient = TlsClient()  # how the suite upgrades to TLS with it: --tls-ca, --tls-client-cert
     health: TargetHealth | None = None  # is it still there after a case that saw it close or fail
+    # the crash cases' (conformance/crash.py): SIGKILL and start again; where its files are; the fake
+    # nsqlookupd it registers with from its start, across restarts
+    kill: Callable[[], None] | None = None
+    data_path: Path | None = None
+    lookupd: object | None = None
 
     def requires_tls(self, on: str) -> bool:
         """Whether the profile says the target refuses plain ``on`` ("tcp" or "http"): nsqd's --tls-required
@@ -52,6 +58,7 @@ class LookupdTarget:
     tcp: tuple[str, int]
     http: tuple[str, int]
     time_scale: float
+    limits: dict = field(default_factory=dict)  # the lookupd profile's: its timeouts (--lookupd-profile)
     health: TargetHealth | None = None
 
 
@@ -185,6 +192,16 @@ class Case:
         self.transcript.note("restart the target: SIGTERM, then start again on the same data path and ports")
         try:
             self.target.restart()
+        except TargetError as exc:
+            raise HarnessError(str(exc)) from exc
+        for connection in self._connections:
+            connection.close()
+
+    def kill(self) -> None:
+        """P-RST-10: the target dies with SIGKILL and comes back on the same data path and ports."""
+        self.transcript.note("kill the target: SIGKILL, then start again on the same data path and ports")
+        try:
+            self.target.kill()
         except TargetError as exc:
             raise HarnessError(str(exc)) from exc
         for connection in self._connections:

@@ -2,15 +2,17 @@
 
 It accepts the broker's connections, reads the magic and the commands (IDENTIFY with its body), logs each one
 with its arrival time, and answers like nsqlookupd: IDENTIFY with nsqlookupd's JSON, everything else `OK`.
-The IDENTIFY reply names an HTTP port where nothing listens, so the broker's query for a new topic's channels
-fails at once instead of waiting (nsqd logs it and goes on)."""
+The IDENTIFY reply names its HTTP port, where `GET /channels?topic=` answers what `channels` holds for the topic
+(nothing for any other): nsqd asks it for a new topic's channels and creates them (nsqd.go GetTopic)."""
 from __future__ import annotations
 
 import json
 import socket
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from conformance import wire_v1
 from conformance.wire import ProtocolViolation
@@ -33,16 +35,31 @@ class FakeLookupd:
         self.events: list[Event] = []
         self._lock = threading.Lock()
         self._connections = 0
-        with socket.socket() as probe:  # a port that refuses connections
-            probe.bind(("127.0.0.1", 0))
-            self._dead_http_port = probe.getsockname()[1]
+        self._open: dict[int, socket.socket] = {}  # by connection number: what drop() closes
+        self.channels: dict[str, list[str]] = {}  # what GET /channels?topic= answers (none for other topics)
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), _channels_handler(self.channels))
+        self._http.daemon_threads = True
 
     def start(self) -> FakeLookupd:
         threading.Thread(target=self._accept, daemon=True, name="fake-lookupd").start()
+        threading.Thread(target=self._http.serve_forever, daemon=True, name="fake-lookupd-http").start()
         return self
 
     def stop(self) -> None:
         self.listener.close()
+        self._http.shutdown()
+        self._http.server_close()
+
+    def drop(self) -> None:
+        """Close every connection of the broker's, as a lookupd that goes away does (R-10): it learns of it only
+        when it next writes."""
+        with self._lock:
+            connections = list(self._open.values())
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def since(self, start: int) -> list[Event]:
         with self._lock:
@@ -78,6 +95,7 @@ class FakeLookupd:
             with self._lock:
                 self._connections += 1
                 number = self._connections
+                self._open[number] = conn
             threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
 
     def _serve(self, conn: socket.socket, number: int) -> None:
@@ -99,7 +117,7 @@ class FakeLookupd:
                             document = {"undecodable": command.body[:200].decode("utf-8", "replace")}
                         self._log(number, line, document)
                         reply = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "conformance-lookupd",
-                                            "http_port": self._dead_http_port, "tcp_port": self.address[1],
+                                            "http_port": self._http.server_address[1], "tcp_port": self.address[1],
                                             "version": "1.3.0"}, separators=(",", ":")).encode()
                     else:
                         self._log(number, line)
@@ -109,4 +127,25 @@ class FakeLookupd:
             pass
         finally:
             self._log(number, "CLOSED")
+            with self._lock:
+                self._open.pop(number, None)
             conn.close()
+
+
+def _channels_handler(channels: dict[str, list[str]]) -> type[BaseHTTPRequestHandler]:
+    class Channels(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            url = urllib.parse.urlsplit(self.path)
+            topic = urllib.parse.parse_qs(url.query).get("topic", [""])[0]
+            found = url.path == "/channels"
+            body = json.dumps({"channels": channels.get(topic, [])} if found else {"message": "NOT_FOUND"}).encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    return Channels

@@ -71,6 +71,12 @@ OPTIONS = (
     Option("lookupd-http-target", "its HTTP address", "HOST:PORT"),
     Option("restart-command", "shell command that restarts --target (SIGTERM, same data path and ports) for the "
            "restart cases; the cases then run one at a time", "CMD"),
+    Option("kill-command", "shell command that kills --target with SIGKILL and starts it again on the same data path "
+           "and ports, for the crash cases (profile capability kill); they then run one at a time", "CMD"),
+    Option("data-path", "the --target's --data-path, when it is on this machine: the crash cases check the files "
+           "it leaves there (profile capability data_path)", "DIR"),
+    Option("lookupd-profile", "nsqlookupd-defaults, nsqlookupd-short-timeouts, or a .toml path: the nsqlookupd's "
+           "flags (for the embedded one) and timeouts", "NAME", default="nsqlookupd-defaults"),
     Option("compare", "differential mode: every case also runs against this second broker (e.g. the real nsqd), "
            "and the report shows where their normalised transcripts differ", "HOST:PORT"),
     Option("compare-http", "the second broker's HTTP address", "HOST:PORT"),
@@ -127,6 +133,9 @@ class Settings:
     reports_dir: Path
     baseline: dict[str, str]
     requirement_prefixes: list[str]
+    kill_command: str | None = None
+    data_path: Path | None = None
+    lookupd_profile: Profile | None = None
 
 
 def settings(value: Callable[[str], object]) -> Settings:
@@ -155,11 +164,24 @@ def settings(value: Callable[[str], object]) -> Settings:
     if time_scale <= 0:
         raise TargetError("--time-scale must be > 0")
     baseline = value("nsq_baseline")
+    crash = crash_settings(value, tcp)
     return Settings(profile, tcp, http, address("https-target"), tls_client(value), authd,
                     address("lookupd-listen"), lookupd_tcp, lookupd_http, value("nsq_restart_command"),
                     compare_tcp, address("compare-http"), embedded, bool(value("nsq_strict")), time_scale,
                     Path(value("nsq_reports_dir")), load_baseline(Path(baseline)) if baseline else {},
-                    list(value("nsq_requirement") or []))
+                    list(value("nsq_requirement") or []), *crash)
+
+
+def crash_settings(value: Callable[[str], object], tcp: Address | None) -> tuple:
+    """--kill-command, --data-path and --lookupd-profile, checked."""
+    kill_command, data_path = value("nsq_kill_command"), value("nsq_data_path")
+    if kill_command and not tcp:
+        raise TargetError("--kill-command needs --target (the embedded broker is killed by the suite)")
+    if data_path and not tcp:
+        raise TargetError("--data-path needs --target (the embedded broker's is the suite's own)")
+    if data_path and not Path(data_path).is_dir():
+        raise TargetError(f"--data-path {data_path}: no such directory")
+    return kill_command, Path(data_path) if data_path else None, Profile.load(value("nsq_lookupd_profile"))
 
 
 # The embedded broker's --tls-* values: the suite's test CA, which signed its certificate, and test client.

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import compare, options
+from conformance import compare, crash, options
 from conformance.authd import AuthServer
 from conformance.case import Case, LookupdCase, LookupdTarget, Target
 from conformance.catalogue import requirements
@@ -141,7 +141,7 @@ def case_requirements(item) -> list[str]:
     return [requirement_id for marker in item.iter_markers("requirement") for requirement_id in marker.args]
 
 
-CASE_FIXTURES = frozenset({"nsq", "restartable", "registration", "lookupd"})
+CASE_FIXTURES = frozenset({"nsq", "restartable", "registration", "lookupd", "crashable"})
 
 
 def is_case(item) -> bool:
@@ -268,11 +268,12 @@ def lookupd_target(pytestconfig):
         health = TargetHealth("nsqlookupd %s:%d" % settings.lookupd_tcp, lambda: probe_lookupd(
             settings.lookupd_tcp, settings.lookupd_http, PROBE_SECONDS * settings.time_scale), None,
             shared_death=settings.reports_dir / ".lookupd-died")
-        yield LookupdTarget(settings.lookupd_tcp, settings.lookupd_http, settings.time_scale, health)
+        yield LookupdTarget(settings.lookupd_tcp, settings.lookupd_http, settings.time_scale,
+                            settings.lookupd_profile.limits, health)
         return
     worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
     settings.reports_dir.mkdir(parents=True, exist_ok=True)
-    lookupd = EmbeddedLookupd(settings.reports_dir / f"lookupd-{worker}.log")
+    lookupd = EmbeddedLookupd(settings.reports_dir / f"lookupd-{worker}.log", settings.lookupd_profile)
     try:
         lookupd.start()
     except TargetError as exc:
@@ -284,7 +285,8 @@ def lookupd_target(pytestconfig):
     health = TargetHealth("embedded reference nsqlookupd", lambda: probe_lookupd(
         lookupd.tcp_address, lookupd.http_address, PROBE_SECONDS * settings.time_scale), revive)
     try:
-        yield LookupdTarget(lookupd.tcp_address, lookupd.http_address, settings.time_scale, health)
+        yield LookupdTarget(lookupd.tcp_address, lookupd.http_address, settings.time_scale,
+                            settings.lookupd_profile.limits, health)
     finally:
         lookupd.stop()
 
@@ -342,6 +344,28 @@ def restartable(restartable_target, request):
     request.node.nsq_case = case
     yield case
     case.close()
+
+
+@pytest.fixture
+def crashable(pytestconfig, request):
+    """A case on a target the suite may SIGKILL, restart, read the data path of, and see the registrations of
+    from its start (conformance/crash.py): the embedded broker, one of the case's own; the user's, as its options
+    allow. Each case says what it needs (crash.require)."""
+    settings = pytestconfig.nsq_settings
+    if settings.tcp and not settings.embedded:
+        lookupd = request.getfixturevalue("listening_fake_lookupd") if settings.lookupd_listen else None
+        context = contextlib.nullcontext(crash.given(settings, lookupd))
+    else:
+        settings.reports_dir.mkdir(parents=True, exist_ok=True)
+        worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
+        context = crash.embedded(settings, pytestconfig.nsq_authd_address,
+                                 settings.reports_dir / f"broker-crashes-{worker}.log")
+    with context as target:
+        case = Case(target, _case_name(request.node))
+        case.require("http")  # the crash cases read /stats
+        request.node.nsq_case = case
+        yield case
+        case.close()
 
 
 @pytest.fixture(scope="session")
@@ -502,7 +526,7 @@ def _run_on_compare_target(item) -> dict:
     settings = item.config.nsq_settings
     against = "%s:%d" % settings.compare_tcp
     case = getattr(item, "nsq_case", None)
-    if not isinstance(case, Case) or set(item.fixturenames) & {"restartable", "registration"}:
+    if not isinstance(case, Case) or set(item.fixturenames) & {"restartable", "registration", "crashable"}:
         return {"against": against, "status": "not compared",
                 "why": "restart, registration and nsqlookupd cases run against the target only"}
     other = Case(Target(settings.profile, settings.compare_tcp, settings.compare_http, settings.time_scale),

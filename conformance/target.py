@@ -179,10 +179,25 @@ class EmbeddedBroker:
     def restart(self, timeout: float = 20.0) -> None:
         """SIGTERM, then the same broker again on the same ports and data path (P-RST-01)."""
         self._terminate()
+        self._start_again(timeout)
+
+    def kill(self, timeout: float = 20.0) -> None:
+        """SIGKILL, then the same broker again on the same ports and data path (P-RST-10, P-RST-15): what it had
+        not written to disk is gone."""
+        if self._process and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._start_again(timeout)
+
+    def _start_again(self, timeout: float) -> None:
         self._ports = (self.tcp_address, self.http_address, self.https_address)
         self.tcp_address = self.http_address = self.https_address = None
         self._found.clear()
         self.start(timeout)
+
+    @property
+    def data_path(self) -> Path | None:
+        return Path(self._data_path) if self._data_path else None
 
     def _drain(self) -> None:
         log = self.log_path.open("a") if self.log_path else None
@@ -224,13 +239,14 @@ class EmbeddedBroker:
 
 
 class EmbeddedLookupd(EmbeddedBroker):
-    """`python -m reference_broker.nsqlookupd` on free loopback ports: the default nsqlookupd target."""
+    """`python -m reference_broker.nsqlookupd` on free loopback ports, with the lookupd profile's flags: the default
+    nsqlookupd target."""
 
-    def __init__(self, log_path: Path | None = None):
-        super().__init__(Profile("nsqlookupd", "", (), {}, {}), log_path,
+    def __init__(self, log_path: Path | None = None, profile: Profile | None = None):
+        super().__init__(profile or Profile("nsqlookupd", "", (), {}, {}), log_path,
                          command=[sys.executable, "-m", "reference_broker.nsqlookupd"])
 
     def _argv(self) -> list[str]:
         """Free ports at first; a restart keeps them."""
         tcp, http = ("%s:%d" % address if address else "127.0.0.1:0" for address in self._ports[:2])
-        return [*self.command, f"--tcp-address={tcp}", f"--http-address={http}"]
+        return [*self.command, f"--tcp-address={tcp}", f"--http-address={http}", *self.profile.broker_flags]

@@ -259,6 +259,33 @@ def test_stats_counters(nsq, http):
     nsq.verify.equal("topic message_count", 2, stats["message_count"])
     nsq.verify.equal("channel (message_count, depth, in_flight_count, requeue_count, client_count)",
                      (2, 2, 0, 1, 1), channel_counters)
+    nsq.verify.soft_equal("channel global_msg_count: the one delivery (H-STATS-08, the recorded build's topology "
+                          "counter; the v1.3.0 tag has none)", 1, stats["channels"][0].get("global_msg_count"))
+
+
+@requirement("NSQ-HTTP-008")
+def test_client_counters_add_up(nsq, http):
+    """A consumer's message_count, finish_count and requeue_count count every delivery, FIN and REQ, each sent on
+    its own (H-STATS-09)."""
+    topic = nsq.topic()
+    conn = nsq.connect()
+    conn.identify({"feature_negotiation": True, "client_id": "counted"})
+    conn.subscribe(topic, "c", ready=3)
+    for body in (b"k1", b"k2", b"k3"):
+        conn.publish(topic, body)
+    messages = conn.expect_messages(3)
+    conn.command("FIN", messages[0].message_id.decode())
+    conn.command("FIN", messages[1].message_id.decode())
+    conn.command("REQ", messages[2].message_id.decode(), 0)
+    conn.expect_message(b"k3", attempts=2)
+
+    def counters():
+        clients = (http.channel_stats(topic, "c") or {}).get("clients", [])
+        client = next((c for c in clients if c.get("client_id") == "counted"), {})
+        return tuple(client.get(key) for key in ("message_count", "finish_count", "requeue_count"))
+
+    nsq.until(lambda: counters() == (4, 2, 1), 1.0, "the counters caught up")
+    nsq.verify.equal("client (message_count, finish_count, requeue_count)", (4, 2, 1), counters())
 
 
 @requirement("NSQ-HTTP-009")

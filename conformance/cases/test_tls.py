@@ -7,14 +7,17 @@ suite's own, from a CA of its own (tls/other-client.pem), unrelated to any CA of
 
 import dataclasses
 import ssl
+import time
 
 import pytest
 
-from conformance.client import HttpClient, json_of_type
+from conformance.client import HttpClient, TlsClient, json_of_type
 from conformance.target import TLS_DIR
 
 requirement = pytest.mark.requirement
 UPGRADE = {"feature_negotiation": True, "tls_v1": True}
+TLS13_SUITE_IDS = {"TLS_AES_128_GCM_SHA256": 0x1301, "TLS_AES_256_GCM_SHA384": 0x1302,
+                   "TLS_CHACHA20_POLY1305_SHA256": 0x1303}
 
 
 def https(nsq, tls=None) -> HttpClient:
@@ -88,6 +91,15 @@ def test_stats_show_the_tls_client(nsq):
     nsq.verify.equal("(tls, tls_version in TLS1.2/TLS1.3, tls_negotiated_protocol) of the TLS client",
                      (True, True, ""), (tls.get("tls"), tls.get("tls_version") in ("TLS1.2", "TLS1.3"),
                                         tls.get("tls_negotiated_protocol")))
+    cipher, version, _ = secure.sock.cipher()
+    if version == "TLSv1.3":
+        nsq.verify.soft_equal("the TLS 1.3 suite the broker picks from the client's (T-01: Go's preference)",
+                              "TLS_AES_128_GCM_SHA256", cipher)
+        nsq.verify.soft_equal("(tls_cipher_suite, tls_negotiated_protocol_is_mutual) in /stats: the suite by Go's "
+                              "name, which go1.19 lacks for TLS 1.3 ones (T-04)",
+                              ({f"Unknown {TLS13_SUITE_IDS.get(cipher)}", cipher}, True),
+                              ({f"Unknown {TLS13_SUITE_IDS.get(cipher)}", cipher} | {tls.get("tls_cipher_suite")},
+                               tls.get("tls_negotiated_protocol_is_mutual")))
     if plain:
         no_tls = found.get("plain", {})
         nsq.verify.equal("(tls, tls_version) of the plaintext client", (False, ""),
@@ -210,3 +222,63 @@ def test_a_client_below_the_minimum_version_is_refused(nsq):
     current = nsq.connect(tls=nsq.target.tls)
     current.identify(UPGRADE)
     works_inside_tls(nsq, current, nsq.topic())
+
+
+@dataclasses.dataclass(frozen=True)
+class OneSuite(TlsClient):
+    """A TLS 1.2 client that offers one cipher suite (OpenSSL's name)."""
+    suite: str = ""
+
+    def context(self) -> ssl.SSLContext:
+        context = super().context()
+        context.set_ciphers(self.suite)
+        return context
+
+
+# OpenSSL's name -> what nsqd's /stats calls it: Go's name for the suites nsqd's prettyConnectionState names,
+# "Unknown <id>" for any other (T-04)
+TLS12_SUITES = {"AES128-SHA": "TLS_RSA_WITH_AES_128_CBC_SHA", "AES256-SHA": "TLS_RSA_WITH_AES_256_CBC_SHA",
+                "ECDHE-RSA-AES128-SHA": "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+                "ECDHE-RSA-AES256-SHA": "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+                "ECDHE-RSA-AES128-GCM-SHA256": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                "ECDHE-RSA-AES256-GCM-SHA384": f"Unknown {0xC030}"}
+
+
+@requirement("NSQ-TLS-003")
+def test_stats_name_each_tls12_cipher_suite(nsq):
+    """A TLS 1.2 client per suite the broker offers with an RSA certificate: /stats names each as nsqd does (T-04)."""
+    nsq.require("tls")
+    nsq.require("http")
+    if nsq.profile.capabilities.get("tls_min_version") == "tls1.3":
+        pytest.skip(f"profile {nsq.profile.name}: the target refuses TLS 1.2 (T-17)")
+    topic = nsq.topic()
+    for suite in TLS12_SUITES:
+        offer = {**dataclasses.asdict(nsq.target.tls), "maximum_version": ssl.TLSVersion.TLSv1_2}
+        conn = nsq.connect(tls=OneSuite(**offer, suite=suite))
+        conn.identify({**UPGRADE, "client_id": suite})
+        conn.subscribe(topic, "c")
+
+    def named() -> dict:
+        channel = nsq.http.channel_stats(topic, "c") or {"clients": []}
+        return {client["client_id"]: client.get("tls_cipher_suite") for client in channel["clients"]}
+
+    nsq.until(lambda: set(named()) == set(TLS12_SUITES), 2.0, "every client is in /stats")
+    nsq.verify.soft_equal("tls_cipher_suite of each TLS 1.2 client (T-04)", TLS12_SUITES, named())
+
+
+@pytest.mark.long_wait(6)
+@requirement("NSQ-TLS-007")
+def test_a_client_that_never_starts_the_handshake_is_closed_after_5_s(nsq):
+    """IDENTIFY with tls_v1, then silence: the broker gives the handshake 5 s, then closes (ID-31)."""
+    nsq.require("tls")
+    conn = nsq.connect(tls=nsq.target.tls)
+    conn.identify(UPGRADE, upgrade=False)
+    started = time.monotonic()
+    conn.sock.settimeout(nsq.seconds(10))
+    try:
+        while conn.sock.recv(4096):  # its plaintext E_IDENTIFY_FAILED may come before the close (ID-31)
+            pass
+    except OSError:
+        pass
+    nsq.within("the broker closes a connection whose TLS handshake never began (ID-31: a 5 s deadline)",
+               nsq.elapsed_since(started), 4.5, 5.8)

@@ -57,7 +57,7 @@ def run_fault(fault: Fault, reports: Path, workers: int, timeout: float, pytest_
                 options += ["--https-target", "%s:%d" % broker.https_address]
         command = [sys.executable, "-m", "conformance", "--strict", "--reports-dir", str(run_dir), *options,
                    "--", "-q", "-p", "no:randomly", *pytest_args]
-        outcome = _bounded(command, run_dir / "suite.log", timeout)
+        outcome = bounded_run(command, run_dir / "suite.log", timeout)
     result = {"fault": fault.name, "section": fault.section, "bug": fault.bug, "wire": fault.wire,
               "requirements": list(fault.requirements), "seconds": round(time.monotonic() - started, 1)}
     report = run_dir / "report.json"
@@ -102,9 +102,10 @@ def _restartable(fault: Fault, run_dir: Path, stack: ExitStack) -> list[str]:
             shlex.join([*start, fault.restart]), "--requirement", "NSQ-RST"]
 
 
-def _bounded(command: list[str], log: Path, timeout: float) -> str:
+def bounded_run(command: list[str], log: Path, timeout: float, cwd: Path = ROOT, env: dict | None = None) -> str:
+    """The command in a process group of its own, its output to ``log``, killed whole after ``timeout``."""
     with log.open("w") as output:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             process.wait(timeout)
