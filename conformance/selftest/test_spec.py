@@ -101,18 +101,12 @@ NO_CASE_YET = {
     "P-SUB-06": "a profile whose broker runs with --max-channel-consumers (the recordings' limits flags)",
     "D-22": "a timeout, then /stats timeout_count 1 and requeue_count 0",
     "D-53": "a profile whose broker runs with a small --mem-queue-size, then an ephemeral channel's counters",
-    "L-TCP-19": "an nsqlookupd started with a short --inactive-producer-timeout",
     "L-TCP-20": "a lookupd command line ending in CRLF",
     "L-HTTP-03": "an nsqlookupd no other case has used",
-    "L-HTTP-16": "an nsqlookupd started with a short --inactive-producer-timeout",
-    "L-HTTP-17": "an nsqlookupd started with a short --tombstone-lifetime",
     "R-07": "an ephemeral topic's last consumer leaving, seen by the fake lookupd",
-    "R-09": "a restart of the broker under test (--restart-command) seen by the fake lookupd",
-    "R-10": "the fake lookupd stopped and started again across a 15 s PING tick",
     "R-12": "the broker registered with a real nsqlookupd, then /lookup and /nodes",
     "R-13": "the broker registered with a real nsqlookupd, then /topic/delete on the broker",
     "R-14": "a real nsqlookupd restarted, then two 15 s PING ticks",
-    "R-15": "a consumer that finds the broker through nsqlookupd's /lookup",
 }
 
 
