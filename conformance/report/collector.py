@@ -21,10 +21,22 @@ class ResultCollector:
         self.started = time.time()
 
     def pytest_runtest_logreport(self, report):
+        if report.when == "teardown" and report.failed and report.nodeid in self.cases:
+            self._clean_up_failed(self.cases[report.nodeid], report)
+            return
         nsq = getattr(report, "nsq", None)
         if nsq is None or report.nodeid in self.cases:
             return
         self.cases[report.nodeid] = {"id": report.nodeid, "duration_s": round(report.duration, 3), **nsq}
+
+    @staticmethod
+    def _clean_up_failed(case: dict, report) -> None:
+        """A case's clean-up raised (its fixtures' teardown): the gate must not pass it by. A case that passed is an
+        ERROR naming what its clean-up met; a failing verdict stands, with that added."""
+        what = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "its clean-up failed"
+        if case["verdict"] not in FAILING:
+            case["verdict"], case["cause"] = "ERROR", "a case's clean-up failed"
+        case["message"] = (case["message"] + "\n" if case["message"] else "") + f"clean-up failed: {what}"
 
     # ---- the verdict of the run -----------------------------------------------------------------
     def summary(self) -> dict:
