@@ -85,17 +85,23 @@ def free_loopback_address() -> str:
         return "127.0.0.1:%d" % probe.getsockname()[1]
 
 
-def restart_with_command(command: str, addresses: list[tuple[str, int]], timeout: float = 30.0) -> None:
-    """--restart-command for a target the user started: run it, then wait until every address answers."""
+def run_command(command: str, timeout: float, what: str) -> None:
+    """A shell command of the user's (``what`` names it in errors): TargetError with its exit status and last line
+    of stderr when it fails."""
     try:
         subprocess.run(command, shell=True, check=True, timeout=timeout, stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     except subprocess.CalledProcessError as exc:
         stderr = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
-        raise TargetError(f"--restart-command {command!r} exited with status {exc.returncode}"
+        raise TargetError(f"{what} {command!r} exited with status {exc.returncode}"
                           + (f": {stderr[-1]}" if stderr else "")) from exc
     except subprocess.TimeoutExpired as exc:
-        raise TargetError(f"--restart-command {command!r} did not finish within {timeout:g} s") from exc
+        raise TargetError(f"{what} {command!r} did not finish within {timeout:g} s") from exc
+
+
+def restart_with_command(command: str, addresses: list[tuple[str, int]], timeout: float = 30.0) -> None:
+    """--restart-command for a target the user started: run it, then wait until every address answers."""
+    run_command(command, timeout, "--restart-command")
     deadline = time.monotonic() + timeout
     for address in addresses:
         while True:
@@ -110,16 +116,8 @@ def restart_with_command(command: str, addresses: list[tuple[str, int]], timeout
 
 def run_setup_command(command: str, timeout: float, **names: str) -> None:
     """A profile's setup command with ``{topic}`` (and the like) replaced by shell-quoted ``names``."""
-    argv = command.format_map({key: shlex.quote(value) for key, value in names.items()})
-    try:
-        subprocess.run(argv, shell=True, check=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    except subprocess.CalledProcessError as exc:
-        stderr = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
-        raise TargetError(f"{argv!r} exited with status {exc.returncode}"
-                          + (f": {stderr[-1]}" if stderr else "")) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise TargetError(f"{argv!r} did not finish within {timeout:g} s") from exc
+    run_command(command.format_map({key: shlex.quote(value) for key, value in names.items()}), timeout,
+                "the profile's setup command")
 
 
 def check_reachable(address: tuple[str, int], option: str) -> None:
