@@ -173,9 +173,27 @@ def main(argv: list[str] | None = None) -> int:
     return capture(args.port or [4150], args.output, command, interface=args.interface)
 
 
-def _analyze(parser, args) -> int:
+def _progress():
+    """A console on stderr and a ``step(message)`` printing the seconds since now before each message."""
     from rich.console import Console
 
+    console = Console(stderr=True)
+    started = time.monotonic()
+
+    def step(message: str):
+        console.print(f"[bold cyan]{time.monotonic() - started:6.1f}s[/] {message}")
+
+    return console, step
+
+
+def _master(args) -> tuple[str | None, bool]:
+    """The master, and whether it is local: a JVM and Python processes started on this machine, where the
+    session's measured tuning applies. spark-submit (which sets SPARK_ENV_LOADED) has already chosen it."""
+    master = args.master or (None if os.environ.get("SPARK_ENV_LOADED") else "local[2]")
+    return master, master is not None and master.startswith("local")
+
+
+def _analyze(parser, args) -> int:
     from spark_analysis.analysis import DEFAULT_NSQ_PORTS, DEFAULT_WINDOW_BYTES, run_analysis
     from spark_analysis.datasource import DEFAULT_SPLIT_BYTES
     from spark_analysis.session import archive_java_options, spark_session
@@ -192,20 +210,12 @@ def _analyze(parser, args) -> int:
         storage.make_directory(args.out)  # a missing bucket or a read-only place fails here, before Spark starts
     except (StorageError, OSError) as exc:
         parser.error(str(exc).splitlines()[0])
-    console = Console(stderr=True)
-    started = time.monotonic()
-
-    def step(message: str):
-        console.print(f"[bold cyan]{time.monotonic() - started:6.1f}s[/] {message}")
-
-    # spark-submit (which sets SPARK_ENV_LOADED) has already chosen the master.
-    master = args.master or (None if os.environ.get("SPARK_ENV_LOADED") else "local[2]")
+    _, step = _progress()
+    master, local = _master(args)
     step(
         f"starting Spark ({master or 'from spark-submit'}) for {len(files)} file(s), "
         f"{sum(storage.size(p) for p in files) / 1e6:,.1f} MB"
     )
-    # A JVM and Python processes started on this machine: the session's measured tuning applies.
-    local = master is not None and master.startswith("local")
     if local and not archive_java_options():
         step("no class archive yet: run `nsq-trace prepare` once for quicker starts")
     with spark_session(master, args.shuffle_partitions, tuned=local) as spark:
@@ -230,8 +240,6 @@ def _analyze(parser, args) -> int:
 
 
 def _watch(parser, args) -> int:
-    from rich.console import Console
-
     from spark_analysis.analysis import DEFAULT_NSQ_PORTS, DEFAULT_WINDOW_BYTES
     from spark_analysis.datasource import DEFAULT_SPLIT_BYTES
     from spark_analysis.session import spark_session
@@ -240,6 +248,8 @@ def _watch(parser, args) -> int:
 
     if args.window_size == 0:
         parser.error("--window-size must be at least 1 byte")
+    if args.trigger_seconds <= 0 or args.settle_seconds < 0 or (args.until_idle or 0) < 0:
+        parser.error("watch: --trigger-seconds must be positive, --settle-seconds and --until-idle not negative")
     if not is_local(args.out):
         parser.error("watch: --out must be a local directory or a file:// URL (Spark keeps its checkpoint there)")
     try:
@@ -249,14 +259,8 @@ def _watch(parser, args) -> int:
         storage.make_directory(args.out)
     except (StorageError, OSError) as exc:
         parser.error(str(exc).splitlines()[0])
-    console = Console(stderr=True)
-    started = time.monotonic()
-
-    def step(message: str):
-        console.print(f"[bold cyan]{time.monotonic() - started:6.1f}s[/] {message}")
-
-    master = args.master or (None if os.environ.get("SPARK_ENV_LOADED") else "local[2]")
-    local = master is not None and master.startswith("local")
+    console, step = _progress()
+    master, local = _master(args)
     step(f"starting Spark ({master or 'from spark-submit'}), watching {args.source}")
     options = {
         "nsq_ports": frozenset(args.nsq_ports or DEFAULT_NSQ_PORTS),

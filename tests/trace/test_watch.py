@@ -117,10 +117,16 @@ def test_watch_killed_mid_batch_and_restarted_counts_every_file_once(rotated, re
     assert f"Per minute (batch {latest['batch_id']})" in page and 'http-equiv="refresh"' in page
 
 
-def test_watch_refuses_a_missing_directory_in_one_line(tmp_path):
+@pytest.mark.parametrize(("arguments", "error"), [
+    (["{tmp}/nowhere", "--out", "{tmp}/o"], "watch: no such directory: {tmp}/nowhere"),
+    (["{tmp}", "--out", "{tmp}/o", "--trigger-seconds", "0"],
+     "watch: --trigger-seconds must be positive, --settle-seconds and --until-idle not negative"),
+    (["{tmp}", "--out", "s3://bucket/live"],
+     "watch: --out must be a local directory or a file:// URL (Spark keeps its checkpoint there)"),
+])
+def test_watch_refuses_bad_arguments_in_one_line(arguments, error, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "spark_analysis", "watch", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")],
+        [sys.executable, "-m", "spark_analysis", "watch", *(a.format(tmp=tmp_path) for a in arguments)],
         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"nsq-trace: error: watch: no such directory: "
-                                                 f"{tmp_path / 'nowhere'}"]
+    assert result.stderr.strip().splitlines() == [f"nsq-trace: error: {error.format(tmp=tmp_path)}"]
