@@ -275,8 +275,6 @@ def _watch(parser, args) -> int:
         except WatchError as exc:
             console.print(f"nsq-trace watch: {exc}")
             return 1
-        except KeyboardInterrupt:
-            step("stopped: the same command resumes where this one stopped")
     return 0
 
 

@@ -18,6 +18,7 @@ grows with the capture (incremental state across micro-batches is the next step)
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -234,8 +235,16 @@ def run_watch(spark: SparkSession, source: str, out_dir: str, analysis_options: 
         .start()
     )
     waiting_since = None
+    stopping = _StopRequests()
     try:
         while not query.awaitTermination(0.5):
+            if stopping.requests == 1 and query.status["isTriggerActive"]:
+                # a micro-batch cut short is replayed whole by the next run: finishing it loses nothing
+                stopping.announce(step, "finishing the micro-batch under way, then stopping (signal again: now)")
+                continue
+            if stopping:
+                step("stopping: the same command resumes where this one stopped")
+                break
             # idle only between triggers: starting up and replaying a batch a stop cut short are work
             waiting = query.status["message"].startswith("Waiting") and not query.status["isTriggerActive"]
             waiting_since = (waiting_since or time.monotonic()) if waiting else None
@@ -247,3 +256,31 @@ def run_watch(spark: SparkSession, source: str, out_dir: str, analysis_options: 
         raise WatchError(str(exc).strip().splitlines()[0]) from None
     finally:
         query.stop()
+        stopping.restore()
+
+
+class _StopRequests:
+    """SIGINT and SIGTERM noted, to be acted on between two waits: SparkContext's own SIGINT handler calls into the
+    JVM from inside the call the main thread is waiting in (py4j then fails with tracebacks)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.requests = 0
+        self.announced = False
+        self.previous = {number: signal.signal(number, self._note) for number in self.SIGNALS}
+
+    def _note(self, number, frame):
+        self.requests += 1
+
+    def __bool__(self) -> bool:
+        return self.requests > 0
+
+    def announce(self, step: Callable[[str], None], message: str):
+        if not self.announced:
+            step(message)
+            self.announced = True
+
+    def restore(self):
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)

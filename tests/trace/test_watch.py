@@ -130,3 +130,23 @@ def test_watch_refuses_bad_arguments_in_one_line(arguments, error, tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"nsq-trace: error: {error.format(tmp=tmp_path)}"]
+
+
+def test_watch_stopped_by_sigterm_finishes_its_micro_batch_first(tmp_path):
+    source, out = tmp_path / "captures", tmp_path / "live"
+    source.mkdir()
+    for number, piece in enumerate(split_by_time(records(PCAPS / "compressed.pcap"), 2)):
+        arrive(source, number, piece)
+    log_path = tmp_path / "watch.log"
+    with open(log_path, "w") as log:
+        process = watcher(source, out, log, "--no-report")
+        try:
+            wait_for(lambda: (out / "snapshots" / f"{0:010d}").exists(), process, "the first micro-batch")
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(WAIT_SECONDS) == 0
+        finally:
+            process.kill()
+    output = log_path.read_text()
+    assert "finishing the micro-batch under way, then stopping" in output and "Traceback" not in output
+    assert published_batch(out) == 0
+    assert truth_mismatches(json.loads((out / "summary.json").read_text()), load_truth("compressed")) == []
