@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -28,8 +29,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from spark_analysis.analysis import run_analysis
+from spark_analysis.analysis import WrittenTables, run_analysis
 from spark_analysis.connection_tables import TableWriter
+from spark_analysis.lifecycle import LIFECYCLE_SCHEMAS
+from spark_analysis.parquet_source import read_table
 from spark_analysis.storage import LOCAL, Storage, join
 
 NS_PER_MINUTE = 60 * 1_000_000_000
@@ -97,7 +100,7 @@ class CaptureFilesReader(DataSourceStreamReader):
         return sorted(path for path in self.storage.expand([self.source]) if path > last)
 
 
-def minutes(tables) -> DataFrame:
+def minutes(tables: Mapping[str, DataFrame]) -> DataFrame:
     """Per-minute metrics of an analysis's tables: messages published (accepted), deliveries, redeliveries (a
     delivery whose cause is not the first), timeouts (redeliveries caused by one), latency p50/p99 and violations by
     requirement ID."""
@@ -148,7 +151,7 @@ class Watcher:
         self.storage.delete_directory(snapshot)
         self.step(f"batch {batch_id}: {len(new_files)} new file(s), analysing all {len(files)}")
         result = run_analysis(self.spark, files, snapshot, storage=self.storage, **self.options)
-        per_minute = minutes(_SnapshotTables(self.spark, snapshot, self.storage)).toArrow().cast(MINUTES_SCHEMA)
+        per_minute = minutes(_snapshot_tables(self.spark, snapshot, self.storage)).toArrow().cast(MINUTES_SCHEMA)
         tables_dir = join(snapshot, "tables")
         self.storage.reset_directory(join(tables_dir, "minutes"))
         with TableWriter(tables_dir, "part-00000", {"minutes": MINUTES_SCHEMA}, self.storage) as writer:
@@ -186,18 +189,11 @@ class Watcher:
                 self.storage.delete_directory(older)
 
 
-class _SnapshotTables:
-    def __init__(self, spark, snapshot, storage):
-        from spark_analysis.analysis import WrittenTables
-        from spark_analysis.lifecycle import LIFECYCLE_SCHEMAS
-        from spark_analysis.parquet_source import read_table
-
-        self.written = WrittenTables(spark, join(snapshot, "tables"), storage)
-        self.derived = {name: read_table(spark, join(snapshot, "tables", name), schema, storage)
-                        for name, schema in LIFECYCLE_SCHEMAS.items()}
-
-    def __getitem__(self, name):
-        return self.derived[name] if name in self.derived else self.written[name]
+def _snapshot_tables(spark: SparkSession, snapshot: str, storage: Storage) -> Mapping[str, DataFrame]:
+    tables_dir = join(snapshot, "tables")
+    derived = {name: read_table(spark, join(tables_dir, name), schema, storage)
+               for name, schema in LIFECYCLE_SCHEMAS.items()}
+    return ChainMap(derived, WrittenTables(spark, tables_dir, storage))
 
 
 def live_page(page: str, batch_id: int, per_minute: pa.Table) -> str:
