@@ -2,6 +2,7 @@
 
     nsq-trace analyze pcaps/workload-small.pcap --out reports/workload
     nsq-trace analyze 's3://bucket/captures/*.pcap' --out s3://bucket/analysis/run1   (AWS_ENDPOINT_URL for others)
+    nsq-trace watch captures/ --out live/   (files as they appear: Structured Streaming, checkpointed)
     nsq-trace generate --size 1GB --seed 7 -o big.pcap [--workload bench]
     nsq-trace capture --port 4150 -o out.pcap -- python my_producer.py
     nsq-trace prepare    (once per installation: an archive of Spark's classes for faster JVM starts)
@@ -49,41 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("pcaps", nargs="+",
                          help="pcap/pcapng files, directories or globs: paths or URLs (s3://, gs://, hdfs://, file://)")
     analyze.add_argument("--out", required=True, help="output directory: a path or a URL")
-    analyze.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an option of the URLs' filesystem (pyarrow.fs.S3FileSystem / GcsFileSystem: region=..., "
-        "endpoint_override=..., anonymous=true); AWS_ENDPOINT_URL sets the S3 endpoint (repeatable)",
-    )
-    analyze.add_argument(
-        "--master",
-        default=None,
-        help="Spark master (default: local[2]; under spark-submit, spark-submit's --master)",
-    )
-    analyze.add_argument(
-        "--nsq-port",
-        type=parse_port,
-        action="append",
-        dest="nsq_ports",
-        help="nsqd TCP port for connections seen without their start (repeatable; "
-        "default 4150; connections that send the V2 magic are found on any port)",
-    )
-    analyze.add_argument(
-        "--split-size",
-        type=parse_size,
-        default=None,
-        help="byte-range size for splitting large files (default 64MiB, 0 = per file)",
-    )
-    analyze.add_argument(
-        "--window-size",
-        type=parse_size,
-        default=None,
-        help="a connection's bytes decoded at a time (default 16MiB): memory per connection is a few of them",
-    )
-    analyze.add_argument("--shuffle-partitions", type=int, default=4)
-    analyze.add_argument("--no-report", action="store_true", help="skip the HTML report")
+    _analysis_options(analyze)
+
+    watch = commands.add_parser(
+        "watch", help="analyse capture files as they appear in a directory (Spark Structured Streaming)")
+    watch.add_argument("source", help="the directory (or glob) the capture files appear in: their names must sort "
+                       "in the order they are written, as tcpdump -G's strftime names do")
+    watch.add_argument("--out", required=True,
+                       help="output directory (local path or file:// URL): summary.json, minutes.json, report.html, "
+                       "snapshots/, and the checkpoint in watch/: restarting with the same --out resumes")
+    watch.add_argument("--settle-seconds", type=float, default=2.0,
+                       help="a file is taken once unchanged this long (default 2)")
+    watch.add_argument("--trigger-seconds", type=float, default=5.0, help="micro-batch interval (default 5)")
+    watch.add_argument("--until-idle", type=float, default=None, metavar="SECONDS",
+                       help="stop once no file has been taken for this long (default: run until interrupted)")
+    _analysis_options(watch)
 
     generate = commands.add_parser("generate", help="write a seeded synthetic NSQ trace and its truth")
     generate.add_argument("--size", type=parse_size, required=True, help="target size, e.g. 1GB")
@@ -119,11 +100,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _analysis_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the URLs' filesystem (pyarrow.fs.S3FileSystem / GcsFileSystem: region=..., "
+        "endpoint_override=..., anonymous=true); AWS_ENDPOINT_URL sets the S3 endpoint (repeatable)",
+    )
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master (default: local[2]; under spark-submit, spark-submit's --master)",
+    )
+    parser.add_argument(
+        "--nsq-port",
+        type=parse_port,
+        action="append",
+        dest="nsq_ports",
+        help="nsqd TCP port for connections seen without their start (repeatable; "
+        "default 4150; connections that send the V2 magic are found on any port)",
+    )
+    parser.add_argument(
+        "--split-size",
+        type=parse_size,
+        default=None,
+        help="byte-range size for splitting large files (default 64MiB, 0 = per file)",
+    )
+    parser.add_argument(
+        "--window-size",
+        type=parse_size,
+        default=None,
+        help="a connection's bytes decoded at a time (default 16MiB): memory per connection is a few of them",
+    )
+    parser.add_argument("--shuffle-partitions", type=int, default=4)
+    parser.add_argument("--no-report", action="store_true", help="skip the HTML report")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "analyze":
         return _analyze(parser, args)
+    if args.command == "watch":
+        return _watch(parser, args)
     if args.command == "generate":
         from spark_analysis.generate import generate
 
@@ -152,9 +173,27 @@ def main(argv: list[str] | None = None) -> int:
     return capture(args.port or [4150], args.output, command, interface=args.interface)
 
 
-def _analyze(parser, args) -> int:
+def _progress():
+    """A console on stderr and a ``step(message)`` printing the seconds since now before each message."""
     from rich.console import Console
 
+    console = Console(stderr=True)
+    started = time.monotonic()
+
+    def step(message: str):
+        console.print(f"[bold cyan]{time.monotonic() - started:6.1f}s[/] {message}")
+
+    return console, step
+
+
+def _master(args) -> tuple[str | None, bool]:
+    """The master, and whether it is local: a JVM and Python processes started on this machine, where the
+    session's measured tuning applies. spark-submit (which sets SPARK_ENV_LOADED) has already chosen it."""
+    master = args.master or (None if os.environ.get("SPARK_ENV_LOADED") else "local[2]")
+    return master, master is not None and master.startswith("local")
+
+
+def _analyze(parser, args) -> int:
     from spark_analysis.analysis import DEFAULT_NSQ_PORTS, DEFAULT_WINDOW_BYTES, run_analysis
     from spark_analysis.datasource import DEFAULT_SPLIT_BYTES
     from spark_analysis.session import archive_java_options, spark_session
@@ -171,20 +210,12 @@ def _analyze(parser, args) -> int:
         storage.make_directory(args.out)  # a missing bucket or a read-only place fails here, before Spark starts
     except (StorageError, OSError) as exc:
         parser.error(str(exc).splitlines()[0])
-    console = Console(stderr=True)
-    started = time.monotonic()
-
-    def step(message: str):
-        console.print(f"[bold cyan]{time.monotonic() - started:6.1f}s[/] {message}")
-
-    # spark-submit (which sets SPARK_ENV_LOADED) has already chosen the master.
-    master = args.master or (None if os.environ.get("SPARK_ENV_LOADED") else "local[2]")
+    _, step = _progress()
+    master, local = _master(args)
     step(
         f"starting Spark ({master or 'from spark-submit'}) for {len(files)} file(s), "
         f"{sum(storage.size(p) for p in files) / 1e6:,.1f} MB"
     )
-    # A JVM and Python processes started on this machine: the session's measured tuning applies.
-    local = master is not None and master.startswith("local")
     if local and not archive_java_options():
         step("no class archive yet: run `nsq-trace prepare` once for quicker starts")
     with spark_session(master, args.shuffle_partitions, tuned=local) as spark:
@@ -205,6 +236,45 @@ def _analyze(parser, args) -> int:
         f"published, {totals['deliveries']:,} deliveries, {sum(result['violations'].values())} violations, "
         f"{sum(result['errors'].values())} capture/decode errors -> {args.out}/summary.json"
     )
+    return 0
+
+
+def _watch(parser, args) -> int:
+    from spark_analysis.analysis import DEFAULT_NSQ_PORTS, DEFAULT_WINDOW_BYTES
+    from spark_analysis.datasource import DEFAULT_SPLIT_BYTES
+    from spark_analysis.session import spark_session
+    from spark_analysis.storage import Storage, StorageError, is_local, local_path
+    from spark_analysis.watch import WatchError, run_watch
+
+    if args.window_size == 0:
+        parser.error("--window-size must be at least 1 byte")
+    if args.trigger_seconds <= 0 or args.settle_seconds < 0 or (args.until_idle or 0) < 0:
+        parser.error("watch: --trigger-seconds must be positive, --settle-seconds and --until-idle not negative")
+    if not is_local(args.out):
+        parser.error("watch: --out must be a local directory or a file:// URL (Spark keeps its checkpoint there)")
+    try:
+        storage = Storage.from_environment(args.storage_option)
+        if not any(character in args.source for character in "*?[") and not storage.is_directory(args.source):
+            parser.error(f"watch: no such directory: {args.source}")
+        storage.make_directory(args.out)
+    except (StorageError, OSError) as exc:
+        parser.error(str(exc).splitlines()[0])
+    console, step = _progress()
+    master, local = _master(args)
+    step(f"starting Spark ({master or 'from spark-submit'}), watching {args.source}")
+    options = {
+        "nsq_ports": frozenset(args.nsq_ports or DEFAULT_NSQ_PORTS),
+        "split_bytes": DEFAULT_SPLIT_BYTES if args.split_size is None else args.split_size,
+        "window_bytes": DEFAULT_WINDOW_BYTES if args.window_size is None else args.window_size,
+        "report": not args.no_report,
+    }
+    with spark_session(master, args.shuffle_partitions, show_progress=False, tuned=local) as spark:
+        try:
+            run_watch(spark, args.source, local_path(args.out), options, storage, args.settle_seconds,
+                      args.trigger_seconds, args.until_idle, step)
+        except WatchError as exc:
+            console.print(f"nsq-trace watch: {exc}")
+            return 1
     return 0
 
 

@@ -277,3 +277,35 @@ tr:nth-child(even){{background:#f3f3f3}} img{{max-width:100%}}</style></head>
 <h2>Protocol violations (catalogue IDs)</h2>
 <table><tr><th>requirement</th><th>count</th><th>rule</th></tr>{violations}</table>
 {body}</body></html>"""
+
+
+def minutes_section(per_minute) -> str:
+    """``watch``'s per-minute metrics (watch.MINUTES_SCHEMA, an Arrow table): counts and latency over time, then
+    the table itself."""
+    rows = per_minute.to_pylist()
+    if not rows:
+        return "<p>no messages yet</p>"
+    figure, (counts, latency) = plt.subplots(1, 2, figsize=(12, 3.2))
+    times = [row["minute"] for row in rows]
+    for column in ("published", "delivered", "redelivered", "timeouts"):
+        counts.plot(times, [row[column] for row in rows], marker="o", label=column)
+    counts.set_ylabel("per minute")
+    counts.legend()
+    for column in ("latency_p50_ms", "latency_p99_ms"):
+        latency.plot(times, [row[column] for row in rows], marker="o", label=column.removeprefix("latency_"))
+    latency.set_ylabel("publish -> first delivery, ms")
+    latency.legend()
+    figure.autofmt_xdate()
+    header = "".join(f"<th>{name}</th>" for name in per_minute.schema.names)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(row[name]))}</td>" for name in per_minute.schema.names) + "</tr>"
+        for row in rows)
+    return f"{_figure_html(figure)}<table><tr>{header}</tr>{body}</table>"
+
+
+def _cell(value) -> str:
+    if isinstance(value, list):  # a map column: (requirement, count) pairs
+        return ", ".join(f"{key} {count}" for key, count in value) or "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return "-" if value is None else str(value)

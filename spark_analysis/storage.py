@@ -97,6 +97,9 @@ class Storage:
     def is_file(self, url: str) -> bool:
         return self.info(url).type == fs.FileType.File
 
+    def is_directory(self, url: str) -> bool:
+        return self.info(url).type == fs.FileType.Directory
+
     def size(self, url: str) -> int:
         return self.info(url).size
 
@@ -133,6 +136,13 @@ class Storage:
         listing = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
         names = sorted(posixpath.basename(info.path) for info in listing
                        if info.type == fs.FileType.File and info.path.endswith(suffix))
+        return [join(directory, name) for name in names]
+
+    def directories(self, directory: str) -> list[str]:
+        """The directories directly inside ``directory``, sorted."""
+        filesystem, path = self.locate(directory)
+        listing = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
+        names = sorted(posixpath.basename(info.path) for info in listing if info.type == fs.FileType.Directory)
         return [join(directory, name) for name in names]
 
     def reset_directory(self, url: str) -> None:

@@ -1,0 +1,282 @@
+"""``nsq-trace watch``: capture files analysed as they appear, with Spark Structured Streaming.
+
+    capture files in a directory (tcpdump -G rotation: names that sort in the order they were written)
+      -> the ``nsqcapturefiles`` streaming source: its offset is the last file name taken, so Spark's checkpoint
+         (offsets logged before a micro-batch runs, committed after) hands each file to exactly one micro-batch,
+         and a micro-batch replayed after a stop gets the same files again
+      -> foreachBatch: the batch's files written down under its id (``watch/batches/<id>.json``), then the batch
+         analysis (``analysis.run_analysis``) of every file taken so far into ``snapshots/<id>``, per-minute
+         metrics beside its tables, and ``latest.json``, ``summary.json``, ``minutes.json`` and a self-refreshing
+         ``report.html`` at the top of the output, replaced only once the snapshot is whole
+
+A connection that spans files is stitched as the batch analysis stitches it (the shuffle by flow), and a replayed
+micro-batch overwrites its own snapshot: whatever moment the watcher stops at, the published results are those of
+the batch analysis of a prefix of the files, none read twice. Each micro-batch re-reads every file so far: the cost
+grows with the capture (incremental state across micro-batches is the next step).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections import ChainMap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from spark_analysis.analysis import WrittenTables, run_analysis
+from spark_analysis.connection_tables import TableWriter
+from spark_analysis.lifecycle import LIFECYCLE_SCHEMAS
+from spark_analysis.parquet_source import read_table
+from spark_analysis.storage import LOCAL, Storage, join
+
+NS_PER_MINUTE = 60 * 1_000_000_000
+NO_FILE_YET = ""
+REFRESH_SECONDS = 10
+MINUTES_SCHEMA = pa.schema([
+    ("minute", pa.timestamp("us", tz="UTC")),
+    ("published", pa.int64()),
+    ("delivered", pa.int64()),
+    ("redelivered", pa.int64()),
+    ("timeouts", pa.int64()),
+    ("latency_p50_ms", pa.float64()),  # publish -> first delivery, of the messages first delivered in the minute
+    ("latency_p99_ms", pa.float64()),
+    ("violations", pa.map_(pa.string(), pa.int64())),  # requirement ID -> count
+])
+
+
+@dataclass
+class CaptureFile(InputPartition):
+    path: str
+
+
+class CaptureFilesDataSource(DataSource):
+    """One row per capture file, ``path``; options: ``path`` (a directory or glob), ``settleSeconds`` (a file is
+    taken once unchanged that long, and only with every file whose name sorts before it), ``storage``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "nsqcapturefiles"
+
+    def schema(self) -> str:
+        return "path STRING"
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return CaptureFilesReader(self.options)
+
+
+class CaptureFilesReader(DataSourceStreamReader):
+    def __init__(self, options):
+        self.source = options["path"]
+        self.settle_ns = int(float(options.get("settleSeconds", "2")) * 1e9)
+        self.storage = Storage(json.loads(options.get("storage", "{}")))
+
+    def initialOffset(self) -> dict:
+        return {"last": NO_FILE_YET}
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        """The last of the settled files, taken in name order: a file still being written holds back the ones
+        after it, so that a name, once passed, never has a file behind it."""
+        last = (start or self.initialOffset())["last"]
+        settled_before = time.time_ns() - self.settle_ns
+        for path in self._files_after(last):
+            if self.storage.info(path).mtime_ns > settled_before:
+                break
+            last = path
+        return {"last": last}
+
+    def partitions(self, start: dict, end: dict) -> list[CaptureFile]:
+        return [CaptureFile(path) for path in self._files_after(start["last"]) if path <= end["last"]]
+
+    def read(self, partition: CaptureFile):
+        yield (partition.path,)
+
+    def _files_after(self, last: str) -> list[str]:
+        return sorted(path for path in self.storage.expand([self.source]) if path > last)
+
+
+def minutes(tables: Mapping[str, DataFrame]) -> DataFrame:
+    """Per-minute metrics of an analysis's tables: messages published (accepted), deliveries, redeliveries (a
+    delivery whose cause is not the first), timeouts (redeliveries caused by one), latency p50/p99 and violations by
+    requirement ID."""
+    minute = (F.floor(F.col("ts_ns") / NS_PER_MINUTE) * 60).cast("timestamp").alias("minute")
+    published = tables["publishes"].where("status = 'ok'").groupBy(minute).agg(F.count("*").alias("published"))
+    delivered = tables["deliveries"].groupBy(minute).agg(
+        F.count("*").alias("delivered"),
+        F.sum((F.col("cause") != "first").cast("long")).alias("redelivered"),
+        F.sum((F.col("cause") == "timeout").cast("long")).alias("timeouts"),
+    )
+    latency = tables["messages"].where("publish_to_first_delivery_ms IS NOT NULL").select(
+        F.col("first_delivery_ts_ns").alias("ts_ns"), "publish_to_first_delivery_ms").groupBy(minute).agg(
+        F.percentile("publish_to_first_delivery_ms", 0.5).alias("latency_p50_ms"),
+        F.percentile("publish_to_first_delivery_ms", 0.99).alias("latency_p99_ms"),
+    )
+    violations = tables["violations"].groupBy(minute, "requirement").count().groupBy("minute").agg(
+        F.map_from_entries(F.collect_list(F.struct("requirement", "count"))).alias("violations"))
+    joined = published
+    for frame in (delivered, latency, violations):
+        joined = joined.join(frame, "minute", "full")
+    counts = {name: 0 for name in ("published", "delivered", "redelivered", "timeouts")}
+    return joined.fillna(counts).select(*MINUTES_SCHEMA.names).orderBy("minute")
+
+
+class Watcher:
+    """The foreachBatch of ``watch``: each micro-batch's files recorded under its id, the analysis of all files so
+    far published once whole."""
+
+    def __init__(self, spark: SparkSession, out_dir: str, analysis_options: dict, storage: Storage = LOCAL,
+                 step: Callable[[str], None] = lambda message: None):
+        self.spark, self.out_dir, self.options, self.storage, self.step = (
+            spark, out_dir, analysis_options, storage, step)
+        self.batches_dir = join(out_dir, "watch", "batches")
+        self.snapshots_dir = join(out_dir, "snapshots")
+        storage.make_directory(self.batches_dir)
+        storage.make_directory(self.snapshots_dir)
+        self.last_active = time.monotonic()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        new_files = sorted(row.path for row in batch.collect())
+        self.last_active = time.monotonic()
+        if not new_files:
+            return
+        # Spark replays a batch id with the same files: this file is rewritten, never added to.
+        self.storage.write_text(join(self.batches_dir, f"{batch_id:010d}.json"), json.dumps(new_files))
+        files = self.files_through(batch_id)
+        snapshot = join(self.snapshots_dir, f"{batch_id:010d}")
+        self.storage.delete_directory(snapshot)
+        self.step(f"batch {batch_id}: {len(new_files)} new file(s), analysing all {len(files)}")
+        result = run_analysis(self.spark, files, snapshot, storage=self.storage, **self.options)
+        per_minute = minutes(_snapshot_tables(self.spark, snapshot, self.storage)).toArrow().cast(MINUTES_SCHEMA)
+        tables_dir = join(snapshot, "tables")
+        self.storage.reset_directory(join(tables_dir, "minutes"))
+        with TableWriter(tables_dir, "part-00000", {"minutes": MINUTES_SCHEMA}, self.storage) as writer:
+            writer.add("minutes", per_minute)
+        self._publish(batch_id, snapshot, files, result, per_minute)
+        totals = result["totals"]
+        self.last_active = time.monotonic()
+        self.step(f"batch {batch_id}: {totals['messages_published']:,} published, {totals['deliveries']:,} "
+                  f"deliveries, {sum(result['violations'].values())} violations in {len(files)} file(s)")
+
+    def files_through(self, batch_id: int) -> list[str]:
+        """The files of every batch up to ``batch_id``; a later id's record is one a stop left behind (it will be
+        rewritten when its batch runs again)."""
+        files = []
+        for record in self.storage.files(self.batches_dir, ".json"):
+            if int(record.rsplit("/", 1)[-1].removesuffix(".json")) <= batch_id:
+                files += json.loads(self.storage.read_text(record))
+        return sorted(files)
+
+    def _publish(self, batch_id: int, snapshot: str, files: list[str], result: dict, per_minute: pa.Table):
+        rows = per_minute.to_pylist()
+        for row in rows:
+            row["minute"] = row["minute"].isoformat()
+            row["violations"] = dict(row["violations"] or [])
+        self.storage.write_text(join(self.out_dir, "summary.json"), json.dumps(result, indent=1))
+        self.storage.write_text(join(self.out_dir, "minutes.json"), json.dumps(rows, indent=1))
+        if self.options.get("report", True):
+            page = self.storage.read_text(join(snapshot, "report.html"))
+            self.storage.write_text(join(self.out_dir, "report.html"), live_page(page, batch_id, per_minute))
+        # latest.json last: it names a snapshot only once everything above is its
+        self.storage.write_text(join(self.out_dir, "latest.json"), json.dumps(
+            {"batch_id": batch_id, "snapshot": snapshot, "files": files}, indent=1))
+        for older in self.storage.directories(self.snapshots_dir):
+            if older != snapshot:
+                self.storage.delete_directory(older)
+
+
+def _snapshot_tables(spark: SparkSession, snapshot: str, storage: Storage) -> Mapping[str, DataFrame]:
+    tables_dir = join(snapshot, "tables")
+    derived = {name: read_table(spark, join(tables_dir, name), schema, storage)
+               for name, schema in LIFECYCLE_SCHEMAS.items()}
+    return ChainMap(derived, WrittenTables(spark, tables_dir, storage))
+
+
+def live_page(page: str, batch_id: int, per_minute: pa.Table) -> str:
+    """The snapshot's report, refreshing itself, with the per-minute metrics first."""
+    from spark_analysis import report
+
+    section = f"<h2>Per minute (batch {batch_id})</h2>{report.minutes_section(per_minute)}"
+    refresh = f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
+    page = page.replace("<head>", f"<head>{refresh}", 1)
+    heading_end = page.find("<h2>")
+    return page[:heading_end] + section + page[heading_end:] if heading_end >= 0 else page + section
+
+
+class WatchError(RuntimeError):
+    """The streaming query failed: its first line."""
+
+
+def run_watch(spark: SparkSession, source: str, out_dir: str, analysis_options: dict, storage: Storage = LOCAL,
+              settle_seconds: float = 2.0, trigger_seconds: float = 5.0, until_idle: float | None = None,
+              step: Callable[[str], None] = lambda message: None) -> None:
+    """Watch ``source`` until interrupted, or until no file has been taken for ``until_idle`` seconds."""
+    from pyspark.errors import StreamingQueryException
+
+    spark.dataSource.register(CaptureFilesDataSource)
+    watcher = Watcher(spark, out_dir, analysis_options, storage, step)
+    query = (
+        spark.readStream.format("nsqcapturefiles")
+        .option("path", source)
+        .option("settleSeconds", str(settle_seconds))
+        .option("storage", json.dumps(storage.options))
+        .load()
+        .writeStream.foreachBatch(watcher)
+        .option("checkpointLocation", join(out_dir, "watch", "checkpoint"))
+        .trigger(processingTime=f"{trigger_seconds} seconds")
+        .start()
+    )
+    waiting_since = None
+    stopping = _StopRequests()
+    try:
+        while not query.awaitTermination(0.5):
+            if stopping.requests == 1 and query.status["isTriggerActive"]:
+                # a micro-batch cut short is replayed whole by the next run: finishing it loses nothing
+                stopping.announce(step, "finishing the micro-batch under way, then stopping (signal again: now)")
+                continue
+            if stopping:
+                step("stopping: the same command resumes where this one stopped")
+                break
+            # idle only between triggers: starting up and replaying a batch a stop cut short are work
+            waiting = query.status["message"].startswith("Waiting") and not query.status["isTriggerActive"]
+            waiting_since = (waiting_since or time.monotonic()) if waiting else None
+            if until_idle is not None and waiting_since is not None and (
+                    time.monotonic() - max(waiting_since, watcher.last_active) > until_idle):
+                step(f"no new file for {until_idle:g} s: stopping")
+                break
+    except StreamingQueryException as exc:
+        raise WatchError(str(exc).strip().splitlines()[0]) from None
+    finally:
+        query.stop()
+        stopping.restore()
+
+
+class _StopRequests:
+    """SIGINT and SIGTERM noted, to be acted on between two waits: SparkContext's own SIGINT handler calls into the
+    JVM from inside the call the main thread is waiting in (py4j then fails with tracebacks)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.requests = 0
+        self.announced = False
+        self.previous = {number: signal.signal(number, self._note) for number in self.SIGNALS}
+
+    def _note(self, number, frame):
+        self.requests += 1
+
+    def __bool__(self) -> bool:
+        return self.requests > 0
+
+    def announce(self, step: Callable[[str], None], message: str):
+        if not self.announced:
+            step(message)
+            self.announced = True
+
+    def restore(self):
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)

@@ -1,0 +1,152 @@
+"""Issue 24 item 3, continuous mode: `nsq-trace watch` takes tcpdump -G-style rotated captures as they appear,
+is killed in the middle of a micro-batch and restarted, and ends with the counts of the batch analysis of all the
+files and of the truth, no file taken twice or missed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from pcap_variants import records, split_by_time, write_pcap
+from trace_helpers import PCAPS, REPO, load_truth, truth_mismatches
+
+FILES = 6
+WAIT_SECONDS = 120
+
+
+@pytest.fixture(scope="module")
+def rotated():
+    """workload-small.pcap cut at equal time steps: its connections span the files."""
+    return split_by_time(records(PCAPS / "workload-small.pcap"), FILES)
+
+
+def arrive(directory, number, frames):
+    """A finished rotation file appears whole, as a rename makes it appear."""
+    partial = directory / f".capture-{number:03d}.part"
+    write_pcap(partial, frames)
+    os.replace(partial, directory / f"capture-{number:03d}.pcap")
+
+
+def watcher(source, out, log, *extra):
+    return subprocess.Popen(
+        [sys.executable, "-m", "spark_analysis", "watch", str(source), "--out", str(out), "--settle-seconds", "0",
+         "--trigger-seconds", "0.5", *extra],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_for(condition, process, what):
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        assert process.poll() is None, f"the watcher exited ({process.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {WAIT_SECONDS} s"
+        time.sleep(0.05)
+
+
+def published_batch(out):
+    latest = out / "latest.json"
+    return json.loads(latest.read_text())["batch_id"] if latest.exists() else None
+
+
+def test_watch_killed_mid_batch_and_restarted_counts_every_file_once(rotated, request, tmp_path):
+    source, out = tmp_path / "captures", tmp_path / "live"
+    source.mkdir()
+    log_path = tmp_path / "watch.log"
+    with open(log_path, "w") as log:
+        first = watcher(source, out, log, "--no-report")
+        try:
+            arrive(source, 0, rotated[0])
+            wait_for(lambda: published_batch(out) == 0, first, "first batch published")
+            arrive(source, 1, rotated[1])
+            arrive(source, 2, rotated[2])
+            # the next batch has started writing its snapshot: kill the watcher there, as a crash would
+            wait_for(lambda: len(list((out / "snapshots").iterdir())) > 1, first, "second batch started")
+            first.send_signal(signal.SIGKILL)
+            first.wait(10)
+        finally:
+            first.kill()
+        assert published_batch(out) == 0, "the killed batch must not have been published"
+
+        arrive(source, 3, rotated[3])
+        second = watcher(source, out, log, "--until-idle", "3")
+        try:
+            wait_for(lambda: (published_batch(out) or 0) >= 2, second, "batches after the restart")
+            arrive(source, 4, rotated[4])  # while the restarted watcher runs
+            arrive(source, 5, rotated[5])
+            assert second.wait(WAIT_SECONDS) == 0, log_path.read_text()[-3000:]
+        finally:
+            second.kill()
+
+    names = [f"capture-{number:03d}.pcap" for number in range(FILES)]
+    latest = json.loads((out / "latest.json").read_text())
+    assert [os.path.basename(path) for path in latest["files"]] == names
+    taken = []
+    for record in sorted((out / "watch" / "batches").iterdir()):
+        if int(record.stem) <= latest["batch_id"]:
+            taken += [os.path.basename(path) for path in json.loads(record.read_text())]
+    assert sorted(taken) == names, "a file taken twice or never"
+    assert [p.name for p in (out / "snapshots").iterdir()] == [f"{latest['batch_id']:010d}"]
+
+    summary = json.loads((out / "summary.json").read_text())
+    truth = load_truth("workload-small")
+    assert truth_mismatches(summary, truth) == []
+    # the test's own Spark starts only now, beside no watcher
+    batch = request.getfixturevalue("analyse")("watch-rotated", [source / name for name in names])
+    for key in ("totals", "topics", "violations", "errors", "latency_ms"):
+        assert summary[key] == batch[key], key
+
+    minutes = json.loads((out / "minutes.json").read_text())
+    assert sum(row["published"] for row in minutes) == truth["totals"]["messages_published"]
+    assert sum(row["delivered"] for row in minutes) == truth["totals"]["deliveries"]
+    assert sum(row["timeouts"] for row in minutes) == truth["totals"]["timeouts_redelivered"]
+    first_deliveries = sum(channel["unique_messages_delivered"] for topic in truth["topics"].values()
+                           for channel in topic["channels"].values())
+    assert sum(row["redelivered"] for row in minutes) == truth["totals"]["deliveries"] - first_deliveries
+    violations = {}
+    for row in minutes:
+        for requirement, count in row["violations"].items():
+            violations[requirement] = violations.get(requirement, 0) + count
+    assert violations == summary["violations"] and violations
+    assert all(row["latency_p50_ms"] <= row["latency_p99_ms"] for row in minutes)
+
+    page = (out / "report.html").read_text()
+    assert f"Per minute (batch {latest['batch_id']})" in page and 'http-equiv="refresh"' in page
+
+
+@pytest.mark.parametrize(("arguments", "error"), [
+    (["{tmp}/nowhere", "--out", "{tmp}/o"], "watch: no such directory: {tmp}/nowhere"),
+    (["{tmp}", "--out", "{tmp}/o", "--trigger-seconds", "0"],
+     "watch: --trigger-seconds must be positive, --settle-seconds and --until-idle not negative"),
+    (["{tmp}", "--out", "s3://bucket/live"],
+     "watch: --out must be a local directory or a file:// URL (Spark keeps its checkpoint there)"),
+])
+def test_watch_refuses_bad_arguments_in_one_line(arguments, error, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "spark_analysis", "watch", *(a.format(tmp=tmp_path) for a in arguments)],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"nsq-trace: error: {error.format(tmp=tmp_path)}"]
+
+
+def test_watch_stopped_by_sigterm_finishes_its_micro_batch_first(tmp_path):
+    source, out = tmp_path / "captures", tmp_path / "live"
+    source.mkdir()
+    for number, piece in enumerate(split_by_time(records(PCAPS / "compressed.pcap"), 2)):
+        arrive(source, number, piece)
+    log_path = tmp_path / "watch.log"
+    with open(log_path, "w") as log:
+        process = watcher(source, out, log, "--no-report")
+        try:
+            wait_for(lambda: (out / "snapshots" / f"{0:010d}").exists(), process, "the first micro-batch")
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(WAIT_SECONDS) == 0
+        finally:
+            process.kill()
+    output = log_path.read_text()
+    assert "finishing the micro-batch under way, then stopping" in output and "Traceback" not in output
+    assert published_batch(out) == 0
+    assert truth_mismatches(json.loads((out / "summary.json").read_text()), load_truth("compressed")) == []
