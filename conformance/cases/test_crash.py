@@ -18,13 +18,24 @@ def create(nsq, topic: str, *channels: str) -> None:
         nsq.verify.equal(f"POST {path}", 200, nsq.http.post(path).status)
 
 
-def publish(nsq, topic: str, bodies: list[bytes]) -> None:
-    """MPUBs that fit --max-body-size, in order."""
-    conn = nsq.connect()
+def publish(nsq, topic: str, channel: str, bodies: list[bytes]) -> None:
+    """Publish so that the channel receives the messages in publish order, which fixes the ones that go past its
+    memory queue to disk: nsqd's topic pump takes from its memory and disk queues at random (D-38), so only what
+    fits the topic's memory queue goes in MPUBs (of at most --max-body-size); the rest one PUB at a time, each
+    once the channel has the one before."""
+    conn, channel_depth = nsq.connect(), lambda: (nsq.http.channel_stats(topic, channel) or {}).get("depth")
+    depth = channel_depth() or 0
+    in_memory = bodies[:nsq.limits["mem_queue_size"]]
     batch = max(1, min(2000, nsq.limits["max_body_size"] // (4 + max(map(len, bodies))) - 1))
-    for start in range(0, len(bodies), batch):
-        conn.command("MPUB", topic, body=wire.mpub_body(bodies[start:start + batch]))
+    for start in range(0, len(in_memory), batch):
+        conn.command("MPUB", topic, body=wire.mpub_body(in_memory[start:start + batch]))
         conn.expect_response(b"OK")
+    depth += len(in_memory)
+    nsq.until(lambda: channel_depth() == depth, 5.0, f"channel {channel} has {depth} messages")
+    for body in bodies[len(in_memory):]:
+        conn.publish(topic, body)
+        depth += 1
+        nsq.until(lambda: channel_depth() == depth, 5.0, f"channel {channel} has {depth} messages")
 
 
 def overflowed(nsq, topic: str, channel: str, count: int, why: str) -> None:
@@ -78,7 +89,7 @@ def test_what_reached_the_disk_outlives_a_sigkill(crashable):
     memory, topic = nsq.limits["mem_queue_size"], nsq.topic()
     create(nsq, topic, "c")
     published = bodies(0, memory + 3, 5)
-    publish(nsq, topic, published)
+    publish(nsq, topic, "c", published)
     overflowed(nsq, topic, "c", 3, "the last 3 went to disk")
     nsq.wait(nsq.limits["sync_timeout_ms"] / 1000 + 0.5, "past --sync-timeout: the disk queue synced (P-RST-15)")
     nsq.kill()
@@ -96,7 +107,7 @@ def test_sync_every_writes_reach_the_metadata(crashable):
     memory, every, topic = nsq.limits["mem_queue_size"], nsq.limits["sync_every"], nsq.topic()
     create(nsq, topic, "c")
     published = bodies(0, memory + every, 5)
-    publish(nsq, topic, published)
+    publish(nsq, topic, "c", published)
     overflowed(nsq, topic, "c", every, f"--sync-every ({every}) messages went to disk")
     nsq.kill()
     channel = nsq.http.channel_stats(topic, "c") or {}
@@ -122,7 +133,7 @@ def test_disk_queue_files_roll_and_are_read_across_a_restart(crashable):
     small = [body.rjust(body_size, b"x") for body in bodies(0, memory + 4, 3)]
     big = b"big".ljust(size, b"y")  # a record past the limit alone: it still goes into the file it starts
     published = [*small[:memory], big, *small[memory:]]
-    publish(nsq, topic, published)
+    publish(nsq, topic, "c", published)
     overflowed(nsq, topic, "c", 5, "5 went to disk")
     files = sorted(path.name for path in nsq.target.data_path.glob(f"{topic}:c.diskqueue.[0-9]*.dat"))
     nsq.verify.equal("the channel's disk queue files: the big record alone, then two records each (D-76)",
@@ -181,15 +192,15 @@ def test_a_sigkill_before_the_sync_leaves_a_working_queue(crashable):
     crash.require(nsq, "kill")
     memory, topic = nsq.limits["mem_queue_size"], nsq.topic()
     create(nsq, topic, "c")
-    publish(nsq, topic, bodies(0, memory + 1, 6))
+    publish(nsq, topic, "c", bodies(0, memory + 1, 6))
     overflowed(nsq, topic, "c", 1, "one went to disk")
     nsq.wait(nsq.limits["sync_timeout_ms"] / 1000 + 0.5, "past --sync-timeout: that one is synced")
-    publish(nsq, topic, [b"unsynced"])
+    publish(nsq, topic, "c", [b"unsynced"])
     overflowed(nsq, topic, "c", 2, "one more went to disk")
     nsq.kill()  # the queue's metadata now says less than its file holds
     past_memory = memory + 3 if memory <= 100 else 3  # a large memory queue: the disk queue is not reached again
     fresh = [b"new-" + body for body in bodies(0, past_memory, 6)]
-    publish(nsq, topic, fresh)
+    publish(nsq, topic, "c", fresh)
     # What survived the SIGKILL may come too, in any order, some of it twice (a queue whose read position was not
     # synced reads again what it had handed on): read until every new one came.
     conn, most = nsq.connect(), len(fresh) + 2 * (memory + 2)
@@ -255,7 +266,7 @@ def test_reads_from_disk_are_synced_too(crashable):
         pytest.skip(f"profile {nsq.profile.name}: --mem-queue-size {memory} and --sync-every {every} would take a "
                     "case of thousands of deliveries (a profile with small ones, e.g. nsqd-durability, shows it)")
     create(nsq, topic, "c")
-    publish(nsq, topic, bodies(0, memory + every, 5))
+    publish(nsq, topic, "c", bodies(0, memory + every, 5))
     overflowed(nsq, topic, "c", every, f"--sync-every ({every}) messages went to disk")
     nsq.wait(nsq.limits["sync_timeout_ms"] / 1000 + 0.5, "past --sync-timeout: the writes are synced")
     conn = nsq.connect()
@@ -282,7 +293,7 @@ def test_a_corrupt_disk_queue_file_is_set_aside(crashable):
     topic = nsq.topic()
     create(nsq, topic, "c")
     published = [body.rjust(size // 2 - RECORD_HEADER, b"x") for body in bodies(0, memory + 6, 3)]
-    publish(nsq, topic, published)
+    publish(nsq, topic, "c", published)
     overflowed(nsq, topic, "c", 6, "6 went to disk, two per file")
     second = nsq.target.data_path / f"{topic}:c.diskqueue.000001.dat"
     with second.open("r+b") as file:  # the reader is still in file 000000
@@ -309,7 +320,7 @@ def test_without_a_memory_queue(crashable):
     ready, idle = nsq.connect(), nsq.connect()
     ready.subscribe(topic, "e#ephemeral", ready=5)
     idle.subscribe(topic, "idle#ephemeral", ready=0)
-    publish(nsq, topic, [b"d1", b"d2", b"d3"])
+    publish(nsq, topic, "c", [b"d1", b"d2", b"d3"])
     nsq.verify.equal("the ready consumer of an ephemeral channel gets each message at once (D-74)",
                      [b"d1", b"d2", b"d3"], sorted(message.body for message in ready.expect_messages(3)))
     nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("depth") == 3, 2.0, "c has all three")

@@ -109,31 +109,39 @@ def test_rdy_2_pow_64_wraps_to_zero(nsq):
 
 @requirement("NSQ-RDY-004")
 def test_rdy_is_a_window(nsq):
-    """RDY 1 once; each FIN lets the next of 3 messages through without another RDY (D-02; rec-0168)."""
+    """RDY 1 once; each FIN lets the next of 3 messages through, in any order (D-38), without another RDY (D-02;
+    rec-0168)."""
     topic = nsq.topic()
     conn = nsq.connect()
-    conn.command("MPUB", topic, body=wire.mpub_body([b"w1", b"w2", b"w3"]))
+    waiting = [b"w1", b"w2", b"w3"]
+    conn.command("MPUB", topic, body=wire.mpub_body(waiting))
     conn.expect_response(b"OK")
     conn.subscribe(topic, "c", ready=1)
-    for body in (b"w1", b"w2", b"w3"):
-        frame = conn.expect_message(body, attempts=1)
+    while waiting:
+        frame = conn.expect_message(attempts=1)
+        nsq.verify.that("a message of the MPUB not delivered yet", frame.body in waiting, waiting, frame.body)
+        waiting.remove(frame.body)
         conn.expect_silence(0.2, what="no second message while one is in flight at RDY 1")
         conn.command("FIN", frame.id_text)
 
 
 @requirement("NSQ-RDY-005")
 def test_lowering_rdy_below_in_flight(nsq):
-    """RDY 2 with 2 in flight, then RDY 1 + FIN: nothing until the second FIN (D-03; rec-0169)."""
+    """RDY 2 with 2 in flight, then RDY 1 + FIN: nothing until the second FIN, then one more (D-03; rec-0169)."""
     topic = nsq.topic()
     conn = nsq.connect()
-    conn.command("MPUB", topic, body=wire.mpub_body([b"l1", b"l2", b"l3", b"l4"]))
+    published = [b"l1", b"l2", b"l3", b"l4"]
+    conn.command("MPUB", topic, body=wire.mpub_body(published))
     conn.expect_response(b"OK")
     conn.subscribe(topic, "c", ready=2)
-    first, second = conn.expect_message(b"l1"), conn.expect_message(b"l2")
+    first, second = conn.expect_messages(2)
     conn.send(b"RDY 1\n" + wire.encode_command("FIN", first.id_text))
     conn.expect_silence(0.5, what="in flight (1) is not below RDY (1)")
     conn.command("FIN", second.id_text)
-    conn.expect_message(b"l3", attempts=1)
+    third = conn.expect_message(attempts=1)
+    nsq.verify.that("one of the two messages not delivered yet (in any order: D-38)",
+                    third.body in published and third.body not in (first.body, second.body),
+                    [body for body in published if body not in (first.body, second.body)], third.body)
     conn.expect_silence(0.3)
 
 
