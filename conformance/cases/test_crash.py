@@ -23,7 +23,14 @@ def publish(nsq, topic: str, channel: str, bodies: list[bytes]) -> None:
     memory queue to disk: nsqd's topic pump takes from its memory and disk queues at random (D-38), so only what
     fits the topic's memory queue goes in MPUBs (of at most --max-body-size); the rest one PUB at a time, each
     once the channel has the one before."""
-    conn, channel_depth = nsq.connect(), lambda: (nsq.http.channel_stats(topic, channel) or {}).get("depth")
+    conn = nsq.connect()
+
+    def channel_depth() -> int | None:
+        return (nsq.http.channel_stats(topic, channel) or {}).get("depth")
+
+    def channel_has(count: int) -> None:
+        nsq.until(lambda: channel_depth() == count, 5.0, f"channel {channel} has {count} messages")
+
     depth = channel_depth() or 0
     in_memory = bodies[:nsq.limits["mem_queue_size"]]
     batch = max(1, min(2000, nsq.limits["max_body_size"] // (4 + max(map(len, bodies))) - 1))
@@ -31,11 +38,11 @@ def publish(nsq, topic: str, channel: str, bodies: list[bytes]) -> None:
         conn.command("MPUB", topic, body=wire.mpub_body(in_memory[start:start + batch]))
         conn.expect_response(b"OK")
     depth += len(in_memory)
-    nsq.until(lambda: channel_depth() == depth, 5.0, f"channel {channel} has {depth} messages")
+    channel_has(depth)
     for body in bodies[len(in_memory):]:
         conn.publish(topic, body)
         depth += 1
-        nsq.until(lambda: channel_depth() == depth, 5.0, f"channel {channel} has {depth} messages")
+        channel_has(depth)
 
 
 def overflowed(nsq, topic: str, channel: str, count: int, why: str) -> None:
