@@ -4,6 +4,11 @@ own words, with the recordings that show it and the Go source it comes from.
 Two kinds of ID live in this project. Behaviour items (``C-01``, ``P-TOUCH-04``, ``D-12``, ``R-01``, ``T-07``,
 ``L-HTTP-06``, ...) are facts about the real brokers, one per item here. Suite requirements (``NSQ-PUB-003``,
 ``NSQLOOKUPD-HTTP-002``) live in ``requirements.toml`` and name the behaviour items they judge in ``source``.
+
+An item's fields: ``id``, ``level``, ``text``, ``observable`` (what a client sees), ``recordings`` (``rec-NNNN``
+transcripts in ``fixtures/``) and ``source`` (the nsqd or nsqlookupd Go code it comes from); optionally
+``not_checkable`` (a MUST item no black-box case can judge, and why) and ``trace_requirement`` (``nsq-trace``
+watches the item in captures, and its violation rows name this requirement, one whose ``source`` names the item).
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from pathlib import Path
 from conformance.catalogue import LEVELS, Requirement, requirements
 
 SPEC_DIR = Path(__file__).parent / "spec"
-FIELDS = frozenset({"id", "level", "text", "observable", "recordings", "source", "not_checkable"})
+FIELDS = frozenset({"id", "level", "text", "observable", "recordings", "source", "not_checkable", "trace_requirement"})
 BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}")
 RECORDING_ID = re.compile(r"rec-\d{4}")
+REQUIREMENT_ID = re.compile(r"NSQ(?:LOOKUPD)?-[A-Z0-9]+-\d{3}")
 
 
 class SpecError(ValueError):
@@ -36,6 +42,7 @@ class Behaviour:
     source: str
     not_checkable: str | None
     section: str
+    trace_requirement: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -70,8 +77,10 @@ def _behaviour(path: Path, entry: dict) -> Behaviour:
         raise SpecError(f"{name}: recordings must be rec-NNNN")
     if "not_checkable" in entry and entry["level"] != "MUST":
         raise SpecError(f"{name}: not_checkable is for MUST items only")
+    if "trace_requirement" in entry and not REQUIREMENT_ID.fullmatch(entry["trace_requirement"]):
+        raise SpecError(f"{name}: trace_requirement must be a requirement ID (like NSQ-FIN-003)")
     return Behaviour(entry["id"], entry["level"], entry["text"], entry["observable"], tuple(entry["recordings"]),
-                     entry["source"], entry.get("not_checkable"), path.stem)
+                     entry["source"], entry.get("not_checkable"), path.stem, entry.get("trace_requirement"))
 
 
 def behaviour_ids_of(requirement: Requirement) -> tuple[str, ...]:
@@ -91,4 +100,4 @@ def cited_id_pattern() -> re.Pattern:
     ``D-120`` or ``P-RST-12``), or a requirement ID (``NSQ-ID-012``)."""
     prefixes = sorted({item.prefix for item in behaviours().values()}, key=len, reverse=True)
     alternatives = "|".join(re.escape(prefix) for prefix in prefixes)
-    return re.compile(rf"(?<![\w-])(?:(?:{alternatives})-\d{{2}}|NSQ(?:LOOKUPD)?-[A-Z0-9]+-\d{{3}})(?![\w-])")
+    return re.compile(rf"(?<![\w-])(?:(?:{alternatives})-\d{{2}}|{REQUIREMENT_ID.pattern})(?![\w-])")

@@ -148,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "generate":
         from spark_analysis.generate import generate
 
+        directory = os.path.dirname(args.output) or "."
+        if not os.path.isdir(directory):
+            parser.error(f"-o {args.output}: no such directory {directory}")
         truth = generate(
             args.output,
             args.size,

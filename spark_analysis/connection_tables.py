@@ -206,7 +206,7 @@ ACTIVITY_KEYS = ["conn_id", "kind", "name", "status", "code", "topic", "req_dela
 
 def activity(events: pa.Table) -> pa.Table:
     """How many events of each kind, name, status and error code, per connection and topic: what summary.py
-    counts. ``req_delay0``: a REQ with delay 0 (D-12's immediate requeue)."""
+    counts. ``req_delay0``: a REQ with delay 0 (D-20's immediate requeue)."""
     counted_kinds = pc.is_in(events["kind"], pa.array(["command", "frame", "publish", "error", "violation"]))
     rows = events.select([*ACTIVITY_KEYS[:-1], "value"]).filter(counted_kinds)
     is_req = pc.equal(rows["name"], "REQ")

@@ -1,5 +1,5 @@
 """nsqlookupd's connections in a capture: what producers (nsqds) tell a lookupd over the TCP protocol "  V1"
-(nsqd-behavior.md section 10, nsqlookupd-behavior.md section 2), through ``conformance.wire_v1``.
+(R-* and L-TCP-* in conformance/spec/), through ``conformance.wire_v1``.
 
 Its walks (``walks``) turn a connection's windows into rows of ``EVENT_SCHEMA``: a ``command`` row per IDENTIFY,
 REGISTER, UNREGISTER and PING (``topic``, ``channel``; ``detail``: the producer, ``broadcast_address:tcp_port`` of its

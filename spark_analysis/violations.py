@@ -1,8 +1,8 @@
 """Passive conformance checks on one decoded connection, named by requirement IDs.
 
-Each finding names the requirement ID of the conformance catalogue (``conformance/requirements.toml``),
-the nsqd-behavior.md item, who broke it and how; the decoder makes it a ``violation`` row. The same pass
-counts the connection's messages in flight per second (``inflight`` rows) for the report. The checks carry
+Each finding names the requirement that the behaviour catalogue gives the item it checks (``trace_requirement`` in
+``conformance/spec/*.toml``), the item, who broke it and how; the decoder makes it a ``violation`` row. The same
+pass counts the connection's messages in flight per second (``inflight`` rows) for the report. The checks carry
 their state from one window of a connection to the next (``ConnectionChecks``).
 Timing-based checks use generous margins because capture time is not the broker's clock.
 """
@@ -14,6 +14,8 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+
+from conformance.spec import behaviours
 
 DEFAULT_MSG_TIMEOUT_MS = 60_000  # ID-07
 DEFAULT_HEARTBEAT_MS = 30_000  # C-27
@@ -27,14 +29,8 @@ NS_PER_S = 1_000_000_000
 # Non-fatal errors answer FIN/REQ/TOUCH by message ID, outside the response order (C-23, P-FIN-04).
 ID_ERRORS = {"E_FIN_FAILED": "FIN", "E_REQ_FAILED": "REQ", "E_TOUCH_FAILED": "TOUCH"}
 
-# behaviour item -> the catalogue requirement that states it
-REQUIREMENT_OF = {
-    "D-01": "NSQ-RDY-004",  # deliveries only while in flight < RDY
-    "P-FIN-04": "NSQ-FIN-003",  # FIN of an unknown ID: non-fatal E_FIN_FAILED
-    "C-23": "NSQ-ERR-001",  # a fatal error frame closes the connection
-    "C-28": "NSQ-HB-001",  # heartbeats every negotiated interval
-    "C-29": "NSQ-HB-002",  # silent for 2 heartbeat intervals: closed
-}
+# behaviour item -> the requirement its violations are named by, from the catalogue (conformance/spec/)
+REQUIREMENT_OF = {item.id: item.trace_requirement for item in behaviours().values() if item.trace_requirement}
 
 
 @dataclass(frozen=True)

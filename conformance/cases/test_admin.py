@@ -1,4 +1,5 @@
-"""Effects of the HTTP administration endpoints on TCP clients (nsqd-behavior.md 4.9)."""
+"""Effects of the HTTP administration endpoints on TCP clients (D-60..D-64, H-TOPIC-04, H-CHANNEL-04 in
+conformance/spec/)."""
 
 import pytest
 

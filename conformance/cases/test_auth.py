@@ -1,4 +1,5 @@
-"""AUTH against an auth server (nsqd-behavior.md 2.2; recordings' `auth` flag set, rec-0251..rec-0266).
+"""AUTH against an auth server (P-AUTH-01..P-AUTH-15 in conformance/spec/auth.toml; recordings' `auth` flag set,
+rec-0251..rec-0266).
 
 The target's --auth-http-address points at the suite's fake auth server (conformance/authd.py), whose
 replies depend on the secret as the recordings' did. Every connection here skips the suite's automatic

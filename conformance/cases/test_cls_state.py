@@ -1,4 +1,5 @@
-"""CLS, NOP, AUTH without an auth server, and the state machine (nsqd-behavior.md 2.2, 2.11-2.13)."""
+"""CLS, NOP, AUTH without an auth server, and the state machine (P-CLS-01..P-CLS-03, P-NOP-01,
+P-AUTH-01..P-AUTH-05, ST-01 in conformance/spec/)."""
 
 import pytest
 

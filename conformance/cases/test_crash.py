@@ -1,4 +1,5 @@
-"""Crashes and what the disk keeps (nsqd-behavior.md 4.10): SIGKILL, the sync policy (--sync-every,
+"""Crashes and what the disk keeps (D-70..D-76, P-RST-07..P-RST-15 in
+conformance/spec/persistence.toml): SIGKILL, the sync policy (--sync-every,
 --sync-timeout), rolled disk queue files and the files a target leaves in its --data-path. Each case runs on a
 broker the suite may kill (conformance/crash.py); without what a case needs it is UNSUPPORTED."""
 

@@ -1,4 +1,4 @@
-"""DPUB (nsqd-behavior.md 2.6, 4.4)."""
+"""DPUB (P-DPUB-01..P-DPUB-04, D-30..D-34 in conformance/spec/)."""
 
 import time
 

@@ -1,4 +1,5 @@
-"""Ephemeral topics and channels (nsqd-behavior.md 4.8). Observed through /stats: HTTP required."""
+"""Ephemeral topics and channels (D-50..D-54 in conformance/spec/delivery.toml). Observed through /stats: HTTP
+required."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Fatal vs non-fatal errors (nsqd-behavior.md 1.4)."""
+"""Fatal vs non-fatal errors (C-23..C-25 in conformance/spec/connection.toml)."""
 
 import pytest
 

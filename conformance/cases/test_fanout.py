@@ -1,4 +1,4 @@
-"""Fan-out, shared channels, topic buffering, output buffering (nsqd-behavior.md 4.5, 4.6)."""
+"""Fan-out, shared channels, topic buffering, output buffering (D-35..D-42 in conformance/spec/delivery.toml)."""
 
 import time
 

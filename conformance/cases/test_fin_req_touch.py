@@ -1,4 +1,5 @@
-"""FIN, REQ, TOUCH (nsqd-behavior.md 2.8-2.10, 4.3)."""
+"""FIN, REQ, TOUCH (P-FIN-01..P-FIN-06, P-REQ-01..P-REQ-07, P-TOUCH-01..P-TOUCH-04,
+D-20..D-23 in conformance/spec/)."""
 
 import time
 

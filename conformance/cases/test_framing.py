@@ -1,4 +1,4 @@
-"""Frames and the message frame layout (nsqd-behavior.md 1.2)."""
+"""Frames and the message frame layout (C-06..C-13 in conformance/spec/connection.toml)."""
 
 import re
 import time

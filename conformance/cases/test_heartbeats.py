@@ -1,4 +1,5 @@
-"""Heartbeats and the read deadline (nsqd-behavior.md 1.5). Intervals are negotiated to 1000 ms."""
+"""Heartbeats and the read deadline (C-26..C-33 in conformance/spec/connection.toml). Intervals are negotiated to 1000
+ms."""
 
 import time
 

@@ -1,4 +1,4 @@
-"""The HTTP API (nsqd-behavior.md 6). Every case needs --http-target (UNSUPPORTED without it)."""
+"""The HTTP API (H-*, in conformance/spec/http.toml). Every case needs --http-target (UNSUPPORTED without it)."""
 
 import time
 

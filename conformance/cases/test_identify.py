@@ -1,4 +1,5 @@
-"""IDENTIFY: responses, field ranges, repeated IDENTIFY, metadata (nsqd-behavior.md 2.1, 3.1, 3.2, 3.4)."""
+"""IDENTIFY: responses, field ranges, repeated IDENTIFY, metadata (P-ID-01..P-ID-04,
+ID-01..ID-21, ID-40, ID-41 in conformance/spec/)."""
 
 import time
 

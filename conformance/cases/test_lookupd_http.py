@@ -1,4 +1,4 @@
-"""nsqlookupd's HTTP API (nsqlookupd-behavior.md section 3), against --lookupd-http-target or the embedded
+"""nsqlookupd's HTTP API (L-HTTP-* in conformance/spec/nsqlookupd.toml), against --lookupd-http-target or the embedded
 reference nsqlookupd."""
 
 import pytest

@@ -1,6 +1,7 @@
-"""Which producers nsqlookupd names, and for which topic (nsqlookupd-behavior.md 2, 3): answers that never mix one
-topic's producers or channels into another's, and its two producer timeouts, which need a lookupd profile with
-short ones (--lookupd-profile nsqlookupd-short-timeouts: the embedded nsqlookupd gets its flags)."""
+"""Which producers nsqlookupd names, and for which topic (L-TCP-*, L-HTTP-* in conformance/spec/nsqlookupd.toml):
+answers that never mix one topic's producers or channels into another's, and its two producer timeouts, which need a
+lookupd profile with short ones (--lookupd-profile nsqlookupd-short-timeouts: the embedded nsqlookupd gets its
+flags)."""
 
 import time
 

@@ -1,4 +1,4 @@
-"""nsqlookupd's TCP protocol "  V1" (nsqlookupd-behavior.md section 2), against --lookupd-target or the
+"""nsqlookupd's TCP protocol "  V1" (L-TCP-* in conformance/spec/nsqlookupd.toml), against --lookupd-target or the
 embedded reference nsqlookupd."""
 
 import json

@@ -1,4 +1,4 @@
-"""Magic bytes / protocol selection (nsqd-behavior.md 1.1)."""
+"""Magic bytes / protocol selection (C-01..C-05 in conformance/spec/connection.toml)."""
 
 import pytest
 

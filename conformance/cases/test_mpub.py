@@ -1,4 +1,4 @@
-"""MPUB (nsqd-behavior.md 2.5)."""
+"""MPUB (P-MPUB-01..P-MPUB-06 in conformance/spec/commands.toml)."""
 
 import pytest
 

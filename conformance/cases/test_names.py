@@ -1,4 +1,4 @@
-"""Topic and channel name rules (nsqd-behavior.md 4.5 D-39)."""
+"""Topic and channel name rules (D-39 in conformance/spec/delivery.toml)."""
 
 import pytest
 

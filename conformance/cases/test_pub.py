@@ -1,4 +1,4 @@
-"""PUB (nsqd-behavior.md 2.4)."""
+"""PUB (P-PUB-01..P-PUB-05 in conformance/spec/commands.toml)."""
 
 import pytest
 

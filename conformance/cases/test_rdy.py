@@ -1,4 +1,4 @@
-"""RDY and flow control (nsqd-behavior.md 2.7, 4.1)."""
+"""RDY and flow control (P-RDY-01..P-RDY-07, D-01..D-05 in conformance/spec/)."""
 
 import pytest
 

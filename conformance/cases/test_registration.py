@@ -1,6 +1,7 @@
-"""What a broker tells nsqlookupd (nsqd-behavior.md section 10), seen by the suite's fake nsqlookupd, which the
-target is pointed at through PUT /config/nsqlookupd_tcp_addresses (or --lookupd-listen). The target is shared:
-only lines naming this case's topics are judged, and one registration case at a time sets its lookupd."""
+"""What a broker tells nsqlookupd (R-01..R-15 in conformance/spec/registration.toml), seen by the suite's fake
+nsqlookupd, which the target is pointed at through PUT /config/nsqlookupd_tcp_addresses (or --lookupd-listen). The
+target is shared: only lines naming this case's topics are judged, and one registration case at a time sets its
+lookupd."""
 
 import time
 

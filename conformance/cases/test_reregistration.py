@@ -1,6 +1,6 @@
-"""What a broker registers again (nsqd-behavior.md section 10): after its own restart, with a lookupd added at
-run time, and after a lookupd dropped the connection. On a broker of the case's own that registers with a fake
-nsqlookupd from its start (conformance/crash.py), so nothing of other cases' topics gets in the way."""
+"""What a broker registers again (R-01..R-15 in conformance/spec/registration.toml): after its own restart, with a
+lookupd added at run time, and after a lookupd dropped the connection. On a broker of the case's own that registers
+with a fake nsqlookupd from its start (conformance/crash.py), so nothing of other cases' topics gets in the way."""
 
 import json
 import socket

@@ -1,4 +1,4 @@
-"""Sampling (nsqd-behavior.md 4.7)."""
+"""Sampling (D-45, ID-06 in conformance/spec/)."""
 
 import time
 

@@ -1,5 +1,5 @@
-"""Delivery semantics under generated workloads (nsqd-behavior.md 4), judged from the clients' history
-by ``conformance.checker``; plus a state machine of one channel against a model.
+"""Delivery semantics under generated workloads (D-* in conformance/spec/delivery.toml), judged from the clients'
+history by ``conformance.checker``; plus a state machine of one channel against a model.
 
 Examples are derandomized (the same workloads every run: no flaky reruns) and bounded in size and time.
 """

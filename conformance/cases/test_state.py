@@ -1,4 +1,5 @@
-"""The state machine, cell by cell (nsqd-behavior.md 2.13): every command in init, subscribed and closing."""
+"""The state machine, cell by cell (ST-01 in conformance/spec/connection.toml): every command in init, subscribed and
+closing."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""SUB (nsqd-behavior.md 2.3)."""
+"""SUB (P-SUB-01..P-SUB-08 in conformance/spec/commands.toml)."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""Command syntax: line endings, parameter splitting, case, body sizes, line length (nsqd-behavior.md 1.3)."""
+"""Command syntax: line endings, parameter splitting, case, body sizes, line length (C-14..C-22 in
+conformance/spec/connection.toml)."""
 
 import pytest
 

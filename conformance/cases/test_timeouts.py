@@ -1,5 +1,5 @@
-"""msg_timeout redelivery and disconnects (nsqd-behavior.md 4.2). Channels are pre-created over HTTP
-and the suite waits out nsqd's 5 s channel-list refresh (D-14) before timing anything."""
+"""msg_timeout redelivery and disconnects (D-10..D-16 in conformance/spec/delivery.toml). Channels are pre-created
+over HTTP and the suite waits out nsqd's 5 s channel-list refresh (D-14) before timing anything."""
 
 import time
 

@@ -1,9 +1,9 @@
-"""TLS on a server with a certificate (nsqd-behavior.md section 11). Profile nsqd-tls: the embedded broker with the
-suite's test certificates; nsqd-tls-required and nsqd-tls-client-cert add --tls-required, the client auth policies
-and --tls-min-version. For a target started by the user: a profile with the `tls` capability (and `tls_required`,
-`tls_client_auth`, `tls_min_version` as its flags say), --https-target, --tls-ca to verify its certificate and
---tls-client-cert for the certificate its policy asks for. The refused certificate of NSQ-TLS-011/012 is the
-suite's own, from a CA of its own (tls/other-client.pem), unrelated to any CA of the target."""
+"""TLS on a server with a certificate (T-01..T-17 in conformance/spec/tls.toml). Profile nsqd-tls: the embedded broker
+with the suite's test certificates; nsqd-tls-required and nsqd-tls-client-cert add --tls-required, the client auth
+policies and --tls-min-version. For a target started by the user: a profile with the `tls` capability (and
+`tls_required`, `tls_client_auth`, `tls_min_version` as its flags say), --https-target, --tls-ca to verify its
+certificate and --tls-client-cert for the certificate its policy asks for. The refused certificate of NSQ-TLS-011/012
+is the suite's own, from a CA of its own (tls/other-client.pem), unrelated to any CA of the target."""
 
 import dataclasses
 import ssl

@@ -19,3 +19,9 @@ def test_the_ci_example_runs_the_suite_with_options_it_has():
     for commented in re.findall(r"# (--[a-z-]+ \S+(?: --[a-z-]+ \S+)?)", text):
         option_args, _ = parse_args(["--target", "127.0.0.1:4150", *shlex.split(commented)])
         assert option_args is not None
+
+
+def test_the_ci_example_installs_the_suites_extra():
+    """Without the `conformance` extra there is no pytest, and nsq-conformance cannot run."""
+    install = re.search(r"pip install (.+)", EXAMPLE.read_text()).group(1)
+    assert re.search(r"nsq-conformance-toolkit\[conformance\] @ git\+https://", install)

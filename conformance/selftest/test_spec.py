@@ -72,6 +72,15 @@ def test_requirements_map_onto_catalogue_items():
     assert not unmapped, "requirements.toml sources that are not catalogue items:\n" + "\n".join(unmapped)
 
 
+def test_trace_requirements_judge_their_item():
+    """nsq-trace names an item's violations by its `trace_requirement`: a requirement whose source names it."""
+    traced = {item.id: item.trace_requirement for item in behaviours().values() if item.trace_requirement}
+    wrong = [f"{i}: {r}" for i, r in traced.items()
+             if r not in requirements() or i not in behaviour_ids_of(requirements()[r])]
+    assert not wrong, "trace_requirement that is not a requirement judging the item:\n" + "\n".join(wrong)
+    assert traced  # spark_analysis/violations.py's checks: D-01, P-FIN-04, C-23, C-28, C-29
+
+
 def marked_cases():
     """(file, test function, its requirement marks, its docstring) of every case under conformance/cases/."""
     for path in sorted((REPO_DIR / "conformance" / "cases").glob("test_*.py")):
@@ -191,6 +200,8 @@ def test_explain_of_an_unknown_id_is_one_line_and_exit_2(arguments):
       "not_checkable": "why"}, "MUST items only"),
     ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s", "txt": "x"},
      "unknown field"),
+    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s",
+      "trace_requirement": "D-01"}, "requirement ID"),
 ])
 def test_a_bad_catalogue_entry_is_named(entry, complaint):
     with pytest.raises(SpecError, match=complaint):

@@ -1,4 +1,4 @@
-"""What the broker sends to nsqlookupd (section 10 of nsqd-behavior.md, R-01..R-11), seen by a fake lookupd: a
+"""What the broker sends to nsqlookupd (R-01..R-11 in conformance/spec/registration.toml), seen by a fake lookupd: a
 real TCP listener speaking V1 that logs every command and answers as nsqlookupd does, plus an HTTP listener
 for the `/channels` query a new topic makes. With NSQD_BINARY set, the same tests run against nsqd v1.3.0
 (tests/broker/target.py); they were checked that way.

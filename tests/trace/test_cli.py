@@ -30,6 +30,7 @@ def nsq_trace(*args, timeout=300):
         (["analyze", "pcaps/compressed.pcap"], "the following arguments are required: --out"),
         (["analyze", "pcaps/compressed.pcap", "--out", "x", "--nsq-port", "99999"], "invalid port '99999'"),
         (["generate", "--size", "lots", "-o", "x.pcap"], "invalid size 'lots'"),
+        (["generate", "--size", "1MB", "-o", "x/out.pcap"], "-o x/out.pcap: no such directory x"),
         (["analyze", "nowhere.pcap", "--out", "x"], "no such capture file: nowhere.pcap"),
         (["analyze", "pcaps/compressed.pcap", "--out", "x", "--storage-option", "region"],
          "storage option 'region' is not key=value"),

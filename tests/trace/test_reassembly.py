@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pyarrow as pa
 
 from conformance import wire
@@ -148,11 +151,16 @@ def test_pairs_answers_in_command_order_and_fin_failures_by_id():
 
 def test_every_violation_names_a_requirement_of_the_catalogue():
     from conformance.catalogue import requirements
-    from spark_analysis.violations import REQUIREMENT_OF
+    from spark_analysis import violations
 
     catalogue = requirements()
-    for behaviour, requirement in REQUIREMENT_OF.items():
+    for behaviour, requirement in violations.REQUIREMENT_OF.items():
         assert behaviour in catalogue[requirement].source, (behaviour, requirement)
+    # every item a check reports has its requirement in the catalogue (`trace_requirement`)
+    checks = Path(violations.__file__).read_text()
+    reported = set(re.findall(r'found\.append\(\s*\(\s*ts,\s*"([^"]+)"|REQUIREMENT_OF\["([^"]+)"\]', checks))
+    reported = {item for pair in reported for item in pair if item}
+    assert reported == violations.REQUIREMENT_OF.keys()
 
 
 def test_tls_after_identify_is_reported_as_opaque():
