@@ -1,6 +1,6 @@
 """The trace benchmark's real input: pynsq, the official Python client, through the reference broker, captured with
 ``nsq-trace capture``'s scapy path (spark_analysis/capture.py) and written with its truth in the generator's terms
-(``totals`` and ``topics``, as in spark_analysis/generate.py's truth files).
+(``totals`` and ``topics``, as in spark_analysis/generate/truth.py).
 
 The clients are benchmarks/pynsq_bench.py, nsq's bench_writer and bench_reader as a user writes them with pynsq: two
 Writers MPUB batches of 200 distinct 100-300 B bodies, one Reader with max_in_flight 2500 FINs every message. The
