@@ -30,7 +30,7 @@ def test_message_frame_layout(nsq):
 @requirement("NSQ-FRAME-003")
 def test_message_ids_are_lowercase_hex_and_increase(nsq):
     """MPUB of 5: IDs are 16 lowercase hex characters and increase in publish order within the topic, whatever
-    order the messages are delivered in (C-10, C-11, D-38; rec-0120)."""
+    order the messages are delivered in (C-10, C-11; rec-0120); nsqd keeps no order once a queue overflows to disk."""
     topic = nsq.topic()
     conn = nsq.connect()
     published = [b"%d" % i for i in range(5)]

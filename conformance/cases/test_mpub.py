@@ -10,7 +10,7 @@ requirement = pytest.mark.requirement
 @requirement("NSQ-MPUB-001")
 def test_mpub_delivers_every_message(nsq):
     """MPUB of 3 -> OK; all three delivered with attempts 1, in any order: a memory queue that overflows to disk
-    interleaves the two (P-MPUB-06, D-38; rec-0120)."""
+    interleaves the two (P-MPUB-06; rec-0120)."""
     topic = nsq.topic()
     conn = nsq.connect()
     conn.command("MPUB", topic, body=wire.mpub_body([b"one", b"two", b"three"]))

@@ -109,7 +109,7 @@ def test_rdy_2_pow_64_wraps_to_zero(nsq):
 
 @requirement("NSQ-RDY-004")
 def test_rdy_is_a_window(nsq):
-    """RDY 1 once; each FIN lets the next of 3 messages through, in any order (D-38), without another RDY (D-02;
+    """RDY 1 once; each FIN lets the next of 3 messages through, in any order, without another RDY (D-02;
     rec-0168)."""
     topic = nsq.topic()
     conn = nsq.connect()
