@@ -21,29 +21,24 @@ def create(nsq, topic: str, *channels: str) -> None:
 
 def publish(nsq, topic: str, channel: str, bodies: list[bytes]) -> None:
     """Publish so that the channel receives the messages in publish order, which fixes the ones that go past its
-    memory queue to disk: nsqd's topic pump takes from its memory and disk queues at random (D-38), so only what
-    fits the topic's memory queue goes in MPUBs (of at most --max-body-size); the rest one PUB at a time, each
-    once the channel has the one before."""
-    conn = nsq.connect()
+    memory queue to disk: nsqd's topic pump takes from its memory and disk queues at random, so the messages go in
+    parts that each fit the topic's (empty) memory queue, in MPUBs of at most --max-body-size, each part once the
+    channel has the one before. Parts in quick succession: a case about --sync-every needs its writes within
+    --sync-timeout."""
+    conn, part_size = nsq.connect(), max(1, nsq.limits["mem_queue_size"])
+    batch = max(1, min(2000, nsq.limits["max_body_size"] // (4 + max(map(len, bodies))) - 1))
 
     def channel_depth() -> int | None:
         return (nsq.http.channel_stats(topic, channel) or {}).get("depth")
 
-    def channel_has(count: int) -> None:
-        nsq.until(lambda: channel_depth() == count, 5.0, f"channel {channel} has {count} messages")
-
     depth = channel_depth() or 0
-    in_memory = bodies[:nsq.limits["mem_queue_size"]]
-    batch = max(1, min(2000, nsq.limits["max_body_size"] // (4 + max(map(len, bodies))) - 1))
-    for start in range(0, len(in_memory), batch):
-        conn.command("MPUB", topic, body=wire.mpub_body(in_memory[start:start + batch]))
-        conn.expect_response(b"OK")
-    depth += len(in_memory)
-    channel_has(depth)
-    for body in bodies[len(in_memory):]:
-        conn.publish(topic, body)
-        depth += 1
-        channel_has(depth)
+    for part_start in range(0, len(bodies), part_size):
+        part = bodies[part_start:part_start + part_size]
+        for start in range(0, len(part), batch):
+            conn.command("MPUB", topic, body=wire.mpub_body(part[start:start + batch]))
+            conn.expect_response(b"OK")
+        depth += len(part)
+        nsq.until(lambda count=depth: channel_depth() == count, 5.0, f"channel {channel} has {depth} messages")
 
 
 def overflowed(nsq, topic: str, channel: str, count: int, why: str) -> None:
