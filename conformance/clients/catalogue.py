@@ -13,7 +13,7 @@ def requirement(identifier: str, level: str, text: str, source: str) -> Requirem
 
 SECTIONS = {"NSQC-CONN": "magic and IDENTIFY", "NSQC-HB": "heartbeats", "NSQC-RDY": "RDY and flow control",
             "NSQC-MSG": "FIN / REQ / TOUCH", "NSQC-ERR": "errors and reconnection", "NSQC-CLS": "stopping",
-            "NSQC-PUB": "publishing"}
+            "NSQC-PUB": "publishing", "NSQC-LOOKUP": "nsqlookupd discovery"}
 
 REQUIREMENTS = {entry.id: entry for entry in (
     requirement("NSQC-CONN-001", MUST, "a connection starts with the 4-byte magic '  V2'", "C-01, C-02"),
@@ -51,4 +51,20 @@ REQUIREMENTS = {entry.id: entry for entry in (
     requirement("NSQC-PUB-002", MUST, "MPUB <topic> with the count and every body unchanged", "P-MPUB-02"),
     requirement("NSQC-PUB-003", MAY, "DPUB <topic> <defer ms> with the body unchanged", "section 2.6"),
     requirement("NSQC-PUB-004", MUST, "an error answer to PUB reaches the caller as a failure", "P-PUB-02, C-23"),
+    requirement("NSQC-LOOKUP-001", MUST, "a consumer given a lookupd asks GET /lookup?topic=<its topic> and "
+                "connects to (SUB on) every producer listed", "L-HTTP-04; go-nsq ConnectToNSQLookupd"),
+    requirement("NSQC-LOOKUP-002", SHOULD, "it polls /lookup again at the interval configured (1 s: 3 to 10 "
+                "queries in the 5 s after the first)", "go-nsq Config.LookupdPollInterval, pynsq "
+                "lookupd_poll_interval"),
+    requirement("NSQC-LOOKUP-003", MUST, "a producer that appears on /lookup later is connected to within 6 s",
+                "L-TCP-18; go-nsq, pynsq: lookupd polling finds new producers"),
+    requirement("NSQC-LOOKUP-004", SHOULD, "a producer gone from /lookup (tombstoned) that closes its connection "
+                "is not connected to again while /lookup leaves it out", "L-HTTP-12; go-nsq Consumer: no "
+                "reconnect to lookupd-discovered nsqds"),
+    requirement("NSQC-LOOKUP-005", MUST, "with two lookupds, the first down throughout, the consumer connects to "
+                "the producer the second lists within 6 s of the second coming up",
+                "go-nsq ConnectToNSQLookupds, pynsq lookupd_http_addresses: several lookupds"),
+    requirement("NSQC-LOOKUP-006", SHOULD, "a lookupd down when the consumer starts: the consumer keeps polling "
+                "and connects to its producer within 6 s of the lookupd coming back", "go-nsq lookupdLoop, "
+                "pynsq query_lookupd: a failed query is retried at the next poll"),
 )}

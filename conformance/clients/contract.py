@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 # ---- orders: environment variables ------------------------------------------------------------------------------
 ROLE = "NSQC_ROLE"  # "consumer" or "publisher"
-NSQD_TCP_ADDRESSES = "NSQC_NSQD_TCP_ADDRESSES"  # host:port[,host:port...]
+NSQD_TCP_ADDRESSES = "NSQC_NSQD_TCP_ADDRESSES"  # host:port[,host:port...]; empty when the consumer uses lookupds
+LOOKUPD_HTTP_ADDRESSES = "NSQC_LOOKUPD_HTTP_ADDRESSES"  # consumer only, optional: host:port[,...] of nsqlookupds
+LOOKUPD_POLL_INTERVAL_MS = "NSQC_LOOKUPD_POLL_INTERVAL_MS"  # with LOOKUPD_HTTP_ADDRESSES: how often to poll /lookup
 TOPIC = "NSQC_TOPIC"
 CHANNEL = "NSQC_CHANNEL"  # consumer only
 MAX_IN_FLIGHT = "NSQC_MAX_IN_FLIGHT"  # consumer only

@@ -159,7 +159,8 @@ class Collector:
         path = self.baseline_path or BASELINES_DIR / f"{self.driver.name}.toml"
         verdicts = {**self.baseline, **{case["id"]: case["verdict"] for case in self.cases.values()}}
         why = {identifier: self.why.get(identifier) or self.cases[identifier]["message"].splitlines()[0]
-               for identifier, verdict in verdicts.items() if verdict != PASS and identifier in self.cases}
+               for identifier, verdict in verdicts.items()
+               if verdict != PASS and (identifier in self.why or identifier in self.cases)}
         lines = [f"# {self.driver.library}: the verdicts `nsq-conformance clients {self.driver.name}` expects, as "
                  "measured", "[verdicts]", *(f'"{key}" = "{verdicts[key]}"' for key in sorted(verdicts)), "",
                  "# why each verdict that is not PASS is the library's doing", "[why]",

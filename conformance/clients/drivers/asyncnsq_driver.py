@@ -13,7 +13,10 @@ def emit(event, **fields):
 
 
 env = os.environ
-addresses = env["NSQC_NSQD_TCP_ADDRESSES"].split(",")
+addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
+# asyncnsq takes lookupds as (host, port) pairs and has no poll interval setting
+lookupds = [(host, int(port)) for host, port in (address.rsplit(":", 1) for address in
+                                                 env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address)]
 heartbeat_interval = int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000"))
 
 
@@ -41,7 +44,7 @@ async def handle(message):
 
 
 async def consume():
-    reader = await asyncnsq.create_reader(nsqd_tcp_addresses=addresses,
+    reader = await asyncnsq.create_reader(nsqd_tcp_addresses=addresses, lookupd_http_addresses=lookupds,
                                           max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
                                           heartbeat_interval=heartbeat_interval)
     await reader.subscribe(env["NSQC_TOPIC"], env["NSQC_CHANNEL"])

@@ -18,7 +18,9 @@ def emit(event, **fields):
 
 
 env = os.environ
-addresses = env["NSQC_NSQD_TCP_ADDRESSES"].split(",")
+addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
+lookupds = ["http://" + address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
+poll_interval = int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000")) / 1000  # gnsq takes seconds
 heartbeat_interval = int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000")) / 1000  # gnsq takes seconds
 stopped = gevent.event.Event()
 
@@ -51,6 +53,7 @@ def handle(_consumer, message):
 def consume():
     max_attempts = int(env.get("NSQC_MAX_ATTEMPTS", "0"))
     consumer = gnsq.Consumer(env["NSQC_TOPIC"], env["NSQC_CHANNEL"], nsqd_tcp_addresses=addresses,
+                             lookupd_http_addresses=lookupds, lookupd_poll_interval=poll_interval,
                              message_handler=handle, max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
                              heartbeat_interval=heartbeat_interval, **({"max_tries": max_attempts} if max_attempts
                                                                        else {}))

@@ -2,10 +2,12 @@
 the same driver contract as the libraries' drivers. Every case PASSes for it, which shows that a case's FAIL for a
 library is the library's doing, and the selftest breaks its output to show that each case catches a fault."""
 import asyncio
+import itertools
 import json
 import os
 import signal
 import socket
+from urllib.parse import quote
 
 from conformance import wire
 
@@ -19,8 +21,9 @@ def emit(event, **fields):
 
 
 class Connection:
-    def __init__(self, client, address: str):
+    def __init__(self, client, address: str, discovered: bool = False):
         self.client, self.address = client, address
+        self.discovered = discovered  # found on /lookup: not reconnected to, the next /lookup says if it is back
         self.writer: asyncio.StreamWriter | None = None
         self.responses: asyncio.Queue = asyncio.Queue()  # answers to PUB, MPUB, DPUB, SUB, CLS in order
         self.rdy = 0
@@ -34,6 +37,9 @@ class Connection:
                 pass
             self.connected.clear()
             self.responses.put_nowait(None)
+            if self.discovered:
+                self.client.connections.remove(self)
+                return
             await asyncio.sleep(RECONNECT_AFTER)
 
     async def _session(self):
@@ -84,7 +90,10 @@ class Client:
     def __init__(self):
         self.consumer = env["NSQC_ROLE"] == "consumer"
         self.stopping = False
-        self.connections = [Connection(self, address) for address in env["NSQC_NSQD_TCP_ADDRESSES"].split(",")]
+        self.connections = [Connection(self, address) for address in addresses("NSQC_NSQD_TCP_ADDRESSES")]
+        self.lookupds = addresses("NSQC_LOOKUPD_HTTP_ADDRESSES")
+        self.poll_interval = int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000")) / 1000
+        self.tasks = set()
         self.max_in_flight = int(env.get("NSQC_MAX_IN_FLIGHT", "1"))
         self.max_attempts = int(env.get("NSQC_MAX_ATTEMPTS", "0"))
         self.backing_off = False
@@ -119,6 +128,26 @@ class Client:
             await asyncio.sleep(order["every_ms"] / 1000)
             connection.send(wire.encode_command("FIN", message_id))
 
+    def connect(self, connection):
+        task = asyncio.get_running_loop().create_task(connection.run())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def discover(self):
+        """Poll the lookupds one after the other (a lookupd that is down only costs its turn) and connect to every
+        producer /lookup lists that the consumer is not connected to."""
+        for number in itertools.count():
+            try:
+                producers = await lookup(self.lookupds[number % len(self.lookupds)], env["NSQC_TOPIC"])
+            except (OSError, ValueError, KeyError, asyncio.IncompleteReadError):
+                producers = []
+            for address in producers:
+                if address not in {connection.address for connection in self.connections}:
+                    connection = Connection(self, address, discovered=True)
+                    self.connections.append(connection)
+                    self.connect(connection)
+            await asyncio.sleep(self.poll_interval)
+
     async def back_off(self):
         if self.backing_off:
             return
@@ -150,7 +179,7 @@ class Client:
 
     async def stop(self):
         self.stopping = True
-        for connection in self.connections:
+        for connection in list(self.connections):
             if self.consumer and connection.connected.is_set():
                 connection.send(wire.encode_command("CLS"))  # P-CLS-02: then wait for CLOSE_WAIT
                 try:
@@ -161,16 +190,36 @@ class Client:
                 connection.writer.close()
 
 
+def addresses(variable: str) -> list[str]:
+    return [address for address in env.get(variable, "").split(",") if address]
+
+
+async def lookup(lookupd: str, topic: str) -> list[str]:
+    """GET /lookup?topic=: the producers' host:port (an answer other than 200 lists none)."""
+    host, port = lookupd.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"GET /lookup?topic={quote(topic)} HTTP/1.0\r\nHost: {lookupd}\r\n"
+                 "Accept: application/vnd.nsq; version=1.0\r\n\r\n".encode())
+    answer = await reader.read()
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    if head.split(b" ")[1:2] != [b"200"]:
+        return []
+    return [f"{producer['broadcast_address']}:{producer['tcp_port']}" for producer in json.loads(body)["producers"]]
+
+
 async def main():
     client = Client()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    tasks = [asyncio.create_task(connection.run()) for connection in client.connections]
+    for connection in client.connections:
+        client.connect(connection)
+    tasks = [asyncio.create_task(client.discover())] if client.lookupds else []
     if not client.consumer:
         tasks.append(asyncio.create_task(client.publish()))
     await stop.wait()
     await client.stop()
-    for task in tasks:
+    for task in [*tasks, *client.tasks]:
         task.cancel()
     emit("stopped")
 

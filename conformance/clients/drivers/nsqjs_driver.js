@@ -4,7 +4,10 @@
 const nsq = require('nsqjs')
 
 const env = process.env
-const addresses = env.NSQC_NSQD_TCP_ADDRESSES.split(',')
+const listed = (variable) => (env[variable] || '').split(',').filter(Boolean)
+const addresses = listed('NSQC_NSQD_TCP_ADDRESSES')
+const lookupds = listed('NSQC_LOOKUPD_HTTP_ADDRESSES')
+const pollInterval = Number(env.NSQC_LOOKUPD_POLL_INTERVAL_MS || 60000) / 1000 // seconds
 const heartbeatInterval = Math.max(1, Math.floor(Number(env.NSQC_HEARTBEAT_INTERVAL_MS || 30000) / 1000)) // seconds
 
 function emit(event, fields = {}) {
@@ -39,7 +42,8 @@ function handle(message) {
 function consume() {
   const maxAttempts = Number(env.NSQC_MAX_ATTEMPTS || 0)
   const reader = new nsq.Reader(env.NSQC_TOPIC, env.NSQC_CHANNEL, {
-    nsqdTCPAddresses: addresses,
+    ...(addresses.length ? { nsqdTCPAddresses: addresses } : {}),
+    ...(lookupds.length ? { lookupdHTTPAddresses: lookupds, lookupdPollInterval: pollInterval } : {}),
     maxInFlight: Number(env.NSQC_MAX_IN_FLIGHT || 1),
     heartbeatInterval,
     ...(maxAttempts ? { maxAttempts } : {}),

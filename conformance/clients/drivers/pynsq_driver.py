@@ -14,7 +14,9 @@ def emit(event, **fields):
 
 loop = tornado.ioloop.IOLoop.current()
 env = os.environ
-addresses = env["NSQC_NSQD_TCP_ADDRESSES"].split(",")
+addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
+lookupds = ["http://" + address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
+poll_interval = max(1, int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000")) // 1000)  # whole seconds
 heartbeat_interval = max(1, int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000")) // 1000)  # whole seconds
 
 
@@ -42,7 +44,8 @@ def handle(message):
 def consume():
     max_attempts = int(env.get("NSQC_MAX_ATTEMPTS", "0"))
     reader = nsq.Reader(topic=env["NSQC_TOPIC"], channel=env["NSQC_CHANNEL"], message_handler=handle,
-                        nsqd_tcp_addresses=addresses, max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
+                        nsqd_tcp_addresses=addresses, lookupd_http_addresses=lookupds,
+                        lookupd_poll_interval=poll_interval, max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
                         heartbeat_interval=heartbeat_interval, **({"max_tries": max_attempts} if max_attempts else {}))
     return reader.close
 

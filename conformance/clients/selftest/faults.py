@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conformance import wire
-from conformance.clients.selftest.proxy import FaultyProxy
+from conformance.clients.selftest.proxy import FaultyLookupProxy, FaultyProxy
 
 
 def _same(command: wire.Command) -> bytes:
@@ -26,6 +26,11 @@ class Fault:
     tell: Callable[[wire.Frame], bytes | None] = lambda frame: frame.encode()  # a frame as the client gets it
     refuse_after: int = 0  # connections after this many are refused (0: none)
     hang_up_after: bytes | None = None  # the client's connection ends right after this command
+    # the client's /lookup query as the lookupd gets it (None refuses it), knowing what the case's lookupd
+    # proxies share: "queries" so far (this one included), "failed" (a query found its lookupd down), and which
+    # lookupd this is ("lookupd": 0 for the first the client was given)
+    lookup: Callable[[dict, str], str | None] = lambda shared, target: target
+    lookup_stale: bool = False  # every /lookup is answered with the first answer (the client never re-reads it)
     selection: tuple[str, ...] = field(default=())  # cases to run; default: kills
 
     def magic(self, magic: bytes) -> bytes:
@@ -40,8 +45,9 @@ class Fault:
     def frame(self, frame: wire.Frame) -> bytes | None:
         return self.tell(frame)
 
-    def proxy(self, upstream: tuple[str, int], transcript) -> FaultyProxy:
-        return FaultyProxy(upstream, transcript, self)
+    def proxy(self, upstream: tuple[str, int], transcript, http: bool, shared: dict):
+        return FaultyLookupProxy(upstream, transcript, self, shared) if http else FaultyProxy(upstream, transcript,
+                                                                                               self)
 
 
 def _only(name: bytes, change: Callable[[wire.Command], bytes]) -> Callable[[wire.Command], bytes]:
@@ -65,7 +71,7 @@ def _other_id(message_id: bytes) -> bytes:
     return message_id[:-1] + (b"0" if message_id[-1:] != b"0" else b"1")
 
 
-ALL_CASES = ("NSQC-CONN-001", "NSQC-CONN-002", "NSQC-HB-001", "NSQC-MSG-001", "NSQC-PUB-001")
+ALL_CASES = ("NSQC-CONN-001", "NSQC-CONN-002", "NSQC-HB-001", "NSQC-MSG-001", "NSQC-PUB-001", "NSQC-LOOKUP-003")
 
 FAULTS = {fault.name: fault for fault in (
     Fault("faithful", "changes nothing: the proxy itself is transparent (every selected case PASSes)", (),
@@ -121,4 +127,14 @@ FAULTS = {fault.name: fault for fault in (
     Fault("pub-error-hidden", "an error answer to PUB reaches the client as OK", ("NSQC-PUB-004",),
           tell=lambda frame: wire.encode_frame(wire.FRAME_RESPONSE, b"OK") if frame.frame_type == wire.FRAME_ERROR
           else frame.encode()),
+    Fault("lookup-other-topic", "/lookup asks for another topic", ("NSQC-LOOKUP-001",),
+          lookup=lambda shared, target: target.replace("topic=", "topic=elsewhere-")),
+    Fault("lookup-once", "/lookup is asked once, never polled", ("NSQC-LOOKUP-002", "NSQC-LOOKUP-003"),
+          lookup=lambda shared, target: target if shared["queries"] == 1 else None),
+    Fault("lookup-stale", "the first /lookup answer is used for ever", ("NSQC-LOOKUP-003", "NSQC-LOOKUP-004"),
+          lookup_stale=True),
+    Fault("lookup-first-only", "only the first lookupd is asked", ("NSQC-LOOKUP-005",),
+          lookup=lambda shared, target: target if shared["lookupd"] == 0 else None),
+    Fault("lookup-gives-up", "polling stops after a lookupd is found down", ("NSQC-LOOKUP-005", "NSQC-LOOKUP-006"),
+          lookup=lambda shared, target: None if shared["failed"] else target),
 )}

@@ -76,3 +76,59 @@ class FaultyProxy:
                 await writer.drain()
         finally:
             writer.close()
+
+
+class FaultyLookupProxy:
+    """A proxy in front of the fake nsqlookupd, one HTTP request per connection: the fault may change or refuse
+    the client's query (``fault.lookup``) or answer it with the first answer it got (``fault.lookup_stale``).
+    ``shared`` is what the case's proxies know together: the queries so far, whether one failed, the first answer."""
+
+    def __init__(self, upstream: tuple[str, int], transcript: Transcript, fault, shared: dict):
+        self.upstream, self.transcript, self.fault = upstream, transcript, fault
+        self.shared = shared
+        shared.setdefault("queries", 0)
+        shared.setdefault("failed", False)
+        self.index = shared.setdefault("lookupds", 0)  # 0 for the case's first lookupd, 1 for its second...
+        shared["lookupds"] += 1
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> FaultyLookupProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        return self
+
+    @property
+    def tcp_address(self) -> str:
+        return "%s:%d" % self._server.sockets[0].getsockname()[:2]
+
+    async def close(self) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _accept(self, client_reader, client_writer) -> None:
+        try:
+            head = await client_reader.readuntil(b"\r\n\r\n")
+            request_line, rest = head.split(b"\r\n", 1)
+            method, target, version = request_line.decode("latin-1").split(" ")
+            self.shared["queries"] += 1
+            changed = self.fault.lookup({**self.shared, "lookupd": self.index}, target)
+            if changed is None:
+                self.transcript.note(f"selftest fault {self.fault.name}: {method} {target} refused")
+                return
+            if self.fault.lookup_stale and "first_answer" in self.shared:
+                self.transcript.note(f"selftest fault {self.fault.name}: {target} answered with the first answer")
+                client_writer.write(self.shared["first_answer"])
+                return
+            try:
+                server_reader, server_writer = await asyncio.open_connection(*self.upstream)
+            except OSError:
+                self.shared["failed"] = True
+                return
+            server_writer.write(f"{method} {changed} {version}\r\n".encode("latin-1") + rest)
+            answer = await server_reader.read()
+            server_writer.close()
+            self.shared.setdefault("first_answer", answer)
+            client_writer.write(answer)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, OSError):
+            pass
+        finally:
+            client_writer.close()
