@@ -13,7 +13,8 @@ def requirement(identifier: str, level: str, text: str, source: str) -> Requirem
 
 SECTIONS = {"NSQC-CONN": "magic and IDENTIFY", "NSQC-HB": "heartbeats", "NSQC-RDY": "RDY and flow control",
             "NSQC-MSG": "FIN / REQ / TOUCH", "NSQC-ERR": "errors and reconnection", "NSQC-CLS": "stopping",
-            "NSQC-PUB": "publishing", "NSQC-LOOKUP": "nsqlookupd discovery"}
+            "NSQC-PUB": "publishing", "NSQC-LOOKUP": "nsqlookupd discovery",
+            "NSQC-NEG": "negotiation: TLS, snappy, deflate, AUTH"}
 
 REQUIREMENTS = {entry.id: entry for entry in (
     requirement("NSQC-CONN-001", MUST, "a connection starts with the 4-byte magic '  V2'", "C-01, C-02"),
@@ -67,4 +68,18 @@ REQUIREMENTS = {entry.id: entry for entry in (
     requirement("NSQC-LOOKUP-006", SHOULD, "a lookupd down when the consumer starts: the consumer keeps polling "
                 "and connects to its producer within 6 s of the lookupd coming back", "go-nsq lookupdLoop, "
                 "pynsq query_lookupd: a failed query is retried at the next poll"),
+    requirement("NSQC-NEG-001", MUST, "a consumer told to ask for no layer asks for none: IDENTIFY's tls_v1, "
+                "snappy and deflate are not true (the broker offers all three)", "ID-09, ID-30"),
+    requirement("NSQC-NEG-002", SHOULD, "an IDENTIFY answer turning on snappy, which the client did not ask for, "
+                "is refused: no snappy stream from the client (it closes, or stays in plain text)",
+                "ID-30; go-nsq, pynsq: the answer agrees to what was asked"),
+    requirement("NSQC-NEG-003", MAY, "snappy: IDENTIFY asks for it, then SUB, RDY and FIN come through the "
+                "snappy framing format, both ways", "ID-30, ID-34; go-nsq Config.Snappy"),
+    requirement("NSQC-NEG-004", MAY, "deflate: IDENTIFY asks for it, then SUB, RDY and FIN come through raw "
+                "deflate, both ways", "ID-30, ID-33; go-nsq Config.Deflate"),
+    requirement("NSQC-NEG-005", MAY, "TLS: IDENTIFY asks for tls_v1, the client handshakes at once (trusting the "
+                "CA it was given), then SUB, RDY and FIN come through TLS", "ID-30, ID-31; go-nsq Config.TlsV1"),
+    requirement("NSQC-NEG-006", MAY, "AUTH: when the IDENTIFY answer says auth_required, AUTH <the secret> comes "
+                "before SUB, and the consumer then works", "P-AUTH-08, P-AUTH-09, P-AUTH-14; go-nsq "
+                "Config.AuthSecret"),
 )}

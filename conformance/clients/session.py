@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conformance.clients import contract
 from conformance.clients.driver import Driver, DriverProcess
-from conformance.clients.fake_nsqd import FakeNsqd, case_token
+from conformance.clients.fake_nsqd import CA_FILE, FakeNsqd, case_token
 from conformance.clients.fake_nsqlookupd import FakeNsqlookupd
 from conformance.transcript import Transcript
 
@@ -62,15 +62,23 @@ class CaseRun:
         self.transcript.note(f"/lookup lists {', '.join(lookupd.listed) or 'no producer'}", lookupd.name)
 
     async def consumer(self, *brokers: FakeNsqd, max_in_flight: int = 1, max_attempts: int = 0,
-                       lookupds: tuple[FakeNsqlookupd, ...] = ()) -> DriverProcess:
+                       lookupds: tuple[FakeNsqlookupd, ...] = (), layers: tuple[str, ...] = (),
+                       auth_secret: str | None = None) -> DriverProcess:
+        """A consumer's driver; ``layers`` (of "tls", "snappy", "deflate") are what it is told to ask for."""
         await self._start_proxies()
         lookup = {contract.LOOKUPD_HTTP_ADDRESSES: ",".join(map(self._address, lookupds)),
                   contract.LOOKUPD_POLL_INTERVAL_MS: str(LOOKUPD_POLL_INTERVAL_MS)} if lookupds else {}
+        orders = {{"tls": contract.TLS, "snappy": contract.SNAPPY, "deflate": contract.DEFLATE}[layer]: "1"
+                  for layer in layers}
+        if "tls" in layers:
+            orders[contract.TLS_CA_FILE] = str(CA_FILE)
+        if auth_secret is not None:
+            orders[contract.AUTH_SECRET] = auth_secret
         return await self._driver({
             contract.ROLE: contract.CONSUMER, contract.NSQD_TCP_ADDRESSES: ",".join(map(self._address, brokers)),
             contract.TOPIC: self.topic, contract.CHANNEL: self.channel, contract.MAX_IN_FLIGHT: str(max_in_flight),
             contract.MAX_ATTEMPTS: str(max_attempts), contract.HEARTBEAT_INTERVAL_MS: str(HEARTBEAT_INTERVAL_MS),
-            **lookup})
+            **lookup, **orders})
 
     async def publisher(self, broker: FakeNsqd, operations: list[dict]) -> DriverProcess:
         await self._start_proxies()

@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import socket
+import ssl
+from collections import deque
 from urllib.parse import quote
 
 from conformance import wire
@@ -14,6 +16,9 @@ from conformance import wire
 env = os.environ
 NON_FATAL = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")  # C-23
 RECONNECT_AFTER, BACKOFF = 0.5, 0.5  # seconds
+# the layers the client may ask for (ID-30), each turned on by its order ("1")
+ASKED = {layer for layer, order in (("tls_v1", "NSQC_TLS"), ("snappy", "NSQC_SNAPPY"), ("deflate", "NSQC_DEFLATE"))
+         if env.get(order) == "1"}
 
 
 def emit(event, **fields):
@@ -44,42 +49,78 @@ class Connection:
 
     async def _session(self):
         host, port = self.address.split(":")
-        reader, self.writer = await asyncio.open_connection(host, int(port))
-        self.rdy = 0
+        self.reader, self.writer = await asyncio.open_connection(host, int(port))
+        self.rdy, self._inflate, self._compress, self._pending = 0, None, None, deque()
+        self._decoder = wire.FrameDecoder(pause_at_upgrade=True)
         identify = {"client_id": socket.gethostname(), "hostname": socket.getfqdn(), "user_agent": "nsqc-model/1.0",
                     "feature_negotiation": True, "heartbeat_interval": int(env.get("NSQC_HEARTBEAT_INTERVAL_MS",
-                                                                                   "30000"))}
+                                                                                   "30000")),
+                    **{layer: layer in ASKED for layer in ("tls_v1", "snappy", "deflate")}}
         self.writer.write(wire.MAGIC_V2 + wire.encode_command("IDENTIFY", body=wire.identify_body(identify)))
-        decoder = wire.FrameDecoder()
-        reading = asyncio.create_task(self._read(reader, decoder))
-        if self.client.consumer:
-            self.writer.write(wire.encode_command("SUB", env["NSQC_TOPIC"], env["NSQC_CHANNEL"]))
-        await asyncio.sleep(0)
-        self.connected.set()
-        await reading
+        try:
+            answer = await self._frame()
+            if answer.frame_type != wire.FRAME_RESPONSE or not await self._negotiate(answer.data, host):
+                return
+            if self.client.consumer:
+                self.send(wire.encode_command("SUB", env["NSQC_TOPIC"], env["NSQC_CHANNEL"]))
+            self.connected.set()
+            await self._read()
+        finally:
+            self.writer.close()
 
-    async def _read(self, reader, decoder):
-        identified = False
-        while data := await reader.read(65536):
-            for frame in decoder.feed(data):
-                if frame.is_heartbeat:
-                    self.send(wire.encode_command("NOP"))  # C-26
-                elif frame.frame_type == wire.FRAME_MESSAGE:
-                    self.client.received(self, frame)
-                elif frame.frame_type == wire.FRAME_ERROR and frame.error_code.encode() in NON_FATAL:
-                    continue
-                elif not identified:
-                    identified = True
-                elif frame.frame_type == wire.FRAME_RESPONSE and frame.data == b"OK" and self.client.consumer \
-                        and not self.rdy:
-                    self.set_rdy(self.client.share(self))  # SUB's OK
-                else:
-                    self.responses.put_nowait(frame)
-        self.writer.close()
+    async def _negotiate(self, answer: bytes, host: str) -> bool:
+        """The layers the IDENTIFY answer turns on (ID-30: TLS, then snappy or deflate, an OK through each), then
+        AUTH when the answer requires it. A layer the client did not ask for is refused: False, the connection
+        ends (NSQC-NEG-002)."""
+        layers = set(wire.upgrades(answer))
+        if not layers <= ASKED:
+            return False
+        if "tls_v1" in layers:
+            self._decoder.take_trailing_data()  # nothing: the broker sends no more until the handshake
+            await self.writer.start_tls(ssl.create_default_context(cafile=env["NSQC_TLS_CA_FILE"]),
+                                        server_hostname=host)
+            await self._ok()
+        if layers & {"snappy", "deflate"}:
+            self._compress, self._inflate = (wire.SnappyStreamEncoder(), wire.SnappyStreamDecoder()) \
+                if "snappy" in layers else (wire.DeflateStreamEncoder(), wire.DeflateStreamDecoder())
+            self._pending.extend(self._decoder.feed(self._inflate.feed(self._decoder.take_trailing_data())))
+            await self._ok()
+        if answer[:1] == b"{" and json.loads(answer).get("auth_required"):
+            self.send(wire.encode_command("AUTH", body=env.get("NSQC_AUTH_SECRET", "").encode()))
+            return (await self._frame()).frame_type == wire.FRAME_RESPONSE
+        return True
+
+    async def _ok(self):
+        frame = await self._frame()
+        if frame.data != b"OK":
+            raise wire.ProtocolViolation(f"upgrade answered {frame.describe()}")
+
+    async def _frame(self):
+        while not self._pending:
+            data = await self.reader.read(65536)
+            if not data:
+                raise asyncio.IncompleteReadError(b"", None)
+            self._pending.extend(self._decoder.feed(self._inflate.feed(data) if self._inflate else data))
+        return self._pending.popleft()
+
+    async def _read(self):
+        while True:
+            frame = await self._frame()
+            if frame.is_heartbeat:
+                self.send(wire.encode_command("NOP"))  # C-26
+            elif frame.frame_type == wire.FRAME_MESSAGE:
+                self.client.received(self, frame)
+            elif frame.frame_type == wire.FRAME_ERROR and frame.error_code.encode() in NON_FATAL:
+                continue
+            elif frame.frame_type == wire.FRAME_RESPONSE and frame.data == b"OK" and self.client.consumer \
+                    and not self.rdy:
+                self.set_rdy(self.client.share(self))  # SUB's OK
+            else:
+                self.responses.put_nowait(frame)
 
     def send(self, data: bytes):
         if self.writer and not self.writer.is_closing():
-            self.writer.write(data)
+            self.writer.write(self._compress.encode(data) if self._compress else data)
 
     def set_rdy(self, count: int):
         self.rdy = count

@@ -1,6 +1,7 @@
 // The driver of nsqjs (Node.js): the driver contract (conformance/clients/README.md) on nsqjs.Reader and
 // nsqjs.Writer. NODE_PATH names where npm installed nsqjs (tox: {envdir}/node/node_modules).
 'use strict'
+const fs = require('fs')
 const nsq = require('nsqjs')
 
 const env = process.env
@@ -47,6 +48,10 @@ function consume() {
     maxInFlight: Number(env.NSQC_MAX_IN_FLIGHT || 1),
     heartbeatInterval,
     ...(maxAttempts ? { maxAttempts } : {}),
+    ...(env.NSQC_TLS === '1' ? { tls: true, tlsVerification: true, ca: fs.readFileSync(env.NSQC_TLS_CA_FILE) } : {}),
+    ...(env.NSQC_SNAPPY === '1' ? { snappy: true } : {}),
+    ...(env.NSQC_DEFLATE === '1' ? { deflate: true } : {}),
+    ...('NSQC_AUTH_SECRET' in env ? { authSecret: env.NSQC_AUTH_SECRET } : {}),
   })
   reader.on('message', handle)
   // nsqjs gives a message over maxAttempts to 'discard' listeners (and finishes it); with none, to the handler

@@ -31,6 +31,10 @@ class Fault:
     # lookupd this is ("lookupd": 0 for the first the client was given)
     lookup: Callable[[dict, str], str | None] = lambda shared, target: target
     lookup_stale: bool = False  # every /lookup is answered with the first answer (the client never re-reads it)
+    # past an IDENTIFY that asks for a layer the proxy reads no more: the client's n-th chunk as the broker gets it
+    upgraded: Callable[[int, bytes], bytes] = lambda number, data: data
+    # what the broker gets from "the client" right after an IDENTIFY answer that turns a layer on
+    after_answer: Callable[[bytes], bytes] = lambda answer: b""
     selection: tuple[str, ...] = field(default=())  # cases to run; default: kills
 
     def magic(self, magic: bytes) -> bytes:
@@ -67,11 +71,20 @@ def _rdy_plus(command: wire.Command) -> bytes:
     return wire.encode_command("RDY", int(command.params[0]) + 10)
 
 
+def _flip_last_byte(number: int, data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 0x01]) if number == 0 and data else data
+
+
+def _identify_layers(fields: dict) -> dict:
+    return {key: value for key, value in fields.items() if key not in ("tls_v1", "snappy", "deflate")}
+
+
 def _other_id(message_id: bytes) -> bytes:
     return message_id[:-1] + (b"0" if message_id[-1:] != b"0" else b"1")
 
 
-ALL_CASES = ("NSQC-CONN-001", "NSQC-CONN-002", "NSQC-HB-001", "NSQC-MSG-001", "NSQC-PUB-001", "NSQC-LOOKUP-003")
+ALL_CASES = ("NSQC-CONN-001", "NSQC-CONN-002", "NSQC-HB-001", "NSQC-MSG-001", "NSQC-PUB-001", "NSQC-LOOKUP-003",
+             "NSQC-NEG-002", "NSQC-NEG-003", "NSQC-NEG-005")
 
 FAULTS = {fault.name: fault for fault in (
     Fault("faithful", "changes nothing: the proxy itself is transparent (every selected case PASSes)", (),
@@ -137,4 +150,14 @@ FAULTS = {fault.name: fault for fault in (
           lookup=lambda shared, target: target if shared["lookupd"] == 0 else None),
     Fault("lookup-gives-up", "polling stops after a lookupd is found down", ("NSQC-LOOKUP-005", "NSQC-LOOKUP-006"),
           lookup=lambda shared, target: None if shared["failed"] else target),
+    Fault("identify-asks-deflate", "IDENTIFY asks for deflate, which the client was not told to", ("NSQC-NEG-001",),
+          rewrite=_identify(lambda fields: {**fields, "deflate": True})),
+    Fault("follows-unasked-snappy", "the client speaks snappy after an answer turning it on unasked",
+          ("NSQC-NEG-002",), after_answer=lambda answer: wire.SnappyStreamEncoder().encode(
+              wire.encode_command("NOP")) if "snappy" in wire.upgrades(answer) else b""),
+    Fault("identify-no-layers", "IDENTIFY asks for no layer, whatever the client was told",
+          ("NSQC-NEG-003", "NSQC-NEG-004", "NSQC-NEG-005"), rewrite=_identify(_identify_layers)),
+    Fault("layer-stream-corrupted", "the client's first bytes through TLS or compression have a bit flipped",
+          ("NSQC-NEG-003", "NSQC-NEG-004", "NSQC-NEG-005"), upgraded=_flip_last_byte),
+    Fault("auth-dropped", "AUTH never goes out", ("NSQC-NEG-006",), rewrite=_only(b"AUTH", lambda command: b"")),
 )}

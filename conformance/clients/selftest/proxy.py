@@ -43,9 +43,17 @@ class FaultyProxy:
                              return_exceptions=True)
 
     async def _client_to_server(self, reader, writer) -> None:
-        decoder = wire.CommandDecoder()
+        decoder = wire.CommandDecoder(pause_at_upgrade=True)
+        upgraded = None  # chunks passed on since IDENTIFY asked for a layer: from then on bytes pass unread
         try:
             while data := await reader.read(65536):
+                if upgraded is None and decoder.paused:
+                    upgraded, data = 0, decoder.take_trailing_data() + data
+                if upgraded is not None:
+                    writer.write(self.fault.upgraded(upgraded, data))
+                    upgraded += 1
+                    await writer.drain()
+                    continue
                 magic_seen = decoder.magic is not None
                 commands = decoder.feed(data)
                 if not magic_seen and decoder.magic is not None:
@@ -63,9 +71,14 @@ class FaultyProxy:
             writer.close()
 
     async def _server_to_client(self, reader, writer, upstream_writer) -> None:
-        decoder = wire.FrameDecoder()
+        decoder = wire.FrameDecoder(pause_at_upgrade=True)
+        upgraded = False  # past the IDENTIFY answer that turned a layer on: the bytes pass unread
         try:
             while data := await reader.read(65536):
+                if upgraded:
+                    writer.write(data)
+                    await writer.drain()
+                    continue
                 for frame in decoder.feed(data):
                     replacement = self.fault.frame(frame)
                     if replacement is None:  # the fault closes the client's connection here
@@ -73,6 +86,10 @@ class FaultyProxy:
                         upstream_writer.close()
                         return
                     writer.write(replacement)
+                if decoder.paused:
+                    upgraded = True
+                    writer.write(decoder.take_trailing_data())
+                    upstream_writer.write(self.fault.after_answer(frame.data))
                 await writer.drain()
         finally:
             writer.close()

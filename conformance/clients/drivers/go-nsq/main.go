@@ -3,6 +3,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"log"
@@ -100,6 +102,17 @@ func main() {
 
 	if os.Getenv("NSQC_ROLE") == "consumer" {
 		config.MaxInFlight = number("NSQC_MAX_IN_FLIGHT", 1)
+		config.Snappy = os.Getenv("NSQC_SNAPPY") == "1"
+		config.Deflate = os.Getenv("NSQC_DEFLATE") == "1"
+		config.AuthSecret = os.Getenv("NSQC_AUTH_SECRET")
+		if os.Getenv("NSQC_TLS") == "1" {
+			authorities := x509.NewCertPool()
+			if pem, err := os.ReadFile(os.Getenv("NSQC_TLS_CA_FILE")); err == nil {
+				authorities.AppendCertsFromPEM(pem)
+			}
+			config.TlsV1 = true
+			config.TlsConfig = &tls.Config{RootCAs: authorities, ServerName: "127.0.0.1"}
+		}
 		config.LookupdPollInterval = time.Duration(number("NSQC_LOOKUPD_POLL_INTERVAL_MS", 60000)) * time.Millisecond
 		if attempts := number("NSQC_MAX_ATTEMPTS", 0); attempts > 0 {
 			config.MaxAttempts = uint16(attempts)
