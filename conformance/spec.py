@@ -4,6 +4,8 @@ own words, with the recordings that show it and the Go source it comes from.
 Two kinds of ID live in this project. Behaviour items (``C-01``, ``P-TOUCH-04``, ``D-12``, ``R-01``, ``T-07``,
 ``L-HTTP-06``, ...) are facts about the real brokers, one per item here. Suite requirements (``NSQ-PUB-003``,
 ``NSQLOOKUPD-HTTP-002``) live in ``requirements.toml`` and name the behaviour items they judge in ``source``.
+The client requirements (``NSQC-CONN-001``, ``clients.toml``) are items here too, each judged by the client case
+of conformance/clients/cases/ marked with it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from conformance.catalogue import LEVELS, Requirement, requirements
 
 SPEC_DIR = Path(__file__).parent / "spec"
 FIELDS = frozenset({"id", "level", "text", "observable", "recordings", "source", "not_checkable"})
-BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}")
+BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}|NSQC-[A-Z]+-\d{3}")
 RECORDING_ID = re.compile(r"rec-\d{4}")
 
 
@@ -63,7 +65,7 @@ def _behaviour(path: Path, entry: dict) -> Behaviour:
     if entry.keys() - FIELDS:
         raise SpecError(f"{name}: unknown field(s) {', '.join(sorted(entry.keys() - FIELDS))}")
     if not BEHAVIOUR_ID.fullmatch(entry["id"]):
-        raise SpecError(f"{name}: not a behaviour ID (like D-12 or P-TOUCH-04)")
+        raise SpecError(f"{name}: not a behaviour ID (like D-12, P-TOUCH-04 or NSQC-CONN-001)")
     if entry["level"] not in LEVELS:
         raise SpecError(f"{name}: level {entry['level']!r} is not one of {LEVELS}")
     if not all(RECORDING_ID.fullmatch(recording) for recording in entry["recordings"]):
@@ -89,6 +91,7 @@ def requirements_of(behaviour_id: str) -> tuple[Requirement, ...]:
 def cited_id_pattern() -> re.Pattern:
     """A behaviour ID as a whole word, for the prefixes the catalogue has (``D-12``, but not inside ``ID-12``,
     ``D-120`` or ``P-RST-12``), or a requirement ID (``NSQ-ID-012``)."""
-    prefixes = sorted({item.prefix for item in behaviours().values()}, key=len, reverse=True)
+    prefixes = sorted({item.prefix for item in behaviours().values() if not item.id.startswith("NSQC-")}, key=len,
+                      reverse=True)
     alternatives = "|".join(re.escape(prefix) for prefix in prefixes)
-    return re.compile(rf"(?<![\w-])(?:(?:{alternatives})-\d{{2}}|NSQ(?:LOOKUPD)?-[A-Z0-9]+-\d{{3}})(?![\w-])")
+    return re.compile(rf"(?<![\w-])(?:(?:{alternatives})-\d{{2}}|NSQ(?:C|LOOKUPD)?-[A-Z0-9]+-\d{{3}})(?![\w-])")

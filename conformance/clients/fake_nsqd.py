@@ -50,6 +50,8 @@ class FakeNsqd:
         self.offers: set[str] = set()  # of LAYERS: what IDENTIFY may turn on for a client that asks
         self.force: set[str] = set()  # of LAYERS: turned on in the answer whether the client asked or not
         self.auth_secret: bytes | None = None  # auth_required, and the secret AUTH must carry
+        self.refusing = False  # each new connection is closed as soon as it is accepted (a restarting nsqd)
+        self.refused: list[float] = []  # transcript times of the connections so closed
         self.address: tuple[str, int] = ("127.0.0.1", 0)
 
     async def start(self) -> FakeNsqd:
@@ -69,6 +71,12 @@ class FakeNsqd:
             await self._server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            self.refused.append(self.transcript.now())
+            self.transcript.note(f"connection {len(self.refused)} from {writer.get_extra_info('peername')[1]} "
+                                 "closed at once")
+            writer.close()
+            return
         name = chr(ord("A") + len(self.transcript.endpoints))  # unique across the case's brokers
         self.transcript.endpoints[name] = Endpoint(writer.get_extra_info("peername")[:2],
                                                    writer.get_extra_info("sockname")[:2])

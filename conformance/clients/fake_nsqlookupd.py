@@ -5,11 +5,14 @@ It answers like nsqlookupd v1.3.0 (L-HTTP-04): ``GET /lookup?topic=T`` -> 200 ``
 [PEER...]}`` for the case's topic, 404 ``TOPIC_NOT_FOUND`` for another, 400 ``MISSING_ARG_TOPIC`` without one;
 ``/ping`` -> ``OK``; JSON with ``X-NSQ-Content-Type: nsq; version=1.0`` (H-01), which clients such as gnsq read to
 tell the v1 answer from the old wrapped one. Producers left out of ``listed`` are what tombstoned, inactive or
-vanished producers are to a client: absent from /lookup (L-HTTP-04, L-HTTP-12, L-TCP-19)."""
+vanished producers are to a client: absent from /lookup (L-HTTP-04, L-HTTP-12, L-TCP-19). A lookupd that is down
+resets every connection at once: its port stays bound (parallel runs on loopback would take a freed one)."""
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
@@ -33,27 +36,36 @@ class FakeNsqlookupd:
         self._arrived = asyncio.Condition()
         self._server: asyncio.base_events.Server | None = None
         self.address: tuple[str, int] = ("127.0.0.1", 0)
+        self.up = False
 
     async def start(self) -> FakeNsqlookupd:
-        """Listen (again, on the same port after ``stop()``: a lookupd that comes back)."""
-        self._server = await asyncio.start_server(self._serve, *self.address)
-        self.address = self._server.sockets[0].getsockname()[:2]
-        self.transcript.note(f"nsqlookupd {self.name} listening on {self.http_address}", self.name)
+        """Up: listening and answering (again, after ``stop()``: a lookupd that comes back)."""
+        if self._server is None:
+            self._server = await asyncio.start_server(self._serve, *self.address)
+            self.address = self._server.sockets[0].getsockname()[:2]
+        self.up = True
+        self.transcript.note(f"nsqlookupd {self.name} up on {self.http_address}", self.name)
         return self
 
     async def stop(self) -> None:
-        """Down: the port refuses connections, as a lookupd that is not running."""
+        """Down: every connection is reset at once, as by a lookupd that is not running."""
+        self.up = False
+        self.transcript.note(f"nsqlookupd {self.name} down", self.name)
+
+    async def close(self) -> None:
         if self._server:
             self._server.close()
             await self._server.wait_closed()
-            self._server = None
-            self.transcript.note(f"nsqlookupd {self.name} down", self.name)
 
     @property
     def http_address(self) -> str:
         return "%s:%d" % self.address
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.up:
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.close()  # with SO_LINGER 0: a reset, as close to "connection refused" as a bound port gets
+            return
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
             method, target = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")[:2]

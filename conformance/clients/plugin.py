@@ -13,6 +13,7 @@ from conformance.clients.catalogue import REQUIREMENTS
 from conformance.clients.driver import drivers
 from conformance.clients.judge import verdict_of
 from conformance.clients.session import CaseRun
+from conformance.spec import behaviours
 from conformance.verdicts import FAIL, NON_STRICT, PASS, UNSUPPORTED
 
 BASELINES_DIR = Path(__file__).parent / "baselines"
@@ -112,7 +113,8 @@ class Collector:
         expected = self.baseline.get(identifier)
         self.cases[identifier] = {
             "id": identifier, "test": item.nodeid, "level": requirement.level, "section": requirement.section,
-            "text": requirement.text, "source": requirement.source, "verdict": verdict, "message": message,
+            "text": requirement.text, "observable": behaviours()[identifier].observable, "source": requirement.source,
+            "verdict": verdict, "message": message,
             "baseline": expected, "why": self.why.get(identifier, ""), "duration_s": round(call.duration, 2),
             "transcript": case_run.transcript.as_dicts() if case_run else [],
             "driver_logs": [str(process.log_path) for process in case_run.processes] if case_run else [],

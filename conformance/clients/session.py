@@ -110,4 +110,4 @@ class CaseRun:
         for broker in self.brokers:
             await broker.close()
         for lookupd in self.lookupds:
-            await lookupd.stop()
+            await lookupd.close()

@@ -15,7 +15,8 @@ from conformance import wire
 
 env = os.environ
 NON_FATAL = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")  # C-23
-RECONNECT_AFTER, BACKOFF = 0.5, 0.5  # seconds
+# seconds: the first reconnect delay and backoff, each doubled while failures go on, up to the bound
+RECONNECT_AFTER, MAX_RECONNECT_AFTER, BACKOFF, MAX_BACKOFF, REDISTRIBUTE_EVERY = 0.5, 8.0, 0.5, 4.0, 2.0
 # the layers the client may ask for (ID-30), each turned on by its order ("1")
 ASKED = {layer for layer, order in (("tls_v1", "NSQC_TLS"), ("snappy", "NSQC_SNAPPY"), ("deflate", "NSQC_DEFLATE"))
          if env.get(order) == "1"}
@@ -35,17 +36,19 @@ class Connection:
         self.connected = asyncio.Event()
 
     async def run(self):
+        failed = 0  # sessions in a row that ended before they were ready
         while not self.client.stopping:
             try:
                 await self._session()
             except (OSError, asyncio.IncompleteReadError, wire.ProtocolViolation):
                 pass
+            failed = 0 if self.connected.is_set() else failed + 1
             self.connected.clear()
             self.responses.put_nowait(None)
             if self.discovered:
                 self.client.connections.remove(self)
                 return
-            await asyncio.sleep(RECONNECT_AFTER)
+            await asyncio.sleep(min(RECONNECT_AFTER * 2 ** max(failed - 1, 0), MAX_RECONNECT_AFTER))
 
     async def _session(self):
         host, port = self.address.split(":")
@@ -138,6 +141,7 @@ class Client:
         self.max_in_flight = int(env.get("NSQC_MAX_IN_FLIGHT", "1"))
         self.max_attempts = int(env.get("NSQC_MAX_ATTEMPTS", "0"))
         self.backing_off = False
+        self.failures = 0  # handler failures in a row: the backoff doubles with each, a success ends it
 
     def share(self, connection) -> int:
         """RDY spread within max_in_flight: an equal share each, 1 for the first ones when there are too few."""
@@ -157,6 +161,10 @@ class Client:
         action = order["do"]
         if action == "fin":
             connection.send(wire.encode_command("FIN", message_id))
+            if self.failures:
+                self.failures = 0
+                for each in self.connections:  # recovered: every connection gets its share again
+                    each.set_rdy(self.share(each))
         elif action == "req":
             connection.send(wire.encode_command("REQ", message_id, order["delay_ms"]))
         elif action == "fail":
@@ -190,15 +198,29 @@ class Client:
             await asyncio.sleep(self.poll_interval)
 
     async def back_off(self):
+        """RDY 0 everywhere for a backoff that doubles with each failure in a row, then RDY 1 on one connection
+        to test the water; the full shares come back after a success (handle, "fin")."""
+        self.failures += 1
         if self.backing_off:
             return
         self.backing_off = True
         for connection in self.connections:
             connection.set_rdy(0)
-        await asyncio.sleep(BACKOFF)
-        for connection in self.connections:
-            connection.set_rdy(self.share(connection))
+        await asyncio.sleep(min(BACKOFF * 2 ** (self.failures - 1), MAX_BACKOFF))
+        self.connections[0].set_rdy(1)
         self.backing_off = False
+
+    async def redistribute(self):
+        """More connections than max_in_flight: every few seconds one that holds RDY gives it up (RDY 0 first,
+        so that the sum never exceeds max_in_flight) to one that has none."""
+        while True:
+            await asyncio.sleep(REDISTRIBUTE_EVERY)
+            holding = [c for c in self.connections if c.rdy > 0 and c.connected.is_set()]
+            starved = [c for c in self.connections if c.rdy == 0 and c.connected.is_set()]
+            if len(self.connections) > self.max_in_flight and holding and starved and not self.failures:
+                holding[0].set_rdy(0)
+                starved[0].set_rdy(1)
+                self.connections.append(self.connections.pop(self.connections.index(holding[0])))
 
     async def publish(self):
         connection = self.connections[0]
@@ -256,6 +278,8 @@ async def main():
     for connection in client.connections:
         client.connect(connection)
     tasks = [asyncio.create_task(client.discover())] if client.lookupds else []
+    if client.consumer:
+        tasks.append(asyncio.create_task(client.redistribute()))
     if not client.consumer:
         tasks.append(asyncio.create_task(client.publish()))
     await stop.wait()

@@ -35,6 +35,7 @@ class Fault:
     upgraded: Callable[[int, bytes], bytes] = lambda number, data: data
     # what the broker gets from "the client" right after an IDENTIFY answer that turns a layer on
     after_answer: Callable[[bytes], bytes] = lambda answer: b""
+    storm: int = 0  # when the broker closes a connection, this many connections to it at once (no backoff)
     selection: tuple[str, ...] = field(default=())  # cases to run; default: kills
 
     def magic(self, magic: bytes) -> bytes:
@@ -104,9 +105,11 @@ FAULTS = {fault.name: fault for fault in (
           rewrite=_only(b"NOP", lambda command: b"")),
     Fault("nop-late", "NOP comes 1.5 s after the heartbeat", ("NSQC-HB-001", "NSQC-HB-002"),
           late=lambda command: 1.5 if command.name == b"NOP" else 0.0),
-    Fault("rdy-over-max-in-flight", "RDY asks 10 more than max_in_flight allows", ("NSQC-RDY-001", "NSQC-RDY-002"),
+    Fault("rdy-over-max-in-flight", "RDY asks 10 more than max_in_flight allows", ("NSQC-RDY-001", "NSQC-RDY-002",
+                                                                                 "NSQC-RDY-004"),
           rewrite=_only(b"RDY", _rdy_plus)),
-    Fault("no-backoff", "RDY 0 never goes out (no backoff after a failure)", ("NSQC-RDY-003",),
+    Fault("no-backoff", "RDY 0 never goes out (no backoff, RDY never given up)", ("NSQC-RDY-003", "NSQC-RDY-004",
+                                                                                  "NSQC-RDY-005"),
           rewrite=lambda command: b"" if command.name == b"RDY" and command.params == (b"0",) else command.encode()),
     Fault("fin-other-id", "FIN names another message", ("NSQC-MSG-001",),
           rewrite=_only(b"FIN", lambda command: wire.encode_command("FIN", _other_id(command.params[0])))),
@@ -159,5 +162,9 @@ FAULTS = {fault.name: fault for fault in (
           ("NSQC-NEG-003", "NSQC-NEG-004", "NSQC-NEG-005"), rewrite=_identify(_identify_layers)),
     Fault("layer-stream-corrupted", "the client's first bytes through TLS or compression have a bit flipped",
           ("NSQC-NEG-003", "NSQC-NEG-004", "NSQC-NEG-005"), upgraded=_flip_last_byte),
+    Fault("reconnect-storm", "after the broker closes, 40 reconnects at once", ("NSQC-ERR-005",), storm=40),
+    Fault("no-test-rdy", "a backoff ends with the full RDY 3, not RDY 1", ("NSQC-RDY-005",),
+          rewrite=_only(b"RDY", lambda command: wire.encode_command("RDY", 3) if command.params == (b"1",)
+                        else command.encode())),
     Fault("auth-dropped", "AUTH never goes out", ("NSQC-NEG-006",), rewrite=_only(b"AUTH", lambda command: b"")),
 )}

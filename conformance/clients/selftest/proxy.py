@@ -91,6 +91,12 @@ class FaultyProxy:
                     writer.write(decoder.take_trailing_data())
                     upstream_writer.write(self.fault.after_answer(frame.data))
                 await writer.drain()
+            if self.fault.storm:  # the broker closed: reconnects without any backoff
+                self.transcript.note(f"selftest fault {self.fault.name}: {self.fault.storm} reconnects at once")
+                for _ in range(self.fault.storm):
+                    _, storm_writer = await asyncio.open_connection(*self.upstream)
+                    storm_writer.write(wire.MAGIC_V2)
+                    storm_writer.close()
         finally:
             writer.close()
 
@@ -137,12 +143,14 @@ class FaultyLookupProxy:
                 return
             try:
                 server_reader, server_writer = await asyncio.open_connection(*self.upstream)
+                server_writer.write(f"{method} {changed} {version}\r\n".encode("latin-1") + rest)
+                answer = await server_reader.read()
+                server_writer.close()
             except OSError:
+                answer = b""
+            if not answer:  # the lookupd is down
                 self.shared["failed"] = True
                 return
-            server_writer.write(f"{method} {changed} {version}\r\n".encode("latin-1") + rest)
-            answer = await server_reader.read()
-            server_writer.close()
             self.shared.setdefault("first_answer", answer)
             client_writer.write(answer)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, OSError):
