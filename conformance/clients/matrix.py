@@ -19,6 +19,7 @@ MATRIX_STYLE = """
 .matrix td.v a{color:#fff;text-decoration:none;display:block}
 .matrix td.differs{outline:3px solid #000;outline-offset:-3px}
 .matrix tr.section td{background:#f3f3f3;font-weight:600;padding-top:10px}
+.matrix td code{white-space:nowrap}
 """
 
 

@@ -20,12 +20,14 @@ def _rdy_count(command) -> int:
     return int(command.params[0]) if command.params and command.params[0].isdigit() else -1
 
 
-def _check_rdy_sums(connections, max_in_flight: int) -> None:
+def _check_rdy_sums(connections, max_in_flight: int, until: float = float("inf")) -> None:
     """Each redistribution judged once settled (RDYs within SETTLE of each other are one): the RDY counts over
-    the connections add up to at most max_in_flight."""
+    the connections add up to at most max_in_flight (the changes up to ``until``, transcript time)."""
     events = sorted((at, connection.name, command) for connection in connections
                     for at, command in connection.received if command.name == b"RDY")
     for moment, _, _ in events:
+        if moment > until:
+            break
         counts = {name: _rdy_count(command) for at, name, command in events if at <= moment + SETTLE}
         check(sum(counts.values()) <= max_in_flight, f"the RDY counts over the connections {SETTLE * 1000:.0f} ms "
               f"after a change (max_in_flight {max_in_flight})", f"<= {max_in_flight} in all",
@@ -102,6 +104,7 @@ async def test_rdy_redistributed_over_more_nsqds_than_max_in_flight(run):
     deadline = time.monotonic() + REDISTRIBUTED_WITHIN
     while not _moved(connections) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
+        _check_rdy_sums(connections, 2, until=run.transcript.now() - SETTLE)  # an excess fails at once
     await asyncio.sleep(SETTLE * 3)
     check(_moved(connections), f"RDY over three nsqds with max_in_flight 2, within {REDISTRIBUTED_WITHIN:g} s",
           "redistributed: an RDY > 0 taken back (RDY 0), then RDY > 0 handed out again",

@@ -8,14 +8,15 @@ from conformance import wire
 from conformance.transcript import Transcript
 
 
-class FaultyProxy:
+class _Proxy:
+    """What both proxies share: a listening port on loopback in front of ``upstream``, closed with its streams."""
+
     def __init__(self, upstream: tuple[str, int], transcript: Transcript, fault):
         self.upstream, self.transcript, self.fault = upstream, transcript, fault
         self._server: asyncio.base_events.Server | None = None
         self._writers: list[asyncio.StreamWriter] = []
-        self.accepted = 0
 
-    async def start(self) -> FaultyProxy:
+    async def start(self):
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         return self
 
@@ -28,6 +29,15 @@ class FaultyProxy:
             writer.close()
         self._server.close()
         await self._server.wait_closed()
+
+    async def _accept(self, client_reader, client_writer) -> None:
+        raise NotImplementedError
+
+
+class FaultyProxy(_Proxy):
+    def __init__(self, upstream: tuple[str, int], transcript: Transcript, fault):
+        super().__init__(upstream, transcript, fault)
+        self.accepted = 0
 
     async def _accept(self, client_reader, client_writer) -> None:
         self.accepted += 1
@@ -101,31 +111,18 @@ class FaultyProxy:
             writer.close()
 
 
-class FaultyLookupProxy:
+class FaultyLookupProxy(_Proxy):
     """A proxy in front of the fake nsqlookupd, one HTTP request per connection: the fault may change or refuse
     the client's query (``fault.lookup``) or answer it with the first answer it got (``fault.lookup_stale``).
     ``shared`` is what the case's proxies know together: the queries so far, whether one failed, the first answer."""
 
     def __init__(self, upstream: tuple[str, int], transcript: Transcript, fault, shared: dict):
-        self.upstream, self.transcript, self.fault = upstream, transcript, fault
+        super().__init__(upstream, transcript, fault)
         self.shared = shared
         shared.setdefault("queries", 0)
         shared.setdefault("failed", False)
         self.index = shared.setdefault("lookupds", 0)  # 0 for the case's first lookupd, 1 for its second...
         shared["lookupds"] += 1
-        self._server: asyncio.base_events.Server | None = None
-
-    async def start(self) -> FaultyLookupProxy:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return self
-
-    @property
-    def tcp_address(self) -> str:
-        return "%s:%d" % self._server.sockets[0].getsockname()[:2]
-
-    async def close(self) -> None:
-        self._server.close()
-        await self._server.wait_closed()
 
     async def _accept(self, client_reader, client_writer) -> None:
         try:
