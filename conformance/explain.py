@@ -8,6 +8,7 @@ Exit status: 0; 2 for an unknown ID or a bad option (one line on stderr).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -61,6 +62,20 @@ def collect_cases(pytest_options: list[str]) -> dict[str, list[str]]:
 
 
 @cache
+def client_cases() -> dict[str, list[str]]:
+    """NSQC item ID -> the client cases marked with it (``@pytest.mark.nsqc``), read from the source: collecting
+    them needs a driver."""
+    cases: dict[str, list[str]] = {}
+    for path in sorted((PACKAGE_DIR / "clients" / "cases").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef):
+                for decorator in node.decorator_list:
+                    if isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("mark.nsqc"):
+                        identifier = decorator.args[0].value
+                        cases.setdefault(identifier, []).append(f"clients/cases/{path.name}::{node.name}")
+    return cases
+
+
 def _citations(directory: Path) -> dict[str, list[str]]:
     """ID -> ``path:line: text`` of every line of a Python file under ``directory`` that cites it."""
     pattern = cited_id_pattern()
@@ -108,7 +123,8 @@ def explain(identifier: str, cases: dict[str, list[str]]) -> Explanation:
         return Explanation(
             item.id, "behaviour", item.level, item.text, details,
             [f"{r.id} {r.level} {r.text}" for r in mapped],
-            sorted({f"conformance/{case}" for r in mapped for case in cases.get(r.id, ())}),
+            sorted({f"conformance/{case}" for r in mapped for case in cases.get(r.id, ())}
+                   | {f"conformance/{case}" for case in cases.get(identifier, ())}),
             citing_lines(BROKER_DIR, (identifier,)), citing_lines(TRACE_DIR, (identifier,)),
             _transcripts(item.recordings))
     if identifier in requirements():
@@ -157,7 +173,7 @@ def main(argv: list[str]) -> int:
               "conformance/spec/ nor a requirement of conformance/requirements.toml)", file=sys.stderr)
         return 2
     try:
-        cases = _quiet(collect_cases, [])
+        cases = {**_quiet(collect_cases, []), **client_cases()}
     except RuntimeError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2

@@ -9,6 +9,9 @@ An item's fields: ``id``, ``level``, ``text``, ``observable`` (what a client see
 transcripts in ``fixtures/``) and ``source`` (the nsqd or nsqlookupd Go code it comes from); optionally
 ``not_checkable`` (a MUST item no black-box case can judge, and why) and ``trace_requirement`` (``nsq-trace``
 watches the item in captures, and its violation rows name this requirement, one whose ``source`` names the item).
+
+The client requirements (``NSQC-CONN-001``, ``clients.toml``) are items here too, each judged by the client case
+of conformance/clients/cases/ marked with it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from conformance.catalogue import LEVELS, Requirement, requirements
 
 SPEC_DIR = Path(__file__).parent / "spec"
 FIELDS = frozenset({"id", "level", "text", "observable", "recordings", "source", "not_checkable", "trace_requirement"})
-BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}")
+BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}|NSQC-[A-Z]+-\d{3}")
 RECORDING_ID = re.compile(r"rec-\d{4}")
 REQUIREMENT_ID = re.compile(r"NSQ(?:LOOKUPD)?-[A-Z0-9]+-\d{3}")
 
@@ -70,7 +73,7 @@ def _behaviour(path: Path, entry: dict) -> Behaviour:
     if entry.keys() - FIELDS:
         raise SpecError(f"{name}: unknown field(s) {', '.join(sorted(entry.keys() - FIELDS))}")
     if not BEHAVIOUR_ID.fullmatch(entry["id"]):
-        raise SpecError(f"{name}: not a behaviour ID (like D-12 or P-TOUCH-04)")
+        raise SpecError(f"{name}: not a behaviour ID (like D-12, P-TOUCH-04 or NSQC-CONN-001)")
     if entry["level"] not in LEVELS:
         raise SpecError(f"{name}: level {entry['level']!r} is not one of {LEVELS}")
     if not all(RECORDING_ID.fullmatch(recording) for recording in entry["recordings"]):
@@ -98,6 +101,8 @@ def requirements_of(behaviour_id: str) -> tuple[Requirement, ...]:
 def cited_id_pattern() -> re.Pattern:
     """A behaviour ID as a whole word, for the prefixes the catalogue has (``D-12``, but not inside ``ID-12``,
     ``D-120`` or ``P-RST-12``), or a requirement ID (``NSQ-ID-012``)."""
-    prefixes = sorted({item.prefix for item in behaviours().values()}, key=len, reverse=True)
+    prefixes = sorted({item.prefix for item in behaviours().values() if not item.id.startswith("NSQC-")}, key=len,
+                      reverse=True)
     alternatives = "|".join(re.escape(prefix) for prefix in prefixes)
-    return re.compile(rf"(?<![\w-])(?:(?:{alternatives})-\d{{2}}|{REQUIREMENT_ID.pattern})(?![\w-])")
+    return re.compile(rf"(?<![\w-])(?:(?:{alternatives})-\d{{2}}|{REQUIREMENT_ID.pattern}|NSQC-[A-Z0-9]+-\d{{3}})"
+                      r"(?![\w-])")

@@ -76,8 +76,15 @@ def pytest_arguments(driver: str, args, passthrough: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args, passthrough = parse_args(argv)
-    if len(args.drivers) > 1 and args.jobs > 1:
-        return _in_parallel(args, argv)
+    worst = _in_parallel(args, argv) if len(args.drivers) > 1 and args.jobs > 1 else _one_by_one(args, passthrough)
+    if len(args.drivers) > 1:
+        from conformance.clients.matrix import load, write_matrix
+        page = write_matrix(Path(args.reports_dir), load(Path(args.reports_dir), args.drivers))
+        print(f"all libraries: {page}  {page.with_name('table.md')}", flush=True)
+    return worst
+
+
+def _one_by_one(args, passthrough: list[str]) -> int:
     import pytest
     worst = 0
     for driver in args.drivers:

@@ -11,13 +11,21 @@ from dataclasses import dataclass, field
 
 # ---- orders: environment variables ------------------------------------------------------------------------------
 ROLE = "NSQC_ROLE"  # "consumer" or "publisher"
-NSQD_TCP_ADDRESSES = "NSQC_NSQD_TCP_ADDRESSES"  # host:port[,host:port...]
+NSQD_TCP_ADDRESSES = "NSQC_NSQD_TCP_ADDRESSES"  # host:port[,host:port...]; empty when the consumer uses lookupds
+LOOKUPD_HTTP_ADDRESSES = "NSQC_LOOKUPD_HTTP_ADDRESSES"  # consumer only, optional: host:port[,...] of nsqlookupds
+LOOKUPD_POLL_INTERVAL_MS = "NSQC_LOOKUPD_POLL_INTERVAL_MS"  # with LOOKUPD_HTTP_ADDRESSES: how often to poll /lookup
 TOPIC = "NSQC_TOPIC"
 CHANNEL = "NSQC_CHANNEL"  # consumer only
 MAX_IN_FLIGHT = "NSQC_MAX_IN_FLIGHT"  # consumer only
 MAX_ATTEMPTS = "NSQC_MAX_ATTEMPTS"  # consumer only; 0 = the library's default
 HEARTBEAT_INTERVAL_MS = "NSQC_HEARTBEAT_INTERVAL_MS"
 PUBLISH = "NSQC_PUBLISH"  # publisher only: a JSON list of operations, done one after the other
+# consumer only, optional: ask nsqd for these layers (ID-30) and send AUTH when the IDENTIFY answer requires it
+TLS = "NSQC_TLS"  # "1": ask for TLS (tls_v1), trusting the CA in TLS_CA_FILE
+TLS_CA_FILE = "NSQC_TLS_CA_FILE"  # PEM file of the CA the broker's certificate (CN and SAN 127.0.0.1) chains to
+SNAPPY = "NSQC_SNAPPY"  # "1": ask for snappy compression
+DEFLATE = "NSQC_DEFLATE"  # "1": ask for deflate compression
+AUTH_SECRET = "NSQC_AUTH_SECRET"  # the secret to AUTH with
 
 CONSUMER, PUBLISHER = "consumer", "publisher"
 

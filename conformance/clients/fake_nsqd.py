@@ -4,19 +4,36 @@ connection in the case's transcript (conformance.transcript).
 It answers like nsqd v1.3.0 on its own (IDENTIFY, SUB, PUB, MPUB, DPUB, CLS; FIN, REQ and TOUCH of a message not
 in flight with E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED), delivers a message only while the connection's RDY
 allows it, and leaves everything else to the case: which messages to send, which heartbeats, which errors, when
-to close. Behaviour IDs (C-.., P-.., ID-..) are nsqd-behavior.md's, as in the broker suite."""
+to close. Behaviour IDs (C-.., P-.., ID-..) are nsqd-behavior.md's, as in the broker suite.
+
+TLS, snappy and deflate are real layers (ID-30..34): the JSON answer to IDENTIFY agrees to the layers the client
+asked for among those the broker ``offers`` (plus those it is told to ``force`` on a client that did not ask),
+then the broker handshakes TLS (the test certificates of conformance/tls) or compresses, and sends one OK through
+each new layer. With an ``auth_secret`` the answer says auth_required and AUTH is answered as nsqd does with an
+auth server (P-AUTH-08, P-AUTH-09)."""
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import ssl
 import time
+from pathlib import Path
 
 from conformance import wire
 from conformance.clients.judge import ClientFault
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
 
 MSG_TIMEOUT_MS = 60_000
+TLS_DIR = Path(__file__).parent.parent / "tls"  # test certificates only: server.pem is CN=127.0.0.1, signed by ca.pem
+CA_FILE = TLS_DIR / "ca.pem"
+LAYERS = ("tls_v1", "snappy", "deflate")
+
+
+def server_tls_context() -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(TLS_DIR / "server.pem", TLS_DIR / "server.key")
+    return context
 
 
 class FakeNsqd:
@@ -30,6 +47,11 @@ class FakeNsqd:
         # command name -> (error frame, fatal): what every new connection answers its first such command with; set
         # before the client connects when it may send the command at once (a publisher's PUB)
         self.overrides: dict[bytes, tuple[bytes, bool]] = {}
+        self.offers: set[str] = set()  # of LAYERS: what IDENTIFY may turn on for a client that asks
+        self.force: set[str] = set()  # of LAYERS: turned on in the answer whether the client asked or not
+        self.auth_secret: bytes | None = None  # auth_required, and the secret AUTH must carry
+        self.refusing = False  # each new connection is closed as soon as it is accepted (a restarting nsqd)
+        self.refused: list[float] = []  # transcript times of the connections so closed
         self.address: tuple[str, int] = ("127.0.0.1", 0)
 
     async def start(self) -> FakeNsqd:
@@ -49,6 +71,12 @@ class FakeNsqd:
             await self._server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            self.refused.append(self.transcript.now())
+            self.transcript.note(f"connection {len(self.refused)} from {writer.get_extra_info('peername')[1]} "
+                                 "closed at once")
+            writer.close()
+            return
         name = chr(ord("A") + len(self.transcript.endpoints))  # unique across the case's brokers
         self.transcript.endpoints[name] = Endpoint(writer.get_extra_info("peername")[:2],
                                                    writer.get_extra_info("sockname")[:2])
@@ -86,6 +114,11 @@ class ClientConnection:
         self._unread: asyncio.Queue[tuple[float, wire.Command] | None] = asyncio.Queue()
         self.magic: bytes | None = None
         self.identify: dict | None = None
+        self.layers: tuple[str, ...] = ()  # what the IDENTIFY answer turned on
+        self.authorized = False
+        self.chunks: list[tuple[float, bytes]] = []  # (transcript time, bytes) as read from the socket
+        self._inflate = None  # the client -> broker compression layer once agreed (wire.*StreamDecoder)
+        self._compress = None  # the broker -> client one (wire.*StreamEncoder)
         self.rdy = 0
         self.in_flight: dict[bytes, float] = {}
         self._ready = asyncio.Condition()
@@ -100,25 +133,29 @@ class ClientConnection:
 
     # ---- reading the client ---------------------------------------------------------------------------------
     async def serve(self) -> None:
-        decoder = wire.CommandDecoder()
+        decoder = wire.CommandDecoder(pause_at_upgrade=True)
         try:
             while data := await self._reader.read(65536):
-                try:
-                    commands = decoder.feed(data)
-                except wire.ProtocolViolation as violation:
-                    self._magic_seen(decoder)
-                    for command in violation.commands:
-                        await self._received(command)
-                    self.transcript.note(f"undecodable input: {violation.reason}", self.name)
-                    # C-02: nsqd answers a bad magic with E_BAD_PROTOCOL and closes; other garbage with E_INVALID
-                    await self._fatal(b"E_BAD_PROTOCOL" if decoder.magic != wire.MAGIC_V2 else b"E_INVALID",
-                                      violation.reason.encode())
-                    return
-                self._magic_seen(decoder)
-                for command in commands:
-                    await self._received(command)
-                    if self.closed.is_set():
+                self.chunks.append((self.transcript.now(), data))
+                while data is not None:
+                    try:
+                        commands = decoder.feed(self._inflate.feed(data) if self._inflate else data)
+                    except wire.ProtocolViolation as violation:
+                        self._magic_seen(decoder)
+                        for command in violation.commands:
+                            await self._received(command)
+                        self.transcript.note(f"undecodable input: {violation.reason}", self.name)
+                        # C-02: nsqd answers a bad magic with E_BAD_PROTOCOL and closes; other garbage E_INVALID
+                        await self._fatal(b"E_BAD_PROTOCOL" if decoder.magic != wire.MAGIC_V2 else b"E_INVALID",
+                                          violation.reason.encode())
                         return
+                    self._magic_seen(decoder)
+                    for command in commands:
+                        await self._received(command)
+                        if self.closed.is_set():
+                            return
+                    # paused after an IDENTIFY that asked for layers: what followed it goes through the new ones
+                    data = decoder.take_trailing_data() if decoder.paused else None
             self._closed_by_client("closed by the client")
         except (ConnectionError, OSError):
             self._closed_by_client("reset by the client")
@@ -155,6 +192,10 @@ class ClientConnection:
             return
         if name == b"IDENTIFY":
             await self._identify(command)
+        elif name == b"AUTH":
+            await self._auth(command)
+        elif name in (b"SUB", b"PUB", b"MPUB", b"DPUB") and self.nsqd.auth_secret and not self.authorized:
+            await self._fatal(b"E_AUTH_FIRST", b"AUTH failed for %s, auth required" % name)  # P-AUTH-09
         elif name in (b"SUB", b"PUB", b"MPUB", b"DPUB"):
             self.send(wire.FRAME_RESPONSE, b"OK")
         elif name == b"RDY":
@@ -190,12 +231,46 @@ class ClientConnection:
         if self.identify.get("feature_negotiation") is not True:
             self.send(wire.FRAME_RESPONSE, b"OK")  # ID-20
             return
-        # ID-21: nsqd's answer with TLS, snappy and deflate turned off on this broker
+        asked = set(wire.upgrades(self.identify, request=True))
+        self.layers = tuple(layer for layer in LAYERS if layer in (asked & self.nsqd.offers) | self.nsqd.force)
+        # ID-21: nsqd's answer; a layer is on where the client asked and the broker offers it (or it is forced)
         response = {"max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout": 900000,
-                    "msg_timeout": self.nsqd.msg_timeout_ms, "tls_v1": False, "deflate": False, "deflate_level": 0,
-                    "max_deflate_level": 6, "snappy": False, "sample_rate": 0, "auth_required": False,
-                    "output_buffer_size": 16384, "output_buffer_timeout": 250}
+                    "msg_timeout": self.nsqd.msg_timeout_ms, "tls_v1": "tls_v1" in self.layers,
+                    "deflate": "deflate" in self.layers, "deflate_level": 6 if "deflate" in self.layers else 0,
+                    "max_deflate_level": 6, "snappy": "snappy" in self.layers, "sample_rate": 0,
+                    "auth_required": self.nsqd.auth_secret is not None, "output_buffer_size": 16384,
+                    "output_buffer_timeout": 250}
         self.send(wire.FRAME_RESPONSE, json.dumps(response, separators=(",", ":")).encode())
+        await self._upgrade()
+
+    async def _upgrade(self) -> None:
+        """ID-30: TLS first, then snappy or deflate, one OK through each new layer."""
+        if "tls_v1" in self.layers:
+            try:
+                await self._writer.drain()
+                await self._writer.start_tls(server_tls_context(), ssl_handshake_timeout=5.0)  # ID-31
+            except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as error:
+                self.transcript.note(f"TLS handshake failed: {error!r}", self.name)
+                self.abort()
+                return
+            self.transcript.note(f"TLS: {self._writer.get_extra_info('cipher')}", self.name)
+            self.send(wire.FRAME_RESPONSE, b"OK")
+        if "snappy" in self.layers:  # ID-34
+            self._compress = wire.SnappyStreamEncoder()
+            self._inflate = wire.SnappyStreamDecoder(verify_checksums=True)
+        elif "deflate" in self.layers:  # ID-33
+            self._compress, self._inflate = wire.DeflateStreamEncoder(), wire.DeflateStreamDecoder()
+        if self._compress:
+            self.transcript.note(f"{'snappy' if 'snappy' in self.layers else 'deflate'}: both directions "
+                                 "compressed from here (the transcript shows them decompressed)", self.name)
+            self.send(wire.FRAME_RESPONSE, b"OK")
+
+    async def _auth(self, command: wire.Command) -> None:
+        if command.body != self.nsqd.auth_secret:
+            await self._fatal(b"E_AUTH_FAILED", b"AUTH failed")  # P-AUTH-06
+            return
+        self.authorized = True  # P-AUTH-08
+        self.send(wire.FRAME_RESPONSE, b'{"identity":"nsqc","identity_url":"","permission_count":1}')
 
     async def _fatal(self, code: bytes, text: bytes) -> None:
         self.send(wire.FRAME_ERROR, code + b" " + text)
@@ -219,7 +294,10 @@ class ClientConnection:
         if self._held is not None:
             self._held += frame.encode()
         else:
-            self._writer.write(frame.encode())
+            self._write(frame.encode())
+
+    def _write(self, data: bytes) -> None:
+        self._writer.write(self._compress.encode(data) if self._compress else data)
 
     def hold(self) -> None:
         """Keep what is sent from now on for one write on ``release()``: the frames reach the client in one TCP
@@ -230,7 +308,7 @@ class ClientConnection:
         held, self._held = self._held, None
         if held and not self.closed.is_set():
             self.transcript.note(f"the last frames went out in one write of {len(held)} bytes", self.name)
-            self._writer.write(bytes(held))
+            self._write(bytes(held))
 
     def heartbeat(self) -> None:
         self.send(wire.FRAME_RESPONSE, wire.HEARTBEAT)  # C-26

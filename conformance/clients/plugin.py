@@ -13,6 +13,7 @@ from conformance.clients.catalogue import REQUIREMENTS
 from conformance.clients.driver import drivers
 from conformance.clients.judge import verdict_of
 from conformance.clients.session import CaseRun
+from conformance.spec import behaviours
 from conformance.verdicts import FAIL, NON_STRICT, PASS, UNSUPPORTED
 
 BASELINES_DIR = Path(__file__).parent / "baselines"
@@ -112,7 +113,8 @@ class Collector:
         expected = self.baseline.get(identifier)
         self.cases[identifier] = {
             "id": identifier, "test": item.nodeid, "level": requirement.level, "section": requirement.section,
-            "text": requirement.text, "source": requirement.source, "verdict": verdict, "message": message,
+            "text": requirement.text, "observable": behaviours()[identifier].observable, "source": requirement.source,
+            "verdict": verdict, "message": message,
             "baseline": expected, "why": self.why.get(identifier, ""), "duration_s": round(call.duration, 2),
             "transcript": case_run.transcript.as_dicts() if case_run else [],
             "driver_logs": [str(process.log_path) for process in case_run.processes] if case_run else [],
@@ -159,7 +161,8 @@ class Collector:
         path = self.baseline_path or BASELINES_DIR / f"{self.driver.name}.toml"
         verdicts = {**self.baseline, **{case["id"]: case["verdict"] for case in self.cases.values()}}
         why = {identifier: self.why.get(identifier) or self.cases[identifier]["message"].splitlines()[0]
-               for identifier, verdict in verdicts.items() if verdict != PASS and identifier in self.cases}
+               for identifier, verdict in verdicts.items()
+               if verdict != PASS and (identifier in self.why or identifier in self.cases)}
         lines = [f"# {self.driver.library}: the verdicts `nsq-conformance clients {self.driver.name}` expects, as "
                  "measured", "[verdicts]", *(f'"{key}" = "{verdicts[key]}"' for key in sorted(verdicts)), "",
                  "# why each verdict that is not PASS is the library's doing", "[why]",

@@ -33,10 +33,12 @@ def _transcript(events: list[dict]) -> str:
 def _case(case: dict) -> str:
     expected = case["baseline"]
     differs = expected is not None and expected != case["verdict"]
-    return (f"<details{' open' if differs else ''}><summary>{badge(case['verdict'])} <b>{escape(case['id'])}</b> "
+    return (f"<details id='{escape(case['id'])}'{' open' if differs else ''}><summary>{badge(case['verdict'])} "
+            f"<b>{escape(case['id'])}</b> "
             f"<span class='req'>{escape(case['level'])}</span> {escape(case['text'])}"
             + (f" <b style='color:#c62828'>(baseline: {escape(expected)})</b>" if differs else "")
             + "</summary><div class='body'>"
+            + f"<p class='req'>observable: {escape(case['observable'])}</p>"
             + f"<p class='req'>source: {escape(case['source'])} · {case['duration_s']} s · case "
             f"<code>{escape(case['test'])}</code></p>"
             + (f"<p><b>Why:</b> {escape(case['why'])}</p>" if case["why"] else "")

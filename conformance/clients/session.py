@@ -6,10 +6,12 @@ from pathlib import Path
 
 from conformance.clients import contract
 from conformance.clients.driver import Driver, DriverProcess
-from conformance.clients.fake_nsqd import FakeNsqd, case_token
+from conformance.clients.fake_nsqd import CA_FILE, FakeNsqd, case_token
+from conformance.clients.fake_nsqlookupd import FakeNsqlookupd
 from conformance.transcript import Transcript
 
 HEARTBEAT_INTERVAL_MS = 1000  # the lowest nsqd accepts (ID-02): heartbeats in a case come from the case anyway
+LOOKUPD_POLL_INTERVAL_MS = 1000  # the lowest every library takes (pynsq, gnsq and nsqjs count whole seconds)
 
 
 class CaseRun:
@@ -18,8 +20,10 @@ class CaseRun:
         self.transcript = Transcript()
         self.topic, self.channel = f"nsqc-{case_token()}", "conformance"
         self._logs_dir, self._case_name = logs_dir, case_name
-        self._proxy_factory = proxy_factory  # the selftest's faulty proxy, between the client and every nsqd
+        self._proxy_factory = proxy_factory  # the selftest's faulty proxy, between the client and every server
+        self._proxies_shared: dict = {}  # what the case's proxies know together (a fault over several lookupds)
         self.brokers: list[FakeNsqd] = []
+        self.lookupds: list[FakeNsqlookupd] = []
         self.proxies: list = []
         self.processes: list[DriverProcess] = []
 
@@ -28,27 +32,53 @@ class CaseRun:
         self.brokers.append(broker)
         return broker
 
-    def _address(self, broker: FakeNsqd) -> str:
+    async def nsqlookupd(self) -> FakeNsqlookupd:
+        lookupd = await FakeNsqlookupd(self.transcript, self.topic, f"L{len(self.lookupds) + 1}").start()
+        self.lookupds.append(lookupd)
+        return lookupd
+
+    def _address(self, server: FakeNsqd | FakeNsqlookupd) -> str:
+        """Where the client reaches ``server``: itself, or the selftest's faulty proxy in front of it."""
         if self._proxy_factory is None:
-            return broker.tcp_address
+            return "%s:%d" % server.address
         for proxy in self.proxies:
-            if proxy.upstream == broker.address:
+            if proxy.upstream == server.address:
                 return proxy.tcp_address
         raise LookupError("start_proxies() first")
 
     async def _start_proxies(self) -> None:
         if self._proxy_factory is None:
             return
-        for broker in self.brokers:
-            if not any(proxy.upstream == broker.address for proxy in self.proxies):
-                self.proxies.append(await self._proxy_factory(broker.address, self.transcript).start())
+        for server in [*self.brokers, *self.lookupds]:
+            if not any(proxy.upstream == server.address for proxy in self.proxies):
+                self.proxies.append(await self._proxy_factory(
+                    server.address, self.transcript, http=isinstance(server, FakeNsqlookupd),
+                    shared=self._proxies_shared).start())
 
-    async def consumer(self, *brokers: FakeNsqd, max_in_flight: int = 1, max_attempts: int = 0) -> DriverProcess:
+    async def list_producers(self, lookupd: FakeNsqlookupd, *brokers: FakeNsqd) -> None:
+        """From now on ``lookupd``'s /lookup lists these nsqds (as the client reaches them), and only these."""
         await self._start_proxies()
+        lookupd.listed = [self._address(broker) for broker in brokers]
+        self.transcript.note(f"/lookup lists {', '.join(lookupd.listed) or 'no producer'}", lookupd.name)
+
+    async def consumer(self, *brokers: FakeNsqd, max_in_flight: int = 1, max_attempts: int = 0,
+                       lookupds: tuple[FakeNsqlookupd, ...] = (), layers: tuple[str, ...] = (),
+                       auth_secret: str | None = None) -> DriverProcess:
+        """A consumer's driver; ``layers`` (of "tls", "snappy", "deflate") are what it is told to ask for."""
+        await self._start_proxies()
+        lookup = {contract.LOOKUPD_HTTP_ADDRESSES: ",".join(map(self._address, lookupds)),
+                  contract.LOOKUPD_POLL_INTERVAL_MS: str(LOOKUPD_POLL_INTERVAL_MS)} if lookupds else {}
+        orders = {{"tls": contract.TLS, "snappy": contract.SNAPPY, "deflate": contract.DEFLATE}[layer]: "1"
+                  for layer in layers}
+        if "tls" in layers:
+            orders[contract.TLS_CA_FILE] = str(CA_FILE)
+        if auth_secret is not None:
+            orders[contract.AUTH_SECRET] = auth_secret
         return await self._driver({
             contract.ROLE: contract.CONSUMER, contract.NSQD_TCP_ADDRESSES: ",".join(map(self._address, brokers)),
             contract.TOPIC: self.topic, contract.CHANNEL: self.channel, contract.MAX_IN_FLIGHT: str(max_in_flight),
-            contract.MAX_ATTEMPTS: str(max_attempts), contract.HEARTBEAT_INTERVAL_MS: str(HEARTBEAT_INTERVAL_MS)})
+            contract.MAX_ATTEMPTS: str(max_attempts), contract.HEARTBEAT_INTERVAL_MS: str(HEARTBEAT_INTERVAL_MS),
+            **lookup, **orders})
 
     async def publisher(self, broker: FakeNsqd, operations: list[dict]) -> DriverProcess:
         await self._start_proxies()
@@ -79,3 +109,5 @@ class CaseRun:
             await proxy.close()
         for broker in self.brokers:
             await broker.close()
+        for lookupd in self.lookupds:
+            await lookupd.close()

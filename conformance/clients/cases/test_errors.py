@@ -2,6 +2,8 @@
 
 E_FIN_FAILED and E_REQ_FAILED reach the client in one segment with the next message: a client reading a busy
 connection gets them so, and must handle both. E_TOUCH_FAILED comes alone, while its message is still in flight."""
+import asyncio
+
 import pytest
 
 from conformance import wire
@@ -64,3 +66,22 @@ async def test_reconnect_after_fatal_error(run):
     await again.subscribed(timeout=5.0)
     check(again.magic is not None and again.commands()[0].name == b"IDENTIFY", "the new connection's start",
           "magic, IDENTIFY, SUB, RDY", " | ".join(command.describe() for command in again.commands()))
+
+
+RECONNECTS_WATCHED = 8.0  # seconds during which every reconnect is closed at once
+MAX_RECONNECTS = 16  # in that time: one every 0.5 s on average; a client without a backoff makes hundreds
+
+
+@pytest.mark.nsqc("NSQC-ERR-005")
+async def test_reconnects_are_spaced(run):
+    broker = await run.nsqd()
+    _, connection = await run.subscribed(broker)
+    broker.refusing = True  # as an nsqd that restarts: each new connection is accepted and closed at once
+    connection.send(wire.FRAME_ERROR, b"E_INVALID cannot SUB in current state")
+    await connection.close()
+    await asyncio.sleep(RECONNECTS_WATCHED)
+    attempts = broker.refused
+    gaps = [f"{(later - earlier) * 1000:.0f} ms" for earlier, later in zip(attempts, attempts[1:11], strict=False)]
+    check(len(attempts) <= MAX_RECONNECTS, f"reconnect attempts in the {RECONNECTS_WATCHED:g} s after a fatal error, "
+          "each closed at once", f"at most {MAX_RECONNECTS} (spaced by a backoff)",
+          f"{len(attempts)}, the first gaps {', '.join(gaps)}")

@@ -1,5 +1,7 @@
-"""NSQC-RDY: RDY within max_in_flight, spread over nsqds, backoff after failures."""
+"""NSQC-RDY: RDY within max_in_flight, spread and redistributed over nsqds, backoff after failures, its growth
+and the recovery."""
 import asyncio
+import time
 
 import pytest
 
@@ -8,6 +10,28 @@ from conformance.clients.judge import check
 
 SETTLE = 0.1  # seconds: a client updates its connections' RDY one after the other
 STARVED_AFTER = 8.0  # seconds without RDY > 0 on a connection that max_in_flight leaves room for
+# go-nsq and pynsq take RDY back from a connection idle for 10 s (LowRdyIdleTimeout, low_rdy_idle_timeout), checked
+# every 5 s, and hand it out again: within 15 s
+REDISTRIBUTED_WITHIN = 20.0
+RECOVERED_WITHIN = 20.0  # seconds of successes for RDY to be back at max_in_flight
+
+
+def _rdy_count(command) -> int:
+    return int(command.params[0]) if command.params and command.params[0].isdigit() else -1
+
+
+def _check_rdy_sums(connections, max_in_flight: int, until: float = float("inf")) -> None:
+    """Each redistribution judged once settled (RDYs within SETTLE of each other are one): the RDY counts over
+    the connections add up to at most max_in_flight (the changes up to ``until``, transcript time)."""
+    events = sorted((at, connection.name, command) for connection in connections
+                    for at, command in connection.received if command.name == b"RDY")
+    for moment, _, _ in events:
+        if moment > until:
+            break
+        counts = {name: _rdy_count(command) for at, name, command in events if at <= moment + SETTLE}
+        check(sum(counts.values()) <= max_in_flight, f"the RDY counts over the connections {SETTLE * 1000:.0f} ms "
+              f"after a change (max_in_flight {max_in_flight})", f"<= {max_in_flight} in all",
+              f"{counts} at {(moment + SETTLE) * 1000:.0f} ms")
 
 
 @pytest.mark.nsqc("NSQC-RDY-001")
@@ -35,19 +59,7 @@ async def test_rdy_spread_over_two_nsqds(run):
                               "(4 in flight allowed, 2 nsqds)", matching=lambda rdy: rdy.params[:1] != (b"0",),
                               expected="RDY > 0")
     await asyncio.sleep(SETTLE * 3)
-    events = sorted((at, connection.name, command) for connection in connections
-                    for at, command in connection.received if command.name == b"RDY")
-
-    def counts_at(moment: float) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for at, name, command in events:
-            if at <= moment:
-                counts[name] = int(command.params[0]) if command.params and command.params[0].isdigit() else -1
-        return counts
-    for at, _, _ in events:  # each redistribution judged once settled: RDYs within SETTLE of each other are one
-        settled = counts_at(at + SETTLE)
-        check(sum(settled.values()) <= 4, f"the RDY counts over both connections {SETTLE * 1000:.0f} ms after a "
-              "change (max_in_flight 4)", "<= 4 in all", f"{settled} at {(at + SETTLE) * 1000:.0f} ms")
+    _check_rdy_sums(connections, 4)
 
 
 @pytest.mark.nsqc("NSQC-RDY-003")
@@ -61,3 +73,75 @@ async def test_backoff_after_failure(run):
                                     matching=lambda rdy: rdy.params == (b"0",), expected="RDY 0")
     await connection.seen(b"RDY", backoff + 1, timeout=10.0, why="the consumer recovers after its backoff",
                           matching=lambda rdy: rdy.params[:1] != (b"0",), expected="RDY > 0")
+
+
+def _moved(connections) -> bool:
+    """Some connection's RDY > 0 was taken back (RDY 0), and an RDY > 0 went out after that."""
+    events = sorted((at, connection.name, _rdy_count(command)) for connection in connections
+                    for at, command in connection.received if command.name == b"RDY")
+    holding: set[str] = set()
+    taken_back_at = None
+    for at, name, count in events:
+        if count > 0 and taken_back_at is not None and at > taken_back_at:
+            return True
+        if count == 0 and name in holding and taken_back_at is None:
+            taken_back_at = at
+        if count > 0:
+            holding.add(name)
+    return False
+
+
+@pytest.mark.nsqc("NSQC-RDY-004")
+async def test_rdy_redistributed_over_more_nsqds_than_max_in_flight(run):
+    """go-nsq hands the freed RDY to connections chosen at random, so which connection gets it is not judged:
+    that RDY moves at all, and never beyond max_in_flight."""
+    run.driver.require("max_in_flight")
+    brokers = [await run.nsqd() for _ in range(3)]
+    await run.consumer(*brokers, max_in_flight=2)
+    connections = [await broker.next_connection(timeout=10.0) for broker in brokers]
+    for connection in connections:
+        await connection.expect(b"SUB", timeout=5.0, why="the consumer subscribes on the three nsqds")
+    deadline = time.monotonic() + REDISTRIBUTED_WITHIN
+    while not _moved(connections) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        _check_rdy_sums(connections, 2, until=run.transcript.now() - SETTLE)  # an excess fails at once
+    await asyncio.sleep(SETTLE * 3)
+    check(_moved(connections), f"RDY over three nsqds with max_in_flight 2, within {REDISTRIBUTED_WITHIN:g} s",
+          "redistributed: an RDY > 0 taken back (RDY 0), then RDY > 0 handed out again",
+          "; ".join(f"{connection.name}: " + (" ".join(command.describe() for _, command in connection.received
+                                                      if command.name == b"RDY") or "no RDY")
+                    for connection in connections))
+    _check_rdy_sums(connections, 2)
+
+
+@pytest.mark.nsqc("NSQC-RDY-005")
+async def test_backoff_then_recovery(run):
+    """Two failures in a row, each followed by a backoff that ends with RDY 1 (a test message, not the full
+    max_in_flight); then successes bring RDY back to max_in_flight. The backoffs' lengths are noted, not judged:
+    gnsq draws each from [0, 2^n - 1) s (full jitter), so a second backoff may be shorter than the first."""
+    run.driver.require("max_in_flight")
+    _, connection = await run.subscribed(await run.nsqd(), max_in_flight=3)
+    received = connection.received
+    for tag in (1, 2):
+        since = len(received)
+        await connection.send_message(contract.instruction(contract.FAIL, tag=tag), timeout=15.0)
+        await connection.expect(b"REQ", timeout=3.0, why=f"failed message {tag} is requeued")
+        off = await connection.seen(b"RDY", since, timeout=3.0, why=f"the consumer backs off after failure {tag}",
+                                    matching=lambda rdy: _rdy_count(rdy) == 0, expected="RDY 0")
+        on = await connection.seen(b"RDY", off + 1, timeout=15.0, why=f"the consumer ends backoff {tag}",
+                                   matching=lambda rdy: _rdy_count(rdy) > 0, expected="RDY > 0")
+        connection.transcript.note(f"backoff {tag}: {received[on][0] - received[off][0]:.2f} s")
+        check(_rdy_count(received[on][1]) == 1, f"the RDY that ends backoff {tag} (failures in a row: {tag})",
+              "RDY 1 (one test message)", received[on][1].describe())
+    since, deadline = len(received), time.monotonic() + RECOVERED_WITHIN
+    for tag in range(3, 10):  # successes until RDY is back at max_in_flight
+        if any(command.name == b"RDY" and _rdy_count(command) == 3 for _, command in received[since:]):
+            return
+        remaining = deadline - time.monotonic()
+        check(remaining > 0, "RDY after successes", f"back at max_in_flight (RDY 3) within {RECOVERED_WITHIN:g} s",
+              "; ".join(command.describe() for _, command in received[since:] if command.name == b"RDY") or "none")
+        await connection.send_message(contract.instruction(contract.FINISH, tag=tag), timeout=remaining)
+        await connection.expect(b"FIN", timeout=5.0, why="a message after the failures is finished")
+        await asyncio.sleep(0.2)
+    check(False, "RDY after 7 successes", "back at max_in_flight (RDY 3)",
+          "; ".join(command.describe() for _, command in received[since:] if command.name == b"RDY") or "none")

@@ -14,7 +14,9 @@ def emit(event, **fields):
 
 
 env = os.environ
-addresses = env["NSQC_NSQD_TCP_ADDRESSES"].split(",")
+addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
+lookupds = [address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
+poll_interval = int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000"))  # ansq takes ms
 options = ConnectionOptions(features=ConnectionFeatures(
     heartbeat_interval=int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000"))))
 
@@ -40,7 +42,8 @@ async def handle(message):
 
 async def consume():
     reader = await ansq.create_reader(topic=env["NSQC_TOPIC"], channel=env["NSQC_CHANNEL"],
-                                      nsqd_tcp_addresses=addresses, connection_options=options)
+                                      nsqd_tcp_addresses=addresses, lookupd_http_addresses=lookupds or None,
+                                      lookupd_poll_interval=poll_interval, connection_options=options)
 
     async def loop():
         async for message in reader.messages():

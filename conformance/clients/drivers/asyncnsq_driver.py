@@ -13,8 +13,17 @@ def emit(event, **fields):
 
 
 env = os.environ
-addresses = env["NSQC_NSQD_TCP_ADDRESSES"].split(",")
+addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
+# asyncnsq takes lookupds as (host, port) pairs and has no poll interval setting
+lookupds = [(host, int(port)) for host, port in (address.rsplit(":", 1) for address in
+                                                 env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address)]
 heartbeat_interval = int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000"))
+
+# asyncnsq's TLS takes no CA: its context is ssl.SSLContext(PROTOCOL_TLSv1), verifying nothing
+negotiation = {name: True for name, order in (("tls_v1", "NSQC_TLS"), ("snappy", "NSQC_SNAPPY"),
+                                              ("deflate", "NSQC_DEFLATE")) if env.get(order) == "1"}
+if "NSQC_AUTH_SECRET" in env:
+    negotiation["auth_secret"] = env["NSQC_AUTH_SECRET"]
 
 
 def text(value):
@@ -41,9 +50,9 @@ async def handle(message):
 
 
 async def consume():
-    reader = await asyncnsq.create_reader(nsqd_tcp_addresses=addresses,
+    reader = await asyncnsq.create_reader(nsqd_tcp_addresses=addresses, lookupd_http_addresses=lookupds,
                                           max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
-                                          heartbeat_interval=heartbeat_interval)
+                                          heartbeat_interval=heartbeat_interval, **negotiation)
     await reader.subscribe(env["NSQC_TOPIC"], env["NSQC_CHANNEL"])
 
     async def loop():

@@ -7,6 +7,7 @@ monkey.patch_all()
 import json  # noqa: E402 (after gevent's patching, as gnsq asks)
 import os  # noqa: E402
 import signal  # noqa: E402
+import ssl  # noqa: E402
 import sys  # noqa: E402
 
 import gevent  # noqa: E402
@@ -18,9 +19,22 @@ def emit(event, **fields):
 
 
 env = os.environ
-addresses = env["NSQC_NSQD_TCP_ADDRESSES"].split(",")
+addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
+lookupds = ["http://" + address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
+poll_interval = int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000")) / 1000  # gnsq takes seconds
 heartbeat_interval = int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000")) / 1000  # gnsq takes seconds
 stopped = gevent.event.Event()
+
+
+def negotiation():
+    """The layers and the AUTH secret the driver was told to ask for, as {library's keyword: value}."""
+    settings = {name: True for name, order in (("snappy", "NSQC_SNAPPY"), ("deflate", "NSQC_DEFLATE"))
+                if env.get(order) == "1"}
+    if env.get("NSQC_TLS") == "1":
+        settings.update(tls_v1=True, tls_options={"ca_certs": env["NSQC_TLS_CA_FILE"], "cert_reqs": ssl.CERT_REQUIRED})
+    if "NSQC_AUTH_SECRET" in env:  # bytes: gnsq's docs say "a string", but AUTH's body must be bytes on Python 3
+        settings["auth_secret"] = env["NSQC_AUTH_SECRET"].encode()
+    return settings
 
 
 class HandlerFailed(Exception):
@@ -51,9 +65,10 @@ def handle(_consumer, message):
 def consume():
     max_attempts = int(env.get("NSQC_MAX_ATTEMPTS", "0"))
     consumer = gnsq.Consumer(env["NSQC_TOPIC"], env["NSQC_CHANNEL"], nsqd_tcp_addresses=addresses,
+                             lookupd_http_addresses=lookupds, lookupd_poll_interval=poll_interval,
                              message_handler=handle, max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
-                             heartbeat_interval=heartbeat_interval, **({"max_tries": max_attempts} if max_attempts
-                                                                       else {}))
+                             heartbeat_interval=heartbeat_interval, **negotiation(),
+                             **({"max_tries": max_attempts} if max_attempts else {}))
     consumer.start(block=False)
     return consumer.close
 

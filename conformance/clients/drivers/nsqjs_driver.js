@@ -1,10 +1,14 @@
 // The driver of nsqjs (Node.js): the driver contract (conformance/clients/README.md) on nsqjs.Reader and
 // nsqjs.Writer. NODE_PATH names where npm installed nsqjs (tox: {envdir}/node/node_modules).
 'use strict'
+const fs = require('fs')
 const nsq = require('nsqjs')
 
 const env = process.env
-const addresses = env.NSQC_NSQD_TCP_ADDRESSES.split(',')
+const listed = (variable) => (env[variable] || '').split(',').filter(Boolean)
+const addresses = listed('NSQC_NSQD_TCP_ADDRESSES')
+const lookupds = listed('NSQC_LOOKUPD_HTTP_ADDRESSES')
+const pollInterval = Number(env.NSQC_LOOKUPD_POLL_INTERVAL_MS || 60000) / 1000 // seconds
 const heartbeatInterval = Math.max(1, Math.floor(Number(env.NSQC_HEARTBEAT_INTERVAL_MS || 30000) / 1000)) // seconds
 
 function emit(event, fields = {}) {
@@ -39,10 +43,15 @@ function handle(message) {
 function consume() {
   const maxAttempts = Number(env.NSQC_MAX_ATTEMPTS || 0)
   const reader = new nsq.Reader(env.NSQC_TOPIC, env.NSQC_CHANNEL, {
-    nsqdTCPAddresses: addresses,
+    ...(addresses.length ? { nsqdTCPAddresses: addresses } : {}),
+    ...(lookupds.length ? { lookupdHTTPAddresses: lookupds, lookupdPollInterval: pollInterval } : {}),
     maxInFlight: Number(env.NSQC_MAX_IN_FLIGHT || 1),
     heartbeatInterval,
     ...(maxAttempts ? { maxAttempts } : {}),
+    ...(env.NSQC_TLS === '1' ? { tls: true, tlsVerification: true, ca: fs.readFileSync(env.NSQC_TLS_CA_FILE) } : {}),
+    ...(env.NSQC_SNAPPY === '1' ? { snappy: true } : {}),
+    ...(env.NSQC_DEFLATE === '1' ? { deflate: true } : {}),
+    ...('NSQC_AUTH_SECRET' in env ? { authSecret: env.NSQC_AUTH_SECRET } : {}),
   })
   reader.on('message', handle)
   // nsqjs gives a message over maxAttempts to 'discard' listeners (and finishes it); with none, to the handler

@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import ssl
 import sys
 
 import nsq
@@ -14,8 +15,21 @@ def emit(event, **fields):
 
 loop = tornado.ioloop.IOLoop.current()
 env = os.environ
-addresses = env["NSQC_NSQD_TCP_ADDRESSES"].split(",")
+addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
+lookupds = ["http://" + address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
+poll_interval = max(1, int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000")) // 1000)  # whole seconds
 heartbeat_interval = max(1, int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000")) // 1000)  # whole seconds
+
+
+def negotiation():
+    """The layers and the AUTH secret the driver was told to ask for, as {library's keyword: value}."""
+    settings = {name: True for name, order in (("snappy", "NSQC_SNAPPY"), ("deflate", "NSQC_DEFLATE"))
+                if env.get(order) == "1"}
+    if env.get("NSQC_TLS") == "1":
+        settings.update(tls_v1=True, tls_options={"ca_certs": env["NSQC_TLS_CA_FILE"], "cert_reqs": ssl.CERT_REQUIRED})
+    if "NSQC_AUTH_SECRET" in env:
+        settings["auth_secret"] = env["NSQC_AUTH_SECRET"]
+    return settings
 
 
 def handle(message):
@@ -42,8 +56,10 @@ def handle(message):
 def consume():
     max_attempts = int(env.get("NSQC_MAX_ATTEMPTS", "0"))
     reader = nsq.Reader(topic=env["NSQC_TOPIC"], channel=env["NSQC_CHANNEL"], message_handler=handle,
-                        nsqd_tcp_addresses=addresses, max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
-                        heartbeat_interval=heartbeat_interval, **({"max_tries": max_attempts} if max_attempts else {}))
+                        nsqd_tcp_addresses=addresses, lookupd_http_addresses=lookupds,
+                        lookupd_poll_interval=poll_interval, max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
+                        heartbeat_interval=heartbeat_interval, **({"max_tries": max_attempts} if max_attempts else {}),
+                        **negotiation())
     return reader.close
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conformance import wire
-from conformance.clients.selftest.proxy import FaultyProxy
+from conformance.clients.selftest.proxy import FaultyLookupProxy, FaultyProxy
 
 
 def _same(command: wire.Command) -> bytes:
@@ -26,6 +26,16 @@ class Fault:
     tell: Callable[[wire.Frame], bytes | None] = lambda frame: frame.encode()  # a frame as the client gets it
     refuse_after: int = 0  # connections after this many are refused (0: none)
     hang_up_after: bytes | None = None  # the client's connection ends right after this command
+    # the client's /lookup query as the lookupd gets it (None refuses it), knowing what the case's lookupd
+    # proxies share: "queries" so far (this one included), "failed" (a query found its lookupd down), and which
+    # lookupd this is ("lookupd": 0 for the first the client was given)
+    lookup: Callable[[dict, str], str | None] = lambda shared, target: target
+    lookup_stale: bool = False  # every /lookup is answered with the first answer (the client never re-reads it)
+    # past an IDENTIFY that asks for a layer the proxy reads no more: the client's n-th chunk as the broker gets it
+    upgraded: Callable[[int, bytes], bytes] = lambda number, data: data
+    # what the broker gets from "the client" right after an IDENTIFY answer that turns a layer on
+    after_answer: Callable[[bytes], bytes] = lambda answer: b""
+    storm: int = 0  # when the broker closes a connection, this many connections to it at once (no backoff)
     selection: tuple[str, ...] = field(default=())  # cases to run; default: kills
 
     def magic(self, magic: bytes) -> bytes:
@@ -40,8 +50,9 @@ class Fault:
     def frame(self, frame: wire.Frame) -> bytes | None:
         return self.tell(frame)
 
-    def proxy(self, upstream: tuple[str, int], transcript) -> FaultyProxy:
-        return FaultyProxy(upstream, transcript, self)
+    def proxy(self, upstream: tuple[str, int], transcript, http: bool, shared: dict):
+        return FaultyLookupProxy(upstream, transcript, self, shared) if http else FaultyProxy(upstream, transcript,
+                                                                                               self)
 
 
 def _only(name: bytes, change: Callable[[wire.Command], bytes]) -> Callable[[wire.Command], bytes]:
@@ -61,11 +72,20 @@ def _rdy_plus(command: wire.Command) -> bytes:
     return wire.encode_command("RDY", int(command.params[0]) + 10)
 
 
+def _flip_last_byte(number: int, data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 0x01]) if number == 0 and data else data
+
+
+def _identify_layers(fields: dict) -> dict:
+    return {key: value for key, value in fields.items() if key not in ("tls_v1", "snappy", "deflate")}
+
+
 def _other_id(message_id: bytes) -> bytes:
     return message_id[:-1] + (b"0" if message_id[-1:] != b"0" else b"1")
 
 
-ALL_CASES = ("NSQC-CONN-001", "NSQC-CONN-002", "NSQC-HB-001", "NSQC-MSG-001", "NSQC-PUB-001")
+ALL_CASES = ("NSQC-CONN-001", "NSQC-CONN-002", "NSQC-HB-001", "NSQC-MSG-001", "NSQC-PUB-001", "NSQC-LOOKUP-003",
+             "NSQC-NEG-002", "NSQC-NEG-003", "NSQC-NEG-005")
 
 FAULTS = {fault.name: fault for fault in (
     Fault("faithful", "changes nothing: the proxy itself is transparent (every selected case PASSes)", (),
@@ -85,9 +105,11 @@ FAULTS = {fault.name: fault for fault in (
           rewrite=_only(b"NOP", lambda command: b"")),
     Fault("nop-late", "NOP comes 1.5 s after the heartbeat", ("NSQC-HB-001", "NSQC-HB-002"),
           late=lambda command: 1.5 if command.name == b"NOP" else 0.0),
-    Fault("rdy-over-max-in-flight", "RDY asks 10 more than max_in_flight allows", ("NSQC-RDY-001", "NSQC-RDY-002"),
+    Fault("rdy-over-max-in-flight", "RDY asks 10 more than max_in_flight allows", ("NSQC-RDY-001", "NSQC-RDY-002",
+                                                                                 "NSQC-RDY-004"),
           rewrite=_only(b"RDY", _rdy_plus)),
-    Fault("no-backoff", "RDY 0 never goes out (no backoff after a failure)", ("NSQC-RDY-003",),
+    Fault("no-backoff", "RDY 0 never goes out (no backoff, RDY never given up)", ("NSQC-RDY-003", "NSQC-RDY-004",
+                                                                                  "NSQC-RDY-005"),
           rewrite=lambda command: b"" if command.name == b"RDY" and command.params == (b"0",) else command.encode()),
     Fault("fin-other-id", "FIN names another message", ("NSQC-MSG-001",),
           rewrite=_only(b"FIN", lambda command: wire.encode_command("FIN", _other_id(command.params[0])))),
@@ -121,4 +143,28 @@ FAULTS = {fault.name: fault for fault in (
     Fault("pub-error-hidden", "an error answer to PUB reaches the client as OK", ("NSQC-PUB-004",),
           tell=lambda frame: wire.encode_frame(wire.FRAME_RESPONSE, b"OK") if frame.frame_type == wire.FRAME_ERROR
           else frame.encode()),
+    Fault("lookup-other-topic", "/lookup asks for another topic", ("NSQC-LOOKUP-001",),
+          lookup=lambda shared, target: target.replace("topic=", "topic=elsewhere-")),
+    Fault("lookup-once", "/lookup is asked once, never polled", ("NSQC-LOOKUP-002", "NSQC-LOOKUP-003"),
+          lookup=lambda shared, target: target if shared["queries"] == 1 else None),
+    Fault("lookup-stale", "the first /lookup answer is used for ever", ("NSQC-LOOKUP-003", "NSQC-LOOKUP-004"),
+          lookup_stale=True),
+    Fault("lookup-first-only", "only the first lookupd is asked", ("NSQC-LOOKUP-005",),
+          lookup=lambda shared, target: target if shared["lookupd"] == 0 else None),
+    Fault("lookup-gives-up", "polling stops after a lookupd is found down", ("NSQC-LOOKUP-005", "NSQC-LOOKUP-006"),
+          lookup=lambda shared, target: None if shared["failed"] else target),
+    Fault("identify-asks-deflate", "IDENTIFY asks for deflate, which the client was not told to", ("NSQC-NEG-001",),
+          rewrite=_identify(lambda fields: {**fields, "deflate": True})),
+    Fault("follows-unasked-snappy", "the client speaks snappy after an answer turning it on unasked",
+          ("NSQC-NEG-002",), after_answer=lambda answer: wire.SnappyStreamEncoder().encode(
+              wire.encode_command("NOP")) if "snappy" in wire.upgrades(answer) else b""),
+    Fault("identify-no-layers", "IDENTIFY asks for no layer, whatever the client was told",
+          ("NSQC-NEG-003", "NSQC-NEG-004", "NSQC-NEG-005"), rewrite=_identify(_identify_layers)),
+    Fault("layer-stream-corrupted", "the client's first bytes through TLS or compression have a bit flipped",
+          ("NSQC-NEG-003", "NSQC-NEG-004", "NSQC-NEG-005"), upgraded=_flip_last_byte),
+    Fault("reconnect-storm", "after the broker closes, 40 reconnects at once", ("NSQC-ERR-005",), storm=40),
+    Fault("no-test-rdy", "a backoff ends with the full RDY 3, not RDY 1", ("NSQC-RDY-005",),
+          rewrite=_only(b"RDY", lambda command: wire.encode_command("RDY", 3) if command.params == (b"1",)
+                        else command.encode())),
+    Fault("auth-dropped", "AUTH never goes out", ("NSQC-NEG-006",), rewrite=_only(b"AUTH", lambda command: b"")),
 )}

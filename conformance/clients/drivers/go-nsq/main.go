@@ -3,6 +3,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"log"
@@ -78,17 +80,40 @@ func (handler) LogFailedMessage(message *nsq.Message) {
 	emit("discarded", map[string]interface{}{"id": string(message.ID[:]), "attempts": message.Attempts})
 }
 
+func listed(name string) []string {
+	var addresses []string
+	for _, address := range strings.Split(os.Getenv(name), ",") {
+		if address != "" {
+			addresses = append(addresses, address)
+		}
+	}
+	return addresses
+}
+
 func main() {
 	logger := log.New(os.Stderr, "", log.LstdFlags)
 	config := nsq.NewConfig()
 	config.HeartbeatInterval = time.Duration(number("NSQC_HEARTBEAT_INTERVAL_MS", 30000)) * time.Millisecond
-	addresses := strings.Split(os.Getenv("NSQC_NSQD_TCP_ADDRESSES"), ",")
+	addresses := listed("NSQC_NSQD_TCP_ADDRESSES")
+	lookupds := listed("NSQC_LOOKUPD_HTTP_ADDRESSES")
 	topic := os.Getenv("NSQC_TOPIC")
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM)
 
 	if os.Getenv("NSQC_ROLE") == "consumer" {
 		config.MaxInFlight = number("NSQC_MAX_IN_FLIGHT", 1)
+		config.Snappy = os.Getenv("NSQC_SNAPPY") == "1"
+		config.Deflate = os.Getenv("NSQC_DEFLATE") == "1"
+		config.AuthSecret = os.Getenv("NSQC_AUTH_SECRET")
+		if os.Getenv("NSQC_TLS") == "1" {
+			authorities := x509.NewCertPool()
+			if pem, err := os.ReadFile(os.Getenv("NSQC_TLS_CA_FILE")); err == nil {
+				authorities.AppendCertsFromPEM(pem)
+			}
+			config.TlsV1 = true
+			config.TlsConfig = &tls.Config{RootCAs: authorities, ServerName: "127.0.0.1"}
+		}
+		config.LookupdPollInterval = time.Duration(number("NSQC_LOOKUPD_POLL_INTERVAL_MS", 60000)) * time.Millisecond
 		if attempts := number("NSQC_MAX_ATTEMPTS", 0); attempts > 0 {
 			config.MaxAttempts = uint16(attempts)
 		}
@@ -98,7 +123,11 @@ func main() {
 		}
 		consumer.SetLogger(logger, nsq.LogLevelInfo)
 		consumer.AddHandler(handler{})
-		if err := consumer.ConnectToNSQDs(addresses); err != nil {
+		if len(lookupds) > 0 {
+			if err := consumer.ConnectToNSQLookupds(lookupds); err != nil {
+				logger.Print(err)
+			}
+		} else if err := consumer.ConnectToNSQDs(addresses); err != nil {
 			logger.Print(err)
 		}
 		<-stop
