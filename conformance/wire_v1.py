@@ -10,7 +10,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from conformance.wire import DEFAULT_MAX_BODY_SIZE, CommandLineDecoder, _StreamDecoder
+from conformance.wire import DEFAULT_MAX_BODY_SIZE, CommandLineDecoder
+from conformance.wire._frames import _StreamDecoder
 
 MAGIC_V1 = b"  V1"  # L-TCP-01
 REGISTRATION_COMMANDS = frozenset({b"REGISTER", b"UNREGISTER"})
