@@ -14,7 +14,6 @@ from conformance.wire import DEFAULT_MAX_BODY_SIZE, CommandLineDecoder
 from conformance.wire._frames import _StreamDecoder
 
 MAGIC_V1 = b"  V1"  # L-TCP-01
-REGISTRATION_COMMANDS = frozenset({b"REGISTER", b"UNREGISTER"})
 _SIZE = struct.Struct(">i")
 
 
