@@ -172,6 +172,15 @@ def _sections(item) -> frozenset[str]:
     return frozenset(catalogue[requirement_id].section for requirement_id in case_requirements(item))
 
 
+def _serving(request, case: Case | LookupdCase, *needs: str):
+    """The case, once the target offers what it ``needs`` (else UNSUPPORTED), kept for its verdict; closed after."""
+    for need in needs:
+        case.require(need)
+    request.node.stash[CASE] = case
+    yield case
+    case.close()
+
+
 @pytest.fixture
 def nsq(nsq_target, request):
     nsq_target.health.ensure_alive()
@@ -189,11 +198,8 @@ def restartable(restartable_target, request):
         raise Unsupported("the suite cannot restart this target: the profile has no `restart` capability, or "
                           "the target was started by the user without --restart-command")
     restartable_target.health.ensure_alive()
-    case = Case(restartable_target, case_name(request.node), _sections(request.node))
-    case.require("http")  # the restart cases read /stats
-    request.node.stash[CASE] = case
-    yield case
-    case.close()
+    yield from _serving(request, Case(restartable_target, case_name(request.node), _sections(request.node)),
+                        "http")  # the restart cases read /stats
 
 
 @pytest.fixture
@@ -209,11 +215,7 @@ def crashable(pytestconfig, request):
         context = crash.embedded(settings, pytestconfig.stash[AUTHD_ADDRESS],
                                  _log_path(pytestconfig, "broker-crashes"))
     with context as target:
-        case = Case(target, case_name(request.node))
-        case.require("http")  # the crash cases read /stats
-        request.node.stash[CASE] = case
-        yield case
-        case.close()
+        yield from _serving(request, Case(target, case_name(request.node)), "http")  # the crash cases read /stats
 
 
 @pytest.fixture
@@ -230,6 +232,4 @@ def registration(nsq, fake_lookupd):
 @pytest.fixture
 def lookupd(lookupd_target, request):
     lookupd_target.health.ensure_alive()
-    case = request.node.stash[CASE] = LookupdCase(lookupd_target, case_name(request.node))
-    yield case
-    case.close()
+    yield from _serving(request, LookupdCase(lookupd_target, case_name(request.node)))
