@@ -1,5 +1,5 @@
 """nsqlookupd's TCP protocol "  V1" (conformance/spec/nsqlookupd.toml, L-TCP-*) as pure codecs over bytes, beside
-``wire.py``'s V2: what nsqd sends its lookupds (IDENTIFY, REGISTER, UNREGISTER, PING) and the replies. The suite's
+``wire``'s V2: what nsqd sends its lookupds (IDENTIFY, REGISTER, UNREGISTER, PING) and the replies. The suite's
 V1 test connection, its fake nsqlookupd and the trace decoder all read V1 through this module.
 
 Behaviour IDs (``L-TCP-02`` ...) are items of ``conformance/spec/nsqlookupd.toml``.
