@@ -13,6 +13,7 @@ an unreachable target or a broker that does not start (one line on stderr); 3 wh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -82,6 +83,34 @@ def list_requirements(args) -> int:
     return 0
 
 
+def _check_reachable(settings: options.Settings) -> None:
+    from conformance.target import check_reachable
+    for address, option in ((settings.lookupd_tcp, "--lookupd-target"),
+                            (settings.lookupd_http, "--lookupd-http-target"),
+                            (settings.tcp, "--target"), (settings.http, "--http-target"),
+                            (settings.compare_tcp, "--compare"), (settings.compare_http, "--compare-http")):
+        if address:
+            check_reachable(address, option)
+
+
+def _shared_broker(stack: contextlib.ExitStack, settings: options.Settings, reports: Path) -> dict:
+    """The embedded broker that every worker's cases share, started here, before pytest: its addresses as the
+    plugin's options."""
+    from conformance import embedded
+    from conformance.target import free_loopback_address
+    # The plugin serves the fake auth server there once pytest runs; the broker asks it only on AUTH.
+    authd = None
+    if settings.profile.capabilities.get("auth"):
+        authd = "%s:%d" % settings.authd if settings.authd else free_loopback_address()
+    broker = stack.enter_context(embedded.nsqd(settings, reports / "broker.log", authd))
+    values = {"nsq_target": "%s:%d" % broker.tcp, "nsq_http_target": "%s:%d" % broker.http,
+              "nsq_https_target": "%s:%d" % broker.https if broker.https else None,
+              **options.EMBEDDED_TLS, "nsq_authd_address": authd, "nsq_embedded": True}
+    print(f"embedded reference broker: TCP {values['nsq_target']} HTTP {values['nsq_http_target']} "
+          f"(profile {settings.profile.name}, log {reports / 'broker.log'})", flush=True)
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["explain"]:
@@ -93,39 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     args, passthrough = parse_args(argv)
     if args.list:
         return list_requirements(args)
-    from conformance.target import EmbeddedBroker, check_reachable, free_loopback_address
-    broker = None
-    embedded = {}
-    try:
-        settings = options.settings(lambda dest: getattr(args, dest, None))
-        for address, option in ((settings.lookupd_tcp, "--lookupd-target"),
-                                (settings.lookupd_http, "--lookupd-http-target"),
-                                (settings.tcp, "--target"), (settings.http, "--http-target"),
-                                (settings.compare_tcp, "--compare"), (settings.compare_http, "--compare-http")):
-            if address:
-                check_reachable(address, option)
-        if not settings.tcp:
-            # The plugin serves the fake auth server there once pytest runs; the broker asks it only on AUTH.
-            authd = None
-            if settings.profile.capabilities.get("auth"):
-                authd = "%s:%d" % settings.authd if settings.authd else free_loopback_address()
-            reports = Path(args.nsq_reports_dir)
-            reports.mkdir(parents=True, exist_ok=True)
-            broker = EmbeddedBroker(settings.profile, reports / "broker.log", authd_address=authd).start()
-            embedded = {"nsq_target": "%s:%d" % broker.tcp_address, "nsq_http_target": "%s:%d" % broker.http_address,
-                        "nsq_https_target": "%s:%d" % broker.https_address if broker.https_address else None,
-                        **options.EMBEDDED_TLS, "nsq_authd_address": authd, "nsq_embedded": True}
-            print(f"embedded reference broker: TCP {embedded['nsq_target']} HTTP {embedded['nsq_http_target']} "
-                  f"(profile {settings.profile.name}, log {reports / 'broker.log'})", flush=True)
-    except TargetError as exc:
-        print(f"nsq-conformance: error: {exc}", file=sys.stderr)
-        return 2
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            settings = options.settings(lambda dest: getattr(args, dest, None))
+            _check_reachable(settings)
+            embedded = {} if settings.tcp else _shared_broker(stack, settings, Path(args.nsq_reports_dir))
+        except TargetError as exc:
+            print(f"nsq-conformance: error: {exc}", file=sys.stderr)
+            return 2
         import pytest
         code = pytest.main(pytest_arguments(args, passthrough, **embedded))
-    finally:
-        if broker:
-            broker.stop()
     if code == pytest.ExitCode.OK and settings.compare_tcp and _differences(Path(args.nsq_reports_dir)):
         return EXIT_DIFFERENT
     if code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):

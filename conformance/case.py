@@ -14,7 +14,6 @@ from pathlib import Path
 from conformance import wire
 from conformance.authd import ALLOW_ALL_SECRET
 from conformance.client import (
-    Connection,
     HarnessError,
     HttpClient,
     Mismatch,
@@ -24,6 +23,7 @@ from conformance.client import (
     quote,
     setup_step,
 )
+from conformance.connection import Connection
 from conformance.liveness import TargetHealth
 from conformance.lookupd_client import V1Connection
 from conformance.target import Profile, TargetError, run_setup_command

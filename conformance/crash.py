@@ -14,26 +14,23 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
+from conformance import embedded as programs
 from conformance.case import Case, Target
 from conformance.client import Unsupported
 from conformance.lookupd_fake import FakeLookupd
-from conformance.options import EMBEDDED_TLS, Settings, tls_client
-from conformance.target import EmbeddedBroker, restart_with_command
+from conformance.options import Settings
+from conformance.target import restart_with_command
 
 
 @contextlib.contextmanager
 def embedded(settings: Settings, authd_address: str | None, log_path: Path) -> Iterator[Target]:
+    """A reference broker of the case's own, registered with a fake nsqlookupd of its own. It has no liveness check
+    (its death concerns no other case, and the cases kill it on purpose)."""
     lookupd = FakeLookupd().start()
-    profile = dataclasses.replace(settings.profile, broker_flags=(
-        *settings.profile.broker_flags, "--lookupd-tcp-address=%s:%d" % lookupd.address))
-    broker = EmbeddedBroker(profile, log_path, authd_address=authd_address)
     try:
-        broker.start()
-        yield Target(settings.profile, broker.tcp_address, broker.http_address, settings.time_scale, broker.restart,
-                     https=broker.https_address, tls=tls_client(EMBEDDED_TLS.get), kill=broker.kill,
-                     data_path=broker.data_path, lookupd=lookupd)
+        with programs.nsqd(settings, log_path, authd_address, lookupd) as target:
+            yield dataclasses.replace(target, health=None)
     finally:
-        broker.stop()
         lookupd.stop()
 
 

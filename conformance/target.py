@@ -34,8 +34,38 @@ NSQD_CAPABILITIES = {
 }
 
 
+# The limits an nsqd or nsqlookupd flag sets, with the flag and its unit (nsqd/options.go,
+# nsqlookupd/options.go): a profile that extends another starts the embedded program with a flag for each limit it
+# changes. The rest (heartbeat_interval_ms, output_buffer_size) are fixed in nsqd.
+LIMIT_FLAGS = {
+    "max_msg_size": ("--max-msg-size", ""),
+    "max_body_size": ("--max-body-size", ""),
+    "max_rdy_count": ("--max-rdy-count", ""),
+    "max_req_timeout_ms": ("--max-req-timeout", "ms"),
+    "max_msg_timeout_ms": ("--max-msg-timeout", "ms"),
+    "msg_timeout_ms": ("--msg-timeout", "ms"),
+    "max_heartbeat_interval_ms": ("--max-heartbeat-interval", "ms"),
+    "max_output_buffer_size": ("--max-output-buffer-size", ""),
+    "max_output_buffer_timeout_ms": ("--max-output-buffer-timeout", "ms"),
+    "min_output_buffer_timeout_ms": ("--min-output-buffer-timeout", "ms"),
+    "output_buffer_timeout_ms": ("--output-buffer-timeout", "ms"),
+    "max_deflate_level": ("--max-deflate-level", ""),
+    "mem_queue_size": ("--mem-queue-size", ""),
+    "sync_every": ("--sync-every", ""),
+    "sync_timeout_ms": ("--sync-timeout", "ms"),
+    "max_bytes_per_file": ("--max-bytes-per-file", ""),
+    "inactive_producer_timeout_ms": ("--inactive-producer-timeout", "ms"),
+    "tombstone_lifetime_ms": ("--tombstone-lifetime", "ms"),
+}
+
+
 @dataclass(frozen=True)
 class Profile:
+    """What the suite knows of a target: its limits (its flags), its capabilities, and for the embedded reference
+    programs the flags they are started with. A profile may ``extends`` another (a shipped name or a .toml path
+    beside it): it inherits the base's limits, capabilities, setup and flags, overrides what it names, and gets a
+    broker flag for each limit it changes (LIMIT_FLAGS) besides its own ``broker_flags``."""
+
     name: str
     description: str
     broker_flags: tuple[str, ...]
@@ -51,24 +81,51 @@ class Profile:
         return self.capabilities.get(capability, NSQD_CAPABILITIES.get(capability, False))
 
     @classmethod
-    def load(cls, name_or_path: str) -> Profile:
-        path = Path(name_or_path)
-        if not path.suffix:
-            path = PROFILES_DIR / f"{name_or_path}.toml"
-        if not path.is_file():
-            known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.toml")))
-            raise TargetError(f"unknown profile {name_or_path!r} (shipped: {known}; or give a .toml path)")
+    def load(cls, name_or_path: str, _extended_by: tuple[Path, ...] = ()) -> Profile:
+        path = _profile_path(name_or_path, _extended_by[-1].parent if _extended_by else None)
+        if path in _extended_by:
+            raise TargetError(f"profile {path}: extends itself ({' -> '.join(p.stem for p in (*_extended_by, path))})")
         try:
             document = tomllib.loads(path.read_text())
+            base = cls.load(document["extends"], (*_extended_by, path)) if "extends" in document else None
             flags = tuple(flag.replace("${tls}", str(TLS_DIR)) for flag in document.get("broker_flags", []))
+            limit_flags = [flag for flag in flags if flag.split("=")[0] in {f for f, _ in LIMIT_FLAGS.values()}]
+            if base and limit_flags:
+                raise TargetError(f"profile {path}: {limit_flags[0]} in broker_flags: it comes from [limits] of a "
+                                  "profile that extends another")
             setup = dict(document.get("setup", {}))
             unknown = set(setup) - {"create_topic"}
             if unknown:
                 raise TargetError(f"profile {path}: unknown [setup] keys {sorted(unknown)} (known: create_topic)")
-            return cls(path.stem, document.get("description", ""), flags,
-                       dict(document["limits"]), dict(document["capabilities"]), setup)
+            if base is None:
+                return cls(path.stem, document.get("description", ""), flags,
+                           dict(document["limits"]), dict(document["capabilities"]), setup)
+            limits = {**base.limits, **document.get("limits", {})}
+            changed = tuple(_limit_flag(name, value) for name, value in document.get("limits", {}).items()
+                            if name in LIMIT_FLAGS and value != base.limits.get(name))
+            return cls(path.stem, document.get("description", base.description),
+                       (*base.broker_flags, *changed, *flags), limits,
+                       {**base.capabilities, **document.get("capabilities", {})}, {**base.setup, **setup})
         except (tomllib.TOMLDecodeError, KeyError) as exc:
             raise TargetError(f"profile {path}: {exc}") from exc
+
+
+def _profile_path(name_or_path: str, beside: Path | None) -> Path:
+    """A shipped profile's name, or a .toml path (an ``extends`` path: relative to the profile that names it)."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PROFILES_DIR / f"{name_or_path}.toml"
+    elif beside is not None and not path.is_absolute():
+        path = beside / path
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.toml")))
+        raise TargetError(f"unknown profile {name_or_path!r} (shipped: {known}; or give a .toml path)")
+    return path
+
+
+def _limit_flag(name: str, value: int) -> str:
+    flag, unit = LIMIT_FLAGS[name]
+    return f"{flag}={value}{unit}"
 
 
 def parse_address(text: str, option: str) -> tuple[str, int]:

@@ -1,5 +1,5 @@
 """nsqlookupd's TCP protocol "  V1" (conformance/spec/nsqlookupd.toml, L-TCP-*) as pure codecs over bytes, beside
-``wire.py``'s V2: what nsqd sends its lookupds (IDENTIFY, REGISTER, UNREGISTER, PING) and the replies. The suite's
+``wire``'s V2: what nsqd sends its lookupds (IDENTIFY, REGISTER, UNREGISTER, PING) and the replies. The suite's
 V1 test connection, its fake nsqlookupd and the trace decoder all read V1 through this module.
 
 Behaviour IDs (``L-TCP-02`` ...) are items of ``conformance/spec/nsqlookupd.toml``.
@@ -10,10 +10,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from conformance.wire import DEFAULT_MAX_BODY_SIZE, CommandLineDecoder, _StreamDecoder
+from conformance.wire import DEFAULT_MAX_BODY_SIZE, CommandLineDecoder
+from conformance.wire._frames import _StreamDecoder
 
 MAGIC_V1 = b"  V1"  # L-TCP-01
-REGISTRATION_COMMANDS = frozenset({b"REGISTER", b"UNREGISTER"})
 _SIZE = struct.Struct(">i")
 
 

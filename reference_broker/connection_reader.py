@@ -85,11 +85,6 @@ class ConnectionReader:
         self._pos += size
         return data
 
-    def peek_line(self) -> bytes | None:
-        """The next complete line if it is already buffered, without consuming it."""
-        end = self._buffer.find(b"\n", self._pos)
-        return None if end < 0 else bytes(self._buffer[self._pos:end])
-
     def upgrade(self, decoder) -> None:
         """From now on the socket's bytes go through `decoder` (tls.TLSStream, compression.DeflateReader or
         SnappyReader), inside the decoder already there (snappy or deflate inside TLS, T-02, T-03). nsqd's

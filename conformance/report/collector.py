@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from conformance.catalogue import requirements
+from conformance.options import Settings
 from conformance.verdicts import FAILING, NOT_RUN, PASS, VERDICTS
 
 
 class ResultCollector:
-    def __init__(self, config):
-        self.config = config
-        self.settings = config.nsq_settings
+    def __init__(self, settings: Settings):
+        self.settings = settings
         self.cases: dict[str, dict] = {}
         self.started = time.time()
 

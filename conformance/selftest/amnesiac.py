@@ -24,7 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-KINDS = ("forget-everything", "drop-delivered", "forget-pause", "none")
 _SIZE = struct.Struct(">i")
 _ATTEMPTS_AT = 8  # a disk record is a message as on the wire (C-09): 8-byte timestamp, then the attempts
 

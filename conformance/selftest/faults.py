@@ -97,13 +97,6 @@ def _error(frame: wire.Frame, old: str, new: str) -> bytes | None:
     return wire.encode_frame(wire.FRAME_ERROR, new.encode() + frame.data[len(old):])
 
 
-def _params(command: wire.Command, name: str, *params) -> bytes | None:
-    """``command`` with these parameters, when it is ``name``."""
-    if command.name != name.encode():
-        return None
-    return wire.encode_command(name, *params, body=command.body)
-
-
 def _identify_fields(command: wire.Command) -> dict | None:
     if command.name != b"IDENTIFY":
         return None

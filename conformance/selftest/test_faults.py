@@ -18,7 +18,8 @@ import pytest
 from conformance import wire
 from conformance.case import Case, Target
 from conformance.catalogue import requirements
-from conformance.client import Closed, Mismatch, quote
+from conformance.client import Mismatch, quote
+from conformance.connection import Closed
 from conformance.liveness import probe_nsqd
 from conformance.lookupd_fake import FakeLookupd
 from conformance.selftest import amnesiac

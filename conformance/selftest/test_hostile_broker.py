@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conformance.selftest.hostile_broker import HOSTILITIES, HostileBroker, HostilePlan
+from conformance.selftest.hostile_broker import HostileBroker
+from conformance.selftest.hostile_plan import HOSTILITIES, HostilePlan
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "2"))

@@ -1,13 +1,16 @@
 """IDENTIFY's JSON decoding and nsqd's flags, as nsqd's Go decoding and flag package treat them."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
 
+from reference_broker import options
 from reference_broker.identify import decode_identify
 from reference_broker.launcher import running_broker
+from reference_broker.nsqlookupd import options as lookupd_options
 from reference_broker.options import MS, SECOND, parse_duration, parse_options
 
 
@@ -45,6 +48,24 @@ def test_flags_use_nsqd_names_and_defaults():
     assert (options.max_rdy_count, options.msg_timeout, options.snappy_enabled, options.deflate_enabled) == (
         50, 2 * SECOND, False, True)
     assert parse_options([]).max_msg_size == 1048576 and parse_options([]).mem_queue_size == 10000
+
+
+@pytest.mark.parametrize("program", [options, lookupd_options], ids=["nsqd", "nsqlookupd"])
+def test_every_flag_given_its_default_as_help_writes_it_keeps_the_default(program):
+    """One table (options.flag) makes both the command line and the dataclass: each flag that --help shows with a
+    default takes that text back to the same value."""
+    parser, defaults = program.build_parser(), program.Options()
+    argv, names = [], []
+    for name, spec in options.flags(program.Options).values():
+        shown = re.search(r"\(default (.*)\)$", parser._option_string_actions[f"--{spec.name}"].help or "")
+        if shown and not spec.refused:
+            text = shown.group(1)
+            argv.append(f"--{spec.name}={text[1:-1] if text.startswith(chr(39)) else text}")
+            names.append(name)
+    assert len(names) >= 6, names
+    parsed = program.parse_options(argv)
+    parsed = parsed[0] if isinstance(parsed, tuple) else parsed  # nsqlookupd's: (options, --version)
+    assert [getattr(parsed, name) for name in names] == [getattr(defaults, name) for name in names], argv
 
 
 @pytest.mark.parametrize("flag", ["--bogus", "--msg-timeout=10", "--max-rdy-count=x", "--node-id=2000",

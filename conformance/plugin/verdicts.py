@@ -1,0 +1,253 @@
+"""Each case's verdict, set in ``pytest_runtest_makereport`` the way pytest's skipping plugin sets xfail:
+PASS; FAIL = a MUST is broken; NON-STRICT = only a SHOULD (or nsqd's exact wording) is broken,
+FAIL under ``--strict``; PRECONDITION = a setup step failed, so the case could not test its requirement;
+UNSUPPORTED = an optional capability is missing; NOT RUN = the target died during an earlier case and could not
+be restarted; ERROR = harness trouble (the target cannot be reached). The names and the causes that group
+failures are ``conformance/verdicts.py``'s; ``pytest_report_teststatus`` gives each its letter and colour.
+
+The verdict rides on ``report.nsq``, an attribute rather than the stash, because pytest-xdist sends a report's
+attributes from the worker to the controller, where the report writers read them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conformance import compare
+from conformance.case import Case, Target
+from conformance.catalogue import requirements
+from conformance.client import HarnessError, Mismatch, PreconditionFailed, Unsupported
+from conformance.liveness import NotRun
+from conformance.plugin import CASE, COMPARED, SETTINGS, case_requirements, is_case, settings_of
+from conformance.plugin.fixtures import case_name
+from conformance.verdicts import (
+    ERROR,
+    FAIL,
+    NON_STRICT,
+    NOT_RUN,
+    PASS,
+    PRECONDITION,
+    TARGET_DIED,
+    UNSUPPORTED,
+    cause_of,
+    masked,
+)
+
+_TEST_STATUS = {
+    PASS: ("passed", ".", ("PASS", {"green": True})),
+    FAIL: ("failed", "F", ("FAIL", {"red": True})),
+    NON_STRICT: ("non-strict", "N", ("NON-STRICT", {"yellow": True})),
+    PRECONDITION: ("precondition", "P", ("PRECONDITION", {"yellow": True})),
+    UNSUPPORTED: ("unsupported", "U", ("UNSUPPORTED", {"blue": True})),
+    NOT_RUN: ("not run", "-", ("NOT RUN", {"purple": True})),
+    ERROR: ("error", "E", ("ERROR", {"red": True})),
+}
+
+
+def in_baseline(nodeid: str, baseline: dict[str, str]) -> bool:
+    return any(nodeid == entry or nodeid.endswith("/" + entry) for entry in baseline)
+
+
+# ---- verdicts ------------------------------------------------------------------------------------
+
+def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tuple[str, str, str]:
+    """The verdict, its message and, for a failing one, its cause (verdicts.cause_of)."""
+    verdict, message, error = _judged(item, case, excinfo)
+    if verdict in (PASS, UNSUPPORTED, NOT_RUN):
+        return verdict, message, ""
+    if error is None and case is not None and case.verify.soft_mismatches:
+        return verdict, message, masked(case.verify.soft_mismatches[0].what)  # wording differences group by what
+    return verdict, message, cause_of(error, message)
+
+
+def _judged(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tuple[str, str, BaseException | None]:
+    catalogue = requirements()
+    levels = {catalogue[i].level for i in case_requirements(item)}
+    strict = item.config.stash[SETTINGS].strict
+    if excinfo is None:
+        if case and case.verify.soft_mismatches:
+            message = "\n".join(str(mismatch) for mismatch in case.verify.soft_mismatches)
+            return (FAIL if strict else NON_STRICT), message, None
+        return PASS, "", None
+    error = excinfo.value
+    if isinstance(error, NotRun):
+        return NOT_RUN, str(error), error
+    if isinstance(error, (Unsupported, pytest.skip.Exception)):
+        return UNSUPPORTED, str(error), error
+    if isinstance(error, PreconditionFailed):
+        return PRECONDITION, str(error), error
+    if isinstance(error, AssertionError):
+        # MAY marks an optional capability: absent -> UNSUPPORTED, present but wrong -> FAIL.
+        if levels - {"SHOULD"} or strict:
+            return FAIL, str(error), error
+        return NON_STRICT, str(error), error
+    if isinstance(error, (HarnessError, pytest.fail.Exception)):
+        return ERROR, str(error), error
+    if isinstance(error, (KeyError, IndexError, TypeError)) and _raised_in_case(excinfo):
+        # The case read a part of the broker's answer that is not there (a null where an object was due, a
+        # missing frame field): the broker's doing, judged as the requirement says, not harness trouble.
+        what = f"the broker's answer{_last_answer(case)} has what {Path(excinfo.traceback[-1].path).name} reads"
+        return (FAIL if levels - {"SHOULD"} or strict else NON_STRICT), \
+            f"{what}\n  expected: a value there\n  actual:   {type(error).__name__}: {error}", error
+    return ERROR, f"{type(error).__name__}: {error}", error
+
+
+def _last_answer(case) -> str:
+    """' to GET /stats?...' (the request or command the last answer the case received was for), or ''."""
+    events = case.transcript.events if case else []
+    for index in range(len(events) - 1, -1, -1):
+        if events[index].direction == "<":
+            asked = next((event for event in reversed(events[:index]) if event.direction == ">"
+                          and event.connection == events[index].connection), None)
+            return f" to {asked.lines[-1][:100]}" if asked and asked.lines else ""
+    return ""
+
+
+def _after_target_check(item, case, verdict: str, message: str, cause: str) -> tuple[str, str, str, dict | None]:
+    """A case that saw its target close a connection, or did not pass, asks the target whether it is still there
+    (liveness.py). The case during which it died is a FAIL that says so, once; a case that ran while another
+    worker's case saw it die is NOT RUN; the verdict stands while the target answers."""
+    health = getattr(case.target, "health", None) if case else None
+    saw_close = case is not None and any(endpoint.closed_by_server for endpoint in case.transcript.endpoints.values())
+    if health is None or not (saw_close or verdict not in (PASS, UNSUPPORTED, NOT_RUN)):
+        return verdict, message, cause, None
+    death = health.check(item.nodeid)
+    saw = f"\nWhat the case saw:\n{message}" if message else ""
+    if death is None:
+        if health.dead:  # another worker's case named the death first; this one ran then, and may be its cause
+            return NOT_RUN, f"not run to the end: {health.dead}, while this case ran{saw}", "", None
+        return verdict, message, cause, None
+    what = f"TARGET DIED during {item.nodeid}: {death.reason}. " + (
+        f"It came back: {death.revived}." if death.revived else "It was not restarted: later cases on it are NOT RUN.")
+    if death.concurrent:
+        what += (f" Other workers were running {', '.join(death.concurrent)} on it at the time: the cause may be "
+                 "one of those (--workers 0 or --restart-command runs one case at a time).")
+    return FAIL, what + saw, TARGET_DIED, death.as_dict()
+
+
+# ---- differential mode (--compare) -------------------------------------------------------------------
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    finally:
+        settings = settings_of(item.config)
+        if settings and settings.compare_tcp and is_case(item):
+            item.stash[COMPARED] = _run_on_compare_target(item, settings)
+
+
+def _run_on_compare_target(item, settings) -> dict:
+    """The case once more, against --compare, right after its run on the target: its verdict there and where the
+    two normalised transcripts differ."""
+    against = "%s:%d" % settings.compare_tcp
+    case = item.stash.get(CASE, None)
+    if not isinstance(case, Case) or set(item.fixturenames) & {"restartable", "registration", "crashable"}:
+        return {"against": against, "status": "not compared",
+                "why": "restart, registration and nsqlookupd cases run against the target only"}
+    other = Case(Target(settings.profile, settings.compare_tcp, settings.compare_http, settings.time_scale),
+                 case_name(item))
+    # the case fixtures, and the cases' own fixtures made of them (`auth` is the case, `http` its HTTP client)
+    counterpart = {id(case): other, id(case.http): other.http}
+    arguments = {name: counterpart.get(id(item.funcargs[name]), item.funcargs[name])
+                 for name in item._fixtureinfo.argnames}
+    excinfo = None
+    try:
+        item.obj(**arguments)
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as error:
+        excinfo = pytest.ExceptionInfo.from_exception(error)
+    varies = item.get_closest_marker("transcript_varies")
+    # before the clean-up, which the target's run has not had yet
+    diff = [] if varies else compare.differences(case, other, against)
+    other.close()
+    verdict, message, _ = _verdict(item, other, excinfo)
+    return {"against": against, "status": "different" if diff else "same", "verdict": verdict, "message": message,
+            "diff": diff, "transcripts": f"not compared: {varies.args[0]}" if varies else "compared"}
+
+
+def _with_verdicts_compared(compared: dict | None, verdict: str) -> dict | None:
+    if compared and compared["status"] == "same" and compared["verdict"] != verdict:
+        return {**compared, "status": "different"}
+    return compared
+
+
+def _raised_in_case(excinfo) -> bool:
+    return Path(excinfo.traceback[-1].path).parent.name == "cases"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    settings = settings_of(item.config)
+    if settings is None or not is_case(item):
+        return report
+    if call.when == "teardown" or (call.when == "setup" and call.excinfo is None):
+        return report
+    case: Case | None = item.stash.get(CASE, None)
+    verdict, message, cause = _verdict(item, case, call.excinfo)
+    verdict, message, cause, death = _after_target_check(item, case, verdict, message, cause)
+    ids = case_requirements(item)
+    pcap = None
+    if case and verdict in (FAIL, PRECONDITION, ERROR) and case.transcript.endpoints:
+        pcap = settings.reports_dir / "pcap" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid) + ".pcap")
+        case.transcript.write_pcap(pcap)
+    report.nsq = {
+        "verdict": verdict,
+        "message": message,
+        "cause": cause,
+        "target": _target_label(item, settings),
+        "target_death": death,
+        "requirements": ids,
+        "doc": (item.function.__doc__ or "").strip() if hasattr(item, "function") else "",
+        "transcript": case.transcript.as_dicts() if case else [],
+        "pcap": str(pcap) if pcap else None,
+        "baseline": in_baseline(item.nodeid, settings.baseline),
+        "compare": _with_verdicts_compared(item.stash.get(COMPARED, None), verdict),
+    }
+    properties = [("verdict", verdict), ("requirements", " ".join(ids)),
+                  ("levels", " ".join(requirements()[i].level for i in ids))]
+    report.user_properties += properties
+    item.user_properties += properties  # junitxml writes the teardown report's copy (JUnit <property>)
+    if case:
+        report.sections.append(("nsq transcript", case.transcript.render()))
+    if verdict in (UNSUPPORTED, NOT_RUN):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"{verdict}: {message}")
+    elif verdict == NON_STRICT:
+        report.outcome = "passed"
+        report.sections.append(("nsq non-strict", message))
+    elif verdict == PASS:
+        report.outcome = "passed"
+    else:
+        report.outcome = "failed"
+        expected = call.excinfo is None or isinstance(call.excinfo.value, (Mismatch, HarnessError,
+                                                                           PreconditionFailed))
+        if expected or death:
+            # The requirement, expected and actual say it all (also for NON-STRICT details under --strict, which
+            # raise nothing); the harness traceback would not help.
+            in_case = [e for e in call.excinfo.traceback if Path(e.path).parent.name == "cases"] if call.excinfo else []
+            entry = in_case[-1] if in_case else None
+            where = f"{item.nodeid}" + (f" (at {Path(entry.path).name}:{entry.lineno + 1})" if entry else "")
+            report.longrepr = "\n".join([where, *(f"{i} [{requirements()[i].level}] {requirements()[i].text}"
+                                                   for i in ids), message])
+    return report
+
+
+def _target_label(item, settings) -> str:
+    """Which program a case judges, and which one: a case of the embedded reference nsqlookupd that runs beside a
+    broker the user started is not that broker's, and is counted apart."""
+    if "lookupd" in item.fixturenames:
+        return "nsqlookupd %s:%d" % settings.lookupd_tcp if settings.lookupd_tcp else "embedded reference nsqlookupd"
+    if settings.tcp and not settings.embedded:
+        return "nsqd %s:%d" % settings.tcp
+    return "embedded reference nsqd"
+
+
+def pytest_report_teststatus(report, config):
+    verdict = getattr(report, "nsq", {}).get("verdict")
+    if verdict and report.when in ("setup", "call") and not (report.when == "setup" and verdict == PASS):
+        return _TEST_STATUS[verdict]
+    return None
