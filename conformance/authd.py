@@ -12,6 +12,10 @@ only on the secret, as the recordings' fake auth server did (nsqd-recordings/REA
 | ``fail500`` | HTTP 500 |
 | ``badperm`` | the unknown permission ``admin`` |
 | ``ttl1-<n>``| first query: like ``ok`` with ttl 1; later queries: HTTP 500 |
+| ``all-<n>`` | like ``all``: a secret of the case's own, whose queries it reads back |
+
+``GET /queries?secret=S`` answers the parameters of each ``/auth`` query with secret S so far, a JSON list: the
+cases run in other processes (pytest-xdist workers) than the one that serves.
 """
 
 from __future__ import annotations
@@ -42,8 +46,13 @@ class _AuthHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 (http.server's naming)
         url = urllib.parse.urlsplit(self.path)
-        secret = urllib.parse.parse_qs(url.query).get("secret", [""])[0]
-        reply = self.server.reply_for(secret) if url.path == "/auth" else None
+        query = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
+        secret = query.get("secret", "")
+        if url.path == "/auth":
+            self.server.record(query)
+            reply = self.server.reply_for(secret)
+        else:
+            reply = self.server.queries(secret) if url.path == "/queries" else None
         if reply is None:
             self.send_response(500 if url.path == "/auth" else 404)
             self.send_header("Content-Length", "0")
@@ -68,20 +77,29 @@ class AuthServer(http.server.ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int] = ("127.0.0.1", 0)):
         super().__init__(address, _AuthHandler)
         self._lock = threading.Lock()
-        self._queries: dict[str, int] = {}
+        self._queries: dict[str, list[dict[str, str]]] = {}
 
     @property
     def address(self) -> str:
         host, port = self.server_address[:2]
         return f"{host}:{port}"
 
+    def record(self, parameters: dict[str, str]) -> None:
+        with self._lock:
+            self._queries.setdefault(parameters.get("secret", ""), []).append(parameters)
+
+    def queries(self, secret: str) -> list[dict[str, str]]:
+        with self._lock:
+            return list(self._queries.get(secret, []))
+
     def reply_for(self, secret: str) -> dict | None:
         """The JSON reply for ``secret``, or None for HTTP 500."""
         with self._lock:
-            self._queries[secret] = self._queries.get(secret, 0) + 1
-            first = self._queries[secret] == 1
+            first = len(self._queries.get(secret, [])) == 1
         if secret.startswith("ttl1-"):
             return {**ALICE, "ttl": 1} if first else None  # P-AUTH-12: the re-query after the ttl fails
+        if secret.startswith(ALLOW_ALL_SECRET + "-"):
+            return REPLIES[ALLOW_ALL_SECRET]
         return REPLIES.get(secret)
 
     def start(self) -> AuthServer:

@@ -3,10 +3,12 @@ addresses, connections that record a transcript, HTTP, unique names, scaled wait
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,7 @@ class Target:
     kill: Callable[[], None] | None = None
     data_path: Path | None = None
     lookupd: object | None = None
+    authd: str | None = None  # HOST:PORT of the suite's fake auth server (profiles with `auth`)
 
     def requires_tls(self, on: str) -> bool:
         """Whether the profile says the target refuses plain ``on`` ("tcp" or "http"): nsqd's --tls-required
@@ -101,7 +104,8 @@ class Case:
         self.name_prefix = _name_prefix("cf", name)
 
     def connect(self, magic: bool = True, authenticate: bool = True, tls: TlsClient | None = None) -> Connection:
-        """A connection; after the magic it sends ``auth_command()`` unless ``authenticate`` is False. With
+        """A connection; after the magic it sends ``auth_command()`` unless ``authenticate`` is False (to a target
+        that requires TLS on TCP, once the case's IDENTIFY has upgraded the connection). With
         ``tls`` the case upgrades it (IDENTIFY tls_v1) as that says, or checks what happens before it does;
         without, it speaks plain TCP, which a target that requires TLS refuses: the case is UNSUPPORTED there."""
         if tls is None and self.target.requires_tls("tcp"):
@@ -115,6 +119,9 @@ class Case:
                                 sections_under_test=self.sections, unsupported_commands=self._unsupported_commands())
         self._connections[index] = connection
         if magic and authenticate and self.auth_command():
+            if self.target.requires_tls("tcp"):
+                connection.auth_after_tls = self.auth_command()
+                return connection
             with setup_step("AUTH", self.sections):
                 connection.send(self.auth_command())
                 self.expect_authenticated(connection)
@@ -137,6 +144,14 @@ class Case:
         """The answer to ``auth_command()``, if it sent anything (P-AUTH-08)."""
         if self.auth_command():
             connection.expect_json_response()
+
+    def auth_queries(self, secret: str) -> list[dict[str, str]]:
+        """The query parameters of each GET /auth the target sent the suite's fake auth server with ``secret``."""
+        url = f"http://{self.target.authd}/queries?secret={quote(secret)}"
+        with urllib.request.urlopen(url, timeout=self.seconds(5)) as response:
+            queries = json.loads(response.read())
+        self.transcript.note(f"the fake auth server's queries with secret {secret}: {queries}")
+        return queries
 
     def topic(self, suffix: str = "", length: int | None = None, create: bool = True) -> str:
         """A fresh topic name for this case (padded to ``length`` characters including ``suffix``),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import ssl
 import time
 from collections import deque
 
@@ -57,6 +58,8 @@ class Connection:
         self.closed = False
         self._encoder = None
         self._decoder = None
+        # An AUTH to send once TLS is up: a target that requires TLS refuses AUTH before it (T-07)
+        self.auth_after_tls = b""
         if send_magic:
             self.send(wire.MAGIC_V2)
 
@@ -383,6 +386,11 @@ class Connection:
                 self.upgrade(layer, negotiated_deflate_level(response) if layer == "deflate" else 6)
                 self._decode(trailing, b"")
             self.expect_response(b"OK", timeout)
+        if self.auth_after_tls and isinstance(self.sock, ssl.SSLSocket):
+            with setup_step("AUTH", self.sections_under_test):
+                self.send(self.auth_after_tls)
+                self.expect_json_response(timeout)
+            self.auth_after_tls = b""
         return response
 
     def subscribe(self, topic: str, channel: str, ready: int | None = None) -> None:

@@ -212,6 +212,23 @@ def test_require_verify_refuses_a_certificate_of_another_ca(nsq):
     conn.expect_tls_refused("a certificate from another CA is refused (T-15)")
 
 
+@requirement("NSQ-TLS-014")
+def test_the_auth_server_is_told_the_certificates_common_name(nsq):
+    """Any client certificate accepted, and an auth server: a client with the certificate of CN other-client
+    upgrades, then AUTHs; nsqd's query to the auth server says tls=true and common_name=other-client (P-AUTH-13,
+    T-13)."""
+    nsq.require("tls_client_auth", "require")
+    nsq.require("auth")
+    secret = f"all-{nsq.name_prefix}"  # the fake auth server allows it all and keeps its queries apart
+    conn = nsq.connect(tls=unrelated_client(nsq), authenticate=False)
+    conn.identify(UPGRADE)
+    conn.command("AUTH", body=secret.encode())
+    conn.expect_json_response()
+    nsq.verify.equal("the auth server's queries for the AUTH: tls and common_name (P-AUTH-13)",
+                     [{"tls": "true", "common_name": "other-client"}],
+                     [{key: query.get(key) for key in ("tls", "common_name")} for query in nsq.auth_queries(secret)])
+
+
 @requirement("NSQ-TLS-013")
 def test_a_client_below_the_minimum_version_is_refused(nsq):
     """(T-17, ID-32; rec-0360)"""

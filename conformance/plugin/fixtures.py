@@ -52,12 +52,13 @@ def nsq_target(pytestconfig):
     if settings.tcp:
         _reachable(settings.tcp, "--target")
         yield Target(settings.profile, settings.tcp, settings.http, settings.time_scale, https=settings.https,
-                     tls=settings.tls, health=_user_target_health(settings))
+                     tls=settings.tls, health=_user_target_health(settings), authd=pytestconfig.stash[AUTHD_ADDRESS])
         return
     with contextlib.ExitStack() as stack:
         target = _started(stack, embedded.nsqd(settings, _log_path(pytestconfig, "broker"),
                                                pytestconfig.stash[AUTHD_ADDRESS]))
-        yield dataclasses.replace(target, restart=None)  # the restart cases restart brokers of their own
+        # the restart cases restart brokers of their own
+        yield dataclasses.replace(target, restart=None, authd=pytestconfig.stash[AUTHD_ADDRESS])
 
 
 def _user_target_health(settings: Settings) -> TargetHealth:
