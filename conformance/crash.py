@@ -38,11 +38,12 @@ def given(settings: Settings, lookupd: FakeLookupd | None) -> Target:
     """The user's target, with what its options let the suite do."""
     addresses = [address for address in (settings.tcp, settings.http) if address]
 
-    def by(command: str | None):
-        return (lambda: restart_with_command(command, addresses)) if command else None
+    def by(command: str | None, option: str):
+        return (lambda: restart_with_command(command, addresses, option=option)) if command else None
 
-    return Target(settings.profile, settings.tcp, settings.http, settings.time_scale, by(settings.restart_command),
-                  https=settings.https, tls=settings.tls, kill=by(settings.kill_command),
+    return Target(settings.profile, settings.tcp, settings.http, settings.time_scale,
+                  by(settings.restart_command, "--restart-command"),
+                  https=settings.https, tls=settings.tls, kill=by(settings.kill_command, "--kill-command"),
                   data_path=settings.data_path, lookupd=lookupd)
 
 

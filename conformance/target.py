@@ -156,9 +156,11 @@ def run_command(command: str, timeout: float, what: str) -> None:
         raise TargetError(f"{what} {command!r} did not finish within {timeout:g} s") from exc
 
 
-def restart_with_command(command: str, addresses: list[tuple[str, int]], timeout: float = 30.0) -> None:
-    """--restart-command for a target the user started: run it, then wait until every address answers."""
-    run_command(command, timeout, "--restart-command")
+def restart_with_command(command: str, addresses: list[tuple[str, int]], timeout: float = 30.0,
+                         option: str = "--restart-command") -> None:
+    """--restart-command (or --kill-command) for a target the user started: run it, then wait until every address
+    answers."""
+    run_command(command, timeout, option)
     deadline = time.monotonic() + timeout
     for address in addresses:
         while True:
@@ -167,7 +169,7 @@ def restart_with_command(command: str, addresses: list[tuple[str, int]], timeout
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise TargetError(f"after --restart-command, {address[0]}:{address[1]} does not answer") from None
+                    raise TargetError(f"after {option}, {address[0]}:{address[1]} does not answer") from None
                 time.sleep(0.1)
 
 
