@@ -43,7 +43,7 @@ from spark_analysis.decode import ConnectionDecoder
 from spark_analysis.events import EVENT_SCHEMA
 from spark_analysis.parquet_source import read_table
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
-from spark_analysis.reassembly import reassemble
+from spark_analysis.reassembly import Connection, FlowReassembly
 from spark_analysis.storage import LOCAL, Storage, is_local, join
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
@@ -177,16 +177,42 @@ def decode_flow(flow: str | None, runs: Iterable[pa.RecordBatch], ports: frozens
         for run in runs:
             yield from project(_walker_errors(run), DELIVERED_SCHEMA.empty_table(), lookupd=False)
         return
-    decoder = None
-    with _without_cycle_collection():
-        for conn in reassemble(flow, _segments(runs), ports, window_bytes):
-            if decoder is None or decoder.conn is not conn:
-                decoder = ConnectionDecoder(conn, ports)
-            released = decoder.window()
-            if released is not None:
-                yield from project(*released, lookupd=decoder.protocol == "lookupd")
-            if conn.complete:
-                yield from project(*decoder.finish(), lookupd=decoder.protocol == "lookupd")
+    flow_decoder = FlowDecoder(flow, ports, window_bytes)
+    yield from flow_decoder.feed(runs)
+    yield from flow_decoder.end()
+
+
+class FlowDecoder:
+    """A flow's reassembly and its connection's decoder, fed the flow's segments in parts (``feed``, then
+    ``end``): between two parts it is plain data, which ``nsq-trace watch`` pickles (``carried``) to carry a
+    connection from one capture file to the next."""
+
+    def __init__(self, flow: str, ports: frozenset[int], window_bytes: int | None, carried: bool = False):
+        self.reassembly = FlowReassembly(flow, ports, window_bytes)
+        self.ports, self.carried = ports, carried
+        self.decoder: ConnectionDecoder | None = None
+
+    def feed(self, runs: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, pa.Table]]:
+        """The tables these segments (the flow's next ones, in capture-time order) make final."""
+        with _without_cycle_collection():
+            for conn in self.reassembly.feed(_segments(runs)):
+                yield from self._decoded(conn)
+
+    def end(self) -> Iterator[tuple[str, pa.Table]]:
+        """The flow has ended: the rest of its tables."""
+        with _without_cycle_collection():
+            for conn in self.reassembly.end():
+                yield from self._decoded(conn)
+
+    def _decoded(self, conn: Connection) -> Iterator[tuple[str, pa.Table]]:
+        if self.decoder is None or self.decoder.conn is not conn:
+            self.decoder = ConnectionDecoder(conn, self.ports, self.carried)
+        released = self.decoder.window()
+        lookupd = self.decoder.protocol == "lookupd"
+        if released is not None:
+            yield from project(*released, lookupd=lookupd)
+        if conn.complete:
+            yield from project(*self.decoder.finish(), lookupd=lookupd)
 
 
 def _segments(runs: Iterable[pa.RecordBatch]) -> Iterator[tuple]:

@@ -264,24 +264,48 @@ def reassemble(
 ) -> Iterator[Connection]:
     """``segments``: (ts_ns, src, dst, sport, dport, seq, flags, payload) of one flow in capture-time order.
     Each connection once per window (``window_bytes``), or once, whole."""
-    conn: Connection | None = None
-    client_isn = None
-    epoch = -1
-    for segment in segments:
-        flags, seq = segment[6], segment[5]
-        opens = flags & TCP_SYN and not flags & TCP_ACK
-        if conn is None or (opens and seq != client_isn):
-            if conn is not None:
-                yield conn.last_window()
-            if opens:
-                client_isn = seq
-            epoch += 1
-            conn = _connection(flow, epoch, segment, server_ports)
-        conn.add(segment)
-        if window_bytes is not None:
-            yield from conn.windows(window_bytes)
-    if conn is not None:
-        yield conn.last_window()
+    reassembly = FlowReassembly(flow, server_ports, window_bytes)
+    yield from reassembly.feed(segments)
+    yield from reassembly.end()
+
+
+class FlowReassembly:
+    """One flow's reassembly fed its segments in parts (``feed``, then ``end``): between two parts it is plain
+    data, so that ``nsq-trace watch`` carries it from one capture file to the next (pickled)."""
+
+    def __init__(self, flow: str, server_ports: frozenset[int], window_bytes: int | None = None):
+        self.flow, self.server_ports, self.window_bytes = flow, server_ports, window_bytes
+        self.conn: Connection | None = None
+        self.client_isn = None
+        self.epoch = -1
+
+    def feed(self, segments: Iterable[tuple]) -> Iterator[Connection]:
+        """The connections' windows these segments (the flow's next ones, in capture-time order) complete."""
+        window_bytes = self.window_bytes
+        for segment in segments:
+            flags, seq = segment[6], segment[5]
+            opens = flags & TCP_SYN and not flags & TCP_ACK
+            if self.conn is None or (opens and seq != self.client_isn):
+                if self.conn is not None:
+                    yield self.conn.last_window()
+                if opens:
+                    self.client_isn = seq
+                self.epoch += 1
+                self.conn = _connection(self.flow, self.epoch, segment, self.server_ports)
+            self.conn.add(segment)
+            if window_bytes is not None:
+                yield from self.conn.windows(window_bytes)
+
+    def end(self) -> Iterator[Connection]:
+        """The flow has no more segments: its connection's last window."""
+        if self.conn is not None:
+            yield self.conn.last_window()
+
+    def closed_before(self, ts_ns: int) -> bool:
+        """Its connection ended (RST, or a FIN each way) and sent nothing since ``ts_ns``."""
+        conn = self.conn
+        return conn is not None and conn.last_ts_ns < ts_ns and (
+            conn.rst_seen or (conn.c2s.fin_ts_ns is not None and conn.s2c.fin_ts_ns is not None))
 
 
 def _connection(flow: str, epoch: int, first: tuple, server_ports: frozenset[int]) -> Connection:
