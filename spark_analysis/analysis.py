@@ -82,7 +82,7 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
     # (``with_payloads``: captures on object storage) are kept on the executors' disks: in memory they would be the
     # whole capture.
     packet_frame = packet_frame.persist(StorageLevel.DISK_ONLY if with_payloads else StorageLevel.MEMORY_AND_DISK_DESER)
-    placed, trace_bytes = _placed_by_size(packet_frame)
+    placed, trace_bytes = placed_by_size(packet_frame)
     buckets = lifecycle.bucket_count(trace_bytes)
 
     def decode_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -91,11 +91,11 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
         part = f"part-{TaskContext.get().partitionId():05d}"
         with (TableWriter(tables_dir, part, SCHEMAS, storage) as writer,
               lifecycle.MessageExchange(exchange_dir, part, buckets, storage) as exchange):
-            for flow, runs in _flows(batches):
+            for flow, runs in flow_runs(batches):
                 for name, table in decode_flow(flow, runs, ports, window_bytes):
                     writer.add(name, table)
                     exchange.add(name, table)
-        _return_freed_memory()
+        return_freed_memory()
         yield from ()  # the task's output is its files
 
     # Sorted by flow, then by capture time (the capture's order among equal times): a task meets each of its flows'
@@ -105,7 +105,7 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
     return buckets
 
 
-def _placed_by_size(packet_frame: DataFrame) -> tuple[DataFrame, int]:
+def placed_by_size(packet_frame: DataFrame) -> tuple[DataFrame, int]:
     """Segments shuffled so that each flow is one task's, and the tasks' payload bytes are balanced: the largest
     flow first, each to the task with the fewest bytes so far. A few long connections are common (nsq's bench
     tools use four), and a connection is decoded by one task, so hashing flows to tasks would often give two
@@ -154,7 +154,7 @@ def spark_hash_long(value: int, seed: int = 42) -> int:
     return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
-def _flows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str | None, Iterator[pa.RecordBatch]]]:
+def flow_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str | None, Iterator[pa.RecordBatch]]]:
     """Each flow with its runs of rows, across batch boundaries; a flow's runs are to be read before the next flow."""
     def runs():
         for batch in batches:
@@ -194,13 +194,13 @@ class FlowDecoder:
 
     def feed(self, runs: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, pa.Table]]:
         """The tables these segments (the flow's next ones, in capture-time order) make final."""
-        with _without_cycle_collection():
+        with without_cycle_collection():
             for conn in self.reassembly.feed(_segments(runs)):
                 yield from self._decoded(conn)
 
     def end(self) -> Iterator[tuple[str, pa.Table]]:
         """The flow has ended: the rest of its tables."""
-        with _without_cycle_collection():
+        with without_cycle_collection():
             for conn in self.reassembly.end():
                 yield from self._decoded(conn)
 
@@ -226,7 +226,7 @@ def _segments(runs: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
 
 
 @contextmanager
-def _without_cycle_collection():
+def without_cycle_collection():
     """A connection's rows are millions of live objects, none in a reference cycle, and the cycle collector's
     passes over them grow with their number: ~20 % of decoding a 738,618-row connection. Reference counting
     still frees everything; the collector runs again after."""
@@ -239,7 +239,7 @@ def _without_cycle_collection():
             gc.enable()
 
 
-def _return_freed_memory():
+def return_freed_memory():
     """A Python worker lives on for the next job's tasks: what decoding freed goes back to the system, not kept by
     Arrow's allocator or C's for a job that will not need it (~700 MB after a long connection)."""
     gc.collect()
@@ -299,19 +299,45 @@ def run_analysis(
 ) -> dict:
     """Decode ``paths`` into ``out_dir``: tables/*.parquet, summary.json and (optionally) report.html. Paths and
     ``out_dir`` may be URLs of ``storage``'s filesystems."""
-    from spark_analysis import summary
-
     storage.make_directory(out_dir)
     tables_dir = join(out_dir, "tables")
     started = time.monotonic()
     step("decoding packets (read, shuffle by flow, reassemble, decode, per-connection tables)")
     files = storage.expand(paths)
     # Local payloads stay in the files until the decoder needs them: only segment metadata is shuffled.
-    payload = "reference" if all(is_local(path) for path in files) else "bytes"
+    payload = payload_kind(files)
     exchange_dir = join(out_dir, "exchange")
     buckets = decode_to_tables(packets(spark, paths, split_bytes, payload, storage), tables_dir, exchange_dir,
                                nsq_ports, window_bytes, storage, with_payloads=payload == "bytes")
     step("deriving tables")
+    tables, totals, result = derive(spark, tables_dir, exchange_dir, buckets, storage, step)
+    storage.delete_directory(exchange_dir)
+    result["input"] = {
+        "files": paths,
+        "bytes": sum(storage.size(path) for path in files),
+        "analysis_seconds": round(time.monotonic() - started, 3),
+    }
+    storage.write_text(join(out_dir, "summary.json"), json.dumps(result, indent=1, sort_keys=False))
+    if report:
+        from spark_analysis import report as html_report
+
+        step("writing report")
+        html_report.write(tables, totals, result, out_dir, storage)
+    return result
+
+
+def payload_kind(files: list[str]) -> str:
+    """``reference``: the decoder reads payloads back from the (local) files; ``bytes``: they travel with the
+    segments."""
+    return "reference" if all(is_local(path) for path in files) else "bytes"
+
+
+def derive(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int, storage: Storage = LOCAL,
+           step: Callable[[str], None] = lambda message: None) -> tuple[Mapping[str, DataFrame], lifecycle.Totals,
+                                                                       dict]:
+    """From the decoding tasks' tables and exchange: the tables that join connections (lifecycles, connections),
+    all the tables as DataFrames, the lifecycles' totals and the summary."""
+    from spark_analysis import summary
 
     def materialise(name: str, frame: DataFrame) -> DataFrame:
         """A small table computed by Spark, written by the driver (one file) wherever the output lives."""
@@ -333,17 +359,4 @@ def run_analysis(
         step("summarising")
         tables = ChainMap({**derived, "connections": stored.result()}, written)
         rows = {name: future.result() for name, future in counted.items()}
-    storage.delete_directory(exchange_dir)
-    result = summary.summarise(rows, totals)
-    result["input"] = {
-        "files": paths,
-        "bytes": sum(storage.size(path) for path in files),
-        "analysis_seconds": round(time.monotonic() - started, 3),
-    }
-    storage.write_text(join(out_dir, "summary.json"), json.dumps(result, indent=1, sort_keys=False))
-    if report:
-        from spark_analysis import report as html_report
-
-        step("writing report")
-        html_report.write(tables, totals, result, out_dir, storage)
-    return result
+    return tables, totals, summary.summarise(rows, totals)

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from trace_helpers import PCAPS, walk
 
-from spark_analysis.analysis import DEFAULT_NSQ_PORTS, FlowDecoder, _flows, decode_flow
+from spark_analysis.analysis import DEFAULT_NSQ_PORTS, FlowDecoder, decode_flow, flow_runs
 from spark_analysis.generate import generate
 from spark_analysis.reassembly import reassemble
 
@@ -23,7 +23,7 @@ def tables_of(path, window_bytes, decode=decode_flow) -> dict[str, list[dict]]:
     segments = segments.take(pa.compute.sort_indices(segments, [("flow", "ascending", "at_start"),
                                                                 ("ts_ns", "ascending"), ("offset", "ascending")]))
     written = defaultdict(list)
-    for flow, runs in _flows(iter(segments.to_batches(max_chunksize=1000))):
+    for flow, runs in flow_runs(iter(segments.to_batches(max_chunksize=1000))):
         for name, table in decode(flow, runs, DEFAULT_NSQ_PORTS | {4160}, window_bytes):
             written[name] += table.to_pylist()
     activity = Counter()  # counted per window: the sums are the connection's
