@@ -11,6 +11,10 @@ the long workload, is the bench's traffic on a single connection that publishes 
 figure is the peak memory of all processes (target 3 GB), a connection being decoded in bounded windows. A fifth,
 s3, is the bench workload read from and written to an S3-compatible store (moto's server on loopback, started by
 this process, so that its memory is not the analysis's): ranged reads of the capture, every table written there.
+A sixth, watch, is continuous mode: the bench's traffic cut into rotation files (as ``tcpdump -G`` writes them) that
+appear in a directory at the target rate, 150,000 message events/s, while ``nsq-trace watch`` takes them; its
+figures are the watcher's sustained rate (message events over the seconds its micro-batches took), how far it lagged
+behind the files, and the peak memory of its processes.
 The 1-minute load average goes with each figure: the machine's 2 cores are shared.
 
     python -m benchmarks.trace_throughput                 # writes bench-results/trace.json
@@ -18,6 +22,7 @@ The 1-minute load average goes with each figure: the machine's 2 cores are share
     python -m benchmarks.trace_throughput --workloads captured --captured-size 20MB   # root, pynsq
     python -m benchmarks.trace_throughput --workloads long --long-size 500MB
     python -m benchmarks.trace_throughput --workloads s3 --bench-size 100MB
+    python -m benchmarks.trace_throughput --workloads watch --watch-size 200MB
 
 First, the committed 9 MB sample (pcaps/workload-small.pcap) through ``nsq-trace analyze`` in a process of its own:
 the time to a user's first result, the JVM's start included (target 15 s).
@@ -51,7 +56,8 @@ from benchmarks import trace_baseline
 from spark_analysis.cli import parse_size
 
 TRUTH_KEYS = ("totals", "topics")
-WORKLOADS = ("mixed", "bench", "captured", "long", "s3")
+WORKLOADS = ("mixed", "bench", "captured", "long", "s3", "watch")
+PCAP_HEADER, RECORD_HEADER = 24, 16
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,6 +171,15 @@ def main(argv=None) -> int:
         help="the long workload: one connection of this size (default 2GB)",
     )
     parser.add_argument(
+        "--watch-size", type=parse_size, default=parse_size("700MB"),
+        help="the watch workload: the bench's traffic of this size, in rotation files (default 700MB)",
+    )
+    parser.add_argument("--watch-files", type=int, default=24, help="rotation files of the watch workload (default 24)")
+    parser.add_argument(
+        "--watch-rate", type=int, default=150_000,
+        help="message events/s at which the watch workload's files appear (default 150000, the target)",
+    )
+    parser.add_argument(
         "--workloads", default=",".join(WORKLOADS), help=f"which traces to run (default {','.join(WORKLOADS)})"
     )
     parser.add_argument("--seed", type=int, default=7)
@@ -217,6 +232,9 @@ def main(argv=None) -> int:
                 args.s3_endpoint = store.endpoint
                 result["s3"] = _in_a_process_of_its_own("s3", args.bench_size, args, workdir)
             result["s3"]["target_message_events_per_s"] = 150_000
+        if "watch" in workloads:
+            result["watch"] = _run_watch(args, workdir)
+            result["watch"]["target_message_events_per_s"] = 150_000
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -339,6 +357,116 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
             "note": "scapy parses a bounded sample (the first packets); MB/s is over that sample",
         },
     }
+
+
+def _run_watch(args, workdir: str) -> dict:
+    """Rotation files of the bench's traffic appear in a directory at ``--watch-rate`` message events/s (each after
+    the time its events take at that rate) while ``nsq-trace watch`` (its own process: its memory is measured)
+    takes them; its ``latest.json`` is read as each micro-batch publishes."""
+    from spark_analysis.summary import message_events
+
+    trace = os.path.join(workdir, "watch.pcap")
+    truth, source = _generate(trace, args.watch_size, args.seed, "bench")
+    events = message_events(truth["totals"])
+    staged, captures, out = (os.path.join(workdir, name) for name in ("watch-staged", "watch-captures", "watch-out"))
+    for directory in (staged, captures):
+        os.makedirs(directory, exist_ok=True)
+    files = _rotated(trace, staged, args.watch_files)
+    os.remove(trace)
+    events_per_byte = events / sum(os.path.getsize(path) for path in files)
+    command = [sys.executable, "-m", "spark_analysis", "watch", captures, "--out", out, "--settle-seconds", "0",
+               "--trigger-seconds", "1", "--until-idle", "10", "--no-report", "--master", args.master]
+    log_path = os.path.join(workdir, "watch.log")
+    batches: dict[int, dict] = {}
+    with open(log_path, "w") as log:
+        watcher = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        load_before = os.getloadavg()[0]
+        with PeakMemory(watcher.pid) as memory:
+            while not os.path.isdir(os.path.join(out, "watch", "checkpoint", "offsets")) and watcher.poll() is None:
+                time.sleep(0.1)  # the query has started: its JVM is up
+            print(f"watch: {len(files)} files at {args.watch_rate:,} message events/s", flush=True)
+            started = time.monotonic()
+            due = started
+            arrived = {}
+            pending = list(files)
+            while watcher.poll() is None:
+                now = time.monotonic()
+                if pending and now >= due:
+                    path = pending.pop(0)
+                    os.replace(path, os.path.join(captures, os.path.basename(path)))
+                    arrived[os.path.join(captures, os.path.basename(path))] = now - started
+                    due += os.path.getsize(os.path.join(captures, os.path.basename(path))) * events_per_byte \
+                        / args.watch_rate
+                latest = _read_json(os.path.join(out, "latest.json"))
+                if latest and latest["batch_id"] not in batches:
+                    batches[latest["batch_id"]] = {**latest, "published_at": round(time.monotonic() - started, 2)}
+                    print(f"  batch {latest['batch_id']}: {len(latest['new_files'])} file(s) in {latest['seconds']} s",
+                          flush=True)
+                time.sleep(0.05)
+        load_after = os.getloadavg()[0]
+    summary = _read_json(os.path.join(out, "summary.json"))
+    mismatches = [key for key in TRUTH_KEYS if _comparable(summary[key]) != _comparable(truth[key])]
+    ordered = [batches[batch_id] for batch_id in sorted(batches)]
+    busy = sum(batch["seconds"] for batch in ordered)
+    lags = [batch["published_at"] - max(arrived[path] for path in batch["new_files"]) for batch in ordered]
+    previous = 0
+    for batch in ordered:
+        batch["events"], previous = batch["message_events"] - previous, batch["message_events"]
+    return {
+        "trace": {"workload": "bench", "bytes": args.watch_size, "files": len(files), "message_events": events,
+                  "seed": args.seed},
+        **source,
+        "watch": {
+            "master": args.master,
+            "offered_message_events_per_s": args.watch_rate,
+            "arrival_seconds": round(max(arrived.values()), 2),
+            "last_file_published_after_seconds": round(ordered[-1]["published_at"], 2) if ordered else None,
+            "micro_batches": [{"files": len(batch["new_files"]), "message_events": batch["events"],
+                               "seconds": batch["seconds"], "decode_seconds": batch["decode_seconds"]}
+                              for batch in ordered],
+            "busy_seconds": round(busy, 2),
+            "sustained_message_events_per_s": round(events / busy) if busy else None,
+            "lag_seconds_max": round(max(lags), 2) if lags else None,
+            "peak_rss_mb_all_processes": round(memory.peak_bytes / 1e6),
+            "peak_anonymous_mb_all_processes": round(memory.peak_anonymous_bytes / 1e6),
+            "peak_proportional_mb_all_processes": round(memory.peak_proportional_bytes / 1e6),
+            "load_average_1min_before_after": [round(load_before, 2), round(load_after, 2)],
+            "exit_status": watcher.returncode,
+        },
+        "spark_analysis": {"summary_matches_truth": not mismatches and watcher.returncode == 0,
+                           "mismatched_sections": mismatches},
+    }
+
+
+def _rotated(trace: str, directory: str, files: int) -> list[str]:
+    """The pcap cut into ``files`` files of about equal size at record boundaries, in capture order (the
+    generator writes in time order), named as ``tcpdump -G`` names them: in the order they were written."""
+    size = os.path.getsize(trace)
+    paths = []
+    with open(trace, "rb") as source:
+        header = source.read(PCAP_HEADER)
+        byte_order = "<" if header[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+        for number in range(files):
+            path = os.path.join(directory, f"nsq-{number:04d}.pcap")
+            limit = (size - PCAP_HEADER) * (number + 1) // files
+            with open(path, "wb") as target:
+                target.write(header)
+                while source.tell() - PCAP_HEADER < limit:
+                    record = source.read(RECORD_HEADER)
+                    if len(record) < RECORD_HEADER:
+                        break
+                    length = int.from_bytes(record[8:12], "little" if byte_order == "<" else "big")
+                    target.write(record + source.read(length))
+            paths.append(path)
+    return paths
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
 
 
 def _generate(trace: str, size: int, seed: int, workload: str) -> tuple[dict, dict]:

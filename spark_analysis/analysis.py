@@ -198,6 +198,18 @@ class FlowDecoder:
             for conn in self.reassembly.feed(_segments(runs)):
                 yield from self._decoded(conn)
 
+    def cut(self, carried_ns: int) -> Iterator[tuple[str, pa.Table]]:
+        """Where a capture file ends: what the connection has placed handed out as two windows, all but its last
+        ``carried_ns`` of capture time, then those. The first is released (paired with the second), so that what
+        is carried to the next file is the second window's rows, and the bytes still waiting behind a hole."""
+        conn = self.reassembly.conn
+        if conn is None:
+            return
+        with without_cycle_collection():
+            for before_ts_ns in (conn.last_ts_ns - carried_ns, conn.last_ts_ns + 1):
+                for window in self.reassembly.cut(before_ts_ns):
+                    yield from self._decoded(window)
+
     def end(self) -> Iterator[tuple[str, pa.Table]]:
         """The flow has ended: the rest of its tables."""
         with without_cycle_collection():

@@ -13,11 +13,12 @@ before them left open carried over, pickled.
 
 A micro-batch's tasks get its new files' segments and one stand-in row per carried flow, shuffled by flow
 (analysis.placed_by_size: a carried flow weighs its pickled bytes); each flow's FlowDecoder is unpickled from the
-batch before (or new), fed its new segments (what they make final is appended), pickled, then ended: what ending it
-adds is the open part. Every batch's final rows with the last batch's open part are the batch analysis of all the
-files so far. A flow whose connection closed (RST, or a FIN each way) ``CLOSED_HORIZON_NS`` of capture time
-before the latest capture time of the batches before is ended for good and carried no more: a segment of it after
-that starts it anew (the one way a watch can differ from the batch analysis).
+batch before (or new), fed its new segments and cut at their end (what they make final is appended: all but the
+connection's last second, ``CARRIED_NS``), pickled, then ended: what ending it adds is the open part. Every batch's
+final rows with the last batch's open part are the batch analysis of all the files so far. A flow whose connection
+closed (RST, or a FIN each way) ``CLOSED_HORIZON_NS`` of capture time before the latest capture time of the batches
+before is ended for good and carried no more: a segment of it after that starts it anew (the one way a watch can
+differ from the batch analysis).
 
 Replays: batch N reads the state of the last whole batch before it, after deleting whatever a batch >= N left (a
 stop cut it short). A batch's state is deleted only in a later batch's run, when Spark has committed the batch
@@ -56,6 +57,9 @@ from spark_analysis.storage import LOCAL, Storage, join
 NS_PER_S = 1_000_000_000
 # TCP's TIME_WAIT lasts 2 MSL (60-240 s): a flow closed that long before gets no more segments
 CLOSED_HORIZON_NS = 120 * NS_PER_S
+# Where a capture file ends, each connection's last second is carried as decoded rows (a window: answers to its
+# commands may come in the next file), what came before it is final.
+CARRIED_NS = NS_PER_S
 # The exchange's buckets: fixed, as every batch's rows of a message must meet in one bucket
 WATCH_BUCKETS = 8
 STAND_IN = "carried_flow"  # the error column of a row that stands for a carried flow
@@ -179,6 +183,7 @@ class _DecodeTask:
                     continue
                 flow_decoder = self._carried(flow)
                 _write(flow_decoder.feed(_segment_runs(runs)), final)
+                _write(flow_decoder.cut(CARRIED_NS), final)
                 last_ts_ns = max(last_ts_ns, flow_decoder.reassembly.conn.last_ts_ns)
                 if flow_decoder.reassembly.closed_before(self.horizon_ns):
                     _write(flow_decoder.end(), final)

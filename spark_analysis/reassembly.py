@@ -237,17 +237,29 @@ class Connection:
         """While the bytes held reach ``window_bytes``: this connection with a window of pieces in its streams."""
         streams = (self.c2s, self.s2c)
         while self.c2s.held_bytes + self.s2c.held_bytes >= window_bytes:
-            for stream in streams:
-                stream.place(give_up_holes=False)
-            cut = min(stream.waiting_since() for stream in streams)
-            for stream in streams:
-                stream.hand_out(cut)
-            if not (self.c2s.window_pieces or self.s2c.window_pieces):
+            if not self._hand_out(_NEVER):
                 # a window's bytes all wait behind a hole: it is given up as a gap (the memory bound)
                 min(streams, key=Stream.waiting_since).give_up_first_hole()
                 continue
             yield self
             self.window += 1
+
+    def cut(self, before_ts_ns: int) -> Iterator[Connection]:
+        """This connection with a window of what both streams have placed before ``before_ts_ns``, if anything."""
+        if self._hand_out(before_ts_ns):
+            yield self
+            self.window += 1
+
+    def _hand_out(self, before_ts_ns: int) -> bool:
+        """Both streams' placed pieces up to the cut time (``before_ts_ns``, or the capture time of the first segment
+        waiting behind a hole, the earlier) into their windows. Returns whether there are any."""
+        streams = (self.c2s, self.s2c)
+        for stream in streams:
+            stream.place(give_up_holes=False)
+        cut = min(before_ts_ns, *(stream.waiting_since() for stream in streams))
+        for stream in streams:
+            stream.hand_out(cut)
+        return bool(self.c2s.window_pieces or self.s2c.window_pieces)
 
     def last_window(self) -> Connection:
         for stream in (self.c2s, self.s2c):
@@ -295,6 +307,12 @@ class FlowReassembly:
             self.conn.add(segment)
             if window_bytes is not None:
                 yield from self.conn.windows(window_bytes)
+
+    def cut(self, before_ts_ns: int) -> Iterator[Connection]:
+        """Its connection's window of what was placed before ``before_ts_ns``, if anything (where a capture file
+        ends: what is carried to the next is then little)."""
+        if self.conn is not None:
+            yield from self.conn.cut(before_ts_ns)
 
     def end(self) -> Iterator[Connection]:
         """The flow has no more segments: its connection's last window."""

@@ -32,6 +32,7 @@ from spark_analysis.analysis import derive
 from spark_analysis.connection_tables import TableWriter
 from spark_analysis.increments import WATCH_BUCKETS, Increments
 from spark_analysis.storage import LOCAL, Storage, join
+from spark_analysis.summary import message_events
 
 NS_PER_MINUTE = 60 * 1_000_000_000
 NO_FILE_YET = ""
@@ -151,16 +152,19 @@ class Watcher:
         carried = self.increments.decode(batch_id, new_files)
         decoded = time.monotonic()
         tables_dir = self.increments.tables_dir
+        self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
         tables, totals, result = derive(self.spark, tables_dir, self.increments.exchange_dir, WATCH_BUCKETS,
                                         self.storage)
         result["input"] = {"files": files, "bytes": sum(self.storage.size(path) for path in files),
                            "analysis_seconds": round(time.monotonic() - started, 3)}
+        self.step(f"batch {batch_id}: per-minute metrics")
         per_minute = minutes(tables).toArrow().cast(MINUTES_SCHEMA)
         self.storage.reset_directory(join(tables_dir, "minutes"))
         with TableWriter(tables_dir, "part-00000", {"minutes": MINUTES_SCHEMA}, self.storage) as writer:
             writer.add("minutes", per_minute)
         self._publish(batch_id, files, tables, totals, result, per_minute, {
-            "new_files": new_files, "carried_connections": len(carried["flows"]),
+            "new_files": new_files, "message_events": message_events(result["totals"]),
+            "carried_connections": len(carried["flows"]),
             "decode_seconds": round(decoded - started, 3), "seconds": round(time.monotonic() - started, 3)})
         self.last_active = time.monotonic()
         totals = result["totals"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter, defaultdict
+from functools import partial
 
 import pyarrow as pa
 import pytest
@@ -12,8 +13,10 @@ from trace_helpers import PCAPS, walk
 
 from spark_analysis.analysis import DEFAULT_NSQ_PORTS, FlowDecoder, decode_flow, flow_runs
 from spark_analysis.generate import generate
+from spark_analysis.increments import CARRIED_NS
 from spark_analysis.reassembly import reassemble
 
+FILE_SEGMENTS = 200  # a flow's segments in one capture file, for the carried decoding
 SMALL_WINDOW = 4096  # every connection in many windows (dozens, most), each still a horizon for its answers
 
 
@@ -33,15 +36,16 @@ def tables_of(path, window_bytes, decode=decode_flow) -> dict[str, list[dict]]:
     return {name: sorted(rows, key=repr) for name, rows in written.items()}
 
 
-def carried_across_files(flow, runs, ports, window_bytes):
+def carried_across_files(flow, runs, ports, window_bytes, carried_ns=CARRIED_NS):
     """decode_flow as ``nsq-trace watch`` decodes a flow: each run of its segments (a capture file's) by a
-    FlowDecoder unpickled from the one before, and the flow's end on the last."""
+    FlowDecoder unpickled from the one before, cut where the run ends, and the flow's end on the last."""
     if flow is None:
         yield from decode_flow(flow, runs, ports, window_bytes)
         return
     flow_decoder = FlowDecoder(flow, ports, window_bytes, carried=True)
-    for run in runs:
+    for run in (run.slice(start, FILE_SEGMENTS) for run in runs for start in range(0, run.num_rows, FILE_SEGMENTS)):
         yield from flow_decoder.feed([run])
+        yield from flow_decoder.cut(carried_ns)
         flow_decoder = pickle.loads(pickle.dumps(flow_decoder))
     yield from flow_decoder.end()
 
@@ -58,10 +62,12 @@ def test_windows_decode_the_committed_captures_as_whole_connections(name):
     assert_same_tables(PCAPS / f"{name}.pcap")
 
 
+@pytest.mark.parametrize("carried_ns", [CARRIED_NS, 1_000_000])
 @pytest.mark.parametrize("name", ["workload-small", "compressed", "cluster"])
-def test_connections_carried_from_file_to_file_decode_as_whole_connections(name):
-    """Pickled after every 1,000 segments (deflate and snappy connections among them), then fed the next ones."""
-    assert_same_tables(PCAPS / f"{name}.pcap", carried_across_files)
+def test_connections_carried_from_file_to_file_decode_as_whole_connections(name, carried_ns):
+    """Cut and pickled after every 200 segments (deflate and snappy connections among them), then fed the next
+    ones; the last second carried as decoded rows, or the last millisecond."""
+    assert_same_tables(PCAPS / f"{name}.pcap", partial(carried_across_files, carried_ns=carried_ns))
 
 
 @pytest.mark.parametrize("workload", ["mixed", "bench"])
