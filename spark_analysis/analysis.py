@@ -360,11 +360,13 @@ def derive(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int
         return spark.createDataFrame(rows)
 
     written = WrittenTables(spark, tables_dir, storage)
+    exchanged = ChainMap({"fin_failed": read_table(spark, join(exchange_dir, "fin_failed"),
+                                                   lifecycle.EXCHANGED_SCHEMAS["fin_failed"], storage)}, written)
     with ThreadPoolExecutor(summary.CONCURRENT_JOBS) as pool:
         # What needs nothing the lifecycles make runs beside their job, filling the moments a core waits:
         # the connections table and the summary's aggregates.
         stored = pool.submit(lambda: materialise("connections", lifecycle.connections(spark, exchange_dir, storage)))
-        counted = {name: pool.submit(lambda aggregate=aggregate: aggregate(written).collect())
+        counted = {name: pool.submit(lambda aggregate=aggregate: aggregate(exchanged).collect())
                    for name, aggregate in summary.AGGREGATES.items()}
         counted["connections"] = pool.submit(lambda: stored.result().collect())
         derived, totals = lifecycle.tables(spark, tables_dir, exchange_dir, buckets, storage)

@@ -14,7 +14,7 @@ before them left open carried over, pickled.
 A micro-batch's tasks get its new files' segments and one stand-in row per carried flow, shuffled by flow
 (analysis.placed_by_size: a carried flow weighs its pickled bytes); each flow's FlowDecoder is unpickled from the
 batch before (or new), fed its new segments and cut at their end (what they make final is appended: all but the
-connection's last second, ``CARRIED_NS``), pickled, then ended: what ending it adds is the open part. Every batch's
+connection's last 100 ms, ``CARRIED_NS``), pickled, then ended: what ending it adds is the open part. Every batch's
 final rows with the last batch's open part are the batch analysis of all the files so far. A flow whose connection
 closed (RST, or a FIN each way) ``CLOSED_HORIZON_NS`` of capture time before the latest capture time of the batches
 before is ended for good and carried no more: a segment of it after that starts it anew (the one way a watch can
@@ -57,9 +57,10 @@ from spark_analysis.storage import LOCAL, Storage, join
 NS_PER_S = 1_000_000_000
 # TCP's TIME_WAIT lasts 2 MSL (60-240 s): a flow closed that long before gets no more segments
 CLOSED_HORIZON_NS = 120 * NS_PER_S
-# Where a capture file ends, each connection's last second is carried as decoded rows (a window: answers to its
-# commands may come in the next file), what came before it is final.
-CARRIED_NS = NS_PER_S
+# Where a capture file ends, each connection's last 100 ms are carried as decoded rows (a window: answers to their
+# commands may come in the next file), what came before is final. An answer more than 100 ms after its command,
+# with a file's end between them, is a horizon, as an answer more than a window later is in ``analyze``.
+CARRIED_NS = NS_PER_S // 10
 # The exchange's buckets: fixed, as every batch's rows of a message must meet in one bucket
 WATCH_BUCKETS = 8
 STAND_IN = "carried_flow"  # the error column of a row that stands for a carried flow

@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -31,10 +33,11 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from spark_analysis.analysis import derive
 from spark_analysis.connection_tables import TableWriter
 from spark_analysis.increments import WATCH_BUCKETS, Increments
+from spark_analysis.lifecycle import MINUTE_COUNTS, NS_PER_MINUTE, Totals
+from spark_analysis.quantiles import EMPTY
 from spark_analysis.storage import LOCAL, Storage, join
 from spark_analysis.summary import message_events
 
-NS_PER_MINUTE = 60 * 1_000_000_000
 NO_FILE_YET = ""
 REFRESH_SECONDS = 10
 MINUTES_SCHEMA = pa.schema([
@@ -43,7 +46,8 @@ MINUTES_SCHEMA = pa.schema([
     ("delivered", pa.int64()),
     ("redelivered", pa.int64()),
     ("timeouts", pa.int64()),
-    ("latency_p50_ms", pa.float64()),  # publish -> first delivery, of the messages first delivered in the minute
+    # publish -> first delivery of the messages first delivered in the minute, within 0.1 % (quantiles.py)
+    ("latency_p50_ms", pa.float64()),
     ("latency_p99_ms", pa.float64()),
     ("violations", pa.map_(pa.string(), pa.int64())),  # requirement ID -> count
 ])
@@ -99,29 +103,21 @@ class CaptureFilesReader(DataSourceStreamReader):
         return sorted(path for path in self.storage.expand([self.source]) if path > last)
 
 
-def minutes(tables: Mapping[str, DataFrame]) -> DataFrame:
-    """Per-minute metrics of an analysis's tables: messages published (accepted), deliveries, redeliveries (a
-    delivery whose cause is not the first), timeouts (redeliveries caused by one), latency p50/p99 and violations by
-    requirement ID."""
-    minute = (F.floor(F.col("ts_ns") / NS_PER_MINUTE) * 60).cast("timestamp").alias("minute")
-    published = tables["publishes"].where("status = 'ok'").groupBy(minute).agg(F.count("*").alias("published"))
-    delivered = tables["deliveries"].groupBy(minute).agg(
-        F.count("*").alias("delivered"),
-        F.sum((F.col("cause") != "first").cast("long")).alias("redelivered"),
-        F.sum((F.col("cause") == "timeout").cast("long")).alias("timeouts"),
-    )
-    latency = tables["messages"].where("publish_to_first_delivery_ms IS NOT NULL").select(
-        F.col("first_delivery_ts_ns").alias("ts_ns"), "publish_to_first_delivery_ms").groupBy(minute).agg(
-        F.percentile("publish_to_first_delivery_ms", 0.5).alias("latency_p50_ms"),
-        F.percentile("publish_to_first_delivery_ms", 0.99).alias("latency_p99_ms"),
-    )
-    violations = tables["violations"].groupBy(minute, "requirement").count().groupBy("minute").agg(
-        F.map_from_entries(F.collect_list(F.struct("requirement", "count"))).alias("violations"))
-    joined = published
-    for frame in (delivered, latency, violations):
-        joined = joined.join(frame, "minute", "full")
-    counts = {name: 0 for name in ("published", "delivered", "redelivered", "timeouts")}
-    return joined.fillna(counts).select(*MINUTES_SCHEMA.names).orderBy("minute")
+def minutes(totals: Totals, violations: DataFrame) -> pa.Table:
+    """Per-minute metrics (``MINUTES_SCHEMA``): the lifecycle tasks' per-minute totals (lifecycle.py), and the
+    ``violations`` table counted by minute and requirement ID."""
+    minute = F.floor(F.col("ts_ns") / NS_PER_MINUTE).cast("long").alias("minute")
+    found = defaultdict(dict)
+    for row in violations.groupBy(minute, "requirement").count().collect():
+        found[row.minute][row.requirement] = row["count"]
+    rows = []
+    for number in sorted(set(totals.minutes) | set(found)):
+        counts = totals.minutes.get(number, {})
+        p50, p99 = totals.minute_latencies.get(number, EMPTY).quantiles([0.5, 0.99]) or (None, None)
+        rows.append({"minute": datetime.fromtimestamp(number * 60, UTC),
+                     **{name: counts.get(name, 0) for name in MINUTE_COUNTS},
+                     "latency_p50_ms": p50, "latency_p99_ms": p99, "violations": found.get(number, {})})
+    return pa.Table.from_pylist(rows, schema=MINUTES_SCHEMA)
 
 
 class Watcher:
@@ -158,7 +154,7 @@ class Watcher:
         result["input"] = {"files": files, "bytes": sum(self.storage.size(path) for path in files),
                            "analysis_seconds": round(time.monotonic() - started, 3)}
         self.step(f"batch {batch_id}: per-minute metrics")
-        per_minute = minutes(tables).toArrow().cast(MINUTES_SCHEMA)
+        per_minute = minutes(totals, tables["violations"])
         self.storage.reset_directory(join(tables_dir, "minutes"))
         with TableWriter(tables_dir, "part-00000", {"minutes": MINUTES_SCHEMA}, self.storage) as writer:
             writer.add("minutes", per_minute)

@@ -43,8 +43,9 @@ def carried_across_files(flow, runs, ports, window_bytes, carried_ns=CARRIED_NS)
         yield from decode_flow(flow, runs, ports, window_bytes)
         return
     flow_decoder = FlowDecoder(flow, ports, window_bytes, carried=True)
-    for run in (run.slice(start, FILE_SEGMENTS) for run in runs for start in range(0, run.num_rows, FILE_SEGMENTS)):
-        yield from flow_decoder.feed([run])
+    files = (run.slice(start, FILE_SEGMENTS) for run in runs for start in range(0, run.num_rows, FILE_SEGMENTS))
+    for segments in files:
+        yield from flow_decoder.feed([segments])
         yield from flow_decoder.cut(carried_ns)
         flow_decoder = pickle.loads(pickle.dumps(flow_decoder))
     yield from flow_decoder.end()
@@ -66,7 +67,7 @@ def test_windows_decode_the_committed_captures_as_whole_connections(name):
 @pytest.mark.parametrize("name", ["workload-small", "compressed", "cluster"])
 def test_connections_carried_from_file_to_file_decode_as_whole_connections(name, carried_ns):
     """Cut and pickled after every 200 segments (deflate and snappy connections among them), then fed the next
-    ones; the last second carried as decoded rows, or the last millisecond."""
+    ones; the last 100 ms carried as decoded rows, or the last millisecond."""
     assert_same_tables(PCAPS / f"{name}.pcap", partial(carried_across_files, carried_ns=carried_ns))
 
 
