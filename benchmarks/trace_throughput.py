@@ -75,10 +75,12 @@ class PeakMemory:
     def __init__(self, root_pid: int, interval: float = 0.2):
         self.root_pid, self.interval = root_pid, interval
         self.peak_bytes = self.peak_anonymous_bytes = self.peak_proportional_bytes = 0
+        self._cpu_ticks: dict[int, int] = {}  # the tree's processes: user + system time, theirs and their children's
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self):
+        self._root_ticks_before = _cpu_ticks(self.root_pid)  # what it did before is not the measured work's
         self._thread.start()
         return self
 
@@ -104,11 +106,29 @@ class PeakMemory:
                 children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
                 tree.update(children)
                 frontier += children
+            for pid in tree:
+                self._cpu_ticks[pid] = max(self._cpu_ticks.get(pid, 0), _cpu_ticks(pid))
             anonymous = sum(resident.get(pid, (0, 0))[0] for pid in tree) * 1024
             files = sum(resident.get(pid, (0, 0))[1] for pid in tree) * 1024
             self.peak_bytes = max(self.peak_bytes, anonymous + files)
             self.peak_anonymous_bytes = max(self.peak_anonymous_bytes, anonymous)
             self.peak_proportional_bytes = max(self.peak_proportional_bytes, sum(map(_pss, tree)))
+
+
+    @property
+    def cpu_seconds(self) -> float:
+        """The CPU time the tree's processes used (what a shared machine's load does not inflate as it does the
+        wall time)."""
+        return (sum(self._cpu_ticks.values()) - self._root_ticks_before) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _pss(pid: int) -> int:
@@ -331,6 +351,7 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
             "peak_rss_mb_all_processes": round(memory.peak_bytes / 1e6),
             "peak_anonymous_mb_all_processes": round(memory.peak_anonymous_bytes / 1e6),
             "peak_proportional_mb_all_processes": round(memory.peak_proportional_bytes / 1e6),
+            "cpu_seconds_all_processes": round(memory.cpu_seconds, 1),
             "load_average_1min_before_after": [round(load_before, 2), round(load_after, 2)],
             "summary_matches_truth": not mismatches,
             "mismatched_sections": mismatches,
@@ -426,6 +447,9 @@ def _run_watch(args, workdir: str) -> dict:
                               for batch in ordered],
             "busy_seconds": round(busy, 2),
             "sustained_message_events_per_s": round(events / busy) if busy else None,
+            "cpu_seconds_all_processes": round(memory.cpu_seconds, 1),
+            # the rate two cores of its own would give, were the watcher's CPU time all spent in its micro-batches
+            "message_events_per_2_cpu_seconds": round(2 * events / memory.cpu_seconds) if memory.cpu_seconds else None,
             "lag_seconds_max": round(max(lags), 2) if lags else None,
             "peak_rss_mb_all_processes": round(memory.peak_bytes / 1e6),
             "peak_anonymous_mb_all_processes": round(memory.peak_anonymous_bytes / 1e6),

@@ -4,15 +4,13 @@
       -> the ``nsqcapturefiles`` streaming source: its offset is the last file name taken, so Spark's checkpoint
          (offsets logged before a micro-batch runs, committed after) hands each file to exactly one micro-batch,
          and a micro-batch replayed after a stop gets the same files again
-      -> foreachBatch: the batch's files written down under its id (``watch/batches/<id>.json``), then the batch
-         analysis (``analysis.run_analysis``) of every file taken so far into ``snapshots/<id>``, per-minute
-         metrics beside its tables, and ``latest.json``, ``summary.json``, ``minutes.json`` and a self-refreshing
-         ``report.html`` at the top of the output, replaced only once the snapshot is whole
+      -> foreachBatch: the batch's files written down under its id (``watch/batches/<id>.json``), its new files
+         decoded with the connections carried from the batch before (increments.py), the tables that join
+         connections derived again (analysis.derive), per-minute metrics from the lifecycles' totals, and
+         ``summary.json``, ``minutes.json``, a self-refreshing ``report.html`` and, last, ``latest.json`` replaced
 
-A connection that spans files is stitched as the batch analysis stitches it (the shuffle by flow), and a replayed
-micro-batch overwrites its own snapshot: whatever moment the watcher stops at, the published results are those of
-the batch analysis of a prefix of the files, none read twice. Each micro-batch re-reads every file so far: the cost
-grows with the capture (incremental state across micro-batches is the next step).
+Whatever moment the watcher stops at, the published results are those of the batch analysis of a prefix of the
+files, none read twice.
 """
 
 from __future__ import annotations
