@@ -11,6 +11,10 @@ the long workload, is the bench's traffic on a single connection that publishes 
 figure is the peak memory of all processes (target 3 GB), a connection being decoded in bounded windows. A fifth,
 s3, is the bench workload read from and written to an S3-compatible store (moto's server on loopback, started by
 this process, so that its memory is not the analysis's): ranged reads of the capture, every table written there.
+A sixth, watch, is continuous mode: the bench's traffic cut into rotation files (as ``tcpdump -G`` writes them) that
+appear in a directory at the target rate, 150,000 message events/s, while ``nsq-trace watch`` takes them; its
+figures are the watcher's sustained rate (message events over the seconds its micro-batches took), how far it lagged
+behind the files, and the peak memory of its processes.
 The 1-minute load average goes with each figure: the machine's 2 cores are shared.
 
     python -m benchmarks.trace_throughput                 # writes bench-results/trace.json
@@ -18,6 +22,7 @@ The 1-minute load average goes with each figure: the machine's 2 cores are share
     python -m benchmarks.trace_throughput --workloads captured --captured-size 20MB   # root, pynsq
     python -m benchmarks.trace_throughput --workloads long --long-size 500MB
     python -m benchmarks.trace_throughput --workloads s3 --bench-size 100MB
+    python -m benchmarks.trace_throughput --workloads watch --watch-size 200MB
 
 First, the committed 9 MB sample (pcaps/workload-small.pcap) through ``nsq-trace analyze`` in a process of its own:
 the time to a user's first result, the JVM's start included (target 15 s).
@@ -51,7 +56,8 @@ from benchmarks import trace_baseline
 from spark_analysis.cli import parse_size
 
 TRUTH_KEYS = ("totals", "topics")
-WORKLOADS = ("mixed", "bench", "captured", "long", "s3")
+WORKLOADS = ("mixed", "bench", "captured", "long", "s3", "watch")
+PCAP_HEADER, RECORD_HEADER = 24, 16
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,10 +75,13 @@ class PeakMemory:
     def __init__(self, root_pid: int, interval: float = 0.2):
         self.root_pid, self.interval = root_pid, interval
         self.peak_bytes = self.peak_anonymous_bytes = self.peak_proportional_bytes = 0
+        self._cpu_ticks: dict[int, int] = {}  # the tree's processes: user + system time, theirs and their children's
+        self.peak_processes: list[dict] = []  # at the peak of all processes' resident memory: each one's
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self):
+        self._root_ticks_before = _cpu_ticks(self.root_pid)  # what it did before is not the measured work's
         self._thread.start()
         return self
 
@@ -98,11 +107,46 @@ class PeakMemory:
                 children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
                 tree.update(children)
                 frontier += children
+            for pid in tree:
+                self._cpu_ticks[pid] = max(self._cpu_ticks.get(pid, 0), _cpu_ticks(pid))
             anonymous = sum(resident.get(pid, (0, 0))[0] for pid in tree) * 1024
             files = sum(resident.get(pid, (0, 0))[1] for pid in tree) * 1024
+            if anonymous + files > self.peak_bytes:
+                self.peak_processes = sorted(
+                    ({"process": _process_name(pid), "rss_mb": round(sum(resident[pid]) * 1024 / 1e6),
+                      "anonymous_mb": round(resident[pid][0] * 1024 / 1e6)} for pid in tree if pid in resident),
+                    key=lambda process: -process["rss_mb"])
             self.peak_bytes = max(self.peak_bytes, anonymous + files)
             self.peak_anonymous_bytes = max(self.peak_anonymous_bytes, anonymous)
             self.peak_proportional_bytes = max(self.peak_proportional_bytes, sum(map(_pss, tree)))
+
+
+    @property
+    def cpu_seconds(self) -> float:
+        """The CPU time the tree's processes used (what a shared machine's load does not inflate as it does the
+        wall time)."""
+        return (sum(self._cpu_ticks.values()) - self._root_ticks_before) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_name(pid: int) -> str:
+    """The JVM, a Python worker or daemon, or the driver: the command's program and its module or main class."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            words = [word.decode(errors="replace") for word in handle.read().split(b"\0") if word]
+    except OSError:
+        return "?"
+    program = os.path.basename(words[0]) if words else "?"
+    detail = next((word for word in words[1:] if not word.startswith("-") and "=" not in word), "")
+    return f"{program} {os.path.basename(detail)}".strip()[:60]
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _pss(pid: int) -> int:
@@ -165,6 +209,15 @@ def main(argv=None) -> int:
         help="the long workload: one connection of this size (default 2GB)",
     )
     parser.add_argument(
+        "--watch-size", type=parse_size, default=parse_size("700MB"),
+        help="the watch workload: the bench's traffic of this size, in rotation files (default 700MB)",
+    )
+    parser.add_argument("--watch-files", type=int, default=24, help="rotation files of the watch workload (default 24)")
+    parser.add_argument(
+        "--watch-rate", type=int, default=150_000,
+        help="message events/s at which the watch workload's files appear (default 150000, the target)",
+    )
+    parser.add_argument(
         "--workloads", default=",".join(WORKLOADS), help=f"which traces to run (default {','.join(WORKLOADS)})"
     )
     parser.add_argument("--seed", type=int, default=7)
@@ -217,6 +270,9 @@ def main(argv=None) -> int:
                 args.s3_endpoint = store.endpoint
                 result["s3"] = _in_a_process_of_its_own("s3", args.bench_size, args, workdir)
             result["s3"]["target_message_events_per_s"] = 150_000
+        if "watch" in workloads:
+            result["watch"] = _run_watch(args, workdir)
+            result["watch"]["target_message_events_per_s"] = 150_000
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -225,6 +281,19 @@ def main(argv=None) -> int:
         json.dump(result, handle, indent=1)
     print(json.dumps(result, indent=1))
     return 0 if all(result[w]["spark_analysis"]["summary_matches_truth"] for w in workloads) else 1
+
+
+def _in_a_child(function, *args):
+    """``function(*args)`` in a child process: what the generator and the counter allocate (and Python keeps once
+    freed: ~400 MB) is not counted in the analysis's memory, as no user's analysis has it."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(function, *args).result()
+
+
+def _upload(endpoint: str, trace: str, url: str) -> None:
+    from tests.trace.object_store import ObjectStore
+
+    ObjectStore(endpoint).upload(trace, url)
 
 
 def _in_a_process_of_its_own(workload: str, size: int, args, workdir: str) -> dict:
@@ -245,7 +314,7 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
     if workload == "captured":
         truth, source = _record(trace, size, args.seed)
     else:
-        truth, source = _generate(trace, size, args.seed, "bench" if workload == "s3" else workload)
+        truth, source = _in_a_child(_generate, trace, size, args.seed, "bench" if workload == "s3" else workload)
     size = os.path.getsize(trace)
     inputs, out, storage = [trace], os.path.join(workdir, f"{workload}-out"), LOCAL
     if workload == "s3":
@@ -254,12 +323,12 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
         store = ObjectStore(args.s3_endpoint)
         print(f"uploading to {store.endpoint}", flush=True)
         inputs, out, storage = ["s3://nsq-bench/captures/bench.pcap"], "s3://nsq-bench/analysis", store.storage
-        store.upload(trace, inputs[0])
+        _in_a_child(_upload, args.s3_endpoint, trace, inputs[0])
     nsqd_port = truth.get("recording", {}).get("nsqd_tcp_port", trace_baseline.NSQD_PORT)
     # The file is in the page cache for both: it has just been written.
     print("baseline: plain-Python counter", flush=True)
     baseline_load = os.getloadavg()[0]
-    counts, baseline_seconds = timed(trace_baseline.count, trace, nsqd_port)
+    counts, baseline_seconds = _in_a_child(timed, trace_baseline.count, trace, nsqd_port)
     with PeakMemory(os.getpid()) as memory:
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
@@ -313,6 +382,8 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
             "peak_rss_mb_all_processes": round(memory.peak_bytes / 1e6),
             "peak_anonymous_mb_all_processes": round(memory.peak_anonymous_bytes / 1e6),
             "peak_proportional_mb_all_processes": round(memory.peak_proportional_bytes / 1e6),
+            "cpu_seconds_all_processes": round(memory.cpu_seconds, 1),
+            "processes_at_peak": memory.peak_processes,
             "load_average_1min_before_after": [round(load_before, 2), round(load_after, 2)],
             "summary_matches_truth": not mismatches,
             "mismatched_sections": mismatches,
@@ -339,6 +410,122 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
             "note": "scapy parses a bounded sample (the first packets); MB/s is over that sample",
         },
     }
+
+
+def _run_watch(args, workdir: str) -> dict:
+    """Rotation files of the bench's traffic appear in a directory at ``--watch-rate`` message events/s (each after
+    the time its events take at that rate) while ``nsq-trace watch`` (its own process: its memory is measured)
+    takes them; its ``latest.json`` is read as each micro-batch publishes."""
+    from spark_analysis.summary import message_events
+
+    trace = os.path.join(workdir, "watch.pcap")
+    truth, source = _generate(trace, args.watch_size, args.seed, "bench")
+    events = message_events(truth["totals"])
+    staged, captures, out = (os.path.join(workdir, name) for name in ("watch-staged", "watch-captures", "watch-out"))
+    for directory in (staged, captures):
+        os.makedirs(directory, exist_ok=True)
+    files = _rotated(trace, staged, args.watch_files)
+    os.remove(trace)
+    events_per_byte = events / sum(os.path.getsize(path) for path in files)
+    command = [sys.executable, "-m", "spark_analysis", "watch", captures, "--out", out, "--settle-seconds", "0",
+               "--trigger-seconds", "1", "--until-idle", "10", "--no-report", "--master", args.master]
+    log_path = os.path.join(workdir, "watch.log")
+    batches: dict[int, dict] = {}
+    with open(log_path, "w") as log:
+        watcher = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        load_before = os.getloadavg()[0]
+        with PeakMemory(watcher.pid) as memory:
+            while not os.path.isdir(os.path.join(out, "watch", "checkpoint", "offsets")) and watcher.poll() is None:
+                time.sleep(0.1)  # the query has started: its JVM is up
+            print(f"watch: {len(files)} files at {args.watch_rate:,} message events/s", flush=True)
+            started = time.monotonic()
+            due = started
+            arrived = {}
+            pending = list(files)
+            while watcher.poll() is None:
+                now = time.monotonic()
+                if pending and now >= due:
+                    path = pending.pop(0)
+                    os.replace(path, os.path.join(captures, os.path.basename(path)))
+                    arrived[os.path.join(captures, os.path.basename(path))] = now - started
+                    due += os.path.getsize(os.path.join(captures, os.path.basename(path))) * events_per_byte \
+                        / args.watch_rate
+                latest = _read_json(os.path.join(out, "latest.json"))
+                if latest and latest["batch_id"] not in batches:
+                    batches[latest["batch_id"]] = {**latest, "published_at": round(time.monotonic() - started, 2)}
+                    print(f"  batch {latest['batch_id']}: {len(latest['new_files'])} file(s) in {latest['seconds']} s",
+                          flush=True)
+                time.sleep(0.05)
+        load_after = os.getloadavg()[0]
+    summary = _read_json(os.path.join(out, "summary.json"))
+    mismatches = [key for key in TRUTH_KEYS if _comparable(summary[key]) != _comparable(truth[key])]
+    ordered = [batches[batch_id] for batch_id in sorted(batches)]
+    busy = sum(batch["seconds"] for batch in ordered)
+    lags = [batch["published_at"] - max(arrived[path] for path in batch["new_files"]) for batch in ordered]
+    previous = 0
+    for batch in ordered:
+        batch["events"], previous = batch["message_events"] - previous, batch["message_events"]
+    return {
+        "trace": {"workload": "bench", "bytes": args.watch_size, "files": len(files), "message_events": events,
+                  "seed": args.seed},
+        **source,
+        "watch": {
+            "master": args.master,
+            "offered_message_events_per_s": args.watch_rate,
+            "arrival_seconds": round(max(arrived.values()), 2),
+            "last_file_published_after_seconds": round(ordered[-1]["published_at"], 2) if ordered else None,
+            "micro_batches": [{"files": len(batch["new_files"]), "message_events": batch["events"],
+                               "seconds": batch["seconds"], "decode_seconds": batch["decode_seconds"]}
+                              for batch in ordered],
+            "busy_seconds": round(busy, 2),
+            "sustained_message_events_per_s": round(events / busy) if busy else None,
+            # from the first file's arrival to the last one's publication: the offered rate at best
+            "message_events_per_s_end_to_end": round(events / ordered[-1]["published_at"]) if ordered else None,
+            "cpu_seconds_all_processes": round(memory.cpu_seconds, 1),
+            # the rate two cores of its own would give, were the watcher's CPU time all spent in its micro-batches
+            "message_events_per_2_cpu_seconds": round(2 * events / memory.cpu_seconds) if memory.cpu_seconds else None,
+            "processes_at_peak": memory.peak_processes,
+            "lag_seconds_max": round(max(lags), 2) if lags else None,
+            "peak_rss_mb_all_processes": round(memory.peak_bytes / 1e6),
+            "peak_anonymous_mb_all_processes": round(memory.peak_anonymous_bytes / 1e6),
+            "peak_proportional_mb_all_processes": round(memory.peak_proportional_bytes / 1e6),
+            "load_average_1min_before_after": [round(load_before, 2), round(load_after, 2)],
+            "exit_status": watcher.returncode,
+        },
+        "spark_analysis": {"summary_matches_truth": not mismatches and watcher.returncode == 0,
+                           "mismatched_sections": mismatches},
+    }
+
+
+def _rotated(trace: str, directory: str, files: int) -> list[str]:
+    """The pcap cut into ``files`` files of about equal size at record boundaries, in capture order (the
+    generator writes in time order), named as ``tcpdump -G`` names them: in the order they were written."""
+    size = os.path.getsize(trace)
+    paths = []
+    with open(trace, "rb") as source:
+        header = source.read(PCAP_HEADER)
+        byte_order = "<" if header[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+        for number in range(files):
+            path = os.path.join(directory, f"nsq-{number:04d}.pcap")
+            limit = (size - PCAP_HEADER) * (number + 1) // files
+            with open(path, "wb") as target:
+                target.write(header)
+                while source.tell() - PCAP_HEADER < limit:
+                    record = source.read(RECORD_HEADER)
+                    if len(record) < RECORD_HEADER:
+                        break
+                    length = int.from_bytes(record[8:12], "little" if byte_order == "<" else "big")
+                    target.write(record + source.read(length))
+            paths.append(path)
+    return paths
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
 
 
 def _generate(trace: str, size: int, seed: int, workload: str) -> tuple[dict, dict]:

@@ -43,7 +43,7 @@ from spark_analysis.decode import ConnectionDecoder
 from spark_analysis.events import EVENT_SCHEMA
 from spark_analysis.parquet_source import read_table
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
-from spark_analysis.reassembly import reassemble
+from spark_analysis.reassembly import Connection, FlowReassembly
 from spark_analysis.storage import LOCAL, Storage, is_local, join
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
@@ -82,7 +82,7 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
     # (``with_payloads``: captures on object storage) are kept on the executors' disks: in memory they would be the
     # whole capture.
     packet_frame = packet_frame.persist(StorageLevel.DISK_ONLY if with_payloads else StorageLevel.MEMORY_AND_DISK_DESER)
-    placed, trace_bytes = _placed_by_size(packet_frame)
+    placed, trace_bytes = placed_by_size(packet_frame)
     buckets = lifecycle.bucket_count(trace_bytes)
 
     def decode_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -91,11 +91,11 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
         part = f"part-{TaskContext.get().partitionId():05d}"
         with (TableWriter(tables_dir, part, SCHEMAS, storage) as writer,
               lifecycle.MessageExchange(exchange_dir, part, buckets, storage) as exchange):
-            for flow, runs in _flows(batches):
+            for flow, runs in flow_runs(batches):
                 for name, table in decode_flow(flow, runs, ports, window_bytes):
                     writer.add(name, table)
                     exchange.add(name, table)
-        _return_freed_memory()
+        return_freed_memory()
         yield from ()  # the task's output is its files
 
     # Sorted by flow, then by capture time (the capture's order among equal times): a task meets each of its flows'
@@ -105,7 +105,7 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
     return buckets
 
 
-def _placed_by_size(packet_frame: DataFrame) -> tuple[DataFrame, int]:
+def placed_by_size(packet_frame: DataFrame) -> tuple[DataFrame, int]:
     """Segments shuffled so that each flow is one task's, and the tasks' payload bytes are balanced: the largest
     flow first, each to the task with the fewest bytes so far. A few long connections are common (nsq's bench
     tools use four), and a connection is decoded by one task, so hashing flows to tasks would often give two
@@ -154,7 +154,7 @@ def spark_hash_long(value: int, seed: int = 42) -> int:
     return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
-def _flows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str | None, Iterator[pa.RecordBatch]]]:
+def flow_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str | None, Iterator[pa.RecordBatch]]]:
     """Each flow with its runs of rows, across batch boundaries; a flow's runs are to be read before the next flow."""
     def runs():
         for batch in batches:
@@ -177,16 +177,54 @@ def decode_flow(flow: str | None, runs: Iterable[pa.RecordBatch], ports: frozens
         for run in runs:
             yield from project(_walker_errors(run), DELIVERED_SCHEMA.empty_table(), lookupd=False)
         return
-    decoder = None
-    with _without_cycle_collection():
-        for conn in reassemble(flow, _segments(runs), ports, window_bytes):
-            if decoder is None or decoder.conn is not conn:
-                decoder = ConnectionDecoder(conn, ports)
-            released = decoder.window()
-            if released is not None:
-                yield from project(*released, lookupd=decoder.protocol == "lookupd")
-            if conn.complete:
-                yield from project(*decoder.finish(), lookupd=decoder.protocol == "lookupd")
+    flow_decoder = FlowDecoder(flow, ports, window_bytes)
+    yield from flow_decoder.feed(runs)
+    yield from flow_decoder.end()
+
+
+class FlowDecoder:
+    """A flow's reassembly and its connection's decoder, fed the flow's segments in parts (``feed``, then
+    ``end``): between two parts it is plain data, which ``nsq-trace watch`` pickles (``carried``) to carry a
+    connection from one capture file to the next."""
+
+    def __init__(self, flow: str, ports: frozenset[int], window_bytes: int | None, carried: bool = False):
+        self.reassembly = FlowReassembly(flow, ports, window_bytes)
+        self.ports, self.carried = ports, carried
+        self.decoder: ConnectionDecoder | None = None
+
+    def feed(self, runs: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, pa.Table]]:
+        """The tables these segments (the flow's next ones, in capture-time order) make final."""
+        with without_cycle_collection():
+            for conn in self.reassembly.feed(_segments(runs)):
+                yield from self._decoded(conn)
+
+    def cut(self, carried_ns: int) -> Iterator[tuple[str, pa.Table]]:
+        """Where a capture file ends: what the connection has placed handed out as two windows, all but its last
+        ``carried_ns`` of capture time, then those. The first is released (paired with the second), so that what
+        is carried to the next file is the second window's rows, and the bytes still waiting behind a hole."""
+        conn = self.reassembly.conn
+        if conn is None:
+            return
+        with without_cycle_collection():
+            for before_ts_ns in (conn.last_ts_ns - carried_ns, conn.last_ts_ns + 1):
+                for window in self.reassembly.cut(before_ts_ns):
+                    yield from self._decoded(window)
+
+    def end(self) -> Iterator[tuple[str, pa.Table]]:
+        """The flow has ended: the rest of its tables."""
+        with without_cycle_collection():
+            for conn in self.reassembly.end():
+                yield from self._decoded(conn)
+
+    def _decoded(self, conn: Connection) -> Iterator[tuple[str, pa.Table]]:
+        if self.decoder is None or self.decoder.conn is not conn:
+            self.decoder = ConnectionDecoder(conn, self.ports, self.carried)
+        released = self.decoder.window()
+        lookupd = self.decoder.protocol == "lookupd"
+        if released is not None:
+            yield from project(*released, lookupd=lookupd)
+        if conn.complete:
+            yield from project(*self.decoder.finish(), lookupd=lookupd)
 
 
 def _segments(runs: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
@@ -200,7 +238,7 @@ def _segments(runs: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
 
 
 @contextmanager
-def _without_cycle_collection():
+def without_cycle_collection():
     """A connection's rows are millions of live objects, none in a reference cycle, and the cycle collector's
     passes over them grow with their number: ~20 % of decoding a 738,618-row connection. Reference counting
     still frees everything; the collector runs again after."""
@@ -213,7 +251,7 @@ def _without_cycle_collection():
             gc.enable()
 
 
-def _return_freed_memory():
+def return_freed_memory():
     """A Python worker lives on for the next job's tasks: what decoding freed goes back to the system, not kept by
     Arrow's allocator or C's for a job that will not need it (~700 MB after a long connection)."""
     gc.collect()
@@ -273,42 +311,19 @@ def run_analysis(
 ) -> dict:
     """Decode ``paths`` into ``out_dir``: tables/*.parquet, summary.json and (optionally) report.html. Paths and
     ``out_dir`` may be URLs of ``storage``'s filesystems."""
-    from spark_analysis import summary
-
     storage.make_directory(out_dir)
     tables_dir = join(out_dir, "tables")
     started = time.monotonic()
     step("decoding packets (read, shuffle by flow, reassemble, decode, per-connection tables)")
     files = storage.expand(paths)
     # Local payloads stay in the files until the decoder needs them: only segment metadata is shuffled.
-    payload = "reference" if all(is_local(path) for path in files) else "bytes"
+    payload = payload_kind(files)
     exchange_dir = join(out_dir, "exchange")
     buckets = decode_to_tables(packets(spark, paths, split_bytes, payload, storage), tables_dir, exchange_dir,
                                nsq_ports, window_bytes, storage, with_payloads=payload == "bytes")
     step("deriving tables")
-
-    def materialise(name: str, frame: DataFrame) -> DataFrame:
-        """A small table computed by Spark, written by the driver (one file) wherever the output lives."""
-        rows = frame.toArrow()
-        storage.reset_directory(join(tables_dir, name))
-        with TableWriter(tables_dir, "part-00000", {name: rows.schema}, storage) as writer:
-            writer.add(name, rows)
-        return spark.createDataFrame(rows)
-
-    written = WrittenTables(spark, tables_dir, storage)
-    with ThreadPoolExecutor(summary.CONCURRENT_JOBS) as pool:
-        # What needs nothing the lifecycles make runs beside their job, filling the moments a core waits:
-        # the connections table and the summary's aggregates.
-        stored = pool.submit(lambda: materialise("connections", lifecycle.connections(spark, exchange_dir, storage)))
-        counted = {name: pool.submit(lambda aggregate=aggregate: aggregate(written).collect())
-                   for name, aggregate in summary.AGGREGATES.items()}
-        counted["connections"] = pool.submit(lambda: stored.result().collect())
-        derived, totals = lifecycle.tables(spark, tables_dir, exchange_dir, buckets, storage)
-        step("summarising")
-        tables = ChainMap({**derived, "connections": stored.result()}, written)
-        rows = {name: future.result() for name, future in counted.items()}
+    tables, totals, result = derive(spark, tables_dir, exchange_dir, buckets, storage, step)
     storage.delete_directory(exchange_dir)
-    result = summary.summarise(rows, totals)
     result["input"] = {
         "files": paths,
         "bytes": sum(storage.size(path) for path in files),
@@ -321,3 +336,41 @@ def run_analysis(
         step("writing report")
         html_report.write(tables, totals, result, out_dir, storage)
     return result
+
+
+def payload_kind(files: list[str]) -> str:
+    """``reference``: the decoder reads payloads back from the (local) files; ``bytes``: they travel with the
+    segments."""
+    return "reference" if all(is_local(path) for path in files) else "bytes"
+
+
+def derive(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int, storage: Storage = LOCAL,
+           step: Callable[[str], None] = lambda message: None) -> tuple[Mapping[str, DataFrame], lifecycle.Totals,
+                                                                       dict]:
+    """From the decoding tasks' tables and exchange: the tables that join connections (lifecycles, connections),
+    all the tables as DataFrames, the lifecycles' totals and the summary."""
+    from spark_analysis import summary
+
+    def materialise(name: str, frame: DataFrame) -> DataFrame:
+        """A small table computed by Spark, written by the driver (one file) wherever the output lives."""
+        rows = frame.toArrow()
+        storage.reset_directory(join(tables_dir, name))
+        with TableWriter(tables_dir, "part-00000", {name: rows.schema}, storage) as writer:
+            writer.add(name, rows)
+        return spark.createDataFrame(rows)
+
+    written = WrittenTables(spark, tables_dir, storage)
+    exchanged = ChainMap({"fin_failed": read_table(spark, join(exchange_dir, "fin_failed"),
+                                                   lifecycle.EXCHANGED_SCHEMAS["fin_failed"], storage)}, written)
+    with ThreadPoolExecutor(summary.CONCURRENT_JOBS) as pool:
+        # What needs nothing the lifecycles make runs beside their job, filling the moments a core waits:
+        # the connections table and the summary's aggregates.
+        stored = pool.submit(lambda: materialise("connections", lifecycle.connections(spark, exchange_dir, storage)))
+        counted = {name: pool.submit(lambda aggregate=aggregate: aggregate(exchanged).collect())
+                   for name, aggregate in summary.AGGREGATES.items()}
+        counted["connections"] = pool.submit(lambda: stored.result().collect())
+        derived, totals = lifecycle.tables(spark, tables_dir, exchange_dir, buckets, storage)
+        step("summarising")
+        tables = ChainMap({**derived, "connections": stored.result()}, written)
+        rows = {name: future.result() for name, future in counted.items()}
+    return tables, totals, summary.summarise(rows, totals)

@@ -72,15 +72,41 @@ def body_hashes(bodies: list) -> list[int]:
 class _Upgrade:
     """What the server's IDENTIFY response switched on (ID-30)."""
 
-    def __init__(self):
+    def __init__(self, carried: bool = False):
         self.codec: str | None = None  # snappy | deflate
         self.tls = False
         self.identify: dict = {}
         self.answered = False  # the server's answer to IDENTIFY has been decoded
+        self.carried = carried  # the decoders are to be pickled between capture files (nsq-trace watch)
 
-    @staticmethod
-    def decompressor(codec: str):
-        return wire.SnappyStreamDecoder() if codec == "snappy" else wire.DeflateStreamDecoder()
+    def decompressor(self):
+        if self.codec == "snappy":
+            return wire.SnappyStreamDecoder()
+        return _CarriedDeflate() if self.carried else wire.DeflateStreamDecoder()
+
+
+class _CarriedDeflate(wire.DeflateStreamDecoder):
+    """A deflate layer that can be pickled: zlib's inflater cannot, so this one keeps the compressed bytes fed so far
+    and its copy feeds them again. What carrying a deflate connection from file to file costs: its compressed
+    bytes, kept, and inflated again in each file's task."""
+
+    def __init__(self):
+        super().__init__()
+        self._fed = bytearray()
+
+    def feed(self, data: bytes) -> bytes:
+        self._fed += data
+        return super().feed(data)
+
+    def __getstate__(self) -> bytes:
+        return bytes(self._fed)
+
+    def __setstate__(self, fed: bytes) -> None:
+        self.__init__()
+        try:
+            self.feed(fed)
+        except wire.ProtocolViolation:
+            pass  # it failed then too: the walk lost the rest of its direction and feeds this layer no more
 
 
 class ConnectionDecoder:
@@ -91,13 +117,13 @@ class ConnectionDecoder:
     the connection's facts carry their state across. Memory is bounded by two windows' rows, the messages in flight
     and 8 bytes per message delivered."""
 
-    def __init__(self, conn: Connection, nsq_ports: frozenset[int]):
+    def __init__(self, conn: Connection, nsq_ports: frozenset[int], carried: bool = False):
         self.conn = conn
         self.nsq_ports = nsq_ports
         self.protocol: str | None = None  # nsq | lookupd | other: decided by the first window
         self.walks: list[StreamWalk] = []
         self.pairing: AnswerPairing | None = None
-        self.upgrade = _Upgrade()
+        self.upgrade = _Upgrade(carried)
         self.checks: ConnectionChecks | None = None
         self.settlements: Settlements | None = None
         self.held: Rows | None = None
@@ -253,7 +279,7 @@ class _V2Walk(StreamWalk):
             self._lose("tls_opaque", "TLS negotiated: the rest of the connection is encrypted")
             return
         if self.upgrade.codec:
-            self.decompressor = _Upgrade.decompressor(self.upgrade.codec)
+            self.decompressor = self.upgrade.decompressor()
             try:
                 rest = self.decompressor.feed(rest)
             except wire.ProtocolViolation as exc:

@@ -203,11 +203,12 @@ def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int
                 delivered = _exchanged(exchange_dir, "delivered", bucket, storage).join(ends, "conn_id",
                                                                                        join_type="left outer")
                 delivery = deliveries(delivered)
-                message = messages(delivery, _exchanged(exchange_dir, "published", bucket, storage))
+                published = _exchanged(exchange_dir, "published", bucket, storage)
+                message = messages(delivery, published)
                 with TableWriter(tables_dir, f"part-{bucket:05d}", LIFECYCLE_SCHEMAS, storage) as writer:
                     writer.add("deliveries", delivery.select(DELIVERIES_SCHEMA.names))
                     writer.add("messages", message)
-                yield bucket_totals(delivery, message, fin_failed)
+                yield bucket_totals(delivery, message, fin_failed, published)
 
     totals = Totals.of(spark.range(buckets, numPartitions=buckets)
                        .mapInArrow(lifecycles, from_arrow_schema(TOTALS_SCHEMA)).collect())
@@ -224,6 +225,8 @@ def _ends(ended: pa.Table) -> pa.Table:
 
 _CHANNEL = [("topic", pa.string()), ("channel", pa.string())]
 LATENCY_COLUMNS = ("publish_to_first_delivery_ms", "last_delivery_to_fin_ms")
+MINUTE_COUNTS = ("published", "delivered", "redelivered", "timeouts")
+NS_PER_MINUTE = 60 * 1_000_000_000
 # One row per bucket: what summary.json and the report count over all messages, in the buckets' own aggregates.
 TOTALS_SCHEMA = pa.schema([
     ("deliveries", pa.list_(pa.struct([*_CHANNEL, ("attempts", pa.int32()), ("outcome", pa.string()),
@@ -231,12 +234,16 @@ TOTALS_SCHEMA = pa.schema([
     ("messages", pa.list_(pa.struct([*_CHANNEL, ("delivered", pa.int64()), ("finished", pa.int64())]))),
     ("latencies", pa.list_(pa.struct([*_CHANNEL, ("latency", pa.string()), ("histogram", HISTOGRAM_TYPE)]))),
     ("fin_failed_delivered", pa.list_(pa.struct([*_CHANNEL, ("msg_id", pa.string())]))),
+    # per minute of capture time (minutes since the epoch): messages accepted, deliveries, redeliveries (a cause
+    # other than the first), those a timeout caused, and publish -> first delivery of the messages first delivered
+    ("minutes", pa.list_(pa.struct([("minute", pa.int64()), *((name, pa.int64()) for name in MINUTE_COUNTS),
+                                    ("latency", HISTOGRAM_TYPE)]))),
 ])
 
 
-def bucket_totals(delivery: pa.Table, message: pa.Table, fin_failed: pa.Table) -> pa.RecordBatch:
+def bucket_totals(delivery: pa.Table, message: pa.Table, fin_failed: pa.Table, published: pa.Table) -> pa.RecordBatch:
     """A bucket's row of ``TOTALS_SCHEMA``: deliveries by attempts and outcome, messages delivered and finished, the
-    latencies' histograms per channel, and which of the messages named by E_FIN_FAILED it delivered."""
+    latencies' histograms per channel, which of the messages named by E_FIN_FAILED it delivered, and per minute."""
     latencies = []
     for column in LATENCY_COLUMNS:
         measured = message.filter(pc.is_valid(message[column]))
@@ -254,7 +261,32 @@ def bucket_totals(delivery: pa.Table, message: pa.Table, fin_failed: pa.Table) -
         "latencies": latencies,
         "fin_failed_delivered": fin_failed.join(message.select(MESSAGE_KEY), MESSAGE_KEY,
                                                 join_type="left semi").to_pylist(),
+        "minutes": _per_minute(delivery, message, published),
     }], schema=TOTALS_SCHEMA)
+
+
+def _per_minute(delivery: pa.Table, message: pa.Table, published: pa.Table) -> list[dict]:
+    def minute(ts_ns) -> pa.Array:
+        return pc.divide(ts_ns, NS_PER_MINUTE)  # integer division: capture times are after the epoch
+
+    counted = {}
+    for table, counts in (
+        (pa.table({"minute": minute(published["ts_ns"])}), {"published": ("minute", "count")}),
+        (pa.table({"minute": minute(delivery["ts_ns"]),
+                   "redelivered": pc.cast(pc.not_equal(delivery["cause"], "first"), pa.int64()),
+                   "timeouts": pc.cast(pc.equal(delivery["cause"], "timeout"), pa.int64())}),
+         {"delivered": ("minute", "count"), "redelivered": ("redelivered", "sum"), "timeouts": ("timeouts", "sum")}),
+    ):
+        for row in _aggregate(table, ["minute"], counts).to_pylist():
+            counted.setdefault(row.pop("minute"), dict.fromkeys(MINUTE_COUNTS, 0)).update(row)
+    latency = "publish_to_first_delivery_ms"
+    measured = message.filter(pc.is_valid(message[latency]))
+    per_minute = _aggregate(pa.table({"minute": minute(measured["first_delivery_ts_ns"]), "values": measured[latency]}),
+                            ["minute"], {"values": ("values", "list")})
+    histograms = dict(zip(per_minute["minute"].to_pylist(),
+                          per_minute["values"].combine_chunks().to_numpy(zero_copy_only=False), strict=True))
+    return [{"minute": number, **counts, "latency": Histogram.of(histograms.get(number, [])).as_arrow()}
+            for number, counts in sorted(counted.items())]
 
 
 @dataclass
@@ -266,6 +298,8 @@ class Totals:
     finished: Counter = field(default_factory=Counter)  # channel -> messages FINed
     latencies: dict[tuple[str, str, str], Histogram] = field(default_factory=dict)  # (latency, topic, channel)
     fin_failed_delivered: set[tuple[str, str, str]] = field(default_factory=set)  # MESSAGE_KEY
+    minutes: dict[int, Counter] = field(default_factory=dict)  # minute -> MINUTE_COUNTS
+    minute_latencies: dict[int, Histogram] = field(default_factory=dict)  # minute -> publish -> first delivery
 
     @classmethod
     def of(cls, rows) -> Totals:
@@ -281,6 +315,11 @@ class Totals:
                 histogram = Histogram.from_row(latency["histogram"])
                 totals.latencies[key] = totals.latencies.get(key, EMPTY).merged(histogram)
             totals.fin_failed_delivered.update(tuple(key) for key in row["fin_failed_delivered"])
+            for minute in row["minutes"]:
+                number = minute["minute"]
+                totals.minutes.setdefault(number, Counter()).update({name: minute[name] for name in MINUTE_COUNTS})
+                histogram = Histogram.from_row(minute["latency"])
+                totals.minute_latencies[number] = totals.minute_latencies.get(number, EMPTY).merged(histogram)
         return totals
 
     def latency(self, column: str) -> Histogram:

@@ -237,17 +237,29 @@ class Connection:
         """While the bytes held reach ``window_bytes``: this connection with a window of pieces in its streams."""
         streams = (self.c2s, self.s2c)
         while self.c2s.held_bytes + self.s2c.held_bytes >= window_bytes:
-            for stream in streams:
-                stream.place(give_up_holes=False)
-            cut = min(stream.waiting_since() for stream in streams)
-            for stream in streams:
-                stream.hand_out(cut)
-            if not (self.c2s.window_pieces or self.s2c.window_pieces):
+            if not self._hand_out(_NEVER):
                 # a window's bytes all wait behind a hole: it is given up as a gap (the memory bound)
                 min(streams, key=Stream.waiting_since).give_up_first_hole()
                 continue
             yield self
             self.window += 1
+
+    def cut(self, before_ts_ns: int) -> Iterator[Connection]:
+        """This connection with a window of what both streams have placed before ``before_ts_ns``, if anything."""
+        if self._hand_out(before_ts_ns):
+            yield self
+            self.window += 1
+
+    def _hand_out(self, before_ts_ns: int) -> bool:
+        """Both streams' placed pieces up to the cut time (``before_ts_ns``, or the capture time of the first segment
+        waiting behind a hole, the earlier) into their windows. Returns whether there are any."""
+        streams = (self.c2s, self.s2c)
+        for stream in streams:
+            stream.place(give_up_holes=False)
+        cut = min(before_ts_ns, *(stream.waiting_since() for stream in streams))
+        for stream in streams:
+            stream.hand_out(cut)
+        return bool(self.c2s.window_pieces or self.s2c.window_pieces)
 
     def last_window(self) -> Connection:
         for stream in (self.c2s, self.s2c):
@@ -264,24 +276,54 @@ def reassemble(
 ) -> Iterator[Connection]:
     """``segments``: (ts_ns, src, dst, sport, dport, seq, flags, payload) of one flow in capture-time order.
     Each connection once per window (``window_bytes``), or once, whole."""
-    conn: Connection | None = None
-    client_isn = None
-    epoch = -1
-    for segment in segments:
-        flags, seq = segment[6], segment[5]
-        opens = flags & TCP_SYN and not flags & TCP_ACK
-        if conn is None or (opens and seq != client_isn):
-            if conn is not None:
-                yield conn.last_window()
-            if opens:
-                client_isn = seq
-            epoch += 1
-            conn = _connection(flow, epoch, segment, server_ports)
-        conn.add(segment)
-        if window_bytes is not None:
-            yield from conn.windows(window_bytes)
-    if conn is not None:
-        yield conn.last_window()
+    reassembly = FlowReassembly(flow, server_ports, window_bytes)
+    yield from reassembly.feed(segments)
+    yield from reassembly.end()
+
+
+class FlowReassembly:
+    """One flow's reassembly fed its segments in parts (``feed``, then ``end``): between two parts it is plain
+    data, so that ``nsq-trace watch`` carries it from one capture file to the next (pickled)."""
+
+    def __init__(self, flow: str, server_ports: frozenset[int], window_bytes: int | None = None):
+        self.flow, self.server_ports, self.window_bytes = flow, server_ports, window_bytes
+        self.conn: Connection | None = None
+        self.client_isn = None
+        self.epoch = -1
+
+    def feed(self, segments: Iterable[tuple]) -> Iterator[Connection]:
+        """The connections' windows these segments (the flow's next ones, in capture-time order) complete."""
+        window_bytes = self.window_bytes
+        for segment in segments:
+            flags, seq = segment[6], segment[5]
+            opens = flags & TCP_SYN and not flags & TCP_ACK
+            if self.conn is None or (opens and seq != self.client_isn):
+                if self.conn is not None:
+                    yield self.conn.last_window()
+                if opens:
+                    self.client_isn = seq
+                self.epoch += 1
+                self.conn = _connection(self.flow, self.epoch, segment, self.server_ports)
+            self.conn.add(segment)
+            if window_bytes is not None:
+                yield from self.conn.windows(window_bytes)
+
+    def cut(self, before_ts_ns: int) -> Iterator[Connection]:
+        """Its connection's window of what was placed before ``before_ts_ns``, if anything (where a capture file
+        ends: what is carried to the next is then little)."""
+        if self.conn is not None:
+            yield from self.conn.cut(before_ts_ns)
+
+    def end(self) -> Iterator[Connection]:
+        """The flow has no more segments: its connection's last window."""
+        if self.conn is not None:
+            yield self.conn.last_window()
+
+    def closed_before(self, ts_ns: int) -> bool:
+        """Its connection ended (RST, or a FIN each way) and sent nothing since ``ts_ns``."""
+        conn = self.conn
+        return conn is not None and conn.last_ts_ns < ts_ns and (
+            conn.rst_seen or (conn.c2s.fin_ts_ns is not None and conn.s2c.fin_ts_ns is not None))
 
 
 def _connection(flow: str, epoch: int, first: tuple, server_ports: frozenset[int]) -> Connection:

@@ -166,10 +166,25 @@ class Storage:
         filesystem, path = self.locate(url)
         return filesystem.open_input_file(path)
 
-    def write_text(self, url: str, text: str) -> None:
+    def open_output(self, url: str):
+        """A new file's stream (``write``, ``tell``), replacing any file there."""
         filesystem, path = self.locate(url)
-        with filesystem.open_output_stream(path) as stream:
+        return filesystem.open_output_stream(path)
+
+    def write_text(self, url: str, text: str) -> None:
+        with self.open_output(url) as stream:
             stream.write(text.encode())
+
+    def replace_text(self, url: str, text: str) -> None:
+        """``write_text`` whose readers see the old text or the new one, never a part (a rename, where the
+        filesystem has one)."""
+        self.write_text(f"{url}.part", text)
+        filesystem, path = self.locate(url)
+        filesystem.move(f"{path}.part", path)
+
+    def delete_file(self, url: str) -> None:
+        filesystem, path = self.locate(url)
+        filesystem.delete_file(path)
 
     def read_text(self, url: str) -> str:
         filesystem, path = self.locate(url)

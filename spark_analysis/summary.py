@@ -33,8 +33,8 @@ def message_events(totals: dict) -> int:
 AGGREGATES: dict[str, Callable[[Mapping[str, DataFrame]], DataFrame]] = {
     "activity": lambda tables: tables["activity"],
     # P-FIN-04: an E_FIN_FAILED for an ID the channel never delivered answers a made-up ID.
-    "fin_failed": lambda tables: tables["frames"].where("name = 'error' AND code = 'E_FIN_FAILED'")
-    .groupBy(*MESSAGE_KEY).count(),
+    # the IDs E_FIN_FAILED frames named, as the decoding tasks gave them to the lifecycles' exchange
+    "fin_failed": lambda tables: tables["fin_failed"].groupBy(*MESSAGE_KEY).count(),
     "registrations": lambda tables: tables["registrations"]
     .groupBy("producer", "action", "topic", "channel", "status").count(),
 }

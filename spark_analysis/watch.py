@@ -4,15 +4,13 @@
       -> the ``nsqcapturefiles`` streaming source: its offset is the last file name taken, so Spark's checkpoint
          (offsets logged before a micro-batch runs, committed after) hands each file to exactly one micro-batch,
          and a micro-batch replayed after a stop gets the same files again
-      -> foreachBatch: the batch's files written down under its id (``watch/batches/<id>.json``), then the batch
-         analysis (``analysis.run_analysis``) of every file taken so far into ``snapshots/<id>``, per-minute
-         metrics beside its tables, and ``latest.json``, ``summary.json``, ``minutes.json`` and a self-refreshing
-         ``report.html`` at the top of the output, replaced only once the snapshot is whole
+      -> foreachBatch: the batch's files written down under its id (``watch/batches/<id>.json``), its new files
+         decoded with the connections carried from the batch before (increments.py), the tables that join
+         connections derived again (analysis.derive), per-minute metrics from the lifecycles' totals, and
+         ``summary.json``, ``minutes.json``, a self-refreshing ``report.html`` and, last, ``latest.json`` replaced
 
-A connection that spans files is stitched as the batch analysis stitches it (the shuffle by flow), and a replayed
-micro-batch overwrites its own snapshot: whatever moment the watcher stops at, the published results are those of
-the batch analysis of a prefix of the files, none read twice. Each micro-batch re-reads every file so far: the cost
-grows with the capture (incremental state across micro-batches is the next step).
+Whatever moment the watcher stops at, the published results are those of the batch analysis of a prefix of the
+files, none read twice.
 """
 
 from __future__ import annotations
@@ -20,22 +18,24 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections import ChainMap
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from spark_analysis.analysis import WrittenTables, run_analysis
+from spark_analysis.analysis import derive
 from spark_analysis.connection_tables import TableWriter
-from spark_analysis.lifecycle import LIFECYCLE_SCHEMAS
-from spark_analysis.parquet_source import read_table
+from spark_analysis.increments import WATCH_BUCKETS, Increments
+from spark_analysis.lifecycle import MINUTE_COUNTS, NS_PER_MINUTE, Totals
+from spark_analysis.quantiles import EMPTY
 from spark_analysis.storage import LOCAL, Storage, join
+from spark_analysis.summary import message_events
 
-NS_PER_MINUTE = 60 * 1_000_000_000
 NO_FILE_YET = ""
 REFRESH_SECONDS = 10
 MINUTES_SCHEMA = pa.schema([
@@ -44,7 +44,8 @@ MINUTES_SCHEMA = pa.schema([
     ("delivered", pa.int64()),
     ("redelivered", pa.int64()),
     ("timeouts", pa.int64()),
-    ("latency_p50_ms", pa.float64()),  # publish -> first delivery, of the messages first delivered in the minute
+    # publish -> first delivery of the messages first delivered in the minute, within 0.1 % (quantiles.py)
+    ("latency_p50_ms", pa.float64()),
     ("latency_p99_ms", pa.float64()),
     ("violations", pa.map_(pa.string(), pa.int64())),  # requirement ID -> count
 ])
@@ -100,43 +101,36 @@ class CaptureFilesReader(DataSourceStreamReader):
         return sorted(path for path in self.storage.expand([self.source]) if path > last)
 
 
-def minutes(tables: Mapping[str, DataFrame]) -> DataFrame:
-    """Per-minute metrics of an analysis's tables: messages published (accepted), deliveries, redeliveries (a
-    delivery whose cause is not the first), timeouts (redeliveries caused by one), latency p50/p99 and violations by
-    requirement ID."""
-    minute = (F.floor(F.col("ts_ns") / NS_PER_MINUTE) * 60).cast("timestamp").alias("minute")
-    published = tables["publishes"].where("status = 'ok'").groupBy(minute).agg(F.count("*").alias("published"))
-    delivered = tables["deliveries"].groupBy(minute).agg(
-        F.count("*").alias("delivered"),
-        F.sum((F.col("cause") != "first").cast("long")).alias("redelivered"),
-        F.sum((F.col("cause") == "timeout").cast("long")).alias("timeouts"),
-    )
-    latency = tables["messages"].where("publish_to_first_delivery_ms IS NOT NULL").select(
-        F.col("first_delivery_ts_ns").alias("ts_ns"), "publish_to_first_delivery_ms").groupBy(minute).agg(
-        F.percentile("publish_to_first_delivery_ms", 0.5).alias("latency_p50_ms"),
-        F.percentile("publish_to_first_delivery_ms", 0.99).alias("latency_p99_ms"),
-    )
-    violations = tables["violations"].groupBy(minute, "requirement").count().groupBy("minute").agg(
-        F.map_from_entries(F.collect_list(F.struct("requirement", "count"))).alias("violations"))
-    joined = published
-    for frame in (delivered, latency, violations):
-        joined = joined.join(frame, "minute", "full")
-    counts = {name: 0 for name in ("published", "delivered", "redelivered", "timeouts")}
-    return joined.fillna(counts).select(*MINUTES_SCHEMA.names).orderBy("minute")
+def minutes(totals: Totals, violations: DataFrame) -> pa.Table:
+    """Per-minute metrics (``MINUTES_SCHEMA``): the lifecycle tasks' per-minute totals (lifecycle.py), and the
+    ``violations`` table counted by minute and requirement ID."""
+    minute = F.floor(F.col("ts_ns") / NS_PER_MINUTE).cast("long").alias("minute")
+    found = defaultdict(dict)
+    for row in violations.groupBy(minute, "requirement").count().collect():
+        found[row.minute][row.requirement] = row["count"]
+    rows = []
+    for number in sorted(set(totals.minutes) | set(found)):
+        counts = totals.minutes.get(number, {})
+        p50, p99 = totals.minute_latencies.get(number, EMPTY).quantiles([0.5, 0.99]) or (None, None)
+        rows.append({"minute": datetime.fromtimestamp(number * 60, UTC),
+                     **{name: counts.get(name, 0) for name in MINUTE_COUNTS},
+                     "latency_p50_ms": p50, "latency_p99_ms": p99, "violations": found.get(number, {})})
+    return pa.Table.from_pylist(rows, schema=MINUTES_SCHEMA)
 
 
 class Watcher:
-    """The foreachBatch of ``watch``: each micro-batch's files recorded under its id, the analysis of all files so
-    far published once whole."""
+    """The foreachBatch of ``watch``: each micro-batch's files recorded under its id and decoded with the connections
+    carried from the batch before (increments.py), then the tables that join connections derived again and the
+    results published."""
 
     def __init__(self, spark: SparkSession, out_dir: str, analysis_options: dict, storage: Storage = LOCAL,
                  step: Callable[[str], None] = lambda message: None):
-        self.spark, self.out_dir, self.options, self.storage, self.step = (
-            spark, out_dir, analysis_options, storage, step)
+        self.spark, self.out_dir, self.storage, self.step = spark, out_dir, storage, step
+        self.report = analysis_options.get("report", True)
+        self.increments = Increments(spark, out_dir, storage, **{
+            name: value for name, value in analysis_options.items() if name != "report"})
         self.batches_dir = join(out_dir, "watch", "batches")
-        self.snapshots_dir = join(out_dir, "snapshots")
         storage.make_directory(self.batches_dir)
-        storage.make_directory(self.snapshots_dir)
         self.last_active = time.monotonic()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -144,21 +138,30 @@ class Watcher:
         self.last_active = time.monotonic()
         if not new_files:
             return
+        started = time.monotonic()
         # Spark replays a batch id with the same files: this file is rewritten, never added to.
         self.storage.write_text(join(self.batches_dir, f"{batch_id:010d}.json"), json.dumps(new_files))
         files = self.files_through(batch_id)
-        snapshot = join(self.snapshots_dir, f"{batch_id:010d}")
-        self.storage.delete_directory(snapshot)
-        self.step(f"batch {batch_id}: {len(new_files)} new file(s), analysing all {len(files)}")
-        result = run_analysis(self.spark, files, snapshot, storage=self.storage, **self.options)
-        per_minute = minutes(_snapshot_tables(self.spark, snapshot, self.storage)).toArrow().cast(MINUTES_SCHEMA)
-        tables_dir = join(snapshot, "tables")
+        self.step(f"batch {batch_id}: decoding {len(new_files)} new file(s) ({len(files)} so far)")
+        carried = self.increments.decode(batch_id, new_files)
+        decoded = time.monotonic()
+        tables_dir = self.increments.tables_dir
+        self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
+        tables, totals, result = derive(self.spark, tables_dir, self.increments.exchange_dir, WATCH_BUCKETS,
+                                        self.storage)
+        result["input"] = {"files": files, "bytes": sum(self.storage.size(path) for path in files),
+                           "analysis_seconds": round(time.monotonic() - started, 3)}
+        self.step(f"batch {batch_id}: per-minute metrics")
+        per_minute = minutes(totals, tables["violations"])
         self.storage.reset_directory(join(tables_dir, "minutes"))
         with TableWriter(tables_dir, "part-00000", {"minutes": MINUTES_SCHEMA}, self.storage) as writer:
             writer.add("minutes", per_minute)
-        self._publish(batch_id, snapshot, files, result, per_minute)
-        totals = result["totals"]
+        self._publish(batch_id, files, tables, totals, result, per_minute, {
+            "new_files": new_files, "message_events": message_events(result["totals"]),
+            "carried_connections": len(carried["flows"]),
+            "decode_seconds": round(decoded - started, 3), "seconds": round(time.monotonic() - started, 3)})
         self.last_active = time.monotonic()
+        totals = result["totals"]
         self.step(f"batch {batch_id}: {totals['messages_published']:,} published, {totals['deliveries']:,} "
                   f"deliveries, {sum(result['violations'].values())} violations in {len(files)} file(s)")
 
@@ -171,29 +174,23 @@ class Watcher:
                 files += json.loads(self.storage.read_text(record))
         return sorted(files)
 
-    def _publish(self, batch_id: int, snapshot: str, files: list[str], result: dict, per_minute: pa.Table):
+    def _publish(self, batch_id: int, files: list[str], tables: Mapping[str, DataFrame], totals, result: dict,
+                 per_minute: pa.Table, batch: dict):
         rows = per_minute.to_pylist()
         for row in rows:
             row["minute"] = row["minute"].isoformat()
             row["violations"] = dict(row["violations"] or [])
-        self.storage.write_text(join(self.out_dir, "summary.json"), json.dumps(result, indent=1))
-        self.storage.write_text(join(self.out_dir, "minutes.json"), json.dumps(rows, indent=1))
-        if self.options.get("report", True):
-            page = self.storage.read_text(join(snapshot, "report.html"))
-            self.storage.write_text(join(self.out_dir, "report.html"), live_page(page, batch_id, per_minute))
-        # latest.json last: it names a snapshot only once everything above is its
-        self.storage.write_text(join(self.out_dir, "latest.json"), json.dumps(
-            {"batch_id": batch_id, "snapshot": snapshot, "files": files}, indent=1))
-        for older in self.storage.directories(self.snapshots_dir):
-            if older != snapshot:
-                self.storage.delete_directory(older)
+        self.storage.replace_text(join(self.out_dir, "summary.json"), json.dumps(result, indent=1))
+        self.storage.replace_text(join(self.out_dir, "minutes.json"), json.dumps(rows, indent=1))
+        if self.report:
+            from spark_analysis import report
 
-
-def _snapshot_tables(spark: SparkSession, snapshot: str, storage: Storage) -> Mapping[str, DataFrame]:
-    tables_dir = join(snapshot, "tables")
-    derived = {name: read_table(spark, join(tables_dir, name), schema, storage)
-               for name, schema in LIFECYCLE_SCHEMAS.items()}
-    return ChainMap(derived, WrittenTables(spark, tables_dir, storage))
+            report.write(tables, totals, result, self.out_dir, self.storage)
+            page = join(self.out_dir, "report.html")
+            self.storage.replace_text(page, live_page(self.storage.read_text(page), batch_id, per_minute))
+        # latest.json last: the batch it names is whole once it is written
+        self.storage.replace_text(join(self.out_dir, "latest.json"), json.dumps(
+            {"batch_id": batch_id, "files": files, **batch}, indent=1))
 
 
 def live_page(page: str, batch_id: int, per_minute: pa.Table) -> str:

@@ -15,6 +15,8 @@ import pytest
 from pcap_variants import records, split_by_time, write_pcap
 from trace_helpers import PCAPS, REPO, load_truth, truth_mismatches
 
+from spark_analysis.increments import OPEN, batch_of
+
 FILES = 6
 WAIT_SECONDS = 120
 
@@ -63,8 +65,8 @@ def test_watch_killed_mid_batch_and_restarted_counts_every_file_once(rotated, re
             wait_for(lambda: published_batch(out) == 0, first, "first batch published")
             arrive(source, 1, rotated[1])
             arrive(source, 2, rotated[2])
-            # the next batch has started writing its snapshot: kill the watcher there, as a crash would
-            wait_for(lambda: len(list((out / "snapshots").iterdir())) > 1, first, "second batch started")
+            # the next batch's decoding tasks have started writing: kill the watcher there, as a crash would
+            wait_for(lambda: (out / "watch" / "state" / f"{1:010d}").exists(), first, "second batch started")
             first.send_signal(signal.SIGKILL)
             first.wait(10)
         finally:
@@ -89,7 +91,11 @@ def test_watch_killed_mid_batch_and_restarted_counts_every_file_once(rotated, re
         if int(record.stem) <= latest["batch_id"]:
             taken += [os.path.basename(path) for path in json.loads(record.read_text())]
     assert sorted(taken) == names, "a file taken twice or never"
-    assert [p.name for p in (out / "snapshots").iterdir()] == [f"{latest['batch_id']:010d}"]
+    assert latest["new_files"] == [os.path.join(source, names[-1])] or latest["batch_id"] > 2
+    parts = {path.name for path in (out / "tables" / "events").iterdir()}
+    assert {batch_of(name) for name in parts if name.startswith(OPEN)} == {latest["batch_id"]}
+    assert max(batch_of(name) for name in parts) == latest["batch_id"], "a part of a batch never committed"
+    assert latest["carried_connections"] > 0, "no connection carried from file to file"
 
     summary = json.loads((out / "summary.json").read_text())
     truth = load_truth("workload-small")
@@ -141,7 +147,7 @@ def test_watch_stopped_by_sigterm_finishes_its_micro_batch_first(tmp_path):
     with open(log_path, "w") as log:
         process = watcher(source, out, log, "--no-report")
         try:
-            wait_for(lambda: (out / "snapshots" / f"{0:010d}").exists(), process, "the first micro-batch")
+            wait_for(lambda: (out / "watch" / "state" / f"{0:010d}").exists(), process, "the first micro-batch")
             process.send_signal(signal.SIGTERM)
             assert process.wait(WAIT_SECONDS) == 0
         finally:

@@ -3,27 +3,31 @@ function, on the walker's segments sorted as the analysis sorts them)."""
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter, defaultdict
+from functools import partial
 
 import pyarrow as pa
 import pytest
 from trace_helpers import PCAPS, walk
 
-from spark_analysis.analysis import DEFAULT_NSQ_PORTS, _flows, decode_flow
+from spark_analysis.analysis import DEFAULT_NSQ_PORTS, FlowDecoder, decode_flow, flow_runs
 from spark_analysis.generate import generate
+from spark_analysis.increments import CARRIED_NS
 from spark_analysis.reassembly import reassemble
 
+FILE_SEGMENTS = 200  # a flow's segments in one capture file, for the carried decoding
 SMALL_WINDOW = 4096  # every connection in many windows (dozens, most), each still a horizon for its answers
 
 
-def tables_of(path, window_bytes) -> dict[str, list[dict]]:
+def tables_of(path, window_bytes, decode=decode_flow) -> dict[str, list[dict]]:
     """Every table's rows, as decode_flow writes them, sorted (the windows change the order rows are written in)."""
     segments = walk(path)
     segments = segments.take(pa.compute.sort_indices(segments, [("flow", "ascending", "at_start"),
                                                                 ("ts_ns", "ascending"), ("offset", "ascending")]))
     written = defaultdict(list)
-    for flow, runs in _flows(iter(segments.to_batches(max_chunksize=1000))):
-        for name, table in decode_flow(flow, runs, DEFAULT_NSQ_PORTS | {4160}, window_bytes):
+    for flow, runs in flow_runs(iter(segments.to_batches(max_chunksize=1000))):
+        for name, table in decode(flow, runs, DEFAULT_NSQ_PORTS | {4160}, window_bytes):
             written[name] += table.to_pylist()
     activity = Counter()  # counted per window: the sums are the connection's
     for row in written.pop("activity", []):
@@ -32,8 +36,23 @@ def tables_of(path, window_bytes) -> dict[str, list[dict]]:
     return {name: sorted(rows, key=repr) for name, rows in written.items()}
 
 
-def assert_same_tables(path):
-    whole, windowed = tables_of(path, None), tables_of(path, SMALL_WINDOW)
+def carried_across_files(flow, runs, ports, window_bytes, carried_ns=CARRIED_NS):
+    """decode_flow as ``nsq-trace watch`` decodes a flow: each run of its segments (a capture file's) by a
+    FlowDecoder unpickled from the one before, cut where the run ends, and the flow's end on the last."""
+    if flow is None:
+        yield from decode_flow(flow, runs, ports, window_bytes)
+        return
+    flow_decoder = FlowDecoder(flow, ports, window_bytes, carried=True)
+    files = (run.slice(start, FILE_SEGMENTS) for run in runs for start in range(0, run.num_rows, FILE_SEGMENTS))
+    for segments in files:
+        yield from flow_decoder.feed([segments])
+        yield from flow_decoder.cut(carried_ns)
+        flow_decoder = pickle.loads(pickle.dumps(flow_decoder))
+    yield from flow_decoder.end()
+
+
+def assert_same_tables(path, decode=decode_flow):
+    whole, windowed = tables_of(path, None), tables_of(path, SMALL_WINDOW, decode)
     assert whole["events"], "nothing decoded"
     for name in ["events", *sorted(set(whole) | set(windowed))]:
         assert windowed.get(name, []) == whole.get(name, []), name
@@ -42,6 +61,14 @@ def assert_same_tables(path):
 @pytest.mark.parametrize("name", ["workload-small", "compressed", "cluster", "transcripts"])
 def test_windows_decode_the_committed_captures_as_whole_connections(name):
     assert_same_tables(PCAPS / f"{name}.pcap")
+
+
+@pytest.mark.parametrize("carried_ns", [CARRIED_NS, 1_000_000])
+@pytest.mark.parametrize("name", ["workload-small", "compressed", "cluster"])
+def test_connections_carried_from_file_to_file_decode_as_whole_connections(name, carried_ns):
+    """Cut and pickled after every 200 segments (deflate and snappy connections among them), then fed the next
+    ones; the last 100 ms carried as decoded rows, or the last millisecond."""
+    assert_same_tables(PCAPS / f"{name}.pcap", partial(carried_across_files, carried_ns=carried_ns))
 
 
 @pytest.mark.parametrize("workload", ["mixed", "bench"])
