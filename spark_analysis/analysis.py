@@ -37,13 +37,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_analysis import lifecycle
-from spark_analysis.connection_tables import DELIVERED_SCHEMA, SCHEMAS, TableWriter, prepare_directories, project
+from spark_analysis.connection_tables import SCHEMAS, TableWriter, prepare_directories, project
 from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
 from spark_analysis.decode import ConnectionDecoder
 from spark_analysis.events import EVENT_SCHEMA
 from spark_analysis.parquet_source import read_table
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.reassembly import Connection, FlowReassembly
+from spark_analysis.settlements import DELIVERED_SCHEMA
 from spark_analysis.storage import LOCAL, Storage, is_local, join
 
 DEFAULT_NSQ_PORTS = frozenset({4150})

@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 
 from conformance import wire
 from spark_analysis import decode_v1
-from spark_analysis.connection_tables import DELIVERED_SCHEMA, Settlements
 from spark_analysis.events import (
     AnswerPairing,
     CommandWalk,
@@ -37,6 +36,7 @@ from spark_analysis.events import (
     json_object,
 )
 from spark_analysis.reassembly import Connection, Stream
+from spark_analysis.settlements import DELIVERED_SCHEMA, Settlements
 from spark_analysis.violations import ID_ERRORS, NS_PER_S, ConnectionChecks
 
 # Commands that get exactly one response or error frame in command order (C-13).
@@ -112,7 +112,7 @@ class _CarriedDeflate(wire.DeflateStreamDecoder):
 class ConnectionDecoder:
     """One connection's events, one window of its streams after another (reassembly.py): ``window()`` after each
     window the reassembly hands out (the last one too), then ``finish()``. Each returns the events that became final
-    and the deliveries they settled (connection_tables.Settlements): a window's rows are held until the next
+    and the deliveries they settled (settlements.py): a window's rows are held until the next
     window is paired, so that an answer or an ID error there still reaches them, and the checks, settlements and
     the connection's facts carry their state across. Memory is bounded by two windows' rows, the messages in flight
     and 8 bytes per message delivered."""

@@ -67,6 +67,12 @@ EVENT_SCHEMA = pa.schema(
     ]
 )
 
+def kind_mask(events: pa.Table, kind: str, *names: str) -> pa.Array:
+    """The rows of ``events`` of that kind (and, given names, of one of those names)."""
+    mask = pc.equal(events["kind"], kind)
+    return pc.and_kleene(mask, pc.is_in(events["name"], pa.array(names))) if names else mask
+
+
 RESYNC_WINDOW = 1 << 20  # bytes kept while searching for a resync point
 DETAIL_LIMIT = 300
 

@@ -34,17 +34,10 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark_analysis.connection_tables import (
-    DELIVERED_SCHEMA,
-    DELIVERY_FIELDS,
-    SCHEMAS,
-    TableWriter,
-    codes,
-    parquet_writer,
-    prepare_directories,
-)
+from spark_analysis.connection_tables import SCHEMAS, TableWriter, parquet_writer, prepare_directories
 from spark_analysis.parquet_source import read_table
 from spark_analysis.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
+from spark_analysis.settlements import DELIVERED_SCHEMA, DELIVERY_FIELDS, codes
 from spark_analysis.storage import LOCAL, Storage, join
 
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
