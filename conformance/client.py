@@ -15,7 +15,7 @@ import ssl
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
+from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
 
 
 class Mismatch(AssertionError):
@@ -70,6 +70,19 @@ class Unsupported(Exception):
 
 class HarnessError(Exception):
     """The suite could not do its part (e.g. connect); the case is an ERROR, not a FAIL."""
+
+
+def open_test_socket(name: str, address: tuple[str, int], transcript: Transcript, time_scale: float,
+                     program: str = "") -> socket.socket:
+    """A TCP connection of the case's, its endpoints in the transcript (for the pcap); a refused connection is the
+    suite's ERROR, naming ``program`` and the address."""
+    try:
+        sock = socket.create_connection(address, timeout=5 * time_scale)
+    except OSError as exc:
+        raise HarnessError(f"cannot connect to {program}{' ' if program else ''}{address[0]}:{address[1]}: {exc}") \
+            from exc
+    transcript.endpoints[name] = Endpoint(sock.getsockname()[:2], sock.getpeername()[:2])
+    return sock
 
 
 @dataclass

@@ -16,8 +16,8 @@ import time
 from collections import deque
 
 from conformance import wire
-from conformance.client import HarnessError, Mismatch, TlsClient, Unsupported, Verifier, setup_step
-from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
+from conformance.client import Mismatch, TlsClient, Unsupported, Verifier, open_test_socket, setup_step
+from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
 
 
 class Closed(Exception):
@@ -44,12 +44,8 @@ class Connection:
         self.transcript = transcript
         self.verify = verifier
         self.time_scale = time_scale
-        try:
-            self.sock = socket.create_connection(address, timeout=5 * time_scale)
-        except OSError as exc:
-            raise HarnessError(f"cannot connect to {address[0]}:{address[1]}: {exc}") from exc
+        self.sock = open_test_socket(name, address, transcript, time_scale)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        transcript.endpoints[name] = Endpoint(self.sock.getsockname()[:2], self.sock.getpeername()[:2])
         transcript.note(f"connected {self.sock.getsockname()[1]} -> {address[1]}", name)
         self.frames = wire.FrameDecoder(pause_at_upgrade=True)
         self.commands = wire.CommandDecoder()

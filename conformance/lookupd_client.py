@@ -4,13 +4,12 @@ with no frame type (L-TCP-02). Sends and receives are recorded in the case's tra
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections import deque
 
 from conformance import wire_v1
-from conformance.client import HarnessError, Mismatch
-from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
+from conformance.client import Mismatch, open_test_socket
+from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
 from conformance.wire import ProtocolViolation
 
 PRODUCER = {"broadcast_address": "127.0.0.1", "hostname": "conformance", "tcp_port": 4150, "http_port": 4151,
@@ -27,11 +26,7 @@ class V1Connection:
         self.name = name
         self.transcript = transcript
         self.time_scale = time_scale
-        try:
-            self.sock = socket.create_connection(address, timeout=5 * time_scale)
-        except OSError as exc:
-            raise HarnessError(f"cannot connect to nsqlookupd {address[0]}:{address[1]}: {exc}") from exc
-        transcript.endpoints[name] = Endpoint(self.sock.getsockname()[:2], self.sock.getpeername()[:2])
+        self.sock = open_test_socket(name, address, transcript, time_scale, program="nsqlookupd")
         self._replies = wire_v1.V1ReplyDecoder()
         self._received: deque[bytes] = deque()
         if send_magic:
