@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -24,6 +25,7 @@ from conformance.target import TargetError
 
 PACKAGE_DIR = Path(__file__).parent
 EXIT_DIFFERENT = 3
+SUITE_MODULES = ("pytest", "xdist", "hypothesis", "scapy")  # what the package's [conformance] extra installs
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -113,6 +115,11 @@ def _shared_broker(stack: contextlib.ExitStack, settings: options.Settings, repo
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    missing = [name for name in SUITE_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"nsq-conformance: error: {', '.join(missing)} not installed: the suite needs the package's "
+              "[conformance] extra (pip install 'nsq-conformance-toolkit[conformance]')", file=sys.stderr)
+        return 2
     if argv[:1] == ["explain"]:
         from conformance.explain import main as explain
         return explain(argv[1:])

@@ -190,6 +190,16 @@ def test_explain_of_an_unknown_id_is_one_line_and_exit_2(arguments):
     assert answer.stderr.count("\n") == 1 and "unknown ID" in answer.stderr
 
 
+def test_a_missing_suite_dependency_is_one_line_and_exit_2():
+    """Installed without the [conformance] extra: the command names what is missing, not a traceback."""
+    answer = subprocess.run([sys.executable, "-c", "import sys; sys.modules['pytest'] = None; "
+                             "from conformance.__main__ import main; sys.exit(main(['--list']))"],
+                            capture_output=True, text=True, timeout=60, cwd=REPO_DIR)
+    assert answer.returncode == 2
+    assert answer.stderr.count("\n") == 1
+    assert "pytest not installed" in answer.stderr and "[conformance]" in answer.stderr
+
+
 @pytest.mark.parametrize("entry, complaint", [
     ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": []}, "missing source"),
     ({"id": "Q-99", "level": "MAYBE", "text": "t", "observable": "o", "recordings": [], "source": "s"}, "level"),
