@@ -41,6 +41,7 @@ from spark_analysis.connection_tables import SCHEMAS, TableWriter, prepare_direc
 from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
 from spark_analysis.decode import ConnectionDecoder
 from spark_analysis.events import EVENT_SCHEMA
+from spark_analysis.kinds import Direction, Kind
 from spark_analysis.parquet_source import read_table
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.reassembly import Connection, FlowReassembly
@@ -269,11 +270,12 @@ def _walker_errors(table: pa.RecordBatch) -> pa.Table:
     columns = {name: [None] * count for name in EVENT_SCHEMA.names}
     columns.update(
         ts_ns=table.column("ts_ns").to_pylist(),
-        direction=["file"] * count,
-        kind=["error"] * count,
+        direction=[Direction.FILE] * count,
+        kind=[Kind.ERROR] * count,
         name=table.column("error").to_pylist(),
         stream_offset=offsets,
-        detail=[f"{f} @{o}: {d}" for f, o, d in zip(files, offsets, table.column("detail").to_pylist(), strict=False)],
+        explanation=[f"{f} @{o}: {d}"
+                     for f, o, d in zip(files, offsets, table.column("detail").to_pylist(), strict=False)],
     )
     return pa.Table.from_pydict(columns, schema=EVENT_SCHEMA)
 
@@ -374,4 +376,4 @@ def derive(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int
         step("summarising")
         tables = ChainMap({**derived, "connections": stored.result()}, written)
         rows = {name: future.result() for name, future in counted.items()}
-    return tables, totals, summary.summarise(rows, totals)
+    return tables, totals, summary.summarise(rows, totals).as_json()

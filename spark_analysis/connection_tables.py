@@ -19,13 +19,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spark_analysis.events import EVENT_SCHEMA, kind_mask
+from spark_analysis.kinds import Direction, Kind
 from spark_analysis.settlements import DELIVERED_SCHEMA
 from spark_analysis.storage import LOCAL, Storage, join
 
 NS_PER_MS = 1_000_000
 ROW_GROUP_ROWS = 1 << 18
 # Strings unique to a row: dictionary-encoding them is Parquet's default, and a quarter of a table's write time.
-_UNIQUE_STRINGS = frozenset({"msg_id", "detail"})
+_UNIQUE_STRINGS = frozenset({"msg_id", "text", "arguments", "explanation"})
 Projection = Callable[[pa.Table], pa.Table]
 
 
@@ -55,60 +56,62 @@ def _same(*names: str) -> dict[str, str]:
 
 
 def commands(events: pa.Table) -> pa.Table:
-    return _columns(events, kind_mask(events, "command"),
-                    **_same("conn_id", "ts_ns", "name", "topic", "channel", "msg_id", "value", "status", "code",
-                            "detail"))
+    return _columns(events, kind_mask(events, Kind.COMMAND),
+                    **_same("conn_id", "ts_ns", "name", "topic", "channel", "msg_id", "rdy", "delay_ms",
+                            "message_count", "status", "code", "arguments", "identify"))
 
 
 def frames(events: pa.Table) -> pa.Table:
-    return _columns(events, kind_mask(events, "frame"),
+    return _columns(events, kind_mask(events, Kind.FRAME),
                     **_same("conn_id", "ts_ns", "name", "topic", "channel", "msg_id", "attempts", "msg_ts_ns",
-                            "body_len", "code", "detail"))
+                            "body_len", "code", "text"))
 
 
 def publishes(events: pa.Table) -> pa.Table:
-    return _columns(events, kind_mask(events, "publish"), **_same("conn_id", "ts_ns"), command="name",
-                    **_same("topic", "body_len", "body_hash"), defer_ms="value", status="status")
+    return _columns(events, kind_mask(events, Kind.PUBLISH), **_same("conn_id", "ts_ns"), command="name",
+                    **_same("topic", "body_len", "body_hash"), defer_ms="delay_ms", status="status")
 
 
 def errors(events: pa.Table) -> pa.Table:
     """Capture/decode problems (named, counted) and the error frames nsqd sent."""
 
     def source(rows):
-        from_file = pc.if_else(pc.equal(rows["direction"], "file"), "capture", "decode")
-        return pc.if_else(pc.equal(rows["kind"], "frame"), "nsqd", from_file)
+        from_file = pc.if_else(pc.equal(rows["direction"], Direction.FILE), "capture", "decode")
+        return pc.if_else(pc.equal(rows["kind"], Kind.FRAME), "nsqd", from_file)
 
-    return _columns(events, pc.or_kleene(kind_mask(events, "error"), kind_mask(events, "frame", "error")),
+    def explanation(rows):
+        return pc.if_else(pc.equal(rows["kind"], Kind.FRAME), rows["text"], rows["explanation"])
+
+    return _columns(events, pc.or_kleene(kind_mask(events, Kind.ERROR), kind_mask(events, Kind.FRAME, "error")),
                     **_same("conn_id", "ts_ns"), source=source,
-                    error=lambda rows: pc.if_else(pc.equal(rows["kind"], "frame"), rows["code"], rows["name"]),
-                    **_same("topic", "channel", "msg_id", "detail", "value", "stream_offset"))
+                    error=lambda rows: pc.if_else(pc.equal(rows["kind"], Kind.FRAME), rows["code"], rows["name"]),
+                    **_same("topic", "channel", "msg_id"), explanation=explanation,
+                    **_same("byte_count", "stream_offset"))
 
 
 def heartbeats(events: pa.Table) -> pa.Table:
-    return _columns(events, kind_mask(events, "frame", "heartbeat"), **_same("conn_id", "ts_ns", "topic", "channel"),
-                    gap_ms=lambda rows: pc.divide(pc.cast(rows["value"], pa.float64()), NS_PER_MS))
+    return _columns(events, kind_mask(events, Kind.FRAME, "heartbeat"),
+                    **_same("conn_id", "ts_ns", "topic", "channel"),
+                    gap_ms=lambda rows: pc.divide(pc.cast(rows["heartbeat_interval_ns"], pa.float64()), NS_PER_MS))
 
 
 def flow_control(events: pa.Table) -> pa.Table:
     """RDY as the client set it, and in flight per second (violations.py counts it)."""
 
-    def when(kind):
-        return lambda rows: pc.if_else(pc.equal(rows["kind"], kind), rows["value"], pa.scalar(None, pa.int64()))
-
-    return _columns(events, pc.or_kleene(kind_mask(events, "command", "RDY"), kind_mask(events, "inflight")),
-                    **_same("conn_id", "ts_ns", "topic", "channel"), rdy=when("command"), in_flight=when("inflight"))
+    return _columns(events, pc.or_kleene(kind_mask(events, Kind.COMMAND, "RDY"), kind_mask(events, Kind.IN_FLIGHT)),
+                    **_same("conn_id", "ts_ns", "topic", "channel", "rdy", "in_flight"))
 
 
 def violations(events: pa.Table) -> pa.Table:
-    return _columns(events, kind_mask(events, "violation"), **_same("conn_id", "ts_ns"), requirement="name",
-                    **_same("topic", "channel", "detail"))
+    return _columns(events, kind_mask(events, Kind.VIOLATION), **_same("conn_id", "ts_ns"), requirement="name",
+                    **_same("topic", "channel", "explanation"))
 
 
 def registrations(events: pa.Table) -> pa.Table:
     """What a producer told nsqlookupd (R-03..R-07, L-TCP-12..15): each REGISTER and UNREGISTER of a V1 connection
     with its producer and nsqlookupd's answer (``project`` gives it only a V1 connection's events)."""
-    return _columns(events, kind_mask(events, "command", "REGISTER", "UNREGISTER"), **_same("conn_id", "ts_ns"),
-                    producer="detail", action="name",
+    return _columns(events, kind_mask(events, Kind.COMMAND, "REGISTER", "UNREGISTER"), **_same("conn_id", "ts_ns"),
+                    producer="producer", action="name",
                     **_same("topic", "channel", "status", "code"))
 
 
@@ -118,10 +121,11 @@ ACTIVITY_KEYS = ["conn_id", "kind", "name", "status", "code", "topic", "req_dela
 def activity(events: pa.Table) -> pa.Table:
     """How many events of each kind, name, status and error code, per connection and topic: what summary.py
     counts. ``req_delay0``: a REQ with delay 0 (D-20's immediate requeue)."""
-    counted_kinds = pc.is_in(events["kind"], pa.array(["command", "frame", "publish", "error", "violation"]))
-    rows = events.select([*ACTIVITY_KEYS[:-1], "value"]).filter(counted_kinds)
+    counted = [Kind.COMMAND, Kind.FRAME, Kind.PUBLISH, Kind.ERROR, Kind.VIOLATION]
+    rows = events.select([*ACTIVITY_KEYS[:-1], "delay_ms"]).filter(pc.is_in(events["kind"], pa.array(counted)))
     is_req = pc.equal(rows["name"], "REQ")
-    rows = rows.append_column("req_delay0", pc.if_else(is_req, pc.equal(rows["value"], 0), pa.scalar(None, pa.bool_())))
+    rows = rows.append_column("req_delay0", pc.if_else(is_req, pc.equal(rows["delay_ms"], 0),
+                                                       pa.scalar(None, pa.bool_())))
     counted = rows.group_by(ACTIVITY_KEYS, use_threads=False).aggregate([([], "count_all")])
     return counted.select([*ACTIVITY_KEYS, "count_all"]).rename_columns([*ACTIVITY_KEYS, "count"])
 

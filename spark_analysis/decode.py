@@ -13,7 +13,6 @@ it the rest of that direction is reported as ``compressed_stream_gap``.
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 import zlib
@@ -26,6 +25,7 @@ import pyarrow.compute as pc
 from conformance import wire
 from spark_analysis import decode_v1
 from spark_analysis.events import (
+    IDENTIFY_RESPONSE_FIELDS,
     AnswerPairing,
     CommandWalk,
     Rows,
@@ -33,8 +33,11 @@ from spark_analysis.events import (
     close_kind,
     connection_row,
     first_bytes,
+    identify_struct,
     json_object,
+    typed_fields,
 )
+from spark_analysis.kinds import Close, Direction, Kind, Status
 from spark_analysis.reassembly import Connection, Stream
 from spark_analysis.settlements import DELIVERED_SCHEMA, Settlements
 from spark_analysis.violations import ID_ERRORS, NS_PER_S, ConnectionChecks
@@ -151,7 +154,8 @@ class ConnectionDecoder:
         close = close_kind(self.conn)
         if self.checks is not None:
             for finding in self.checks.finish(close):
-                rows.add(finding.ts_ns, "conn", "violation", finding.requirement, detail=finding.detail)
+                rows.add(finding.ts_ns, Direction.CONNECTION, Kind.VIOLATION, finding.requirement,
+                         explanation=finding.explanation)
         return self._release(rows, last=True, close=close)
 
     def _begin(self):
@@ -171,7 +175,7 @@ class ConnectionDecoder:
         else:
             self.protocol = "other"
 
-    def _release(self, rows: Rows, last: bool, close: str | None = None) -> tuple[pa.Table, pa.Table]:
+    def _release(self, rows: Rows, last: bool, close: Close | None = None) -> tuple[pa.Table, pa.Table]:
         """``rows`` are final: their outcomes, the checks' findings, the subscription's labels, and with the ``last``
         window the connection's own row."""
         if self.pairing is not None:
@@ -181,12 +185,13 @@ class ConnectionDecoder:
             if self.checks is None:
                 self.checks = ConnectionChecks(client.identify, self.upgrade.identify)
                 self.settlements = Settlements(self.checks.msg_timeout_ns)
-            checked = rows.is_in("kind", "command", "frame")
+            checked = rows.is_in("kind", Kind.COMMAND, Kind.FRAME)
             findings, in_flight = self.checks.run(rows.columns, rows.time_order(), checked, last)
             for finding in findings:
-                rows.add(finding.ts_ns, "conn", "violation", finding.requirement, detail=finding.detail)
+                rows.add(finding.ts_ns, Direction.CONNECTION, Kind.VIOLATION, finding.requirement,
+                         explanation=finding.explanation)
             for second, count in sorted(in_flight.items()):
-                rows.add(second * NS_PER_S, "conn", "inflight", "in_flight", value=count)
+                rows.add(second * NS_PER_S, Direction.CONNECTION, Kind.IN_FLIGHT, "in_flight", in_flight=count)
         self.activity.update(zip(rows.columns["kind"], rows.columns["name"], strict=True))
         if last:
             self._connection_row(rows, close)
@@ -197,12 +202,12 @@ class ConnectionDecoder:
             return events, DELIVERED_SCHEMA.empty_table()
         return events, self.settlements.settle(events, last)
 
-    def _connection_row(self, rows: Rows, close: str):
+    def _connection_row(self, rows: Rows, close: Close):
         activity = self.activity
         if self.protocol == "lookupd":
             commands = self.walks[1]
             connection_row(rows, "lookupd", close, self.magic, codec="plain", producer=commands.producer,
-                           identify_request=commands.identify_body)
+                           identify_request=commands.identify)
             return
         is_nsq = self.protocol == "nsq"
         client = self.walks[1] if is_nsq else None
@@ -213,13 +218,14 @@ class ConnectionDecoder:
             close,
             self.magic,
             codec="tls" if self.upgrade.tls else self.upgrade.codec or "plain",
-            identify_request=json.dumps(client.identify) if is_nsq else None,
-            identify_response=json.dumps(self.upgrade.identify) if self.upgrade.identify else None,
+            identify_request=client.identify_struct if is_nsq else None,
+            identify_response=typed_fields(self.upgrade.identify, IDENTIFY_RESPONSE_FIELDS)
+            if self.upgrade.identify else None,
             topic=topic,
             channel=channel,
-            cls=activity["command", "CLS"],
-            publish_commands=sum(activity["command", verb] for verb in ("PUB", "MPUB", "DPUB")),
-            deliveries=activity["frame", "message"],
+            cls=activity[Kind.COMMAND, "CLS"],
+            publish_commands=sum(activity[Kind.COMMAND, verb] for verb in ("PUB", "MPUB", "DPUB")),
+            deliveries=activity[Kind.FRAME, "message"],
         )
 
 
@@ -289,7 +295,7 @@ class _V2Walk(StreamWalk):
 
 
 class _ServerSide(_V2Walk):
-    direction = "s2c"
+    direction = Direction.SERVER
 
     def __init__(self, stream, upgrade):
         super().__init__(stream, upgrade)
@@ -334,15 +340,15 @@ class _ServerSide(_V2Walk):
             if frame.is_heartbeat:
                 since_last = None if self.last_heartbeat_ts_ns is None else ts_ns - self.last_heartbeat_ts_ns
                 self.last_heartbeat_ts_ns = ts_ns
-                add(ts_ns, direction, "frame", "heartbeat", value=since_last)  # C-26
+                add(ts_ns, direction, Kind.FRAME, "heartbeat", heartbeat_interval_ns=since_last)  # C-26
             elif frame.frame_type == wire.FRAME_RESPONSE:
                 text = frame.data.decode("utf-8", "replace")
                 status = None
                 if self.expect_upgrade_ok:
-                    status, self.expect_upgrade_ok = "upgrade", False  # ID-30: the OK through the new layer
+                    status, self.expect_upgrade_ok = Status.UPGRADE, False  # ID-30: the OK through the new layer
                 elif self.identify_pending and frame.data.startswith(b"{"):
                     self._identify_response(frame.data)
-                add(ts_ns, direction, "frame", "response", detail=text, status=status)
+                add(ts_ns, direction, Kind.FRAME, "response", text=text, status=status)
             else:
                 code = frame.error_code
                 self.upgrade.answered = self.upgrade.answered or self.identify_pending
@@ -350,7 +356,7 @@ class _ServerSide(_V2Walk):
                 if code in ID_ERRORS:  # "<VERB> <id> failed <reason>" (P-FIN-04, P-REQ-06, P-TOUCH-03)
                     words = frame.error_text.split(" ")
                     msg_id = words[1] if len(words) > 1 else None
-                add(ts_ns, direction, "frame", "error", code=code, msg_id=msg_id, detail=frame.error_text)
+                add(ts_ns, direction, Kind.FRAME, "error", code=code, msg_id=msg_id, text=frame.error_text)
         self._messages(spans, run_start, len(types))
 
     def _messages(self, spans: wire.FrameSpans, first: int, stop: int):
@@ -367,7 +373,7 @@ class _ServerSide(_V2Walk):
         count = stop - first
         self.rows.add_many(
             self.direction,
-            "frame",
+            Kind.FRAME,
             "message",
             ts_ns=[self.ts_ns] * count,
             msg_id=[data[start + 10:start + 26].decode("latin-1") for start in starts],  # as sent, NULs too
@@ -403,7 +409,8 @@ class _ClientSide(_V2Walk, CommandWalk):
         # first, says whether the bytes after it go through a new layer (ID-30).
         self.decoder = wire.CommandDecoder(pause_at_upgrade=True)
         self.subscription: tuple[str | None, str | None] = (None, None)
-        self.identify: dict = {}
+        self.identify: dict = {}  # the first IDENTIFY's fields, for the checks
+        self.identify_struct: dict | None = None  # and as the connection row's identify_request
         # the bytes after the IDENTIFY while the server's answer is in a window still to come
         self.unanswered: bytearray | None = None
 
@@ -436,14 +443,14 @@ class _ClientSide(_V2Walk, CommandWalk):
         """One `publish` row per message, right after the command's row: their status is its status."""
         self.rows.add_many(
             self.direction,
-            "publish",
+            Kind.PUBLISH,
             name,
             published=True,
             ts_ns=[self.ts_ns] * len(bodies),
             topic=[topic] * len(bodies),
             body_len=[len(body) for body in bodies],
             body_hash=body_hashes(bodies),
-            value=[defer] * len(bodies),
+            delay_ms=[defer] * len(bodies),
         )
 
     def _commands(self, spans: wire.CommandSpans):
@@ -464,8 +471,8 @@ class _ClientSide(_V2Walk, CommandWalk):
     def _fins(self, spans: wire.CommandSpans, first: int, stop: int):
         if first < stop:
             data = spans.data
-            self.rows.add_many(self.direction, "command", "FIN", ts_ns=[self.ts_ns] * (stop - first),
-                               status=["ok"] * (stop - first),
+            self.rows.add_many(self.direction, Kind.COMMAND, "FIN", ts_ns=[self.ts_ns] * (stop - first),
+                               status=[Status.OK] * (stop - first),
                                msg_id=[data[start + 4:start + 20].decode("latin-1")
                                        for start in spans.starts[first:stop]])
 
@@ -477,56 +484,38 @@ class _ClientSide(_V2Walk, CommandWalk):
         first = params[0].decode("latin-1") if params else None
         # a FIN, REQ or TOUCH succeeds unless an error frame names its ID (events.AnswerPairing)
         if name in ("FIN", "TOUCH"):
-            add(ts_ns, direction, "command", name, msg_id=first, status="ok")
+            add(ts_ns, direction, Kind.COMMAND, name, msg_id=first, status=Status.OK)
         elif name == "REQ":
-            add(ts_ns, direction, "command", name, msg_id=first, value=_integer(params[1:2]), status="ok")
+            add(ts_ns, direction, Kind.COMMAND, name, msg_id=first, delay_ms=_integer(params[1:2]), status=Status.OK)
         elif name == "RDY":
             # P-RDY-05: no parameter means 1, an empty one means 0.
-            add(
-                ts_ns,
-                direction,
-                "command",
-                name,
-                value=1 if not params else _integer(params[:1], empty=0),
-            )
+            add(ts_ns, direction, Kind.COMMAND, name, rdy=1 if not params else _integer(params[:1], empty=0))
         elif name == "SUB":
             second = params[1].decode("latin-1") if len(params) > 1 else None
             if self.subscription[1] is None:
                 self.subscription = (first, second)
-            add(ts_ns, direction, "command", name, topic=first, channel=second)
+            add(ts_ns, direction, Kind.COMMAND, name, topic=first, channel=second)
         elif name in ("PUB", "DPUB"):
             body = command.body or b""
             defer = _integer(params[1:2]) if name == "DPUB" else None
-            add(ts_ns, direction, "command", name, topic=first, body_len=len(body), value=defer)
+            add(ts_ns, direction, Kind.COMMAND, name, topic=first, body_len=len(body), delay_ms=defer)
             self._publish(name, first, [body], defer)
         elif name == "MPUB":
             try:
                 messages = command.messages
             except wire.ProtocolViolation as exc:
                 messages = []
-                add(ts_ns, direction, "error", "mpub_body_invalid", topic=first, detail=exc.reason)
-            add(
-                ts_ns,
-                direction,
-                "command",
-                name,
-                topic=first,
-                value=len(messages),
-                body_len=len(command.body or b""),
-            )
+                add(ts_ns, direction, Kind.ERROR, "mpub_body_invalid", topic=first, explanation=exc.reason)
+            add(ts_ns, direction, Kind.COMMAND, name, topic=first, message_count=len(messages),
+                body_len=len(command.body or b""))
             self._publish(name, first, messages)
         elif name == "IDENTIFY":
+            identify = identify_struct(command.body)
             if not self.identify:
-                self.identify = json_object(command.body)
-            add(ts_ns, direction, "command", name, detail=(command.body or b"").decode("utf-8", "replace"))
+                self.identify, self.identify_struct = json_object(command.body), identify
+            add(ts_ns, direction, Kind.COMMAND, name, identify=identify)
         else:
-            add(
-                ts_ns,
-                direction,
-                "command",
-                name,
-                detail=" ".join(p.decode("latin-1") for p in params) or None,
-            )
+            add(ts_ns, direction, Kind.COMMAND, name, arguments=" ".join(p.decode("latin-1") for p in params) or None)
 
 
 def _integer(params, empty=None):
@@ -540,8 +529,8 @@ def _integer(params, empty=None):
 
 def _subscription_rows(rows: Rows) -> np.ndarray:
     """What happens on a subscribed connection is its subscription's: its frames, the commands that act on them."""
-    return rows.is_in("kind", "frame", "gap", "violation", "inflight") | (
-        rows.is_in("kind", "command") & ~rows.is_in("name", "PUB", "MPUB", "DPUB", "SUB"))
+    return rows.is_in("kind", Kind.FRAME, Kind.GAP, Kind.VIOLATION, Kind.IN_FLIGHT) | (
+        rows.is_in("kind", Kind.COMMAND) & ~rows.is_in("name", "PUB", "MPUB", "DPUB", "SUB"))
 
 
 def _labelled(events: pa.Table, rows: np.ndarray, topic: str, channel: str) -> pa.Table:

@@ -1,9 +1,9 @@
 """nsqlookupd's connections in a capture: what producers (nsqds) tell a lookupd over the TCP protocol "  V1"
 (R-* and L-TCP-* in conformance/spec/), through ``conformance.wire_v1``.
 
-Its walks (``walks``) turn a connection's windows into rows of ``EVENT_SCHEMA``: a ``command`` row per IDENTIFY,
-REGISTER, UNREGISTER and PING (``topic``, ``channel``; ``detail``: the producer, ``broadcast_address:tcp_port`` of its
-IDENTIFY), a ``frame`` row per reply (``response`` or ``error`` with its code: L-TCP-02); decode.py pairs each
+Its walks (``walks``) turn a connection's windows into rows of ``EVENT_SCHEMA``: a ``command`` row per IDENTIFY
+(``identify``), REGISTER, UNREGISTER (``topic``, ``channel``, ``producer``: ``broadcast_address:tcp_port`` of the
+IDENTIFY) and PING, a ``frame`` row per reply (``response`` or ``error`` with its code: L-TCP-02); decode.py pairs each
 command with its reply and adds the connection row (``lookupd``, with the producer). A connection is nsqlookupd's
 when it starts with the magic "  V1", or, caught mid-stream, when it goes to nsqlookupd's port (4160 by default).
 """
@@ -14,7 +14,8 @@ import re
 
 from conformance import wire_v1
 from conformance.wire import ProtocolViolation
-from spark_analysis.events import CommandWalk, StreamWalk, first_bytes, json_object
+from spark_analysis.events import CommandWalk, StreamWalk, first_bytes, identify_struct
+from spark_analysis.kinds import Direction, Kind
 from spark_analysis.reassembly import Connection
 
 LOOKUPD_PORTS = frozenset({4160})  # nsqlookupd's default --tcp-address port
@@ -28,7 +29,7 @@ def is_lookupd(conn: Connection) -> bool:
 
 
 def walks(conn: Connection) -> list[StreamWalk]:
-    """The replies' walk, then the commands' (``producer``, ``identify_body``): decode.ConnectionDecoder drives them."""
+    """The replies' walk, then the commands' (``producer``, ``identify``): decode.ConnectionDecoder drives them."""
     return [_Replies(conn.s2c), _Commands(conn.c2s)]
 
 
@@ -39,27 +40,26 @@ class _Commands(CommandWalk):
         super().__init__(stream)
         self.decoder = wire_v1.V1CommandDecoder()
         self.producer: str | None = None  # broadcast_address:tcp_port, as nsqlookupd lists it (L-HTTP lookup)
-        self.identify_body: str | None = None
+        self.identify: dict | None = None  # the last IDENTIFY, as events.IDENTIFY_TYPE
 
     def _commands(self, commands):
         for command in commands.commands():
             name = command.name.decode("latin-1")
             params = [param.decode("latin-1") for param in command.params]
             if name == "IDENTIFY":
-                fields = json_object(command.body)
-                self.identify_body = (command.body or b"").decode("utf-8", "replace")
-                if self.producer is None and "broadcast_address" in fields:
-                    self.producer = f"{fields['broadcast_address']}:{fields.get('tcp_port')}"
-                self.rows.add(self.ts_ns, self.direction, "command", name, detail=self.identify_body)
+                self.identify = identify_struct(command.body)
+                if self.producer is None and self.identify["broadcast_address"] is not None:
+                    self.producer = f"{self.identify['broadcast_address']}:{self.identify['tcp_port']}"
+                self.rows.add(self.ts_ns, self.direction, Kind.COMMAND, name, identify=self.identify)
             elif name in ("REGISTER", "UNREGISTER"):
-                self.rows.add(self.ts_ns, self.direction, "command", name, topic=params[0] if params else None,
-                              channel=params[1] if len(params) > 1 else None, detail=self.producer)
+                self.rows.add(self.ts_ns, self.direction, Kind.COMMAND, name, topic=params[0] if params else None,
+                              channel=params[1] if len(params) > 1 else None, producer=self.producer)
             else:
-                self.rows.add(self.ts_ns, self.direction, "command", name, detail=" ".join(params) or None)
+                self.rows.add(self.ts_ns, self.direction, Kind.COMMAND, name, arguments=" ".join(params) or None)
 
 
 class _Replies(StreamWalk):
-    direction = "s2c"
+    direction = Direction.SERVER
 
     def __init__(self, stream):
         super().__init__(stream)
@@ -85,6 +85,6 @@ class _Replies(StreamWalk):
         for reply in replies:
             text = reply.decode("utf-8", "replace")
             if wire_v1.is_error(reply):  # L-TCP-21: the code, then the text; the connection then ends
-                self.rows.add(self.ts_ns, self.direction, "frame", "error", code=text.split(" ", 1)[0], detail=text)
+                self.rows.add(self.ts_ns, self.direction, Kind.FRAME, "error", code=text.split(" ", 1)[0], text=text)
             else:
-                self.rows.add(self.ts_ns, self.direction, "frame", "response", detail=text)
+                self.rows.add(self.ts_ns, self.direction, Kind.FRAME, "response", text=text)

@@ -13,12 +13,58 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conformance import wire
+from spark_analysis.kinds import Close, Direction, Kind, Status
 from spark_analysis.reassembly import Connection, Gap, Stream
 from spark_analysis.violations import ID_ERRORS
 
-# The connection row's facts (kind = connection): what the capture shows of the connection, and the protocol's.
+
+def _typed_struct(fields: dict[str, type]) -> pa.StructType:
+    return pa.struct([(name, _ARROW_TYPE[kind]) for name, kind in fields.items()])
+
+
+_ARROW_TYPE = {str: pa.string(), bool: pa.bool_(), int: pa.int64()}
+# The fields of an IDENTIFY body: nsqd's (ID-*), then nsqlookupd's (L-TCP-*); hostname is both's.
+IDENTIFY_FIELDS = {
+    "client_id": str, "hostname": str, "user_agent": str, "feature_negotiation": bool, "heartbeat_interval": int,
+    "output_buffer_size": int, "output_buffer_timeout": int, "tls_v1": bool, "snappy": bool, "deflate": bool,
+    "deflate_level": int, "sample_rate": int, "msg_timeout": int,
+    "broadcast_address": str, "tcp_port": int, "http_port": int, "version": str,
+}
+# nsqd's JSON answer to an IDENTIFY with feature_negotiation (ID-04)
+IDENTIFY_RESPONSE_FIELDS = {
+    "max_rdy_count": int, "version": str, "max_msg_timeout": int, "msg_timeout": int, "tls_v1": bool,
+    "deflate": bool, "deflate_level": int, "max_deflate_level": int, "snappy": bool, "sample_rate": int,
+    "auth_required": bool, "output_buffer_size": int, "output_buffer_timeout": int,
+}
+# ``body``: the IDENTIFY's JSON as sent, unknown fields and all; the fields, those of the right JSON type
+IDENTIFY_TYPE = pa.struct([("body", pa.string()), *_typed_struct(IDENTIFY_FIELDS)])
+IDENTIFY_RESPONSE_TYPE = _typed_struct(IDENTIFY_RESPONSE_FIELDS)
+
+
+def typed_fields(fields: dict, types: dict[str, type]) -> dict:
+    """The ``types`` fields of a JSON object, each of its type or None (a JSON number is not a bool, and the other
+    way round; a number past int64 is None)."""
+    typed = {}
+    for name, kind in types.items():
+        value = fields.get(name)
+        if kind is int:
+            fits = type(value) is int and -(1 << 63) <= value < (1 << 63)
+        else:
+            fits = type(value) is kind
+        typed[name] = value if fits else None
+    return typed
+
+
+def identify_struct(body: bytes | None) -> dict:
+    """An IDENTIFY command's body as ``IDENTIFY_TYPE``."""
+    return {"body": (body or b"").decode("utf-8", "replace"), **typed_fields(json_object(body), IDENTIFY_FIELDS)}
+
+
+# The connection row's facts (kind connection): what the capture shows of the connection, and the protocol's.
 CONNECTION_TYPE = pa.struct(
     [
+        ("close", pa.string()),  # Close
+        ("packets", pa.int64()),
         ("codec", pa.string()),  # plain | snappy | deflate | tls
         ("syn_seen", pa.bool_()),
         ("last_ts_ns", pa.int64()),
@@ -28,8 +74,8 @@ CONNECTION_TYPE = pa.struct(
         ("retransmitted_bytes", pa.int64()),
         ("conflicting_bytes", pa.int64()),
         ("magic", pa.string()),
-        ("identify_request", pa.string()),  # the client's IDENTIFY body (V2 and V1)
-        ("identify_response", pa.string()),  # nsqd's JSON answer (V2)
+        ("identify_request", IDENTIFY_TYPE),  # the client's first IDENTIFY (V2 and V1)
+        ("identify_response", IDENTIFY_RESPONSE_TYPE),  # nsqd's JSON answer (V2)
         ("topic", pa.string()),  # the subscription (V2)
         ("channel", pa.string()),
         ("cls", pa.int32()),
@@ -47,9 +93,9 @@ EVENT_SCHEMA = pa.schema(
         ("client_port", pa.int32()),
         ("server_port", pa.int32()),
         ("ts_ns", pa.int64()),
-        ("direction", pa.string()),  # c2s | s2c | conn
-        ("kind", pa.string()),  # command | frame | publish | gap | error | violation | connection
-        ("name", pa.string()),  # verb, frame kind (message/heartbeat/response/error), error or requirement ID
+        ("direction", pa.string()),  # Direction
+        ("kind", pa.string()),  # Kind
+        ("name", pa.string()),  # by kind: the verb, the frame's kind, the error, the requirement's ID
         ("topic", pa.string()),
         ("channel", pa.string()),
         ("msg_id", pa.string()),
@@ -57,11 +103,19 @@ EVENT_SCHEMA = pa.schema(
         ("msg_ts_ns", pa.int64()),  # message frames: the publish timestamp carried in the frame (C-09)
         ("body_len", pa.int64()),
         ("body_hash", pa.int64()),  # crc32 and adler32 of the body: joins publishes with deliveries
-        # RDY count, REQ timeout, DPUB defer, MPUB message count, gap length, ns since the previous heartbeat
-        ("value", pa.int64()),
-        ("status", pa.string()),  # commands: ok | failed | error | unanswered
+        ("rdy", pa.int64()),  # RDY: the count the client set (P-RDY-05)
+        ("delay_ms", pa.int64()),  # REQ's timeout, DPUB's defer (and its publish row's)
+        ("message_count", pa.int32()),  # MPUB: the messages of its body
+        ("byte_count", pa.int64()),  # gaps and undecodable bytes: how many bytes of the stream
+        ("heartbeat_interval_ns", pa.int64()),  # heartbeat frames: since the connection's previous one (C-26)
+        ("in_flight", pa.int32()),  # in-flight rows: the most messages in flight in that second
+        ("status", pa.string()),  # Status
         ("code", pa.string()),  # error frames: E_*; commands: the error code they got
-        ("detail", pa.string()),
+        ("text", pa.string()),  # response and error frames: what they say
+        ("arguments", pa.string()),  # the commands without columns of their own: their parameters as sent
+        ("explanation", pa.string()),  # errors and violations: what went wrong, and where
+        ("producer", pa.string()),  # V1 REGISTER and UNREGISTER: broadcast_address:tcp_port of the IDENTIFY
+        ("identify", IDENTIFY_TYPE),  # IDENTIFY commands, V2 and V1
         ("stream_offset", pa.int64()),
         ("connection", CONNECTION_TYPE),
     ]
@@ -74,7 +128,11 @@ def kind_mask(events: pa.Table, kind: str, *names: str) -> pa.Array:
 
 
 RESYNC_WINDOW = 1 << 20  # bytes kept while searching for a resync point
-DETAIL_LIMIT = 300
+TEXT_LIMIT = 300  # characters kept of a row's text, arguments and explanation: a peer may send megabytes
+
+
+def _cut(text: str | None) -> str | None:
+    return text[:TEXT_LIMIT] if text is not None and len(text) > TEXT_LIMIT else text
 
 
 _ROW_FIELDS = EVENT_SCHEMA.names[5:]  # what add() takes; the first five are the connection's own
@@ -109,17 +167,25 @@ class Rows:
         msg_ts_ns=None,
         body_len=None,
         body_hash=None,
-        value=None,
+        rdy=None,
+        delay_ms=None,
+        message_count=None,
+        byte_count=None,
+        heartbeat_interval_ns=None,
+        in_flight=None,
         status=None,
         code=None,
-        detail=None,
+        text=None,
+        arguments=None,
+        explanation=None,
+        producer=None,
+        identify=None,
         stream_offset=None,
         connection=None,
     ) -> int:
-        if detail is not None and len(detail) > DETAIL_LIMIT and kind != "connection":
-            detail = detail[:DETAIL_LIMIT]
-        row = (ts_ns, direction, kind, name, topic, channel, msg_id, attempts, msg_ts_ns, body_len, body_hash, value,
-               status, code, detail, stream_offset, connection)
+        row = (ts_ns, direction, kind, name, topic, channel, msg_id, attempts, msg_ts_ns, body_len, body_hash, rdy,
+               delay_ms, message_count, byte_count, heartbeat_interval_ns, in_flight, status, code, _cut(text),
+               _cut(arguments), _cut(explanation), producer, identify, stream_offset, connection)
         if self._columns is None:
             self._tuples.append(row)
             return len(self._tuples) - 1
@@ -186,7 +252,7 @@ class Rows:
         count = len(c["ts_ns"])
         if self._order is None or len(self._order) != count:  # rows only grow: the same count, the same rows
             ts = np.fromiter(c["ts_ns"], np.int64, count)
-            from_server = ~self.is_in("direction", "c2s")
+            from_server = ~self.is_in("direction", Direction.CLIENT)
             self._order = np.lexsort((from_server, ts))  # stable: ties keep decode order
         return self._order
 
@@ -219,16 +285,16 @@ def first_bytes(stream: Stream, count: int) -> bytes:
     return head
 
 
-def close_kind(conn: Connection) -> str:
+def close_kind(conn: Connection) -> Close:
     """Who ended the connection: rst, the first FIN's sender, or still open at the capture's end."""
     if conn.rst_seen:
-        return "rst"
+        return Close.RST
     client_fin, server_fin = conn.c2s.fin_ts_ns, conn.s2c.fin_ts_ns
     if client_fin is None and server_fin is None:
-        return "open"
+        return Close.OPEN
     if server_fin is None or (client_fin is not None and client_fin <= server_fin):
-        return "client_fin"
-    return "server_fin"
+        return Close.CLIENT_FIN
+    return Close.SERVER_FIN
 
 
 class StreamWalk:
@@ -274,18 +340,10 @@ class StreamWalk:
     def finish(self, rows: Rows):
         """The stream ended: bytes still searched for a resync point are undecodable."""
         if self.resync_buffer:
-            rows.add(
-                self.ts_ns,
-                self.direction,
-                "error",
-                "undecodable_bytes",
-                value=len(self.resync_buffer),
-                stream_offset=self.resync_offset,
-                detail="no frame or command boundary found",
-            )
+            self._undecodable(rows, len(self.resync_buffer), "no frame or command boundary found")
 
     def _gap(self, gap: Gap):
-        self.rows.add(gap.ts_ns, self.direction, "gap", "gap", value=gap.length, stream_offset=gap.offset)
+        self.rows.add(gap.ts_ns, self.direction, Kind.GAP, "gap", byte_count=gap.length, stream_offset=gap.offset)
         if self.lost:
             return
         if self.decompressor is not None:
@@ -295,9 +353,13 @@ class StreamWalk:
         self.resync_buffer = bytearray()
         self.resync_offset = gap.offset + gap.length
 
-    def _lose(self, name: str, detail: str):
+    def _lose(self, name: str, explanation: str):
         self.lost = True
-        self.rows.add(self.ts_ns, self.direction, "error", name, detail=detail, stream_offset=self.offset)
+        self.rows.add(self.ts_ns, self.direction, Kind.ERROR, name, explanation=explanation, stream_offset=self.offset)
+
+    def _undecodable(self, rows: Rows, count: int, explanation: str):
+        rows.add(self.ts_ns, self.direction, Kind.ERROR, "undecodable_bytes", byte_count=count,
+                 stream_offset=self.resync_offset, explanation=explanation)
 
     def _resynced(self, data: bytes) -> bytes | None:
         buffer = self.resync_buffer
@@ -306,40 +368,18 @@ class StreamWalk:
         if start < 0:
             if len(buffer) > RESYNC_WINDOW:
                 dropped = len(buffer) - RESYNC_WINDOW // 2
-                self.rows.add(
-                    self.ts_ns,
-                    self.direction,
-                    "error",
-                    "undecodable_bytes",
-                    value=dropped,
-                    stream_offset=self.resync_offset,
-                    detail="no frame or command boundary found",
-                )
+                self._undecodable(self.rows, dropped, "no frame or command boundary found")
                 del buffer[:dropped]
                 self.resync_offset += dropped
             return None
         if start:
-            self.rows.add(
-                self.ts_ns,
-                self.direction,
-                "error",
-                "undecodable_bytes",
-                value=start,
-                stream_offset=self.resync_offset,
-                detail="skipped while resynchronising",
-            )
+            self._undecodable(self.rows, start, "skipped while resynchronising")
         self.resync_buffer = None
         return bytes(buffer[start:])
 
     def violation(self, reason: str, exc: wire.ProtocolViolation):
-        self.rows.add(
-            self.ts_ns,
-            self.direction,
-            "error",
-            "protocol_violation",
-            detail=f"{reason}: {exc.reason}",
-            stream_offset=exc.offset,
-        )
+        self.rows.add(self.ts_ns, self.direction, Kind.ERROR, "protocol_violation",
+                      explanation=f"{reason}: {exc.reason}", stream_offset=exc.offset)
         self.reset()
         self.resync_buffer = bytearray()
         self.resync_offset = self.offset
@@ -351,7 +391,7 @@ class CommandWalk(StreamWalk):
     its commands handed to ``_commands`` as spans; caught mid-stream, decoded as if the magic had been sent. A decoder
     that pauses at an upgrade hands the bytes after it to ``_switch``."""
 
-    direction = "c2s"
+    direction = Direction.CLIENT
     command_start: re.Pattern[bytes]  # where a command line may start: the resync point
 
     def reset(self):
@@ -373,7 +413,7 @@ class CommandWalk(StreamWalk):
         except wire.ProtocolViolation as exc:
             self._commands(exc.decoded)
             if self.decoder.magic is not None and self.decoder.magic != self.decoder.MAGIC:  # C-02, L-TCP-03
-                self.rows.add(self.ts_ns, self.direction, "error", "bad_magic", detail=repr(self.decoder.magic),
+                self.rows.add(self.ts_ns, self.direction, Kind.ERROR, "bad_magic", explanation=repr(self.decoder.magic),
                               stream_offset=0)
                 self.lost = True
                 return
@@ -413,14 +453,14 @@ class AnswerPairing:
 
     def pair(self, rows: Rows):
         c = rows.columns
-        commands, frames = rows.is_in("kind", "command"), rows.is_in("kind", "frame")
-        by_id_commands = commands & rows.is_in("name", "FIN", "REQ", "TOUCH")  # decoded as "ok"
+        commands, frames = rows.is_in("kind", Kind.COMMAND), rows.is_in("kind", Kind.FRAME)
+        by_id_commands = commands & rows.is_in("name", "FIN", "REQ", "TOUCH")  # decoded as OK
         status, code = c["status"], c["code"]
         id_errors = np.zeros(len(commands), bool)
         for index in np.flatnonzero(frames & rows.is_in("name", "error")).tolist():
             id_errors[index] = code[index] in ID_ERRORS
         answered_commands = commands & (rows.is_in("name", *self.answered) if self.answered else True)
-        server_gaps = rows.is_in("kind", "gap") & rows.is_in("direction", "s2c")
+        server_gaps = rows.is_in("kind", Kind.GAP) & rows.is_in("direction", Direction.SERVER)
         walked = answered_commands | (frames & rows.is_in("name", "response", "error") & ~id_errors) | server_gaps
         name = c["name"]
         order = rows.time_order()
@@ -429,14 +469,14 @@ class AnswerPairing:
             if answered_commands[index]:
                 waiting.append((rows, index))
             elif frames[index]:
-                if status[index] != "upgrade" and waiting:
+                if status[index] != Status.UPGRADE and waiting:
                     answered_rows, command = waiting.popleft()
-                    answered_rows.columns["status"][command] = "ok" if name[index] == "response" else "error"
+                    answered_rows.columns["status"][command] = Status.OK if name[index] == "response" else Status.ERROR
                     answered_rows.columns["code"][command] = c["code"][index]
             else:
                 # Answers inside the gap are lost: what was waiting stays unanswered, not failed.
                 for answered_rows, command in waiting:
-                    answered_rows.columns["status"][command] = "unanswered"
+                    answered_rows.columns["status"][command] = Status.UNANSWERED
                 waiting.clear()
         if id_errors.any():
             self._fail_by_id(rows, order, by_id_commands, id_errors)
@@ -448,8 +488,8 @@ class AnswerPairing:
         if self.previous is not None:
             p = self.previous.columns
             for index in self.previous.time_order().tolist():
-                if p["kind"][index] == "command" and p["name"][index] in ("FIN", "REQ", "TOUCH") \
-                        and p["status"][index] == "ok":
+                if p["kind"][index] == Kind.COMMAND and p["name"][index] in ("FIN", "REQ", "TOUCH") \
+                        and p["status"][index] == Status.OK:
                     by_id.setdefault((p["name"][index], p["msg_id"][index]), []).append((self.previous, index))
         c = rows.columns
         for index in order[(by_id_commands | id_errors)[order]].tolist():
@@ -459,7 +499,7 @@ class AnswerPairing:
             pending = by_id.get((ID_ERRORS[c["code"][index]], c["msg_id"][index]))
             if pending:
                 failed_rows, command = pending.pop()
-                failed_rows.columns["status"][command] = "failed"
+                failed_rows.columns["status"][command] = Status.FAILED
                 failed_rows.columns["code"][command] = c["code"][index]
 
     def release(self, rows: Rows):
@@ -468,7 +508,7 @@ class AnswerPairing:
         waiting = self.waiting
         while waiting and waiting[0][0] is rows:
             _, command = waiting.popleft()
-            rows.columns["status"][command] = "unanswered"
+            rows.columns["status"][command] = Status.UNANSWERED
         status = rows.columns["status"]
         for start, stop, command in rows.published:
             status[start:stop] = [status[command]] * (stop - start)
@@ -476,19 +516,19 @@ class AnswerPairing:
             self.previous = None
 
 
-def connection_row(rows: Rows, name: str, close: str, magic: bytes, **facts) -> None:
-    """The connection's own row: ``name`` (nsq, lookupd, other), how it ended, and in ``connection`` what the
-    capture shows of it (``magic``: its first 4 bytes, if the capture has its start), the protocol's ``facts``
-    among them (CONNECTION_TYPE)."""
+def connection_row(rows: Rows, name: str, close: Close, magic: bytes, **facts) -> None:
+    """The connection's own row: ``name`` (nsq, lookupd, other), and in ``connection`` what the capture shows of it:
+    how it ended, ``magic`` (its first 4 bytes, if the capture has its start), the protocol's ``facts`` among them
+    (CONNECTION_TYPE)."""
     conn = rows.conn
     rows.add(
         conn.first_ts_ns,
-        "conn",
-        "connection",
+        Direction.CONNECTION,
+        Kind.CONNECTION,
         name,
-        status=close,
-        value=conn.packets,
         connection={
+            "close": close,
+            "packets": conn.packets,
             "syn_seen": conn.c2s.syn_seen,
             "last_ts_ns": conn.last_ts_ns,
             "c2s_bytes": conn.c2s.length,

@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis.connection_tables import SCHEMAS, TableWriter, parquet_writer, prepare_directories
+from spark_analysis.kinds import Kind, Status
 from spark_analysis.parquet_source import read_table
 from spark_analysis.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
 from spark_analysis.settlements import DELIVERED_SCHEMA, DELIVERY_FIELDS, codes
@@ -112,14 +113,14 @@ class MessageExchange:
 
     def add(self, name: str, table: pa.Table) -> None:
         if name == "events":
-            self._unbucketed.add("connections", table.filter(pc.equal(table["kind"], "connection")))
+            self._unbucketed.add("connections", table.filter(pc.equal(table["kind"], Kind.CONNECTION)))
             return
         if name == "frames":
             failed = table.filter(pc.and_(pc.equal(table["name"], "error"), pc.equal(table["code"], "E_FIN_FAILED")))
             self._unbucketed.add("fin_failed", failed.select(MESSAGE_KEY))
             return
         if name == "publishes":
-            name, table = "published", table.filter(pc.equal(table["status"], "ok"))
+            name, table = "published", table.filter(pc.equal(table["status"], Status.OK))
         elif name != "delivered":
             return
         if table.num_rows:
@@ -409,8 +410,6 @@ def connections(spark: SparkSession, exchange_dir: str, storage: Storage = LOCAL
             F.col("ts_ns").alias("first_ts_ns"),
             (F.col("name") == "nsq").alias("is_nsq"),
             (F.col("name") == "lookupd").alias("is_lookupd"),
-            F.col("status").alias("close"),
-            F.col("value").alias("packets"),
             "connection.*",
         )
     )

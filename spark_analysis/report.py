@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from conformance.catalogue import requirements  # noqa: E402
+from spark_analysis.kinds import Status  # noqa: E402
 from spark_analysis.lifecycle import LATENCY_COLUMNS, Totals  # noqa: E402
 from spark_analysis.storage import LOCAL, Storage, join  # noqa: E402
 from spark_analysis.summary import CONCURRENT_JOBS, message_events  # noqa: E402
@@ -54,7 +55,7 @@ def _fetch(tables: Mapping[str, DataFrame]) -> dict:
     queries = {
         "delivered_per_second": lambda: deliveries.groupBy(
             second, F.concat_ws("/", "topic", "channel").alias("series")).count().toPandas(),
-        "published_per_second": lambda: tables["publishes"].where("status = 'ok'").groupBy(
+        "published_per_second": lambda: tables["publishes"].where(F.col("status") == Status.OK).groupBy(
             second, F.col("topic").alias("series")).count().toPandas(),
         "requeues": lambda: deliveries.where("outcome IN ('REQ', 'timeout', 'abandoned')").groupBy(
             second, "outcome").count().toPandas(),

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_analysis.events import EVENT_SCHEMA, kind_mask
+from spark_analysis.kinds import Direction, Kind, Status
 
 DELIVERY_FIELDS = ["topic", "channel", "msg_id", "conn_id", "ts_ns", "attempts", "msg_ts_ns", "body_len", "body_hash"]
 DELIVERED_SCHEMA = pa.schema(
@@ -41,21 +42,23 @@ class Settlements:
         self.carried = _CARRIED_SCHEMA.empty_table()
 
     def settle(self, events: pa.Table, last: bool) -> pa.Table:
-        acts = pc.and_kleene(kind_mask(events, "command", "FIN", "REQ", "TOUCH"), pc.equal(events["status"], "ok"))
+        acts = pc.and_kleene(kind_mask(events, Kind.COMMAND, "FIN", "REQ", "TOUCH"),
+                             pc.equal(events["status"], Status.OK))
         columns = [*DELIVERY_FIELDS, "name", "direction"]
-        window = events.select(columns).filter(pc.or_kleene(kind_mask(events, "frame", "message"), acts))
+        window = events.select(columns).filter(pc.or_kleene(kind_mask(events, Kind.FRAME, "message"), acts))
         carried = self.carried
         if not window.num_rows and not carried.num_rows:
             return DELIVERED_SCHEMA.empty_table()
         window = window.append_column("touches", pa.nulls(window.num_rows, pa.int64()))
         window = window.append_column("last_ts_ns", window["ts_ns"])
         carried = carried.append_column("name", pa.repeat(pa.scalar("message"), carried.num_rows))
-        carried = carried.append_column("direction", pa.repeat(pa.scalar("s2c"), carried.num_rows))
+        carried = carried.append_column("direction", pa.repeat(pa.scalar(Direction.SERVER, pa.string()),
+                                                               carried.num_rows))
         rows = pa.concat_tables([carried.select(window.column_names).cast(window.schema), window])
         count = rows.num_rows
         # By ID, then in time order (events.Rows.time_order: at the same instant a client's row first).
         ids = codes(rows["msg_id"])
-        from_server = pc.not_equal(rows["direction"], "c2s").to_numpy(zero_copy_only=False)
+        from_server = pc.not_equal(rows["direction"], Direction.CLIENT).to_numpy(zero_copy_only=False)
         order = np.lexsort((np.arange(count), from_server, rows["ts_ns"].to_numpy(), ids))
         names = rows["name"].to_numpy(zero_copy_only=False)[order]
         ids, ts = ids[order], rows["ts_ns"].to_numpy()[order]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.spec import behaviours
+from spark_analysis.kinds import Close, Kind, Status
 
 DEFAULT_MSG_TIMEOUT_MS = 60_000  # ID-07
 DEFAULT_HEARTBEAT_MS = 30_000  # C-27
@@ -37,7 +38,7 @@ REQUIREMENT_OF = {item.id: item.trace_requirement for item in behaviours().value
 class Finding:
     ts_ns: int
     requirement: str  # the catalogue's ID
-    detail: str  # the behaviour item, who broke it and how
+    explanation: str  # the behaviour item, who broke it and how
 
 
 class ConnectionChecks:
@@ -93,22 +94,23 @@ class ConnectionChecks:
         next_expiry = self.next_expiry
         msg_timeout_ns, heartbeat_ms, buckets = self.msg_timeout_ns, self.heartbeat_ms, self.buckets
         found = []
-        timestamps, kinds, names, values, statuses, msg_ids, codes = (
-            c[column] for column in ("ts_ns", "kind", "name", "value", "status", "msg_id", "code")
+        timestamps, kinds, names, rdys, statuses, msg_ids, codes = (
+            c[column] for column in ("ts_ns", "kind", "name", "rdy", "status", "msg_id", "code")
         )
         # the most in flight in the current second, kept in locals: a consumer's rows are half deliveries
         second, peak = None, 0
         for index in order:
             ts, name = timestamps[index], names[index]
-            if kinds[index] == "command":
+            if kinds[index] == Kind.COMMAND:
                 self.last_command_ts = ts
                 if name == "FIN" or name == "REQ":
-                    if statuses[index] == "ok":
+                    if statuses[index] == Status.OK:
                         in_flight.pop(msg_ids[index], None)
-                    elif name == "FIN" and statuses[index] == "failed" and not self._ever_delivered(msg_ids[index]):
+                    elif name == "FIN" and statuses[index] == Status.FAILED \
+                            and not self._ever_delivered(msg_ids[index]):
                         found.append((ts, "P-FIN-04", "client: FIN of a message ID never delivered on this connection"))
-                elif name == "RDY" and values[index] is not None:
-                    rdy_history.append((ts, values[index]))
+                elif name == "RDY" and rdys[index] is not None:
+                    rdy_history.append((ts, rdys[index]))
                 elif name == "CLS":
                     rdy_history.append((ts, 0))  # D-04: CLS sets RDY to 0
                 elif name == "TOUCH" and msg_ids[index] in in_flight:
@@ -166,14 +168,15 @@ class ConnectionChecks:
         done = {second: count for second, count in buckets.items() if last or second < self.last_ts // NS_PER_S}
         for second in done:
             del buckets[second]
-        findings = [Finding(ts, REQUIREMENT_OF[behaviour], f"{behaviour} {detail}") for ts, behaviour, detail in found]
+        findings = [Finding(ts, REQUIREMENT_OF[behaviour], f"{behaviour} {explanation}")
+                    for ts, behaviour, explanation in found]
         return findings, done
 
-    def finish(self, close_kind: str) -> list[Finding]:
+    def finish(self, close_kind: Close) -> list[Finding]:
         """C-29: the server closed a connection whose client sent nothing for 2 heartbeat intervals."""
         heartbeat_ms = self.heartbeat_ms
         if (
-            close_kind == "server_fin"
+            close_kind == Close.SERVER_FIN
             and self.fatal_error_ts is None
             and heartbeat_ms > 0
             and self.last_command_ts is not None

@@ -11,7 +11,7 @@ from spark_analysis.violations import ConnectionChecks
 MS = 1_000_000
 # msg_timeout 2000 ms, less output_buffer_timeout 250 ms and the 100 ms queue scan: in flight for 1650 ms
 RESPONSE = {"msg_timeout": 2000, "output_buffer_timeout": 250}
-COLUMNS = ("ts_ns", "kind", "name", "value", "status", "msg_id", "code")
+COLUMNS = ("ts_ns", "kind", "name", "rdy", "status", "msg_id", "code")
 
 
 def rows(*events: tuple) -> dict[str, list]:
@@ -21,7 +21,7 @@ def rows(*events: tuple) -> dict[str, list]:
         columns["ts_ns"].append(ms * MS)
         columns["kind"].append(kind)
         columns["name"].append(name)
-        columns["value"].append(argument if name == "RDY" else None)
+        columns["rdy"].append(argument if name == "RDY" else None)
         columns["status"].append("ok" if kind == "command" else None)
         columns["msg_id"].append(argument if name != "RDY" else None)
         columns["code"].append(None)

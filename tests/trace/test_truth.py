@@ -112,3 +112,54 @@ def test_latency_quantiles_are_those_of_the_messages_table(analyse):
         for key, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
             expected = values[math.ceil(fraction * len(values)) - 1]
             assert abs(got[key] - expected) <= RELATIVE_ACCURACY * abs(expected) + 2 * SMALLEST, (name, key)
+
+
+# Where each single-meaning column of the events table may hold a value: (kind, names or None for any)
+ONE_MEANING = {
+    "rdy": ("command", {"RDY"}),
+    "delay_ms": (None, {"REQ", "DPUB"}),  # REQ's timeout; DPUB's defer, on its command and its publish rows
+    "message_count": ("command", {"MPUB"}),
+    "byte_count": (None, {"gap", "undecodable_bytes"}),
+    "heartbeat_interval_ns": ("frame", {"heartbeat"}),
+    "in_flight": ("inflight", {"in_flight"}),
+    "text": ("frame", {"response", "error"}),
+    "explanation": (None, None),  # errors and violations: checked by kind below
+    "identify": ("command", {"IDENTIFY"}),
+    "producer": ("command", {"REGISTER", "UNREGISTER"}),
+}
+
+
+@pytest.mark.parametrize("name", ["workload-small", "cluster"])
+def test_each_event_column_has_one_meaning(analyse, name):
+    """A value in ``rdy``, ``delay_ms``, ``text``, ... only on the rows it is named for; and each is there."""
+    summary = analyse(name, [PCAPS / f"{name}.pcap"])
+    events = pq.read_table(os.path.join(summary["out_dir"], "tables", "events")).to_pandas()
+    seen = set()
+    for column, (kind, names) in ONE_MEANING.items():
+        held = events[events[column].notna()]
+        if column == "explanation":
+            assert set(held["kind"]) <= {"error", "violation"}, column
+        else:
+            assert kind is None or set(held["kind"]) <= {kind}, column
+            assert set(held["name"]) <= names, (column, set(held["name"]))
+        if len(held):
+            seen.add(column)
+    expected = {"rdy", "message_count", "heartbeat_interval_ns", "in_flight", "text", "identify", "delay_ms",
+                "explanation"} if name == "workload-small" else {"rdy", "text", "identify", "producer"}
+    assert expected <= seen, expected - seen
+    assert events["status"].dropna().isin(["ok", "failed", "error", "unanswered", "upgrade"]).all()
+    assert events.loc[events["kind"] == "connection", "status"].isna().all()
+
+
+def test_identify_and_its_answer_are_typed_structs(analyse):
+    """The connection row holds the client's first IDENTIFY and nsqd's answer with their fields typed."""
+    summary = analyse("compressed", [PCAPS / "compressed.pcap"])
+    rows = pq.read_table(os.path.join(summary["out_dir"], "tables", "connections")).to_pylist()
+    by_codec = {row["codec"]: row for row in rows}
+    snappy = by_codec["snappy"]
+    assert snappy["identify_request"]["snappy"] is True and snappy["identify_response"]["snappy"] is True
+    assert by_codec["deflate"]["identify_request"]["deflate_level"] == 6
+    assert isinstance(snappy["identify_request"]["heartbeat_interval"], int)
+    assert json.loads(snappy["identify_request"]["body"])["snappy"] is True
+    assert {row["close"] for row in rows} <= {"rst", "client_fin", "server_fin", "open"}
+    assert all(row["packets"] > 0 for row in rows)

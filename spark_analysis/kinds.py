@@ -1,0 +1,43 @@
+"""The values of the events' label columns (events.EVENT_SCHEMA): ``kind``, ``direction``, ``status``, and the
+connection row's ``close``. String enums: a row holds the value itself, as the Parquet tables do."""
+
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """What an event row stands for (its ``name`` says which one of them)."""
+
+    COMMAND = "command"  # a client's command; name: the verb
+    FRAME = "frame"  # a server's frame or V1 reply; name: message | heartbeat | response | error
+    PUBLISH = "publish"  # one message a PUB, MPUB or DPUB published; name: the verb
+    GAP = "gap"  # bytes the capture lacks
+    ERROR = "error"  # what could not be decoded, or the capture's own problems; name: what went wrong
+    VIOLATION = "violation"  # a behaviour the checks saw broken; name: the requirement's ID
+    IN_FLIGHT = "inflight"  # the most messages in flight in one second of a subscription
+    CONNECTION = "connection"  # the connection's own row; name: nsq | lookupd | other
+
+
+class Direction(StrEnum):
+    CLIENT = "c2s"  # client to server
+    SERVER = "s2c"  # server to client
+    CONNECTION = "conn"  # the connection's as a whole: its own row, violations, in-flight counts
+    FILE = "file"  # the capture file's (pcapfile.py)
+
+
+class Status(StrEnum):
+    """A command's outcome (its publish rows share it); on a response frame, only ``UPGRADE``."""
+
+    OK = "ok"
+    FAILED = "failed"  # an error frame named its message ID (P-FIN-04)
+    ERROR = "error"  # its answer was an error frame
+    UNANSWERED = "unanswered"  # no answer in the capture
+    UPGRADE = "upgrade"  # a response frame: the OK that confirms an upgrade through the new layer, answering no command
+
+
+class Close(StrEnum):
+    """How a connection ended."""
+
+    RST = "rst"
+    CLIENT_FIN = "client_fin"  # the client's FIN came first
+    SERVER_FIN = "server_fin"
+    OPEN = "open"  # still open where the capture ends
