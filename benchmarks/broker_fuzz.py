@@ -1,5 +1,5 @@
 """Hostile sessions at scale (`tox -e fuzz`): 100,000 seeded TCP and HTTP sessions against one reference broker,
-then its health. The generator, the runner and the per-session invariants are tests/broker/hostile_sessions.py,
+then its health. The generator, the runner and the per-session invariants are tests/broker/hostile/,
 the same as tests/broker/test_fuzz.py's 10,000.
 
 Writes bench-results/fuzz.json: sessions, seconds, sessions/s, frames and error codes seen with counts, HTTP
@@ -16,14 +16,8 @@ import sys
 import time
 
 from reference_broker.launcher import running_broker
-from tests.broker.hostile_sessions import (
-    BROKER_FLAGS,
-    check_health,
-    peak_rss_bytes,
-    run_sessions,
-    thread_names,
-    tracebacks,
-)
+from tests.broker.hostile.health import check_health, peak_rss_bytes, run_sessions, thread_names, tracebacks
+from tests.broker.hostile.session import BROKER_FLAGS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Hostile sessions against one broker (the generator, the runner and the invariants are in hostile_sessions.py):
+"""Hostile sessions against one broker (the generator, the runner and the invariants are in hostile/):
 10,000 seeded sessions, then the broker must be healthy; a hypothesis test over the same grammar, which shrinks
 a failing session to a small one; regression tests for what the fuzzer found; and checks that the session
 checker catches what it claims to, so that a quiet run means something.
@@ -22,22 +22,10 @@ from hypothesis import strategies as st
 
 from reference_broker.launcher import running_broker
 
-from .hostile_sessions import (
-    BROKER_FLAGS,
-    ERROR_PATTERN,
-    InboundFrames,
-    Outcome,
-    Session,
-    Write,
-    check_health,
-    check_http_responses,
-    generate_session,
-    play,
-    run_sessions,
-    session_rng,
-    thread_names,
-    tracebacks,
-)
+from .hostile.grammar import generate_session, session_rng
+from .hostile.health import check_health, run_sessions, thread_names, tracebacks
+from .hostile.play import ERROR_PATTERN, InboundFrames, Outcome, check_http_responses, play
+from .hostile.session import BROKER_FLAGS, Session, Write
 
 SEED = os.environ.get("FUZZ_SEED", "0")
 if SEED == "random":
