@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 from conformance import wire
 from spark_analysis import decode_v1
 from spark_analysis.events import (
-    IDENTIFY_RESPONSE_FIELDS,
     AnswerPairing,
     CommandWalk,
     Rows,
@@ -33,10 +32,8 @@ from spark_analysis.events import (
     close_kind,
     connection_row,
     first_bytes,
-    identify_struct,
-    json_object,
-    typed_fields,
 )
+from spark_analysis.identify import identify_struct, json_object, response_struct
 from spark_analysis.kinds import Close, Direction, Kind, Status
 from spark_analysis.reassembly import Connection, Stream
 from spark_analysis.settlements import DELIVERED_SCHEMA, Settlements
@@ -219,8 +216,7 @@ class ConnectionDecoder:
             self.magic,
             codec="tls" if self.upgrade.tls else self.upgrade.codec or "plain",
             identify_request=client.identify_struct if is_nsq else None,
-            identify_response=typed_fields(self.upgrade.identify, IDENTIFY_RESPONSE_FIELDS)
-            if self.upgrade.identify else None,
+            identify_response=response_struct(self.upgrade.identify) if self.upgrade.identify else None,
             topic=topic,
             channel=channel,
             cls=activity[Kind.COMMAND, "CLS"],

@@ -14,7 +14,8 @@ import re
 
 from conformance import wire_v1
 from conformance.wire import ProtocolViolation
-from spark_analysis.events import CommandWalk, StreamWalk, first_bytes, identify_struct
+from spark_analysis.events import CommandWalk, StreamWalk, first_bytes
+from spark_analysis.identify import identify_struct
 from spark_analysis.kinds import Direction, Kind
 from spark_analysis.reassembly import Connection
 
@@ -40,7 +41,7 @@ class _Commands(CommandWalk):
         super().__init__(stream)
         self.decoder = wire_v1.V1CommandDecoder()
         self.producer: str | None = None  # broadcast_address:tcp_port, as nsqlookupd lists it (L-HTTP lookup)
-        self.identify: dict | None = None  # the last IDENTIFY, as events.IDENTIFY_TYPE
+        self.identify: dict | None = None  # the last IDENTIFY, as identify.IDENTIFY_TYPE
 
     def _commands(self, commands):
         for command in commands.commands():

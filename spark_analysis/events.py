@@ -4,7 +4,6 @@ V2 connections with it, ``decode_v1.py`` nsqlookupd's V1 ones."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections import deque
 
@@ -13,52 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conformance import wire
+from spark_analysis.identify import IDENTIFY_RESPONSE_TYPE, IDENTIFY_TYPE
 from spark_analysis.kinds import Close, Direction, Kind, Status
 from spark_analysis.reassembly import Connection, Gap, Stream
 from spark_analysis.violations import ID_ERRORS
-
-
-def _typed_struct(fields: dict[str, type]) -> pa.StructType:
-    return pa.struct([(name, _ARROW_TYPE[kind]) for name, kind in fields.items()])
-
-
-_ARROW_TYPE = {str: pa.string(), bool: pa.bool_(), int: pa.int64()}
-# The fields of an IDENTIFY body: nsqd's (ID-*), then nsqlookupd's (L-TCP-*); hostname is both's.
-IDENTIFY_FIELDS = {
-    "client_id": str, "hostname": str, "user_agent": str, "feature_negotiation": bool, "heartbeat_interval": int,
-    "output_buffer_size": int, "output_buffer_timeout": int, "tls_v1": bool, "snappy": bool, "deflate": bool,
-    "deflate_level": int, "sample_rate": int, "msg_timeout": int,
-    "broadcast_address": str, "tcp_port": int, "http_port": int, "version": str,
-}
-# nsqd's JSON answer to an IDENTIFY with feature_negotiation (ID-04)
-IDENTIFY_RESPONSE_FIELDS = {
-    "max_rdy_count": int, "version": str, "max_msg_timeout": int, "msg_timeout": int, "tls_v1": bool,
-    "deflate": bool, "deflate_level": int, "max_deflate_level": int, "snappy": bool, "sample_rate": int,
-    "auth_required": bool, "output_buffer_size": int, "output_buffer_timeout": int,
-}
-# ``body``: the IDENTIFY's JSON as sent, unknown fields and all; the fields, those of the right JSON type
-IDENTIFY_TYPE = pa.struct([("body", pa.string()), *_typed_struct(IDENTIFY_FIELDS)])
-IDENTIFY_RESPONSE_TYPE = _typed_struct(IDENTIFY_RESPONSE_FIELDS)
-
-
-def typed_fields(fields: dict, types: dict[str, type]) -> dict:
-    """The ``types`` fields of a JSON object, each of its type or None (a JSON number is not a bool, and the other
-    way round; a number past int64 is None)."""
-    typed = {}
-    for name, kind in types.items():
-        value = fields.get(name)
-        if kind is int:
-            fits = type(value) is int and -(1 << 63) <= value < (1 << 63)
-        else:
-            fits = type(value) is kind
-        typed[name] = value if fits else None
-    return typed
-
-
-def identify_struct(body: bytes | None) -> dict:
-    """An IDENTIFY command's body as ``IDENTIFY_TYPE``."""
-    return {"body": (body or b"").decode("utf-8", "replace"), **typed_fields(json_object(body), IDENTIFY_FIELDS)}
-
 
 # The connection row's facts (kind connection): what the capture shows of the connection, and the protocol's.
 CONNECTION_TYPE = pa.struct(
@@ -269,7 +226,36 @@ class Rows:
         }
         repeated = {name: pa.repeat(pa.scalar(value, EVENT_SCHEMA.field(name).type), count)
                     for name, value in constant.items()}
-        return pa.Table.from_pydict({**repeated, **columns}, schema=EVENT_SCHEMA)
+        arrays = {name: _array(values, EVENT_SCHEMA.field(name).type) for name, values in columns.items()
+                  if name not in _STRUCT_COLUMNS}
+        nulls = {name: pa.nulls(count, EVENT_SCHEMA.field(name).type) for name in _STRUCT_COLUMNS}
+        table = pa.Table.from_pydict({**repeated, **arrays, **nulls}, schema=EVENT_SCHEMA)
+        # A struct column costs its children's bytes on every row, null or not (the connection's: ~250 bytes), and
+        # it holds a value on a few rows (an IDENTIFY, the connection's own row): those rows become chunks of their
+        # own, the struct columns of the other chunks all null, which costs nothing.
+        held = np.zeros(count, bool)
+        for name in _STRUCT_COLUMNS:
+            held |= np.array(columns[name], dtype=object).astype(bool)  # a struct value is a dict, never empty
+        pieces, start = [], 0
+        for index in np.flatnonzero(held).tolist():
+            row = table.slice(index, 1)
+            for name in _STRUCT_COLUMNS:
+                position = EVENT_SCHEMA.get_field_index(name)
+                row = row.set_column(position, name, pa.array([columns[name][index]], EVENT_SCHEMA.field(name).type))
+            pieces += [table.slice(start, index - start), row]
+            start = index + 1
+        return pa.concat_tables([*pieces, table.slice(start)]) if pieces else table
+
+
+_STRUCT_COLUMNS = ("identify", "connection")
+
+
+def _array(values: list, arrow_type: pa.DataType) -> pa.Array:
+    """A column of the rows: a column no row of the window has a value in costs nothing (most are empty on most
+    rows: messages and FINs fill a few)."""
+    if values and values[0] is None and values[-1] is None and values.count(None) == len(values):
+        return pa.nulls(len(values), arrow_type)
+    return pa.array(values, arrow_type)
 
 
 def first_bytes(stream: Stream, count: int) -> bytes:
@@ -428,14 +414,6 @@ class CommandWalk(StreamWalk):
 
     def _switch(self, rest: bytes):
         raise NotImplementedError
-
-
-def json_object(body: bytes | None) -> dict:
-    try:
-        value = json.loads(body or b"")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 class AnswerPairing:
