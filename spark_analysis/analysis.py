@@ -325,7 +325,8 @@ def run_analysis(
     buckets = decode_to_tables(packets(spark, paths, split_bytes, payload, storage), tables_dir, exchange_dir,
                                nsq_ports, window_bytes, storage, with_payloads=payload == "bytes")
     step("deriving tables")
-    tables, totals, result = derive(spark, tables_dir, exchange_dir, buckets, storage, step)
+    tables, totals, result = derive(spark, tables_dir, exchange_dir, lambda: lifecycle.tables(
+        spark, tables_dir, exchange_dir, buckets, storage), storage, step)
     storage.delete_directory(exchange_dir)
     result["input"] = {
         "files": paths,
@@ -347,11 +348,13 @@ def payload_kind(files: list[str]) -> str:
     return "reference" if all(is_local(path) for path in files) else "bytes"
 
 
-def derive(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int, storage: Storage = LOCAL,
+def derive(spark: SparkSession, tables_dir: str, exchange_dir: str,
+           lifecycles: Callable[[], tuple[dict[str, DataFrame], lifecycle.Totals]], storage: Storage = LOCAL,
            step: Callable[[str], None] = lambda message: None) -> tuple[Mapping[str, DataFrame], lifecycle.Totals,
                                                                        dict]:
-    """From the decoding tasks' tables and exchange: the tables that join connections (lifecycles, connections),
-    all the tables as DataFrames, the lifecycles' totals and the summary."""
+    """From the decoding tasks' tables and exchange: the tables that join connections (``lifecycles`` makes the
+    lifecycle tables and their totals, connections), all the tables as DataFrames, the lifecycles' totals and the
+    summary."""
     from spark_analysis import summary
 
     def materialise(name: str, frame: DataFrame) -> DataFrame:
@@ -372,7 +375,7 @@ def derive(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int
         counted = {name: pool.submit(lambda aggregate=aggregate: aggregate(exchanged).collect())
                    for name, aggregate in summary.AGGREGATES.items()}
         counted["connections"] = pool.submit(lambda: stored.result().collect())
-        derived, totals = lifecycle.tables(spark, tables_dir, exchange_dir, buckets, storage)
+        derived, totals = lifecycles()
         step("summarising")
         tables = ChainMap({**derived, "connections": stored.result()}, written)
         rows = {name: future.result() for name, future in counted.items()}

@@ -4,8 +4,10 @@ before them left open carried over, pickled.
     OUT/watch/state/<batch>/part-NNNNN.pickle  each open flow's FlowDecoder (analysis.py) after the batch: its
                                                reassembly (bytes not handed out yet, holes), its decoder (the held
                                                window's rows, the walks, pairing, checks, settlements and counts)
-    OUT/watch/state/<batch>/index.json         flow -> (file, offset, length) and the latest capture time: written
-                                               last, it makes the batch's state whole
+    OUT/watch/state/<batch>/lifecycles/        the open messages carried (lifecycle_increments.py)
+    OUT/watch/state/<batch>/index.json         flow -> (file, offset, length), the latest capture time and the batch
+                                               carried on from: written last (``commit``, after the lifecycles'
+                                               state), it makes the batch's state whole
     OUT/tables/<table>/b<batch>-part-NNNNN.parquet       the rows that became final in the batch: appended
     OUT/tables/<table>/open-b<batch>-part-NNNNN.parquet  the open connections' rest, as if they ended with the
                                                          batch's files: replaced by the next batch's
@@ -67,8 +69,13 @@ STAND_IN = "carried_flow"  # the error column of a row that stands for a carried
 OPEN = "open-"
 
 
+def part_prefix(batch_id: int) -> str:
+    """How the names of batch ``batch_id``'s final parts start (``OPEN`` before it: its open parts')."""
+    return f"b{batch_id:010d}-"
+
+
 def part_name(batch_id: int, task: int) -> str:
-    return f"b{batch_id:010d}-part-{task:05d}"
+    return f"{part_prefix(batch_id)}part-{task:05d}"
 
 
 def batch_of(file_name: str) -> int | None:
@@ -88,12 +95,14 @@ class Increments:
         self.tables_dir = join(out_dir, "tables")
         self.exchange_dir = join(out_dir, "watch", "exchange")
         self.state_dir = join(out_dir, "watch", "state")
+        self.table_names = [*SCHEMAS, *lifecycle.LIFECYCLE_SCHEMAS]
         for directory in (self.state_dir, *(join(self.exchange_dir, name) for name in lifecycle.UNBUCKETED),
-                          *(join(self.tables_dir, name) for name in SCHEMAS)):
+                          *(join(self.tables_dir, name) for name in self.table_names)):
             storage.make_directory(directory)
 
     def decode(self, batch_id: int, files: list[str]) -> dict:
-        """Batch ``batch_id``'s ``files`` decoded. Returns its state's index: the flows carried to the next batch."""
+        """Batch ``batch_id``'s ``files`` decoded. Returns its state's index (``commit`` writes it): the flows carried
+        to the next batch, the latest capture time, the batch carried on from."""
         previous = self._last_whole_state(batch_id)
         # what a stop left of this batch or a later one, and the states a committed batch has superseded
         self._forget(lambda name, batch: batch >= batch_id,
@@ -109,14 +118,17 @@ class Increments:
         indexes = placed.sortWithinPartitions("flow", "ts_ns", "file", "offset").mapInArrow(
             task, "state STRING").collect()
         frame.unpersist()
-        index = {"flows": {}, "last_ts_ns": carried["last_ts_ns"]}
+        index = {"flows": {}, "last_ts_ns": carried["last_ts_ns"], "previous": previous}
         for row in indexes:
             part = json.loads(row.state)
             index["flows"].update(part["flows"])
             index["last_ts_ns"] = max(index["last_ts_ns"], part["last_ts_ns"])
-        self.storage.write_text(join(self.state_dir, f"{batch_id:010d}", "index.json"), json.dumps(index))
         self._forget(lambda name, batch: name.startswith(OPEN) and batch < batch_id, lambda batch: False)
         return index
+
+    def commit(self, batch_id: int, index: dict) -> None:
+        """Batch ``batch_id``'s state made whole, once everything carried from it is written."""
+        self.storage.write_text(join(self.state_dir, f"{batch_id:010d}", "index.json"), json.dumps(index))
 
     def _stand_ins(self, frame, carried_flows: dict):
         """One row per carried flow, weighing its pickled bytes, that brings the flow to its task."""
@@ -140,7 +152,7 @@ class Increments:
     def _forget(self, parts: Callable[[str, int], bool], states: Callable[[int], bool]) -> None:
         """Deletes the table and exchange parts that ``parts`` selects (by file name and batch), and the states of
         the batches ``states`` selects."""
-        directories = [join(self.tables_dir, name) for name in SCHEMAS]
+        directories = [join(self.tables_dir, name) for name in self.table_names]
         directories += self.storage.directories(self.exchange_dir)
         for directory in directories:
             for path in self.storage.files(directory, ".parquet"):

@@ -172,15 +172,23 @@ def prepare_exchange(directory: str, storage: Storage = LOCAL) -> None:
         storage.reset_directory(join(directory, name))
 
 
-def _exchanged(directory: str, name: str, bucket: int | None = None, storage: Storage = LOCAL) -> pa.Table:
-    """Every decoding task's rows of table ``name`` (in ``bucket``)."""
-    schema = EXCHANGED_SCHEMAS[name]
+def exchanged(directory: str, name: str, bucket: int | None = None, storage: Storage = LOCAL,
+              prefix: str = "") -> pa.Table:
+    """Every decoding task's rows of table ``name`` (in ``bucket``), of the parts whose names start with
+    ``prefix``."""
     files = storage.files(join(directory, name if bucket is None else f"{name}-{bucket:05d}"), ".parquet")
+    return read_parts([url for url in files if url.rsplit("/", 1)[-1].startswith(prefix)], EXCHANGED_SCHEMAS[name],
+                      storage)
+
+
+def read_parts(files: list[str], schema: pa.Schema, storage: Storage = LOCAL, **scan) -> pa.Table:
+    """Parquet ``files`` as one table of ``schema`` (``scan``: a dataset's ``to_table`` arguments: columns,
+    filter)."""
     if not files:
-        return schema.empty_table()
+        return schema.empty_table().select(scan.get("columns", schema.names))
     filesystem = storage.locate(files[0])[0]
     return ds.dataset([storage.locate(url)[1] for url in files], schema=schema, format="parquet",
-                      filesystem=filesystem).to_table()
+                      filesystem=filesystem).to_table(**scan)
 
 
 def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int,
@@ -190,14 +198,14 @@ def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int
     prepare_directories(tables_dir, LIFECYCLE_SCHEMAS, storage)
 
     def lifecycles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ends = _ends(_exchanged(exchange_dir, "connections", storage=storage))
-        fin_failed = _exchanged(exchange_dir, "fin_failed", storage=storage)
+        ends = connection_ends(exchanged(exchange_dir, "connections", storage=storage))
+        fin_failed = exchanged(exchange_dir, "fin_failed", storage=storage)
         for batch in batches:
             for bucket in batch.column("id").to_pylist():
-                delivered = _exchanged(exchange_dir, "delivered", bucket, storage).join(ends, "conn_id",
-                                                                                       join_type="left outer")
+                delivered = exchanged(exchange_dir, "delivered", bucket, storage).join(ends, "conn_id",
+                                                                                      join_type="left outer")
                 delivery = deliveries(delivered)
-                published = _exchanged(exchange_dir, "published", bucket, storage)
+                published = exchanged(exchange_dir, "published", bucket, storage)
                 message = messages(delivery, published)
                 with TableWriter(tables_dir, f"part-{bucket:05d}", LIFECYCLE_SCHEMAS, storage) as writer:
                     writer.add("deliveries", delivery.select(DELIVERIES_SCHEMA.names))
@@ -210,7 +218,7 @@ def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int
             for name, schema in LIFECYCLE_SCHEMAS.items()}, totals
 
 
-def _ends(ended: pa.Table) -> pa.Table:
+def connection_ends(ended: pa.Table) -> pa.Table:
     """How each connection ended: whether it sent CLS (D-15), and when."""
     facts = ended["connection"].combine_chunks()
     return pa.table({"conn_id": ended["conn_id"], "no_cls": pc.equal(facts.field("cls"), 0),
@@ -308,13 +316,32 @@ class Totals:
                 key = (latency["latency"], latency["topic"], latency["channel"])
                 histogram = Histogram.from_row(latency["histogram"])
                 totals.latencies[key] = totals.latencies.get(key, EMPTY).merged(histogram)
-            totals.fin_failed_delivered.update(tuple(key) for key in row["fin_failed_delivered"])
+            totals.fin_failed_delivered.update(tuple(key[name] for name in MESSAGE_KEY)
+                                               for key in row["fin_failed_delivered"])
             for minute in row["minutes"]:
                 number = minute["minute"]
                 totals.minutes.setdefault(number, Counter()).update({name: minute[name] for name in MINUTE_COUNTS})
                 histogram = Histogram.from_row(minute["latency"])
                 totals.minute_latencies[number] = totals.minute_latencies.get(number, EMPTY).merged(histogram)
         return totals
+
+    def as_row(self) -> pa.RecordBatch:
+        """These totals as one row of ``TOTALS_SCHEMA`` (``of`` reads it back): what a watch keeps of the messages
+        it has written for good."""
+        channels = sorted(self.delivered.keys() | self.finished.keys())
+        return pa.RecordBatch.from_pylist([{
+            "deliveries": [{"topic": topic, "channel": channel, "attempts": attempts, "outcome": outcome,
+                            "count": count} for (topic, channel, attempts, outcome), count in self.deliveries.items()],
+            "messages": [{"topic": topic, "channel": channel, "delivered": self.delivered[(topic, channel)],
+                          "finished": self.finished[(topic, channel)]} for topic, channel in channels],
+            "latencies": [{"topic": topic, "channel": channel, "latency": latency, "histogram": histogram.as_arrow()}
+                          for (latency, topic, channel), histogram in self.latencies.items()],
+            "fin_failed_delivered": [dict(zip(MESSAGE_KEY, key, strict=True))
+                                     for key in sorted(self.fin_failed_delivered)],
+            "minutes": [{"minute": number, **{name: counts[name] for name in MINUTE_COUNTS},
+                         "latency": self.minute_latencies.get(number, EMPTY).as_arrow()}
+                        for number, counts in sorted(self.minutes.items())],
+        }], schema=TOTALS_SCHEMA)
 
     def latency(self, column: str) -> Histogram:
         """``column``'s histogram over every channel."""
@@ -332,10 +359,7 @@ def deliveries(delivered: pa.Table) -> pa.Table:
     if not rows.num_rows:
         empty = pa.array([], pa.string())
         return rows.append_column("cause", empty).append_column("outcome", empty)
-    same = np.ones(rows.num_rows, bool)  # the same message on the same channel as the row before
-    for name in MESSAGE_KEY:
-        keys = codes(rows[name])
-        same &= np.concatenate(([False], keys[1:] == keys[:-1]))
+    same = same_message(rows)
     follows = np.concatenate((same[1:], [False]))  # another delivery of the message on its channel comes next
     settlement = rows["settlement"].to_numpy(zero_copy_only=False)
     settled = settlement != None  # noqa: E711 (an object array)
@@ -348,6 +372,16 @@ def deliveries(delivered: pa.Table) -> pa.Table:
     outcome = np.where(settled, settlement, np.where(follows, np.where(abandoned, "abandoned", "timeout"), "open"))
     return rows.append_column("cause", pa.array(cause, pa.string())).append_column(
         "outcome", pa.array(outcome, pa.string()))
+
+
+def same_message(rows: pa.Table) -> np.ndarray:
+    """For rows ordered by ``MESSAGE_KEY``: whether each is of the same message on the same channel as the row
+    before."""
+    same = np.ones(rows.num_rows, bool)
+    for name in MESSAGE_KEY:
+        keys = codes(rows[name])
+        same &= np.concatenate(([False], keys[1:] == keys[:-1]))
+    return same
 
 
 def _aggregate(rows: pa.Table, keys: list[str], aggregates: dict[str, tuple[str, str]]) -> pa.Table:
@@ -379,13 +413,11 @@ def messages(delivery: pa.Table, published: pa.Table) -> pa.Table:
         "touches": ("touches", "sum"),
     }
     per_message = _aggregate(counted, MESSAGE_KEY, aggregates)
-    first_publish = _aggregate(published.sort_by("ts_ns"), ["topic", "body_hash"], {
-        "publish_command_ts_ns": ("ts_ns", "min"), "publish_command": ("command", "first")})
     # Arrow's join carries no list column (consumers): the publish is looked up by row number instead
     keys = per_message.select(["topic", "body_hash"]).append_column("row", pa.array(np.arange(per_message.num_rows)))
-    found = keys.join(first_publish, ["topic", "body_hash"], join_type="left outer").sort_by("row")
-    joined = per_message.append_column("publish_command_ts_ns", found["publish_command_ts_ns"]).append_column(
-        "publish_command", found["publish_command"])
+    found = keys.join(first_publishes(published), ["topic", "body_hash"], join_type="left outer").sort_by("row")
+    joined = per_message.append_column("publish_command_ts_ns", found["ts_ns"]).append_column(
+        "publish_command", found["command"])
     def milliseconds(end: str, start: str):
         return pc.divide(pc.cast(pc.subtract(joined[end], joined[start]), pa.float64()), NS_PER_MS)
 
@@ -394,6 +426,14 @@ def messages(delivery: pa.Table, published: pa.Table) -> pa.Table:
     ).append_column("last_delivery_to_fin_ms", milliseconds("fin_ts_ns", "last_delivery_ts_ns")).append_column(
         "state", pc.if_else(pc.is_valid(joined["fin_ts_ns"]), "finished", "unfinished")
     ).select(MESSAGES_SCHEMA.names).cast(MESSAGES_SCHEMA)
+
+
+def first_publishes(published: pa.Table) -> pa.Table:
+    """The first accepted publish of each body in each topic (``EXCHANGED_SCHEMAS["published"]``): the command a
+    message's row names."""
+    return _aggregate(published.sort_by("ts_ns"), ["topic", "body_hash"], {
+        "ts_ns": ("ts_ns", "min"), "command": ("command", "first")}).select(
+        EXCHANGED_SCHEMAS["published"].names).cast(EXCHANGED_SCHEMAS["published"])
 
 
 def connections(spark: SparkSession, exchange_dir: str, storage: Storage = LOCAL) -> DataFrame:

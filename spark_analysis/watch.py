@@ -5,9 +5,11 @@
          (offsets logged before a micro-batch runs, committed after) hands each file to exactly one micro-batch,
          and a micro-batch replayed after a stop gets the same files again
       -> foreachBatch: the batch's files written down under its id (``watch/batches/<id>.json``), its new files
-         decoded with the connections carried from the batch before (increments.py), the tables that join
-         connections derived again (analysis.derive), per-minute metrics from the lifecycles' totals, and
-         ``summary.json``, ``minutes.json``, a self-refreshing ``report.html`` and, last, ``latest.json`` replaced
+         decoded with the connections carried from the batch before (increments.py), the lifecycles of its new
+         deliveries ordered with the messages still open (lifecycle_increments.py), the connections table and the
+         summary derived again (analysis.derive: one row per connection), per-minute metrics from the lifecycles'
+         totals, the batch's state committed, and ``summary.json``, ``minutes.json``, a self-refreshing
+         ``report.html`` and, last, ``latest.json`` replaced
 
 Whatever moment the watcher stops at, the published results are those of the batch analysis of a prefix of the
 files, none read twice.
@@ -32,6 +34,7 @@ from spark_analysis.analysis import derive
 from spark_analysis.connection_tables import TableWriter
 from spark_analysis.increments import WATCH_BUCKETS, Increments
 from spark_analysis.lifecycle import MINUTE_COUNTS, NS_PER_MINUTE, Totals
+from spark_analysis.lifecycle_increments import LifecycleIncrements
 from spark_analysis.quantiles import EMPTY
 from spark_analysis.storage import LOCAL, Storage, join
 from spark_analysis.summary import message_events
@@ -120,8 +123,8 @@ def minutes(totals: Totals, violations: DataFrame) -> pa.Table:
 
 class Watcher:
     """The foreachBatch of ``watch``: each micro-batch's files recorded under its id and decoded with the connections
-    carried from the batch before (increments.py), then the tables that join connections derived again and the
-    results published."""
+    carried from the batch before (increments.py), its lifecycles with the messages carried (lifecycle_increments.py),
+    the connections table and the summary derived again, the batch's state committed and the results published."""
 
     def __init__(self, spark: SparkSession, out_dir: str, analysis_options: dict, storage: Storage = LOCAL,
                  step: Callable[[str], None] = lambda message: None):
@@ -129,6 +132,8 @@ class Watcher:
         self.report = analysis_options.get("report", True)
         self.increments = Increments(spark, out_dir, storage, **{
             name: value for name, value in analysis_options.items() if name != "report"})
+        self.lifecycles = LifecycleIncrements(spark, self.increments.tables_dir, self.increments.exchange_dir,
+                                              self.increments.state_dir, WATCH_BUCKETS, storage)
         self.batches_dir = join(out_dir, "watch", "batches")
         storage.make_directory(self.batches_dir)
         self.last_active = time.monotonic()
@@ -147,8 +152,10 @@ class Watcher:
         decoded = time.monotonic()
         tables_dir = self.increments.tables_dir
         self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
-        tables, totals, result = derive(self.spark, tables_dir, self.increments.exchange_dir, WATCH_BUCKETS,
-                                        self.storage)
+        tables, totals, result = derive(self.spark, tables_dir, self.increments.exchange_dir,
+                                        lambda: self.lifecycles.tables(batch_id, carried), self.storage)
+        derived = time.monotonic()
+        self.increments.commit(batch_id, carried)
         result["input"] = {"files": files, "bytes": sum(self.storage.size(path) for path in files),
                            "analysis_seconds": round(time.monotonic() - started, 3)}
         self.step(f"batch {batch_id}: per-minute metrics")
@@ -159,7 +166,8 @@ class Watcher:
         self._publish(batch_id, files, tables, totals, result, per_minute, {
             "new_files": new_files, "message_events": message_events(result["totals"]),
             "carried_connections": len(carried["flows"]),
-            "decode_seconds": round(decoded - started, 3), "seconds": round(time.monotonic() - started, 3)})
+            "decode_seconds": round(decoded - started, 3), "derive_seconds": round(derived - decoded, 3),
+            "seconds": round(time.monotonic() - started, 3)})
         self.last_active = time.monotonic()
         totals = result["totals"]
         self.step(f"batch {batch_id}: {totals['messages_published']:,} published, {totals['deliveries']:,} "
