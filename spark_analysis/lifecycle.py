@@ -206,7 +206,7 @@ def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int
                                                                                       join_type="left outer")
                 delivery = deliveries(delivered)
                 published = exchanged(exchange_dir, "published", bucket, storage)
-                message = messages(delivery, published)
+                message = messages(delivery, first_publishes(published))
                 with TableWriter(tables_dir, f"part-{bucket:05d}", LIFECYCLE_SCHEMAS, storage) as writer:
                     writer.add("deliveries", delivery.select(DELIVERIES_SCHEMA.names))
                     writer.add("messages", message)
@@ -391,8 +391,9 @@ def _aggregate(rows: pa.Table, keys: list[str], aggregates: dict[str, tuple[str,
     return grouped.rename_columns({f"{column}_{function}": name for name, (column, function) in aggregates.items()})
 
 
-def messages(delivery: pa.Table, published: pa.Table) -> pa.Table:
-    """One row per message and channel: publish, deliveries, settlement, latencies."""
+def messages(delivery: pa.Table, first_published: pa.Table) -> pa.Table:
+    """One row per message and channel: publish (``first_published``: ``first_publishes``' rows), deliveries,
+    settlement, latencies."""
     outcome = delivery["outcome"]
     counted = delivery.append_column("is_req", pc.cast(pc.equal(outcome, "REQ"), pa.int64())).append_column(
         "is_timeout", pc.cast(pc.is_in(outcome, pa.array(["timeout", "abandoned"])), pa.int64())
@@ -415,7 +416,7 @@ def messages(delivery: pa.Table, published: pa.Table) -> pa.Table:
     per_message = _aggregate(counted, MESSAGE_KEY, aggregates)
     # Arrow's join carries no list column (consumers): the publish is looked up by row number instead
     keys = per_message.select(["topic", "body_hash"]).append_column("row", pa.array(np.arange(per_message.num_rows)))
-    found = keys.join(first_publishes(published), ["topic", "body_hash"], join_type="left outer").sort_by("row")
+    found = keys.join(first_published, ["topic", "body_hash"], join_type="left outer").sort_by("row")
     joined = per_message.append_column("publish_command_ts_ns", found["ts_ns"]).append_column(
         "publish_command", found["command"])
     def milliseconds(end: str, start: str):

@@ -3,8 +3,8 @@ ones, instead of every message so far; a message's rows are written for good onc
 
     OUT/watch/state/<batch>/lifecycles/delivered-NNNNN.arrow  a bucket's open messages' delivered rows (final ones
                                                               only: the open part is decoded again by every batch)
-    OUT/watch/state/<batch>/lifecycles/published-NNNNN.arrow  the first accepted publish of each body in each topic,
-                                                              while it is younger than PUBLISH_HORIZON_NS
+    OUT/watch/state/<batch>/lifecycles/published-NNNNN.arrow  the accepted publishes of the last
+                                                              PUBLISH_HORIZON_NS of capture time (final ones only)
     OUT/watch/state/<batch>/lifecycles/totals-NNNNN.arrow     the bucket's totals over every message written for good
                                                               (lifecycle.TOTALS_SCHEMA, one row)
     OUT/tables/{deliveries,messages}/b<batch>-part-NNNNN.parquet       the messages that became final in the batch
@@ -135,9 +135,12 @@ class _BucketTask:
                                    (opened["delivered"], True))])
         delivery = lifecycle.deliveries(delivered.join(ends, "conn_id", join_type="left outer"))
         published = pa.concat_tables([carried_published, new["published"], opened["published"]])
+        # the publishes of the bodies delivered: the carried ones are most of the rows, and most deliver no more
+        first = lifecycle.first_publishes(published.filter(pc.is_in(
+            published["body_hash"], value_set=delivery["body_hash"].combine_chunks())))
         final = self._final(delivery, opened["published"])
         parts = {"final": delivery.filter(final), "open": delivery.filter(pc.invert(final))}
-        messages = {name: lifecycle.messages(rows, published) for name, rows in parts.items()}
+        messages = {name: lifecycle.messages(rows, first) for name, rows in parts.items()}
         for name, part in (("final", part_name(self.batch_id, bucket)), ("open", OPEN + part_name(self.batch_id,
                                                                                                    bucket))):
             with TableWriter(self.tables_dir, part, LIFECYCLE_SCHEMAS, storage) as writer:
@@ -153,9 +156,9 @@ class _BucketTask:
         ]).as_row()
         carried = parts["open"].filter(pc.invert(parts["open"]["open_row"]))
         self._carry("delivered", bucket, carried.select(DELIVERED_SCHEMA.names).cast(DELIVERED_SCHEMA))
-        first = lifecycle.first_publishes(pa.concat_tables([carried_published, new["published"]]))
-        self._carry("published", bucket, first.filter(
-            pc.greater_equal(first["ts_ns"], self.last_ts_ns - PUBLISH_HORIZON_NS)))
+        publishes = pa.concat_tables([carried_published, new["published"]])
+        self._carry("published", bucket, publishes.filter(
+            pc.greater_equal(publishes["ts_ns"], self.last_ts_ns - PUBLISH_HORIZON_NS)))
         self._carry("totals", bucket, pa.Table.from_batches([kept]))
         yield kept
         yield lifecycle.bucket_totals(parts["open"], messages["open"],

@@ -1,6 +1,7 @@
 """Issue 24 item 3, continuous mode: `nsq-trace watch` takes tcpdump -G-style rotated captures as they appear,
-is killed in the middle of a micro-batch and restarted, and ends with the counts of the batch analysis of all the
-files and of the truth, no file taken twice or missed."""
+is killed in the middle of a micro-batch's decoding, restarted, killed again in the middle of its lifecycles, and
+restarted, and ends with the counts of the batch analysis of all the files and of the truth, its lifecycle tables
+the batch analysis's row for row, no file taken twice or missed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import pyarrow as pa
+import pyarrow.dataset as ds
 import pytest
 from pcap_variants import records, split_by_time, write_pcap
 from trace_helpers import PCAPS, REPO, load_truth, truth_mismatches
@@ -54,34 +57,55 @@ def published_batch(out):
     return json.loads(latest.read_text())["batch_id"] if latest.exists() else None
 
 
+def killed_when(process, condition, what):
+    """SIGKILL, as a crash would, once ``condition`` holds."""
+    try:
+        wait_for(condition, process, what)
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        process.kill()
+
+
+def lifecycle_rows(directory) -> pa.Table:
+    """A lifecycle table's rows in one order (a message's consumers as a sorted list: a set)."""
+    table = ds.dataset(directory, format="parquet").to_table()
+    if "consumers" in table.column_names:
+        table = table.set_column(table.schema.get_field_index("consumers"), "consumers", pa.array(
+            [sorted(consumers) for consumers in table["consumers"].to_pylist()], table.schema.field("consumers").type))
+    return table.sort_by([(name, "ascending") for name in table.column_names if name != "consumers"])
+
+
 def test_watch_killed_mid_batch_and_restarted_counts_every_file_once(rotated, request, tmp_path):
     source, out = tmp_path / "captures", tmp_path / "live"
     source.mkdir()
     log_path = tmp_path / "watch.log"
+    state = out / "watch" / "state" / f"{1:010d}"
     with open(log_path, "w") as log:
         first = watcher(source, out, log, "--no-report")
-        try:
-            arrive(source, 0, rotated[0])
-            wait_for(lambda: published_batch(out) == 0, first, "first batch published")
-            arrive(source, 1, rotated[1])
-            arrive(source, 2, rotated[2])
-            # the next batch's decoding tasks have started writing: kill the watcher there, as a crash would
-            wait_for(lambda: (out / "watch" / "state" / f"{1:010d}").exists(), first, "second batch started")
-            first.send_signal(signal.SIGKILL)
-            first.wait(10)
-        finally:
-            first.kill()
+        arrive(source, 0, rotated[0])
+        wait_for(lambda: published_batch(out) == 0, first, "first batch published")
+        arrive(source, 1, rotated[1])
+        arrive(source, 2, rotated[2])
+        # the next batch's decoding tasks have started writing
+        killed_when(first, state.exists, "second batch started")
         assert published_batch(out) == 0, "the killed batch must not have been published"
 
+        # the batch replayed: killed once its lifecycle tasks have started carrying messages, before its state's
+        # index is written
+        second = watcher(source, out, log, "--no-report")
+        killed_when(second, (state / "lifecycles").exists, "the replayed batch's lifecycles")
+        assert published_batch(out) == 0 and not (state / "index.json").exists()
+
         arrive(source, 3, rotated[3])
-        second = watcher(source, out, log, "--until-idle", "3")
+        third = watcher(source, out, log, "--until-idle", "3")
         try:
-            wait_for(lambda: (published_batch(out) or 0) >= 2, second, "batches after the restart")
+            wait_for(lambda: (published_batch(out) or 0) >= 2, third, "batches after the restart")
             arrive(source, 4, rotated[4])  # while the restarted watcher runs
             arrive(source, 5, rotated[5])
-            assert second.wait(WAIT_SECONDS) == 0, log_path.read_text()[-3000:]
+            assert third.wait(WAIT_SECONDS) == 0, log_path.read_text()[-3000:]
         finally:
-            second.kill()
+            third.kill()
 
     names = [f"capture-{number:03d}.pcap" for number in range(FILES)]
     latest = json.loads((out / "latest.json").read_text())
@@ -104,6 +128,13 @@ def test_watch_killed_mid_batch_and_restarted_counts_every_file_once(rotated, re
     batch = request.getfixturevalue("analyse")("watch-rotated", [source / name for name in names])
     for key in ("totals", "topics", "violations", "errors", "latency_ms"):
         assert summary[key] == batch[key], key
+    # every batch's final rows and the last batch's open part: the batch analysis's lifecycle tables
+    for name in ("deliveries", "messages"):
+        assert lifecycle_rows(out / "tables" / name).equals(
+            lifecycle_rows(os.path.join(batch["out_dir"], "tables", name))), name
+    written = [path.name for path in (out / "tables" / "messages").iterdir()]
+    assert len({batch_of(name) for name in written if not name.startswith(OPEN)}) > 2, "messages never carried"
+    assert {batch_of(name) for name in written if name.startswith(OPEN)} == {latest["batch_id"]}
 
     minutes = json.loads((out / "minutes.json").read_text())
     assert sum(row["published"] for row in minutes) == truth["totals"]["messages_published"]
