@@ -153,7 +153,8 @@ class Watcher:
         tables_dir = self.increments.tables_dir
         self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
         tables, totals, result = derive(self.spark, tables_dir, self.increments.exchange_dir,
-                                        lambda: self.lifecycles.tables(batch_id, carried), self.storage)
+                                        lambda: self.lifecycles.tables(batch_id, carried), self.storage,
+                                        lambda message: self.step(f"batch {batch_id}: {message}"))
         derived = time.monotonic()
         self.increments.commit(batch_id, carried)
         result["input"] = {"files": files, "bytes": sum(self.storage.size(path) for path in files),
