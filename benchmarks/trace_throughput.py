@@ -475,7 +475,8 @@ def _run_watch(args, workdir: str) -> dict:
             "arrival_seconds": round(max(arrived.values()), 2),
             "last_file_published_after_seconds": round(ordered[-1]["published_at"], 2) if ordered else None,
             "micro_batches": [{"files": len(batch["new_files"]), "message_events": batch["events"],
-                               "seconds": batch["seconds"], "decode_seconds": batch["decode_seconds"]}
+                               "seconds": batch["seconds"], "decode_seconds": batch["decode_seconds"],
+                               "derive_seconds": batch["derive_seconds"]}
                               for batch in ordered],
             "busy_seconds": round(busy, 2),
             "sustained_message_events_per_s": round(events / busy) if busy else None,

@@ -53,6 +53,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis import lifecycle
+from spark_analysis.analysis import return_freed_memory
 from spark_analysis.connection_tables import TableWriter
 from spark_analysis.increments import CARRIED_NS, NS_PER_S, OPEN, batch_of, part_name, part_prefix
 from spark_analysis.lifecycle import (
@@ -95,7 +96,7 @@ class LifecycleIncrements:
 
 class _BucketTask:
     """The function of a micro-batch's lifecycle tasks (pickled into them): each of their buckets' messages ordered,
-    split into final and open, written; two rows of totals per bucket: the kept ones and the open messages'."""
+    split into final and open, written; rows of totals per bucket: the kept ones (carried on), the open messages'."""
 
     def __init__(self, increments: LifecycleIncrements, batch_id: int, previous: int | None, last_ts_ns: int):
         self.storage, self.tables_dir = increments.storage, increments.tables_dir
@@ -120,6 +121,8 @@ class _BucketTask:
         for batch in batches:
             for bucket in batch.column("id").to_pylist():
                 yield from self._bucket(bucket, ends, fin_failed)
+        # the worker decodes the next batch's files: what the bucket's tables held goes back to the system first
+        return_freed_memory()
 
     def _bucket(self, bucket: int, ends: pa.Table, fin_failed: dict[str, pa.Table]) -> Iterator[pa.RecordBatch]:
         exchange, storage, final_prefix = self.exchange_dir, self.storage, part_prefix(self.batch_id)
