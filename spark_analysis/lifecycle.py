@@ -16,7 +16,8 @@ Each lifecycle task also returns its bucket's totals (``TOTALS_SCHEMA``: deliver
 outcome, messages delivered and finished, latency histograms): what summary.json and the report
 count over all messages, with no Spark job reading the tables again (~1.5-2 s of 2 cores for the
 bench trace). Like the decoding tasks' tables, the exchange needs the output directory on every
-executor's file system.
+executor's file system. ``nsq-trace watch`` orders each micro-batch's new deliveries with the messages still open
+instead (lifecycle_increments.py).
 """
 
 from __future__ import annotations
