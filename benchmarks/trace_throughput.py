@@ -13,8 +13,9 @@ s3, is the bench workload read from and written to an S3-compatible store (moto'
 this process, so that its memory is not the analysis's): ranged reads of the capture, every table written there.
 A sixth, watch, is continuous mode: the bench's traffic cut into rotation files (as ``tcpdump -G`` writes them) that
 appear in a directory at the target rate, 150,000 message events/s, while ``nsq-trace watch`` takes them; its
-figures are the watcher's sustained rate (message events over the seconds its micro-batches took), how far it lagged
-behind the files, and the peak memory of its processes.
+figures are the watcher's sustained rate (message events over the seconds its micro-batches took; steady: those
+after the first, which also warms the workers up), how far it lagged behind the files (per batch: a watcher that
+keeps up lags no further as files keep coming), and the peak memory of its processes.
 The 1-minute load average goes with each figure: the machine's 2 cores are shared.
 
     python -m benchmarks.trace_throughput                 # writes bench-results/trace.json
@@ -480,6 +481,11 @@ def _run_watch(args, workdir: str) -> dict:
                               for batch in ordered],
             "busy_seconds": round(busy, 2),
             "sustained_message_events_per_s": round(events / busy) if busy else None,
+            # once warm: the first micro-batch also starts the Python workers and plans the source for the first time
+            "steady_message_events_per_s": round(sum(batch["events"] for batch in ordered[1:])
+                                                 / sum(batch["seconds"] for batch in ordered[1:]))
+            if len(ordered) > 1 else None,
+            "lag_seconds_per_batch": [round(lag, 2) for lag in lags],
             # from the first file's arrival to the last one's publication: the offered rate at best
             "message_events_per_s_end_to_end": round(events / ordered[-1]["published_at"]) if ordered else None,
             "cpu_seconds_all_processes": round(memory.cpu_seconds, 1),
