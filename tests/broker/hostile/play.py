@@ -260,6 +260,12 @@ class _Connection:
         except OSError:
             self.broken_pipe = True  # the broker closed; what it said is still to be read
 
+    def half_close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the broker closed it first
+
     def receive(self, sink, until=lambda: False, wait: float | None = None) -> None:
         """Feed what arrives to `sink` until `until()`, EOF or reset, `wait` seconds, or the deadline."""
         stop = self.deadline if wait is None else min(self.deadline, time.monotonic() + wait)
@@ -390,10 +396,7 @@ def _play_tcp(session: Session, address, outcome: Outcome, deadline: float, seen
             ending = "read to the end"  # the broker must close: read until it does
         if ending in ("half-close", "read to the end") and not outcome.timed_out:
             if ending == "half-close":
-                try:
-                    connection.sock.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
+                connection.half_close()
             connection.receive(inbound.feed)
             if outcome.timed_out:
                 outcome.problems.append("the broker did not close the connection: "
@@ -434,10 +437,7 @@ def _play_http(session: Session, address, outcome: Outcome, deadline: float) -> 
         for piece in _pieces(step.data, step.cuts):
             connection.send(piece)
         if session.ending == "half-close":
-            try:
-                connection.sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+            connection.half_close()
             connection.receive(received.extend)
             if outcome.timed_out:
                 outcome.problems.append("the broker did not close the HTTP connection after the client's half-close")
