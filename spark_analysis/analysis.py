@@ -9,8 +9,9 @@ Data flows one way:
          (decode.py) and per-connection checks (violations.py) carrying their state from window to window -> the
          events and the tables each connection makes alone (connection_tables.py), written as Parquet by the task
          itself, window by window, and its deliveries and publishes into the lifecycles' buckets by body hash
-      -> one task per bucket: message lifecycles and their totals (lifecycle.py); the connections table with
-         DataFrame operations; summary.json from the totals and a few small aggregates (summary.py)
+      -> one task per bucket: message lifecycles and their totals (lifecycle.py); meanwhile, in the driver, the
+         connections table and the small sums of the decoding tasks' tables (tallies.py); summary.json from them
+         (summary.py)
 
 Connections spanning several files meet in the shuffle: the reader keeps no state across files.
 Inputs and outputs are paths or URLs (storage.py): every task opens the captures and writes its tables itself,
@@ -42,11 +43,12 @@ from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
 from spark_analysis.decode import ConnectionDecoder
 from spark_analysis.events import EVENT_SCHEMA
 from spark_analysis.kinds import Direction, Kind
-from spark_analysis.parquet_source import read_table
+from spark_analysis.parquet_source import WrittenTables
 from spark_analysis.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.reassembly import Connection, FlowReassembly
 from spark_analysis.settlements import DELIVERED_SCHEMA
 from spark_analysis.storage import LOCAL, Storage, is_local, join
+from spark_analysis.tallies import SUMMARY_TALLIES, Tallies
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
 SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"]
@@ -84,8 +86,9 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
     # (``with_payloads``: captures on object storage) are kept on the executors' disks: in memory they would be the
     # whole capture.
     packet_frame = packet_frame.persist(StorageLevel.DISK_ONLY if with_payloads else StorageLevel.MEMORY_AND_DISK_DESER)
-    placed, trace_bytes = placed_by_size(packet_frame)
-    buckets = lifecycle.bucket_count(trace_bytes)
+    sizes = flow_sizes(packet_frame)
+    placed = placed_by_size(packet_frame, sizes)
+    buckets = lifecycle.bucket_count(sum(sizes.values()))
 
     def decode_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -107,18 +110,23 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
     return buckets
 
 
-def placed_by_size(packet_frame: DataFrame) -> tuple[DataFrame, int]:
-    """Segments shuffled so that each flow is one task's, and the tasks' payload bytes are balanced: the largest
-    flow first, each to the task with the fewest bytes so far. A few long connections are common (nsq's bench
+def flow_sizes(packet_frame: DataFrame) -> dict[str, int]:
+    """Each flow's payload bytes: a job over all the segments."""
+    sizes = packet_frame.groupBy("flow").agg(F.sum("payload_length").alias("bytes")).collect()
+    return {row.flow: row.bytes or 0 for row in sizes}
+
+
+def placed_by_size(packet_frame: DataFrame, sizes: Mapping[str, int]) -> DataFrame:
+    """Segments shuffled so that each flow is one task's, and the tasks' payload bytes (``sizes``) are balanced: the
+    largest flow first, each to the task with the fewest bytes so far. A few long connections are common (nsq's bench
     tools use four), and a connection is decoded by one task, so hashing flows to tasks would often give two
     of them to one task while another core idles; and adaptive execution would merge the tasks, whose input
-    (segment metadata) is small for the work it stands for. Also returns the payload bytes of all flows."""
+    (segment metadata) is small for the work it stands for. A flow ``sizes`` does not name is hashed to a task."""
     spark = packet_frame.sparkSession
     tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    sizes = packet_frame.groupBy("flow").agg(F.sum("payload_length").alias("bytes")).collect()
     loads = [0] * tasks
     task_of = {}
-    for flow, size in sorted(((row.flow, row.bytes or 0) for row in sizes), key=lambda pair: -pair[1]):
+    for flow, size in sorted(sizes.items(), key=lambda pair: -pair[1]):
         task_of[flow] = loads.index(min(loads))
         loads[task_of[flow]] += size
     # Spark hashes a key to the task pmod(hash(key), tasks): one key per task, chosen so that it lands there.
@@ -130,7 +138,8 @@ def placed_by_size(packet_frame: DataFrame) -> tuple[DataFrame, int]:
         "flow": pa.array(list(task_of), pa.string()),
         "task": pa.array([keys[task] for task in task_of.values()], pa.int64()),
     }))
-    return packet_frame.join(F.broadcast(placement), "flow", "left").repartition(tasks, "task"), sum(loads)
+    placed = packet_frame.join(F.broadcast(placement), "flow", "left")
+    return placed.withColumn("task", F.coalesce("task", F.hash("flow").cast("long"))).repartition(tasks, "task")
 
 
 _MASK32 = 0xFFFFFFFF
@@ -280,27 +289,6 @@ def _walker_errors(table: pa.RecordBatch) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=EVENT_SCHEMA)
 
 
-class WrittenTables(Mapping):
-    """The decoding tasks' tables in ``tables_dir``, each a DataFrame once asked for: making one lists its files
-    (~40 ms of the driver's), and the summary asks for three of the eleven."""
-
-    def __init__(self, spark: SparkSession, tables_dir: str, storage: Storage = LOCAL):
-        self.spark, self.tables_dir, self.storage = spark, tables_dir, storage
-        self._read: dict[str, DataFrame] = {}
-
-    def __getitem__(self, name: str) -> DataFrame:
-        if name not in self._read:
-            schema = SCHEMAS[name]  # KeyError: not one of them
-            self._read[name] = read_table(self.spark, join(self.tables_dir, name), schema, self.storage)
-        return self._read[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(SCHEMAS)
-
-    def __len__(self) -> int:
-        return len(SCHEMAS)
-
-
 def run_analysis(
     spark: SparkSession,
     paths: list[str],
@@ -325,8 +313,9 @@ def run_analysis(
     buckets = decode_to_tables(packets(spark, paths, split_bytes, payload, storage), tables_dir, exchange_dir,
                                nsq_ports, window_bytes, storage, with_payloads=payload == "bytes")
     step("deriving tables")
-    tables, totals, result = derive(spark, tables_dir, exchange_dir, lambda: lifecycle.tables(
-        spark, tables_dir, exchange_dir, buckets, storage), storage, step)
+    tables, totals, result = derive(
+        spark, tables_dir, lambda: lifecycle.tables(spark, tables_dir, exchange_dir, buckets, storage),
+        lambda: Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage), storage, step)
     storage.delete_directory(exchange_dir)
     result["input"] = {
         "files": paths,
@@ -348,35 +337,25 @@ def payload_kind(files: list[str]) -> str:
     return "reference" if all(is_local(path) for path in files) else "bytes"
 
 
-def derive(spark: SparkSession, tables_dir: str, exchange_dir: str,
-           lifecycles: Callable[[], tuple[dict[str, DataFrame], lifecycle.Totals]], storage: Storage = LOCAL,
-           step: Callable[[str], None] = lambda message: None) -> tuple[Mapping[str, DataFrame], lifecycle.Totals,
-                                                                       dict]:
-    """From the decoding tasks' tables and exchange: the tables that join connections (``lifecycles`` makes the
-    lifecycle tables and their totals, connections), all the tables as DataFrames, the lifecycles' totals and the
-    summary."""
+def derive(spark: SparkSession, tables_dir: str,
+           lifecycles: Callable[[], tuple[Mapping[str, DataFrame], lifecycle.Totals]], tallies: Callable[[], Tallies],
+           storage: Storage = LOCAL, step: Callable[[str], None] = lambda message: None,
+           ) -> tuple[Mapping[str, DataFrame], lifecycle.Totals, dict]:
+    """From the decoding tasks' tables: the lifecycle tables and their totals (``lifecycles``), the summary's small
+    tables (``tallies``, made in the driver while the lifecycles' job runs), the connections table written; returns
+    all the tables as DataFrames, the lifecycles' totals and the summary."""
     from spark_analysis import summary
 
-    def materialise(name: str, frame: DataFrame) -> DataFrame:
-        """A small table computed by Spark, written by the driver (one file) wherever the output lives."""
-        rows = frame.toArrow()
-        storage.reset_directory(join(tables_dir, name))
-        with TableWriter(tables_dir, "part-00000", {name: rows.schema}, storage) as writer:
-            writer.add(name, rows)
-        return spark.createDataFrame(rows)
-
-    written = WrittenTables(spark, tables_dir, storage)
-    exchanged = ChainMap({"fin_failed": read_table(spark, join(exchange_dir, "fin_failed"),
-                                                   lifecycle.EXCHANGED_SCHEMAS["fin_failed"], storage)}, written)
-    with ThreadPoolExecutor(summary.CONCURRENT_JOBS) as pool:
-        # What needs nothing the lifecycles make runs beside their job, filling the moments a core waits:
-        # the connections table and the summary's aggregates.
-        stored = pool.submit(lambda: materialise("connections", lifecycle.connections(spark, exchange_dir, storage)))
-        counted = {name: pool.submit(lambda aggregate=aggregate: aggregate(exchanged).collect())
-                   for name, aggregate in summary.AGGREGATES.items()}
-        counted["connections"] = pool.submit(lambda: stored.result().collect())
+    with ThreadPoolExecutor(1) as pool:
+        tallied = pool.submit(tallies)
         derived, totals = lifecycles()
         step("summarising")
-        tables = ChainMap({**derived, "connections": stored.result()}, written)
-        rows = {name: future.result() for name, future in counted.items()}
+        counted = tallied.result()
+    connections = counted.connections()
+    storage.reset_directory(join(tables_dir, "connections"))
+    with TableWriter(tables_dir, "part-00000", {"connections": connections.schema}, storage) as writer:
+        writer.add("connections", connections)
+    rows = {name: table.to_pylist() for name, table in counted.tables.items() if name != "connections"}
+    rows["connections"] = connections.to_pylist()
+    tables = ChainMap(derived, WrittenTables(spark, tables_dir, SCHEMAS, storage))
     return tables, totals, summary.summarise(rows, totals).as_json()

@@ -5,22 +5,23 @@ before them left open carried over, pickled.
                                                reassembly (bytes not handed out yet, holes), its decoder (the held
                                                window's rows, the walks, pairing, checks, settlements and counts)
     OUT/watch/state/<batch>/lifecycles/        the open messages carried (lifecycle_increments.py)
-    OUT/watch/state/<batch>/index.json         flow -> (file, offset, length), the latest capture time and the batch
-                                               carried on from: written last (``commit``, after the lifecycles'
-                                               state), it makes the batch's state whole
+    OUT/watch/state/<batch>/index.json         flow -> (file, offset, length, payload bytes of the batch), the
+                                               latest capture time and the batch carried on from: written last
+                                               (``commit``, after the lifecycles' state), it makes the batch's
+                                               state whole
     OUT/tables/<table>/b<batch>-part-NNNNN.parquet       the rows that became final in the batch: appended
     OUT/tables/<table>/open-b<batch>-part-NNNNN.parquet  the open connections' rest, as if they ended with the
                                                          batch's files: replaced by the next batch's
     OUT/watch/exchange/                        the lifecycles' exchange (lifecycle.py), in the same two kinds of part
 
 A micro-batch's tasks get its new files' segments and one stand-in row per carried flow, shuffled by flow
-(analysis.placed_by_size: a carried flow weighs its pickled bytes); each flow's FlowDecoder is unpickled from the
-batch before (or new), fed its new segments and cut at their end (what they make final is appended: all but the
-connection's last 100 ms, ``CARRIED_NS``), pickled, then ended: what ending it adds is the open part. Every batch's
-final rows with the last batch's open part are the batch analysis of all the files so far. A flow whose connection
-closed (RST, or a FIN each way) ``CLOSED_HORIZON_NS`` of capture time before the latest capture time of the batches
-before is ended for good and carried no more: a segment of it after that starts it anew (the one way a watch can
-differ from the batch analysis).
+(analysis.placed_by_size: a carried flow weighs its bytes of the batch before, a new one is hashed); each flow's
+FlowDecoder is unpickled from the batch before (or new), fed its new segments and cut at their end (what they make
+final is appended: all but the connection's last 100 ms, ``CARRIED_NS``), pickled, then ended: what ending it adds
+is the open part. Every batch's final rows with the last batch's open part are the batch analysis of all the files
+so far. A flow whose connection closed (RST, or a FIN each way) ``CLOSED_HORIZON_NS`` of capture time before the
+latest capture time of the batches before is ended for good and carried no more: a segment of it after that starts
+it anew (the one way a watch can differ from the batch analysis).
 
 Replays: batch N reads the state of the last whole batch before it, after deleting whatever a batch >= N left (a
 stop cut it short). A batch's state is deleted only in a later batch's run, when Spark has committed the batch
@@ -35,7 +36,6 @@ from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -108,16 +108,16 @@ class Increments:
         self._forget(lambda name, batch: batch >= batch_id,
                      lambda batch: batch >= batch_id or (previous is not None and batch < previous))
         carried = self._index(previous) if previous is not None else {"flows": {}, "last_ts_ns": 0}
-        payload = payload_kind(files)
-        frame = packets(self.spark, files, self.split_bytes, payload, self.storage)
+        frame = packets(self.spark, files, self.split_bytes, payload_kind(files), self.storage)
         if carried["flows"]:
             frame = frame.unionByName(self._stand_ins(frame, carried["flows"]))
-        frame = frame.persist(StorageLevel.DISK_ONLY if payload == "bytes" else StorageLevel.MEMORY_AND_DISK_DESER)
-        placed, _ = placed_by_size(frame)
+        # Read once, in the decoding job's shuffle: a carried flow is placed by the bytes it had in the batch before
+        # (a long connection's rate changes slowly), a new one hashed; sizing this batch's flows first would be a
+        # job of its own, a second of every micro-batch's.
+        placed = placed_by_size(frame, {flow: fed for flow, (_, _, _, fed) in carried["flows"].items()})
         task = _DecodeTask(self, batch_id, carried)
         indexes = placed.sortWithinPartitions("flow", "ts_ns", "file", "offset").mapInArrow(
             task, "state STRING").collect()
-        frame.unpersist()
         index = {"flows": {}, "last_ts_ns": carried["last_ts_ns"], "previous": previous}
         for row in indexes:
             part = json.loads(row.state)
@@ -131,13 +131,11 @@ class Increments:
         self.storage.write_text(join(self.state_dir, f"{batch_id:010d}", "index.json"), json.dumps(index))
 
     def _stand_ins(self, frame, carried_flows: dict):
-        """One row per carried flow, weighing its pickled bytes, that brings the flow to its task."""
+        """One row per carried flow, that brings the flow to its task."""
         schema = to_arrow_schema(frame.schema)
         count = len(carried_flows)
         columns = {field.name: pa.nulls(count, field.type) for field in schema}
         columns["flow"] = pa.array(list(carried_flows), pa.string())
-        columns["payload_length"] = pa.array([min(length, (1 << 31) - 1) for _, _, length in carried_flows.values()],
-                                             pa.int32())
         columns["error"] = pa.array([STAND_IN] * count, pa.string())
         return self.spark.createDataFrame(pa.table(columns, schema=schema))
 
@@ -195,7 +193,8 @@ class _DecodeTask:
                     _write(decode_flow(None, runs, self.ports), final)
                     continue
                 flow_decoder = self._carried(flow)
-                _write(flow_decoder.feed(_segment_runs(runs)), final)
+                segments = _NewSegments(runs)
+                _write(flow_decoder.feed(segments), final)
                 _write(flow_decoder.cut(CARRIED_NS), final)
                 last_ts_ns = max(last_ts_ns, flow_decoder.reassembly.conn.last_ts_ns)
                 if flow_decoder.reassembly.closed_before(self.horizon_ns):
@@ -204,7 +203,7 @@ class _DecodeTask:
                 offset = pickles.tell()
                 with without_cycle_collection():
                     pickles.write(pickle.dumps(flow_decoder, protocol=pickle.HIGHEST_PROTOCOL))
-                index[flow] = [state_path, offset, pickles.tell() - offset]
+                index[flow] = [state_path, offset, pickles.tell() - offset, segments.bytes]
                 _write(flow_decoder.end(), opened)
         return_freed_memory()
         yield pa.RecordBatch.from_pylist([{"state": json.dumps({"flows": index, "last_ts_ns": last_ts_ns})}])
@@ -212,15 +211,23 @@ class _DecodeTask:
     def _carried(self, flow: str) -> FlowDecoder:
         if flow not in self.carried["flows"]:
             return FlowDecoder(flow, self.ports, self.window_bytes, carried=True)
-        path, offset, length = self.carried["flows"][flow]
+        path, offset, length, _ = self.carried["flows"][flow]
         with self.storage.open_input(path) as source, without_cycle_collection():
             return pickle.loads(source.read_at(length, offset))
 
 
-def _segment_runs(runs: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """A flow's runs without its stand-in row."""
-    for run in runs:
-        yield run.filter(pc.is_null(run.column("error")))
+class _NewSegments:
+    """A flow's runs without its stand-in row; ``bytes``, once read: their payload bytes, the flow's weight in the
+    next batch's placement."""
+
+    def __init__(self, runs: Iterable[pa.RecordBatch]):
+        self.runs, self.bytes = runs, 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for run in self.runs:
+            segments = run.filter(pc.is_null(run.column("error")))
+            self.bytes += pc.sum(segments.column("payload_length")).as_py() or 0
+            yield segments
 
 
 def _write(tables: Iterable[tuple[str, pa.Table]], writers) -> None:

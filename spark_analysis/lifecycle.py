@@ -1,4 +1,4 @@
-"""The tables that join connections: message lifecycles above all, and the connections' roles.
+"""The tables that join connections: message lifecycles (the connections' roles: tallies.py).
 
 A message on a channel is identified by (topic, channel, msg_id): every channel gets its own copy
 with the same ID (C-11). Its lifecycle is its deliveries in time order, each settled on its own
@@ -23,7 +23,7 @@ instead (lifecycle_increments.py).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,13 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis.connection_tables import SCHEMAS, TableWriter, parquet_writer, prepare_directories
 from spark_analysis.kinds import Kind, Status
-from spark_analysis.parquet_source import read_table
+from spark_analysis.parquet_source import WrittenTables
 from spark_analysis.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
 from spark_analysis.settlements import DELIVERED_SCHEMA, DELIVERY_FIELDS, codes
 from spark_analysis.storage import LOCAL, Storage, join
@@ -193,7 +192,7 @@ def read_parts(files: list[str], schema: pa.Schema, storage: Storage = LOCAL, **
 
 
 def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int,
-           storage: Storage = LOCAL) -> tuple[dict[str, DataFrame], Totals]:
+           storage: Storage = LOCAL) -> tuple[Mapping[str, DataFrame], Totals]:
     """The lifecycle tables, from the exchange the decoding tasks wrote (``exchange_dir``, in ``buckets``), and their
     totals."""
     prepare_directories(tables_dir, LIFECYCLE_SCHEMAS, storage)
@@ -215,8 +214,7 @@ def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int
 
     totals = Totals.of(spark.range(buckets, numPartitions=buckets)
                        .mapInArrow(lifecycles, from_arrow_schema(TOTALS_SCHEMA)).collect())
-    return {name: read_table(spark, join(tables_dir, name), schema, storage)
-            for name, schema in LIFECYCLE_SCHEMAS.items()}, totals
+    return WrittenTables(spark, tables_dir, LIFECYCLE_SCHEMAS, storage), totals
 
 
 def connection_ends(ended: pa.Table) -> pa.Table:
@@ -436,31 +434,3 @@ def first_publishes(published: pa.Table) -> pa.Table:
     return _aggregate(published.sort_by("ts_ns"), ["topic", "body_hash"], {
         "ts_ns": ("ts_ns", "min"), "command": ("command", "first")}).select(
         EXCHANGED_SCHEMAS["published"].names).cast(EXCHANGED_SCHEMAS["published"])
-
-
-def connections(spark: SparkSession, exchange_dir: str, storage: Storage = LOCAL) -> DataFrame:
-    """One row per TCP connection with its role, subscription and how it ended, from the connections' own event rows
-    in the exchange."""
-    ended = read_table(spark, join(exchange_dir, "connections"), SCHEMAS["events"], storage)
-    rows = (
-        ended.select(
-            "conn_id",
-            "client",
-            "server",
-            "client_port",
-            "server_port",
-            F.col("ts_ns").alias("first_ts_ns"),
-            (F.col("name") == "nsq").alias("is_nsq"),
-            (F.col("name") == "lookupd").alias("is_lookupd"),
-            "connection.*",
-        )
-    )
-    # A server port counts as nsqd's TCP port when any connection to it spoke NSQ (the magic, C-01).
-    return rows.withColumn("to_nsqd_port", F.max("is_nsq").over(Window.partitionBy("server"))).withColumn(
-        "role",
-        F.when(F.col("channel").isNotNull(), "consumer")
-        .when(F.col("publish_commands") > 0, "producer")
-        .when(F.col("is_nsq"), "nsq-other")
-        .when(F.col("is_lookupd"), "lookupd-peer")
-        .otherwise("not-nsq"),
-    )

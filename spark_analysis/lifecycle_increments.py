@@ -44,7 +44,7 @@ is written after it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -64,7 +64,7 @@ from spark_analysis.lifecycle import (
     TOTALS_SCHEMA,
     Totals,
 )
-from spark_analysis.parquet_source import read_table
+from spark_analysis.parquet_source import WrittenTables
 from spark_analysis.settlements import DELIVERED_SCHEMA
 from spark_analysis.storage import LOCAL, Storage, join
 
@@ -84,14 +84,13 @@ class LifecycleIncrements:
         self.spark, self.storage, self.buckets = spark, storage, buckets
         self.tables_dir, self.exchange_dir, self.state_dir = tables_dir, exchange_dir, state_dir
 
-    def tables(self, batch_id: int, index: dict) -> tuple[dict[str, DataFrame], Totals]:
+    def tables(self, batch_id: int, index: dict) -> tuple[Mapping[str, DataFrame], Totals]:
         """Batch ``batch_id``'s lifecycles, its decoding's ``index`` (increments.py) naming the batch it carries on
         from and the latest capture time; the tables of every message so far, and their totals."""
         task = _BucketTask(self, batch_id, index["previous"], index["last_ts_ns"])
         rows = (self.spark.range(self.buckets, numPartitions=self.buckets)
                 .mapInArrow(task, from_arrow_schema(TOTALS_SCHEMA)).collect())
-        return {name: read_table(self.spark, join(self.tables_dir, name), schema, self.storage)
-                for name, schema in LIFECYCLE_SCHEMAS.items()}, Totals.of(rows)
+        return WrittenTables(self.spark, self.tables_dir, LIFECYCLE_SCHEMAS, self.storage), Totals.of(rows)
 
 
 class _BucketTask:

@@ -22,11 +22,13 @@ from conformance.catalogue import requirements  # noqa: E402
 from spark_analysis.kinds import Status  # noqa: E402
 from spark_analysis.lifecycle import LATENCY_COLUMNS, Totals  # noqa: E402
 from spark_analysis.storage import LOCAL, Storage, join  # noqa: E402
-from spark_analysis.summary import CONCURRENT_JOBS, message_events  # noqa: E402
+from spark_analysis.summary import message_events  # noqa: E402
 
 NS_PER_S = 1_000_000_000
 CDF_POINTS = 200
 LATENCY_TITLES = ("publish -> first delivery", "last delivery -> FIN")
+# Spark jobs in flight at once for the plots' queries; enough to hide per-job latency on a few cores.
+CONCURRENT_JOBS = 4
 
 
 def write(tables: Mapping[str, DataFrame], totals: Totals, summary: dict, out_dir: str,

@@ -7,10 +7,8 @@ recording scripts' names, which no capture holds; ``consumer_ports`` lists the c
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-
-from pyspark.sql import DataFrame, Row
 
 from spark_analysis.kinds import Kind, Status
 from spark_analysis.lifecycle import LATENCY_COLUMNS, MESSAGE_KEY, Totals
@@ -20,26 +18,11 @@ NS_PER_S = 1e9
 
 
 MESSAGE_EVENT_TOTALS = ("messages_published", "deliveries", "fin", "req", "touch")
-# Spark jobs in flight at once for independent queries; enough to hide per-job latency on a few cores.
-CONCURRENT_JOBS = 4
 
 
 def message_events(totals: dict) -> int:
     """What the throughput figures count: publishes, deliveries and FIN/REQ/TOUCH (issue 12's "message events")."""
     return sum(totals[key] for key in MESSAGE_EVENT_TOTALS)
-
-
-# Every count but the lifecycles' comes from the connections table and these few small aggregates of the decoding
-# tasks' tables. They are independent, of each other and of the lifecycles, and each costs mostly Spark's fixed
-# per-job latency: they run side by side.
-AGGREGATES: dict[str, Callable[[Mapping[str, DataFrame]], DataFrame]] = {
-    "activity": lambda tables: tables["activity"],
-    # P-FIN-04: an E_FIN_FAILED for an ID the channel never delivered answers a made-up ID.
-    # the IDs E_FIN_FAILED frames named, as the decoding tasks gave them to the lifecycles' exchange
-    "fin_failed": lambda tables: tables["fin_failed"].groupBy(*MESSAGE_KEY).count(),
-    "registrations": lambda tables: tables["registrations"]
-    .groupBy("producer", "action", "topic", "channel", "status").count(),
-}
 
 
 @dataclass
@@ -168,13 +151,13 @@ class Summary:
         return asdict(self)
 
 
-def summarise(rows: Mapping[str, list[Row]], lifecycles: Totals) -> Summary:
-    """``rows``: the connections table and each of ``AGGREGATES``, collected; ``lifecycles``: what the lifecycle
+def summarise(rows: Mapping[str, list[dict]], lifecycles: Totals) -> Summary:
+    """``rows``: the connections table and the other tallies (tallies.py); ``lifecycles``: what the lifecycle
     tasks counted over every message."""
-    conns = [row.asDict() for row in rows["connections"]]
+    conns = rows["connections"]
     nsq_conns = {c["conn_id"]: c for c in conns if c["to_nsqd_port"]}
     lookupd_conns = {c["conn_id"]: c for c in conns if c["is_lookupd"]}
-    activity = [row.asDict() for row in rows["activity"]]
+    activity = rows["activity"]
     per_conn = defaultdict(Counter)
     for a in activity:
         per_conn[a["conn_id"]][(a["kind"], a["name"], a["status"], a["code"], a["req_delay0"])] += a["count"]
@@ -213,9 +196,9 @@ def summarise(rows: Mapping[str, list[Row]], lifecycles: Totals) -> Summary:
         channel.unique_messages_delivered = lifecycles.delivered[key]
         channel.unique_messages_finished = lifecycles.finished[key]
     for row in rows["fin_failed"]:
-        if (row.topic, row.channel) in channels and tuple(row[name] for name in MESSAGE_KEY) not in \
+        if (row["topic"], row["channel"]) in channels and tuple(row[name] for name in MESSAGE_KEY) not in \
                 lifecycles.fin_failed_delivered:
-            channels[(row.topic, row.channel)].e_fin_failed_deliberate_unknown_id += row["count"]
+            channels[(row["topic"], row["channel"])].e_fin_failed_deliberate_unknown_id += row["count"]
     for channel in channels.values():
         channel.e_fin_failed_unexpected = channel.e_fin_failed - channel.e_fin_failed_deliberate_unknown_id
         channel.deliveries_by_attempts = dict(sorted(channel.deliveries_by_attempts.items(),
@@ -282,7 +265,7 @@ def _lookupd(conns: dict, activity: list[dict], registrations) -> Lookupd:
         producers=sorted({conn["producer"] for conn in conns.values() if conn["producer"]}),
         commands=dict(sorted(commands.items())),
         registrations=sorted(
-            ({**row.asDict(), "channel": row["channel"] or ""} for row in registrations),
+            ({**row, "channel": row["channel"] or ""} for row in registrations),
             key=lambda row: (row["producer"] or "", row["topic"] or "", row["channel"], row["action"]),
         ),
     )

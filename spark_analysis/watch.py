@@ -6,9 +6,10 @@
          and a micro-batch replayed after a stop gets the same files again
       -> foreachBatch: the batch's files written down under its id (``watch/batches/<id>.json``), its new files
          decoded with the connections carried from the batch before (increments.py), the lifecycles of its new
-         deliveries ordered with the messages still open (lifecycle_increments.py), the connections table and the
-         summary derived again (analysis.derive: one row per connection), per-minute metrics from the lifecycles'
-         totals, the batch's state committed, and ``summary.json``, ``minutes.json``, a self-refreshing
+         deliveries ordered with the messages still open (lifecycle_increments.py), the batch's final parts added
+         to the tallies of the final parts before it and its open parts to a copy (tallies.py: the connections
+         table, the summary's counts, the violations by minute), per-minute metrics from the lifecycles' totals and
+         the violations' tally, the batch's state committed, and ``summary.json``, ``minutes.json``, a self-refreshing
          ``report.html`` and, last, ``latest.json`` replaced
 
 Whatever moment the watcher stops at, the published results are those of the batch analysis of a prefix of the
@@ -17,6 +18,7 @@ files, none read twice.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import time
@@ -26,19 +28,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes
 
 from spark_analysis.analysis import derive
 from spark_analysis.connection_tables import TableWriter
-from spark_analysis.increments import WATCH_BUCKETS, Increments
+from spark_analysis.increments import OPEN, WATCH_BUCKETS, Increments, batch_of, part_prefix
 from spark_analysis.lifecycle import MINUTE_COUNTS, NS_PER_MINUTE, Totals
 from spark_analysis.lifecycle_increments import LifecycleIncrements
 from spark_analysis.quantiles import EMPTY
 from spark_analysis.storage import LOCAL, Storage, join
 from spark_analysis.summary import message_events
+from spark_analysis.tallies import SUMMARY_TALLIES, Tallies, Tally
 
 NO_FILE_YET = ""
 # A micro-batch takes files up to this many bytes (at least one file): its decoding workers' memory grows with it
@@ -118,13 +121,20 @@ class CaptureFilesReader(DataSourceStreamReader):
         return sorted(path for path in self.storage.expand([self.source]) if path > last)
 
 
-def minutes(totals: Totals, violations: DataFrame) -> pa.Table:
+def _by_minute(violations: pa.Table) -> pa.Table:
+    return pa.table({"minute": pc.divide(violations["ts_ns"], NS_PER_MINUTE), "requirement": violations["requirement"]})
+
+
+# the summary's, and the violations counted by minute and requirement ID
+WATCH_TALLIES = {**SUMMARY_TALLIES, "violations": Tally("tables", "violations", ("minute", "requirement"), _by_minute)}
+
+
+def minutes(totals: Totals, violations: pa.Table) -> pa.Table:
     """Per-minute metrics (``MINUTES_SCHEMA``): the lifecycle tasks' per-minute totals (lifecycle.py), and the
-    ``violations`` table counted by minute and requirement ID."""
-    minute = F.floor(F.col("ts_ns") / NS_PER_MINUTE).cast("long").alias("minute")
+    ``violations`` tally (``WATCH_TALLIES``)."""
     found = defaultdict(dict)
-    for row in violations.groupBy(minute, "requirement").count().collect():
-        found[row.minute][row.requirement] = row["count"]
+    for row in violations.to_pylist():
+        found[row["minute"]][row["requirement"]] = row["count"]
     rows = []
     for number in sorted(set(totals.minutes) | set(found)):
         counts = totals.minutes.get(number, {})
@@ -138,7 +148,7 @@ def minutes(totals: Totals, violations: DataFrame) -> pa.Table:
 class Watcher:
     """The foreachBatch of ``watch``: each micro-batch's files recorded under its id and decoded with the connections
     carried from the batch before (increments.py), its lifecycles with the messages carried (lifecycle_increments.py),
-    the connections table and the summary derived again, the batch's state committed and the results published."""
+    the tallies added up (tallies.py), the batch's state committed and the results published."""
 
     def __init__(self, spark: SparkSession, out_dir: str, analysis_options: dict, storage: Storage = LOCAL,
                  step: Callable[[str], None] = lambda message: None):
@@ -151,6 +161,8 @@ class Watcher:
         self.batches_dir = join(out_dir, "watch", "batches")
         storage.make_directory(self.batches_dir)
         self.last_active = time.monotonic()
+        # the tallies of every final part so far, and the batch they go up to
+        self.final_tallies, self.final_through = Tallies(WATCH_TALLIES), None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         new_files = sorted(row.path for row in batch.collect())
@@ -166,15 +178,17 @@ class Watcher:
         decoded = time.monotonic()
         tables_dir = self.increments.tables_dir
         self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
-        tables, totals, result = derive(self.spark, tables_dir, self.increments.exchange_dir,
-                                        lambda: self.lifecycles.tables(batch_id, carried), self.storage,
+        tallies = _BatchTallies(self, batch_id)
+        tables, totals, result = derive(self.spark, tables_dir, lambda: self.lifecycles.tables(batch_id, carried),
+                                        tallies, self.storage,
                                         lambda message: self.step(f"batch {batch_id}: {message}"))
         derived = time.monotonic()
         self.increments.commit(batch_id, carried)
+        self.final_tallies, self.final_through = tallies.final, batch_id
         result["input"] = {"files": files, "bytes": sum(self.storage.size(path) for path in files),
                            "analysis_seconds": round(time.monotonic() - started, 3)}
         self.step(f"batch {batch_id}: per-minute metrics")
-        per_minute = minutes(totals, tables["violations"])
+        per_minute = minutes(totals, tallies.all.tables["violations"])
         self.storage.reset_directory(join(tables_dir, "minutes"))
         with TableWriter(tables_dir, "part-00000", {"minutes": MINUTES_SCHEMA}, self.storage) as writer:
             writer.add("minutes", per_minute)
@@ -214,6 +228,27 @@ class Watcher:
         # latest.json last: the batch it names is whole once it is written
         self.storage.replace_text(join(self.out_dir, "latest.json"), json.dumps(
             {"batch_id": batch_id, "files": files, **batch}, indent=1))
+
+
+class _BatchTallies:
+    """A micro-batch's tallies (called in ``derive``): ``final``, every batch's final parts through this one, ``all``
+    with its open parts."""
+
+    def __init__(self, watcher: Watcher, batch_id: int):
+        self.watcher, self.batch_id = watcher, batch_id
+        self.final = self.all = None
+
+    def __call__(self) -> Tallies:
+        watcher, batch_id = self.watcher, self.batch_id
+        directories = {"tables": watcher.increments.tables_dir, "exchange": watcher.increments.exchange_dir}
+        read = functools.partial(Tallies(WATCH_TALLIES).read, directories, watcher.storage)
+        final = watcher.final_tallies
+        if watcher.final_through != batch_id - 1:  # this run's first batch: the final parts of the batches before
+            final = read(lambda name: not name.startswith(OPEN) and batch_of(name) is not None
+                         and batch_of(name) < batch_id)
+        self.final = final + read(lambda name: name.startswith(part_prefix(batch_id)))
+        self.all = self.final + read(lambda name: name.startswith(OPEN + part_prefix(batch_id)))
+        return self.all
 
 
 def live_page(page: str, batch_id: int, per_minute: pa.Table) -> str:
