@@ -4,12 +4,12 @@
       -> the ``nsqcapturefiles`` streaming source: its offset is the last file name taken, so Spark's checkpoint
          (offsets logged before a micro-batch runs, committed after) hands each file to exactly one micro-batch,
          and a micro-batch replayed after a stop gets the same files again
-      -> foreachBatch: the batch's files written down under its id (``watch/batches/<id>.json``), its new files
-         decoded with the connections carried from the batch before (increments.py), the lifecycles of its new
-         deliveries ordered with the messages still open (lifecycle_increments.py), the batch's final parts added
-         to the tallies of the final parts before it and its open parts to a copy (tallies.py: the connections
-         table, the summary's counts, the violations by minute), per-minute metrics from the lifecycles' totals and
-         the violations' tally, the batch's state committed, and ``summary.json``, ``minutes.json``, a self-refreshing
+      -> foreachBatch: the batch's files and their bytes written down under its id (``watch/batches/<id>.json``), its
+         new files decoded with the connections carried from the batch before (increments.py), the lifecycles of its
+         new deliveries ordered with the messages still open (lifecycle_increments.py), the batch's final parts added
+         to the tallies of the final parts before it and its open parts to a copy (tallies.py: the connections table,
+         the summary's counts, the violations by minute), per-minute metrics from the lifecycles' totals and the
+         violations' tally, the batch's state committed, and ``summary.json``, ``minutes.json``, a self-refreshing
          ``report.html`` and, last, ``latest.json`` replaced
 
 Whatever moment the watcher stops at, the published results are those of the batch analysis of a prefix of the
@@ -160,9 +160,9 @@ class Watcher:
                                               self.increments.state_dir, WATCH_BUCKETS, storage)
         self.batches_dir = join(out_dir, "watch", "batches")
         storage.make_directory(self.batches_dir)
+        self.directories = {"tables": self.increments.tables_dir, "exchange": self.increments.exchange_dir}
         self.last_active = time.monotonic()
-        # the tallies of every final part so far, and the batch they go up to
-        self.final_tallies, self.final_through = Tallies(WATCH_TALLIES), None
+        self.so_far = _SoFar(None, [], 0, Tallies(WATCH_TALLIES))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         new_files = sorted(row.path for row in batch.collect())
@@ -170,22 +170,24 @@ class Watcher:
         if not new_files:
             return
         started = time.monotonic()
+        record = {"files": new_files, "bytes": sum(self.storage.size(path) for path in new_files)}
         # Spark replays a batch id with the same files: this file is rewritten, never added to.
-        self.storage.write_text(join(self.batches_dir, f"{batch_id:010d}.json"), json.dumps(new_files))
-        files = self.files_through(batch_id)
+        self.storage.write_text(join(self.batches_dir, f"{batch_id:010d}.json"), json.dumps(record))
+        before = self._before(batch_id)
+        files = sorted(before.files + new_files)
         self.step(f"batch {batch_id}: decoding {len(new_files)} new file(s) ({len(files)} so far)")
         carried = self.increments.decode(batch_id, new_files)
         decoded = time.monotonic()
         tables_dir = self.increments.tables_dir
         self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
-        tallies = _BatchTallies(self, batch_id)
+        tallies = _BatchTallies(self.directories, self.storage, batch_id, before.tallies)
         tables, totals, result = derive(self.spark, tables_dir, lambda: self.lifecycles.tables(batch_id, carried),
                                         tallies, self.storage,
                                         lambda message: self.step(f"batch {batch_id}: {message}"))
         derived = time.monotonic()
         self.increments.commit(batch_id, carried)
-        self.final_tallies, self.final_through = tallies.final, batch_id
-        result["input"] = {"files": files, "bytes": sum(self.storage.size(path) for path in files),
+        self.so_far = _SoFar(batch_id, files, before.bytes + record["bytes"], tallies.final)
+        result["input"] = {"files": files, "bytes": self.so_far.bytes,
                            "analysis_seconds": round(time.monotonic() - started, 3)}
         self.step(f"batch {batch_id}: per-minute metrics")
         per_minute = minutes(totals, tallies.all.tables["violations"])
@@ -202,14 +204,20 @@ class Watcher:
         self.step(f"batch {batch_id}: {totals['messages_published']:,} published, {totals['deliveries']:,} "
                   f"deliveries, {sum(result['violations'].values())} violations in {len(files)} file(s)")
 
-    def files_through(self, batch_id: int) -> list[str]:
-        """The files of every batch up to ``batch_id``; a later id's record is one a stop left behind (it will be
+    def _before(self, batch_id: int) -> _SoFar:
+        """What the batches before ``batch_id`` add up to: carried from the batch before, or at a run's first batch
+        read back from their records and final parts (a later id's record is one a stop left behind: it will be
         rewritten when its batch runs again)."""
-        files = []
-        for record in self.storage.files(self.batches_dir, ".json"):
-            if int(record.rsplit("/", 1)[-1].removesuffix(".json")) <= batch_id:
-                files += json.loads(self.storage.read_text(record))
-        return sorted(files)
+        if self.so_far.batch_id == batch_id - 1:
+            return self.so_far
+        files, size = [], 0
+        for path in self.storage.files(self.batches_dir, ".json"):
+            if int(path.rsplit("/", 1)[-1].removesuffix(".json")) < batch_id:
+                record = json.loads(self.storage.read_text(path))
+                files, size = files + record["files"], size + record["bytes"]
+        tallies = Tallies(WATCH_TALLIES).read(self.directories, self.storage, lambda name: not name.startswith(OPEN)
+                                              and batch_of(name) is not None and batch_of(name) < batch_id)
+        return _SoFar(batch_id - 1, sorted(files), size, tallies)
 
     def _publish(self, batch_id: int, files: list[str], tables: Mapping[str, DataFrame], totals, result: dict,
                  per_minute: pa.Table, batch: dict):
@@ -230,24 +238,29 @@ class Watcher:
             {"batch_id": batch_id, "files": files, **batch}, indent=1))
 
 
-class _BatchTallies:
-    """A micro-batch's tallies (called in ``derive``): ``final``, every batch's final parts through this one, ``all``
-    with its open parts."""
+@dataclass
+class _SoFar:
+    """What the batches through ``batch_id`` add up to: their files, the files' bytes, the tallies of their final
+    parts. Carried from batch to batch, so that no batch reads every one before it again."""
 
-    def __init__(self, watcher: Watcher, batch_id: int):
-        self.watcher, self.batch_id = watcher, batch_id
+    batch_id: int | None
+    files: list[str]
+    bytes: int
+    tallies: Tallies
+
+
+class _BatchTallies:
+    """A micro-batch's tallies (called in ``derive``): ``final``, ``before`` with the batch's final parts; ``all``,
+    with its open parts too."""
+
+    def __init__(self, directories: dict[str, str], storage: Storage, batch_id: int, before: Tallies):
+        self.directories, self.storage, self.batch_id, self.before = directories, storage, batch_id, before
         self.final = self.all = None
 
     def __call__(self) -> Tallies:
-        watcher, batch_id = self.watcher, self.batch_id
-        directories = {"tables": watcher.increments.tables_dir, "exchange": watcher.increments.exchange_dir}
-        read = functools.partial(Tallies(WATCH_TALLIES).read, directories, watcher.storage)
-        final = watcher.final_tallies
-        if watcher.final_through != batch_id - 1:  # this run's first batch: the final parts of the batches before
-            final = read(lambda name: not name.startswith(OPEN) and batch_of(name) is not None
-                         and batch_of(name) < batch_id)
-        self.final = final + read(lambda name: name.startswith(part_prefix(batch_id)))
-        self.all = self.final + read(lambda name: name.startswith(OPEN + part_prefix(batch_id)))
+        read = functools.partial(Tallies(WATCH_TALLIES).read, self.directories, self.storage)
+        self.final = self.before + read(lambda name: name.startswith(part_prefix(self.batch_id)))
+        self.all = self.final + read(lambda name: name.startswith(OPEN + part_prefix(self.batch_id)))
         return self.all
 
 

@@ -113,7 +113,7 @@ def test_watch_killed_mid_batch_and_restarted_counts_every_file_once(rotated, re
     taken = []
     for record in sorted((out / "watch" / "batches").iterdir()):
         if int(record.stem) <= latest["batch_id"]:
-            taken += [os.path.basename(path) for path in json.loads(record.read_text())]
+            taken += [os.path.basename(path) for path in json.loads(record.read_text())["files"]]
     assert sorted(taken) == names, "a file taken twice or never"
     assert latest["new_files"] == [os.path.join(source, names[-1])] or latest["batch_id"] > 2
     parts = {path.name for path in (out / "tables" / "events").iterdir()}
@@ -126,8 +126,10 @@ def test_watch_killed_mid_batch_and_restarted_counts_every_file_once(rotated, re
     assert truth_mismatches(summary, truth) == []
     # the test's own Spark starts only now, beside no watcher
     batch = request.getfixturevalue("analyse")("watch-rotated", [source / name for name in names])
-    for key in ("totals", "topics", "violations", "errors", "latency_ms"):
+    for key in ("totals", "topics", "violations", "errors", "latency_ms", "connections", "lookupd"):
         assert summary[key] == batch[key], key
+    # the files and bytes carried from batch to batch, and read back from the batches' records after each restart
+    assert summary["input"]["bytes"] == batch["input"]["bytes"] == sum((source / name).stat().st_size for name in names)
     # every batch's final rows and the last batch's open part: the batch analysis's lifecycle tables
     for name in ("deliveries", "messages"):
         assert lifecycle_rows(out / "tables" / name).equals(
