@@ -218,10 +218,18 @@ def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int
 
 
 def connection_ends(ended: pa.Table) -> pa.Table:
-    """How each connection ended: whether it sent CLS (D-15), and when."""
+    """How each connection ended, from its own event row: whether it sent CLS (D-15), and when."""
     facts = ended["connection"].combine_chunks()
-    return pa.table({"conn_id": ended["conn_id"], "no_cls": pc.equal(facts.field("cls"), 0),
-                     "conn_last_ts_ns": facts.field("last_ts_ns")})
+    return _ends(ended["conn_id"], facts.field("cls"), facts.field("last_ts_ns"))
+
+
+def connection_ends_of(connections: pa.Table) -> pa.Table:
+    """How each connection ended, from the connections' tally (tallies.py)."""
+    return _ends(connections["conn_id"], connections["cls"], connections["last_ts_ns"])
+
+
+def _ends(conn_id, cls, last_ts_ns) -> pa.Table:
+    return pa.table({"conn_id": conn_id, "no_cls": pc.equal(cls, 0), "conn_last_ts_ns": last_ts_ns})
 
 
 _CHANNEL = [("topic", pa.string()), ("channel", pa.string())]

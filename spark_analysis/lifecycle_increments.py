@@ -13,7 +13,10 @@ ones, instead of every message so far; a message's rows are written for good onc
 
 Each lifecycle task (one per body-hash bucket, as in lifecycle.py) takes the bucket's carried rows, the batch's
 final exchange rows and its open ones (increments.py), orders them into deliveries and messages, and splits the
-messages. A message is final when nothing the capture may still hold can change its rows:
+messages. How the connections ended for good, and the IDs E_FIN_FAILED named in final parts, it takes from the
+driver's tallies (tallies.py): reading every batch's parts again in every task would grow with the batches.
+
+A message is final when nothing the capture may still hold can change its rows:
 
 - none of its deliveries, and no publish of its body, is in the batch's open part (what the decoders still hold:
   a settlement, an answer, a connection's end may change it);
@@ -67,6 +70,7 @@ from spark_analysis.lifecycle import (
 from spark_analysis.parquet_source import WrittenTables
 from spark_analysis.settlements import DELIVERED_SCHEMA
 from spark_analysis.storage import LOCAL, Storage, join
+from spark_analysis.tallies import Tallies
 
 # A FIN's error answer is paired within the window a file's end carries (increments.CARRIED_NS)
 FIN_HORIZON_NS = CARRIED_NS
@@ -84,10 +88,12 @@ class LifecycleIncrements:
         self.spark, self.storage, self.buckets = spark, storage, buckets
         self.tables_dir, self.exchange_dir, self.state_dir = tables_dir, exchange_dir, state_dir
 
-    def tables(self, batch_id: int, index: dict) -> tuple[Mapping[str, DataFrame], Totals]:
+    def tables(self, batch_id: int, index: dict, final: Tallies) -> tuple[Mapping[str, DataFrame], Totals]:
         """Batch ``batch_id``'s lifecycles, its decoding's ``index`` (increments.py) naming the batch it carries on
-        from and the latest capture time; the tables of every message so far, and their totals."""
-        task = _BucketTask(self, batch_id, index["previous"], index["last_ts_ns"])
+        from and the latest capture time, ``final`` the tallies of every batch's final parts through this one (the
+        connections that ended for good, the IDs E_FIN_FAILED named): the tables of every message so far, and their
+        totals."""
+        task = _BucketTask(self, batch_id, index["previous"], index["last_ts_ns"], final)
         rows = (self.spark.range(self.buckets, numPartitions=self.buckets)
                 .mapInArrow(task, from_arrow_schema(TOTALS_SCHEMA)).collect())
         return WrittenTables(self.spark, self.tables_dir, LIFECYCLE_SCHEMAS, self.storage), Totals.of(rows)
@@ -97,23 +103,26 @@ class _BucketTask:
     """The function of a micro-batch's lifecycle tasks (pickled into them): each of their buckets' messages ordered,
     split into final and open, written; rows of totals per bucket: the kept ones (carried on), the open messages'."""
 
-    def __init__(self, increments: LifecycleIncrements, batch_id: int, previous: int | None, last_ts_ns: int):
+    def __init__(self, increments: LifecycleIncrements, batch_id: int, previous: int | None, last_ts_ns: int,
+                 final: Tallies):
         self.storage, self.tables_dir = increments.storage, increments.tables_dir
         self.exchange_dir = increments.exchange_dir
         self.state_dir = join(increments.state_dir, f"{batch_id:010d}", "lifecycles")
         self.carried_dir = None if previous is None else join(increments.state_dir, f"{previous:010d}", "lifecycles")
         self.batch_id, self.last_ts_ns = batch_id, last_ts_ns
+        # from the driver's tallies: every task reading every batch's final parts again would grow with the batches
+        self.ended = lifecycle.connection_ends_of(final.tables["connections"])
+        self.fin_failed_final = final.tables["fin_failed"].select(MESSAGE_KEY)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         self.storage.make_directory(self.state_dir)
         exchange, storage = self.exchange_dir, self.storage
         final_prefix = part_prefix(self.batch_id)
-        ended = lifecycle.exchanged(exchange, "connections", storage=storage, prefix="b")
         still_open = lifecycle.exchanged(exchange, "connections", storage=storage, prefix=OPEN + final_prefix)
         ends = pa.concat_tables([
-            lifecycle.connection_ends(ended).append_column("conn_open", pa.repeat(False, ended.num_rows)),
+            self.ended.append_column("conn_open", pa.repeat(False, self.ended.num_rows)),
             lifecycle.connection_ends(still_open).append_column("conn_open", pa.repeat(True, still_open.num_rows))])
-        fin_failed = {"final": lifecycle.exchanged(exchange, "fin_failed", storage=storage, prefix="b"),
+        fin_failed = {"final": self.fin_failed_final,
                       "new": lifecycle.exchanged(exchange, "fin_failed", storage=storage, prefix=final_prefix),
                       "open": lifecycle.exchanged(exchange, "fin_failed", storage=storage,
                                                   prefix=OPEN + final_prefix)}
