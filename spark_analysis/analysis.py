@@ -9,9 +9,8 @@ Data flows one way:
          (decode.py) and per-connection checks (violations.py) carrying their state from window to window -> the
          events and the tables each connection makes alone (connection_tables.py), written as Parquet by the task
          itself, window by window, and its deliveries and publishes into the lifecycles' buckets by body hash
-      -> one task per bucket: message lifecycles and their totals (lifecycle.py); meanwhile, in the driver, the
-         connections table and the small sums of the decoding tasks' tables (tallies.py); summary.json from them
-         (summary.py)
+      -> in the driver, the connections table and the small sums of the decoding tasks' tables (tallies.py); one
+         task per bucket: message lifecycles and their totals (lifecycle.py); summary.json from them (summary.py)
 
 Connections spanning several files meet in the shuffle: the reader keeps no state across files.
 Inputs and outputs are paths or URLs (storage.py): every task opens the captures and writes its tables itself,
@@ -29,7 +28,6 @@ import json
 import time
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pyarrow as pa
@@ -313,9 +311,11 @@ def run_analysis(
     buckets = decode_to_tables(packets(spark, paths, split_bytes, payload, storage), tables_dir, exchange_dir,
                                nsq_ports, window_bytes, storage, with_payloads=payload == "bytes")
     step("deriving tables")
-    tables, totals, result = derive(
-        spark, tables_dir, lambda: lifecycle.tables(spark, tables_dir, exchange_dir, buckets, storage),
-        lambda: Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage), storage, step)
+    # before the lifecycles' job: its tasks take how connections ended, and the IDs E_FIN_FAILED named, from them
+    tallied = Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage)
+    tables, totals, result = derive(spark, tables_dir, lambda: lifecycle.tables(
+        spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(), tallied.fin_failed_ids(), storage),
+        tallied, storage, step)
     storage.delete_directory(exchange_dir)
     result["input"] = {
         "files": paths,
@@ -338,24 +338,21 @@ def payload_kind(files: list[str]) -> str:
 
 
 def derive(spark: SparkSession, tables_dir: str,
-           lifecycles: Callable[[], tuple[Mapping[str, DataFrame], lifecycle.Totals]], tallies: Callable[[], Tallies],
+           lifecycles: Callable[[], tuple[Mapping[str, DataFrame], lifecycle.Totals]], tallied: Tallies,
            storage: Storage = LOCAL, step: Callable[[str], None] = lambda message: None,
            ) -> tuple[Mapping[str, DataFrame], lifecycle.Totals, dict]:
-    """From the decoding tasks' tables: the lifecycle tables and their totals (``lifecycles``), the summary's small
-    tables (``tallies``, made in the driver while the lifecycles' job runs), the connections table written; returns
-    all the tables as DataFrames, the lifecycles' totals and the summary."""
+    """From the decoding tasks' tables: the lifecycle tables and their totals (``lifecycles``), and from the summary's
+    small tables (``tallied``, tallies.py) the connections table written; returns all the tables as DataFrames, the
+    lifecycles' totals and the summary."""
     from spark_analysis import summary
 
-    with ThreadPoolExecutor(1) as pool:
-        tallied = pool.submit(tallies)
-        derived, totals = lifecycles()
-        step("summarising")
-        counted = tallied.result()
-    connections = counted.connections()
+    derived, totals = lifecycles()
+    step("summarising")
+    connections = tallied.connections()
     storage.reset_directory(join(tables_dir, "connections"))
     with TableWriter(tables_dir, "part-00000", {"connections": connections.schema}, storage) as writer:
         writer.add("connections", connections)
-    rows = {name: table.to_pylist() for name, table in counted.tables.items() if name != "connections"}
+    rows = {name: table.to_pylist() for name, table in tallied.tables.items() if name != "connections"}
     rows["connections"] = connections.to_pylist()
     tables = ChainMap(derived, WrittenTables(spark, tables_dir, SCHEMAS, storage))
     return tables, totals, summary.summarise(rows, totals).as_json()

@@ -191,15 +191,13 @@ def read_parts(files: list[str], schema: pa.Schema, storage: Storage = LOCAL, **
                       filesystem=filesystem).to_table(**scan)
 
 
-def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int,
-           storage: Storage = LOCAL) -> tuple[Mapping[str, DataFrame], Totals]:
+def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int, ends: pa.Table,
+           fin_failed: pa.Table, storage: Storage = LOCAL) -> tuple[Mapping[str, DataFrame], Totals]:
     """The lifecycle tables, from the exchange the decoding tasks wrote (``exchange_dir``, in ``buckets``), and their
-    totals."""
+    totals; ``ends``: how the connections ended, ``fin_failed``: the IDs E_FIN_FAILED named (tallies.py)."""
     prepare_directories(tables_dir, LIFECYCLE_SCHEMAS, storage)
 
     def lifecycles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ends = connection_ends(exchanged(exchange_dir, "connections", storage=storage))
-        fin_failed = exchanged(exchange_dir, "fin_failed", storage=storage)
         for batch in batches:
             for bucket in batch.column("id").to_pylist():
                 delivered = exchanged(exchange_dir, "delivered", bucket, storage).join(ends, "conn_id",

@@ -111,8 +111,7 @@ class _BucketTask:
         self.carried_dir = None if previous is None else join(increments.state_dir, f"{previous:010d}", "lifecycles")
         self.batch_id, self.last_ts_ns = batch_id, last_ts_ns
         # from the driver's tallies: every task reading every batch's final parts again would grow with the batches
-        self.ended = lifecycle.connection_ends_of(final.tables["connections"])
-        self.fin_failed_final = final.tables["fin_failed"].select(MESSAGE_KEY)
+        self.ended, self.fin_failed_final = final.connection_ends(), final.fin_failed_ids()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         self.storage.make_directory(self.state_dir)

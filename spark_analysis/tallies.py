@@ -110,3 +110,11 @@ class Tallies:
             "consumer", "producer", "nsq-other", "lookupd-peer", "not-nsq")
         rows = rows.append_column("to_nsqd_port", to_nsqd_port).append_column("role", role)
         return rows.sort_by([("first_ts_ns", "ascending"), ("conn_id", "ascending")])
+
+    def connection_ends(self) -> pa.Table:
+        """How each connection ended (the lifecycles' ``ends``)."""
+        return lifecycle.connection_ends_of(self.tables["connections"])
+
+    def fin_failed_ids(self) -> pa.Table:
+        """The IDs E_FIN_FAILED named."""
+        return self.tables["fin_failed"].select(lifecycle.MESSAGE_KEY)

@@ -181,9 +181,9 @@ class Watcher:
         tables_dir = self.increments.tables_dir
         self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
         final, tallied = self._tallies(batch_id, before.tallies)
-        tables, totals, result = derive(self.spark, tables_dir,
-                                        lambda: self.lifecycles.tables(batch_id, carried, final), lambda: tallied,
-                                        self.storage, lambda message: self.step(f"batch {batch_id}: {message}"))
+        tables, totals, result = derive(
+            self.spark, tables_dir, lambda: self.lifecycles.tables(batch_id, carried, final), tallied, self.storage,
+            lambda message: self.step(f"batch {batch_id}: {message}"))
         derived = time.monotonic()
         self.increments.commit(batch_id, carried)
         self.so_far = _SoFar(batch_id, files, before.bytes + record["bytes"], final)
@@ -221,8 +221,7 @@ class Watcher:
 
     def _tallies(self, batch_id: int, before: Tallies) -> tuple[Tallies, Tallies]:
         """The batch's final parts added to ``before``, the tallies of the batches before; and those with its open
-        parts. Made before the lifecycles' job (its tasks take the connections ended for good from them): reading
-        only the batch's parts takes a few tens of milliseconds."""
+        parts. Made before the lifecycles' job, whose tasks take the connections ended for good from them."""
         read = functools.partial(Tallies(WATCH_TALLIES).read, self.directories, self.storage)
         final = before + read(lambda name: name.startswith(part_prefix(batch_id)))
         return final, final + read(lambda name: name.startswith(OPEN + part_prefix(batch_id)))
