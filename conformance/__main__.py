@@ -5,7 +5,9 @@ libraries instead (conformance/clients/).
 ``nsq-conformance explain ID [ID ...]`` prints what a behaviour item or a requirement means and what checks it
 (``conformance/explain.py``).
 
-Exit status: 0 when no case FAILs or ERRORs outside the ``--baseline``; 1 otherwise; 2 for a bad option,
+Exit status: 0 when every selected case ran to a verdict, some case tested something (not all UNSUPPORTED), and
+no case FAILs or ERRORs outside the ``--baseline``; 1 otherwise (a NOT RUN case, a case that never ran, or a run
+that tested nothing fails the gate, saying why); 2 for a bad option,
 an unreachable target or a broker that does not start (one line on stderr); 3 when no case fails but, with
 ``--compare``, some case's transcript or verdict differs on the second broker.
 """
@@ -99,17 +101,19 @@ def _shared_broker(stack: contextlib.ExitStack, settings: options.Settings, repo
     """The embedded broker that every worker's cases share, started here, before pytest: its addresses as the
     plugin's options."""
     from conformance import embedded
+    from conformance.report.fresh import SHARED_BROKER_LOG
     from conformance.target import free_loopback_address
     # The plugin serves the fake auth server there once pytest runs; the broker asks it only on AUTH.
     authd = None
     if settings.profile.capabilities.get("auth"):
         authd = "%s:%d" % settings.authd if settings.authd else free_loopback_address()
-    broker = stack.enter_context(embedded.nsqd(settings, reports / "broker.log", authd))
+    (reports / SHARED_BROKER_LOG).unlink(missing_ok=True)  # the rest of the directory is the plugin's to clean
+    broker = stack.enter_context(embedded.nsqd(settings, reports / SHARED_BROKER_LOG, authd))
     values = {"nsq_target": "%s:%d" % broker.tcp, "nsq_http_target": "%s:%d" % broker.http,
               "nsq_https_target": "%s:%d" % broker.https if broker.https else None,
               **options.EMBEDDED_TLS, "nsq_authd_address": authd, "nsq_embedded": True}
     print(f"embedded reference broker: TCP {values['nsq_target']} HTTP {values['nsq_http_target']} "
-          f"(profile {settings.profile.name}, log {reports / 'broker.log'})", flush=True)
+          f"(profile {settings.profile.name}, log {reports / SHARED_BROKER_LOG})", flush=True)
     return values
 
 

@@ -19,6 +19,7 @@ from conformance.authd import AuthServer
 from conformance.case import Case, LookupdCase
 from conformance.catalogue import requirements
 from conformance.options import Settings
+from conformance.report.fresh import SHARED_BROKER_LOG, start_fresh
 from conformance.target import TargetError
 
 pytest_plugins = ("conformance.plugin.fixtures", "conformance.plugin.verdicts")
@@ -62,6 +63,8 @@ def pytest_configure(config):
     if hasattr(config, "workerinput"):
         config.stash[AUTHD_ADDRESS] = config.workerinput.get("nsq_authd_address")
     else:  # the auth server and the report writers run on the controller only (xdist)
+        # the shared broker python -m conformance started before pytest is logging to its file already
+        start_fresh(settings.reports_dir, keep=(SHARED_BROKER_LOG,) if settings.embedded and settings.tcp else ())
         _start_authd(config, settings)
         from conformance.report.collector import ResultCollector
         config.pluginmanager.register(ResultCollector(settings), "nsq-results")

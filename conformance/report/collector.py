@@ -11,7 +11,7 @@ import pytest
 
 from conformance.catalogue import requirements
 from conformance.options import Settings
-from conformance.verdicts import FAILING, NOT_RUN, PASS, VERDICTS
+from conformance.verdicts import FAILING, NOT_RUN, PASS, UNSUPPORTED, VERDICTS
 
 
 class ResultCollector:
@@ -19,13 +19,28 @@ class ResultCollector:
         self.settings = settings
         self.cases: dict[str, dict] = {}
         self.started = time.time()
+        self.selected: list[str] = []  # every test this run was to run, once collected
+        self.other_tests_failed: set[str] = set()  # tests of the run that are no conformance case (a mixed run)
+        self.other_tests_ran: set[str] = set()
+
+    def pytest_collection_finish(self, session):
+        self.selected = [item.nodeid for item in session.items]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.selected = self.selected or list(ids)  # every worker collects the same selection
 
     def pytest_runtest_logreport(self, report):
         if report.when == "teardown" and report.failed and report.nodeid in self.cases:
             self._clean_up_failed(self.cases[report.nodeid], report)
             return
         nsq = getattr(report, "nsq", None)
-        if nsq is None or report.nodeid in self.cases:
+        if nsq is None:
+            self.other_tests_ran.add(report.nodeid)
+            if report.failed:
+                self.other_tests_failed.add(report.nodeid)
+            return
+        if report.nodeid in self.cases:
             return
         self.cases[report.nodeid] = {"id": report.nodeid, "duration_s": round(report.duration, 3), **nsq}
 
@@ -56,7 +71,8 @@ class ResultCollector:
                    "causes": self.causes(),
                    "target_deaths": [{**case["target_death"], "target": case["target"]}
                                      for case in self.cases.values() if case.get("target_death")],
-                   "unexpected_failures": bad, "baseline_failures": expected, "baseline_now_passing": fixed}
+                   "unexpected_failures": bad, "baseline_failures": expected, "baseline_now_passing": fixed,
+                   "incomplete": self.incomplete()}
         if self.settings.compare_tcp:
             compared = Counter(case["compare"]["status"] for case in self.cases.values() if case.get("compare"))
             summary["compare"] = {
@@ -65,6 +81,24 @@ class ResultCollector:
                 "different": sorted(case["id"] for case in self.cases.values()
                                     if (case.get("compare") or {}).get("status") == "different")}
         return summary
+
+    def incomplete(self) -> list[str]:
+        """Why this run must not pass the gate although no case failed: a gate is green only on a run that tested
+        what was selected. Empty when it did."""
+        why = []
+        not_run = [case["id"] for case in self.cases.values() if case["verdict"] == NOT_RUN]
+        if not_run:
+            why.append(f"{len(not_run)} of {len(self.cases)} cases NOT RUN (their target died and was not "
+                       "restarted): they tested nothing")
+        never = [test for test in self.selected
+                 if test not in self.cases and (test not in self.other_tests_ran or test in self.other_tests_failed)]
+        if never:
+            why.append(f"{len(never)} of {len(self.selected)} selected cases never reached a verdict (the run "
+                       f"stopped, or a worker crashed), e.g. {never[0]}")
+        if not any(case["verdict"] not in (UNSUPPORTED, NOT_RUN) for case in self.cases.values()):
+            why.append("nothing was tested: " + (f"all {len(self.cases)} cases were UNSUPPORTED or NOT RUN"
+                                                 if self.cases else "no case ran"))
+        return why
 
     @staticmethod
     def _counts(counts: Counter) -> dict[str, int]:
@@ -107,10 +141,8 @@ class ResultCollector:
     def pytest_sessionfinish(self, session, exitstatus):
         summary = self.summary()
         if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED if summary["unexpected_failures"] \
-                else pytest.ExitCode.OK
-        if not self.cases:
-            return
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED \
+                if summary["unexpected_failures"] or summary["incomplete"] else pytest.ExitCode.OK
         directory = self.settings.reports_dir
         directory.mkdir(parents=True, exist_ok=True)
         document = {
@@ -175,3 +207,5 @@ class ResultCollector:
               f"skipped, {coverage.get('not covered', 0)} not covered (of {len(requirements())})")
         directory: Path = self.settings.reports_dir
         write(f"reports: {directory / 'report.html'}  {directory / 'report.json'}")
+        for why in summary["incomplete"]:
+            write(f"GATE NOT PASSED, the run is incomplete: {why}", red=True, bold=True)

@@ -92,6 +92,8 @@ def render_html(document: dict, catalogue: dict) -> str:
     if summary["unexpected_failures"]:
         parts.append(f"<p><b>{len(summary['unexpected_failures'])} case(s) failed that are not in the "
                      f"baseline</b>: the run's exit status is 1.</p>")
+    for why in summary["incomplete"]:
+        parts.append(f"<p><b>The gate is not passed, the run is incomplete</b>: {escape(why)}. Exit status 1.</p>")
     if summary["baseline_now_passing"]:
         parts.append("<p>Baseline cases that now pass (remove them from the baseline): " + ", ".join(
             f"<code>{escape(case)}</code>" for case in summary["baseline_now_passing"]) + "</p>")

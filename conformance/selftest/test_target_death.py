@@ -61,6 +61,48 @@ def test_a_broker_that_exits_is_named_once_and_later_cases_do_not_run(broker, tm
     assert completed.returncode == 1
 
 
+def test_a_healthy_broker_after_a_dying_one_into_the_same_directory_is_judged_afresh(broker, tmp_path):
+    """A run that tested nothing never passes the gate, and a run never reads an earlier run's state: the healthy
+    broker's run into the dying one's reports directory runs every case and passes."""
+    proxy = FaultyProxy(broker.tcp_address, "exits-on-negative-deflate-level").start()
+    try:
+        dying, _ = run(proxy, broker, tmp_path)
+    finally:
+        proxy.stop()
+    assert dying.returncode == 1
+    assert "GATE NOT PASSED, the run is incomplete: 3 of 5 cases NOT RUN" in dying.stdout
+    healthy = FaultyProxy(broker.tcp_address, "none").start()
+    try:
+        completed, report = run(healthy, broker, tmp_path)
+    finally:
+        healthy.stop()
+    seen = verdicts(report)
+    assert len(seen) == 5 and set(seen.values()) == {"PASS"}, seen
+    assert report["summary"]["incomplete"] == [] and report["summary"]["target_deaths"] == []
+    assert not list((tmp_path / "pcap").glob("*")), "the dying run's pcaps are gone"
+    assert completed.returncode == 0, completed.stdout[-2000:]
+
+
+def test_a_run_where_every_case_is_unsupported_fails_the_gate_saying_why(broker, tmp_path):
+    """The restart cases against a broker the suite cannot restart: all UNSUPPORTED, so nothing was tested."""
+    completed, report = run_unsupported(broker, tmp_path)
+    assert report["cases"] and {case["verdict"] for case in report["cases"]} == {"UNSUPPORTED"}
+    assert report["summary"]["incomplete"] == [f"nothing was tested: all {len(report['cases'])} cases were "
+                                               "UNSUPPORTED or NOT RUN"]
+    assert "GATE NOT PASSED, the run is incomplete: nothing was tested" in completed.stdout
+    assert completed.returncode == 1
+
+
+def run_unsupported(broker, reports: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """The restart cases against a broker the suite cannot restart: each one UNSUPPORTED."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "conformance", "--target", "%s:%d" % broker.tcp_address, "--http-target",
+         "%s:%d" % broker.http_address, "--workers", "0", "--reports-dir", str(reports),
+         "--requirement", "NSQ-RST", "--", "-k", "survive"],
+        capture_output=True, text=True, timeout=180, cwd=Path(__file__).parents[2])
+    return completed, json.loads((reports / "report.json").read_text())
+
+
 def test_a_hung_broker_is_restarted_by_the_restart_command_and_the_run_goes_on(broker, tmp_path):
     proxy = FaultyProxy(broker.tcp_address, "hangs-on-negative-deflate-level").start()
     revive_request = tmp_path / "revive"
