@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance import wire
 from conformance.authd import ALLOW_ALL_SECRET
 from conformance.client import (
     HarnessError,
@@ -30,6 +29,7 @@ from conformance.liveness import TargetHealth
 from conformance.lookupd_client import V1Connection
 from conformance.target import Profile, TargetError, run_setup_command
 from conformance.transcript import Transcript
+from nsq_protocol import wire
 
 
 @dataclass

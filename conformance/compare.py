@@ -19,9 +19,9 @@ import difflib
 import json
 import re
 
-from conformance import wire
 from conformance.case import NAME_PREFIX, Case
 from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Transcript
+from nsq_protocol import wire
 
 _MESSAGE_ID = re.compile(r"(?<=\bid=)\S{16}|(?<=^FIN )\S{16}|(?<=^REQ )\S{16}|(?<=^TOUCH )\S{16}|\b[0-9a-f]{16}\b")
 _TIMESTAMP = re.compile(r"\bts=\d+")

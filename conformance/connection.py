@@ -15,9 +15,9 @@ import ssl
 import time
 from collections import deque
 
-from conformance import wire
 from conformance.client import Mismatch, TlsClient, Unsupported, Verifier, open_test_socket, setup_step
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
+from nsq_protocol import wire
 
 
 class Closed(Exception):

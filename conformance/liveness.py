@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance import wire, wire_v1
+from nsq_protocol import wire, wire_v1
 
 PROBE_SECONDS = 5.0  # how long a live target may take to answer a fresh connection (scaled)
 _PING = b"GET /ping HTTP/1.1\r\nHost: target\r\nConnection: close\r\n\r\n"

@@ -7,10 +7,10 @@ import json
 import time
 from collections import deque
 
-from conformance import wire_v1
 from conformance.client import Mismatch, open_test_socket
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
-from conformance.wire import ProtocolViolation
+from nsq_protocol import wire_v1
+from nsq_protocol.wire import ProtocolViolation
 
 PRODUCER = {"broadcast_address": "127.0.0.1", "hostname": "conformance", "tcp_port": 4150, "http_port": 4151,
             "version": "1.3.0"}

@@ -14,8 +14,8 @@ import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from conformance import wire_v1
-from conformance.wire import ProtocolViolation
+from nsq_protocol import wire_v1
+from nsq_protocol.wire import ProtocolViolation
 
 _MAX_BODY = 1 << 20
 

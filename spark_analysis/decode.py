@@ -1,4 +1,4 @@
-"""NSQ decoding of reassembled connections into event rows, through ``conformance.wire``.
+"""NSQ decoding of reassembled connections into event rows, through ``nsq_protocol.wire``.
 
 One connection in, rows of ``EVENT_SCHEMA`` out: commands (client -> server), frames (server ->
 client), one ``publish`` row per published message, gaps, decode errors, and one ``connection`` row.
@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conformance import wire
+from nsq_protocol import wire
 from spark_analysis import decode_v1
 from spark_analysis.events import (
     AnswerPairing,

@@ -1,5 +1,5 @@
 """nsqlookupd's connections in a capture: what producers (nsqds) tell a lookupd over the TCP protocol "  V1"
-(R-* and L-TCP-* in conformance/spec/), through ``conformance.wire_v1``.
+(R-* and L-TCP-* in conformance/spec/), through ``nsq_protocol.wire_v1``.
 
 Its walks (``walks``) turn a connection's windows into rows of ``EVENT_SCHEMA``: a ``command`` row per IDENTIFY
 (``identify``), REGISTER, UNREGISTER (``topic``, ``channel``, ``producer``: ``broadcast_address:tcp_port`` of the
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from conformance import wire_v1
-from conformance.wire import ProtocolViolation
+from nsq_protocol import wire_v1
+from nsq_protocol.wire import ProtocolViolation
 from spark_analysis.events import CommandWalk, StreamWalk, first_bytes
 from spark_analysis.identify import identify_struct
 from spark_analysis.kinds import Direction, Kind

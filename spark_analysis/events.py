@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from conformance import wire
+from nsq_protocol import wire
 from spark_analysis.identify import IDENTIFY_RESPONSE_TYPE, IDENTIFY_TYPE
 from spark_analysis.kinds import Close, Direction, Kind, Status
 from spark_analysis.reassembly import Connection, Gap, Stream

@@ -8,8 +8,8 @@ AUTH (``authenticate=False``). AUTH without an auth server is in test_cls_state.
 
 import pytest
 
-from conformance import wire
 from conformance.authd import AUTHORIZED_SUFFIX
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 

@@ -3,7 +3,7 @@ P-AUTH-01..P-AUTH-05, ST-01 in conformance/spec/)."""
 
 import pytest
 
-from conformance import wire
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from conformance import crash, wire
+from conformance import crash
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 RECORD_HEADER = 4 + 8 + 2 + 16  # go-diskqueue's size, then nsqd's timestamp, attempts and ID before the body

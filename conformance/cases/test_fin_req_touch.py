@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conformance import wire
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 UNKNOWN_ID = "0123456789abcdef"

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conformance import wire
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 HEX_ID = re.compile(rb"[0-9a-f]{16}")

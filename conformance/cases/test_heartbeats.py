@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conformance import wire
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 HEARTBEAT_1S = {"heartbeat_interval": 1000}

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from conformance import wire
 from conformance.client import json_of_type, quote
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 NSQ_CONTENT_TYPE = "nsq; version=1.0"

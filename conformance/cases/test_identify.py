@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conformance import wire
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 RESPONSE_KEYS = {"max_rdy_count", "version", "max_msg_timeout", "msg_timeout", "tls_v1", "deflate",

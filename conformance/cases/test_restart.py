@@ -5,7 +5,7 @@ UNSUPPORTED."""
 
 import pytest
 
-from conformance import wire
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 

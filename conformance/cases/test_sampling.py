@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from conformance import wire
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from conformance import wire
 from conformance.checker import History, check
 from conformance.client import Mismatch
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 # Consumers negotiate a short msg_timeout so messages abandoned by a disconnect come back within the run

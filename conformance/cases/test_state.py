@@ -3,7 +3,7 @@ closing."""
 
 import pytest
 
-from conformance import wire
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 UNKNOWN_ID = "0123456789abcdef"

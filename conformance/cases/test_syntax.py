@@ -3,7 +3,7 @@ conformance/spec/connection.toml)."""
 
 import pytest
 
-from conformance import wire
+from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
 

@@ -20,9 +20,9 @@ import ssl
 import time
 from pathlib import Path
 
-from conformance import wire
 from conformance.clients.judge import ClientFault
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
+from nsq_protocol import wire
 
 MSG_TIMEOUT_MS = 60_000
 TLS_DIR = Path(__file__).parent.parent / "tls"  # test certificates only: server.pem is CN=127.0.0.1, signed by ca.pem

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from conformance import wire
+from nsq_protocol import wire
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from conformance import wire
 from conformance.selftest.hostile_http import HttpSession
 from conformance.selftest.hostile_plan import HOSTILITIES, HostilePlan, Liar
+from nsq_protocol import wire
 
 MAX_CLAIMED_SIZE = 4 * 1024 * 1024  # a lying frame size claims at most this, and is never sent in full
 HEARTBEAT_SECONDS = 1.0  # much faster than nsqd's 30 s: the suite's heartbeat cases end quickly

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from conformance import wire
 from conformance.selftest.faults import VALID_NAME, Fault, HttpRequest
+from nsq_protocol import wire
 
 _created: set[bytes] = set()  # topics created over HTTP, by any proxy of this process
 

@@ -22,8 +22,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from conformance import wire, wire_v1
 from conformance.selftest.faults import BY_NAME, Fault, HttpRequest
+from nsq_protocol import wire, wire_v1
 
 # Bodies above this are forwarded as they come, unrewritten: the proxy never holds a body the broker refuses by its
 # size alone (P-PUB-03, H-PUB-01), nor waits for one the client sends in part.

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conformance import wire
 from conformance.case import Case, Target
 from conformance.catalogue import requirements
 from conformance.client import Mismatch, quote
@@ -27,6 +26,7 @@ from conformance.selftest.faults import BY_NAME, FAULTS
 from conformance.selftest.mutation import CONTROLS
 from conformance.selftest.proxy import FaultyProxy
 from conformance.target import EmbeddedBroker, Profile, free_loopback_address, parse_address, restart_with_command
+from nsq_protocol import wire
 
 PROBES = {}
 SECTIONS = {"loss", "delay", "duplication", "order", "frame", "parameters", "errors", "state", "http", "stats",

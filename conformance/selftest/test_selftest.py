@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from conformance import wire
 from conformance.selftest import amnesiac
 from conformance.selftest.faults import Fault
 from conformance.selftest.proxy import FaultyProxy
@@ -25,6 +24,7 @@ from conformance.target import (
     parse_address,
     restart_with_command,
 )
+from nsq_protocol import wire
 
 REDELIVERY = "cases/test_framing.py::test_redelivery_keeps_id_and_timestamp"
 FATAL_CLOSE = "cases/test_syntax.py::test_unknown_command_is_fatal"

@@ -1,4 +1,4 @@
-"""``conformance.wire`` against bytes the real nsqd produced: the compressed capture's three connections
+"""``nsq_protocol.wire`` against bytes the real nsqd produced: the compressed capture's three connections
 (snappy, deflate, plain) decode to exactly the counts in its ground truth, snappy checksums verified."""
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import wire
+from nsq_protocol import wire
 
 PCAPS = Path(__file__).parents[2] / "pcaps"
 NSQD_PORT = 24150

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 
-from conformance import wire
+from nsq_protocol import wire
 from spark_analysis.generate.capture import EPOCH_NS, HEARTBEAT_NS, MAX_SEGMENT, MS, Connection, Consumer
 from spark_analysis.generate.truth import DEFINITIONS, ChannelTruth, truth_document
 

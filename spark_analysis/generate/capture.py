@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 
-from conformance import wire
+from nsq_protocol import wire
 
 EPOCH_NS = 1_800_000_000 * 10**9
 MS = 1_000_000

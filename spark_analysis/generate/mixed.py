@@ -13,7 +13,7 @@ import heapq
 import json
 import time
 
-from conformance import wire
+from nsq_protocol import wire
 from spark_analysis.generate.capture import (
     EPOCH_NS,
     HEARTBEAT_NS,

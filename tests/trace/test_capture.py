@@ -12,7 +12,7 @@ import threading
 import pytest
 from trace_helpers import REPO, walk
 
-from conformance import wire
+from nsq_protocol import wire
 from spark_analysis.analysis import SEGMENT_COLUMNS
 from spark_analysis.decode import decode_connection
 from spark_analysis.reassembly import reassemble

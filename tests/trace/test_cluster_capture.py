@@ -13,7 +13,7 @@ import cluster_recording
 import pytest
 from trace_helpers import PCAPS, REPO, load_truth
 
-from conformance import wire, wire_v1
+from nsq_protocol import wire, wire_v1
 
 
 def mismatches(summary: dict, truth: dict) -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from conformance import wire
+from nsq_protocol import wire
 from spark_analysis.decode import decode_connection
 from spark_analysis.reassembly import Gap, reassemble
 

@@ -1,8 +1,8 @@
 """NSQC-CONN: the magic, IDENTIFY and SUB a client opens a connection with."""
 import pytest
 
-from conformance import wire
 from conformance.clients.judge import check
+from nsq_protocol import wire
 
 
 async def _identified(run):

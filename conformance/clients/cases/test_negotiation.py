@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from conformance import wire
 from conformance.clients import contract
 from conformance.clients.judge import check
+from nsq_protocol import wire
 
 SECRET = "nsqc-secret"
 

@@ -1,4 +1,4 @@
-"""The model client: a small NSQ client written to do what the client cases require, on conformance.wire, behind
+"""The model client: a small NSQ client written to do what the client cases require, on nsq_protocol.wire, behind
 the same driver contract as the libraries' drivers. Every case PASSes for it, which shows that a case's FAIL for a
 library is the library's doing, and the selftest breaks its output to show that each case catches a fault."""
 import asyncio
@@ -11,7 +11,7 @@ import ssl
 from collections import deque
 from urllib.parse import quote
 
-from conformance import wire
+from nsq_protocol import wire
 
 env = os.environ
 NON_FATAL = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")  # C-23

@@ -7,8 +7,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conformance import wire
 from conformance.clients.selftest.proxy import FaultyLookupProxy, FaultyProxy
+from nsq_protocol import wire
 
 
 def _same(command: wire.Command) -> bytes:

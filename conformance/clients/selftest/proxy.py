@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from conformance import wire
 from conformance.transcript import Transcript
+from nsq_protocol import wire
 
 
 class _Proxy:

@@ -9,7 +9,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from conformance.wire import (
+from nsq_protocol.wire import (
     DeflateStreamDecoder,
     DeflateStreamEncoder,
     ProtocolViolation,

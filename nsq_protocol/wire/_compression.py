@@ -7,7 +7,7 @@ import zlib
 
 import cramjam
 
-from conformance.wire._frames import ProtocolViolation
+from nsq_protocol.wire._frames import ProtocolViolation
 
 
 class DeflateStreamDecoder:

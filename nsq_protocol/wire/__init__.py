@@ -12,7 +12,7 @@ their decoders and encoders, ``_compression.py`` the negotiated compression laye
 callers import them from.
 """
 
-from conformance.wire._compression import (
+from nsq_protocol.wire._compression import (
     SNAPPY_STREAM_IDENTIFIER,
     DeflateStreamDecoder,
     DeflateStreamEncoder,
@@ -21,7 +21,7 @@ from conformance.wire._compression import (
     crc32c,
     snappy_masked_crc,
 )
-from conformance.wire._frames import (
+from nsq_protocol.wire._frames import (
     BODY_COMMANDS,
     DEFAULT_MAX_BODY_SIZE,
     DEFAULT_MAX_FRAME_SIZE,
