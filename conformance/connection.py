@@ -17,7 +17,7 @@ from collections import deque
 
 from conformance.client import Mismatch, TlsClient, Unsupported, Verifier, open_test_socket, setup_step
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
-from nsq_protocol import wire
+from nsq_protocol import monitors, wire
 
 
 class Closed(Exception):
@@ -65,14 +65,16 @@ class Connection:
         for verb in started:
             if verb.decode("ascii") in self.unsupported_commands:
                 raise Unsupported(self.unsupported_commands[verb.decode("ascii")])
-        lines = self._describe_sent(data)
+        lines, commands = self._describe_sent(data)
         verbs = [line.split(" ", 1)[0] for line in lines if not line.startswith(("(+", "MAGIC", "raw "))]
         verbs = verbs or [verb.decode("ascii") for verb in started[-1:]]
         self._unanswered.extend(verb for verb in verbs if verb in _ANSWERED)
         if verbs:
             self.last_verb = verbs[-1]
         on_wire = self._encoder.encode(data) if self._encoder else data
-        self.transcript.record(self.name, CLIENT_TO_SERVER, lines, on_wire)
+        at = self.transcript.wall_started + self.transcript.now()
+        self.transcript.record(self.name, CLIENT_TO_SERVER, lines, on_wire,
+                               observed=tuple(monitors.from_command(at, command) for command in commands))
         try:
             self.sock.sendall(on_wire)
         except OSError as exc:
@@ -82,17 +84,18 @@ class Connection:
     def command(self, name: str, *params, body: bytes | None = None) -> None:
         self.send(wire.encode_command(name, *params, body=body))
 
-    def _describe_sent(self, data: bytes) -> list[str]:
+    def _describe_sent(self, data: bytes) -> tuple[list[str], list[wire.Command]]:
+        """The transcript's lines for ``data``, and the commands it completed."""
         try:
             commands = self.commands.feed(data)
         except wire.ProtocolViolation as exc:
-            return [f"raw {data[:80]!r}{'...' if len(data) > 80 else ''} ({exc.reason})"]
+            return [f"raw {data[:80]!r}{'...' if len(data) > 80 else ''} ({exc.reason})"], exc.commands or []
         lines = [command.describe() for command in commands]
         if self.commands.magic is not None and self.commands.offset <= 4 and data[:4] == self.commands.magic:
             lines.insert(0, f"MAGIC {self.commands.magic!r}")
         if self.commands.pending:
             lines.append(f"(+{self.commands.pending} bytes of an unfinished command)")
-        return lines or [f"raw {data[:80]!r}"]
+        return lines or [f"raw {data[:80]!r}"], commands
 
     def shutdown_write(self) -> None:
         self.transcript.note("client half-closes (SHUT_WR)", self.name)
@@ -180,7 +183,9 @@ class Connection:
             lines.append("(protocol switch: the bytes after it belong to the new layer)")
         json_data = {index: frame.data for index, frame in enumerate(frames)
                      if frame.frame_type == wire.FRAME_RESPONSE and frame.data[:1] == b"{"}
-        self.transcript.record(self.name, SERVER_TO_CLIENT, lines, on_wire, json_data)
+        at = self.transcript.wall_started + self.transcript.now()
+        self.transcript.record(self.name, SERVER_TO_CLIENT, lines, on_wire, json_data,
+                               tuple(monitors.from_frame(at, frame) for frame in frames))
         for frame in frames:
             if frame.is_heartbeat:
                 self.heartbeats += 1

@@ -39,6 +39,8 @@ def nsqd(settings: Settings, log_path: Path, authd_address: str | None,
     https = settings.profile.offers("tls_required") == "true"
 
     def probe() -> str | None:
+        if broker.tcp_address is None:
+            return "the embedded reference broker is not running (it did not start again after a restart)"
         http = broker.https_address if https else broker.http_address
         return probe_nsqd(broker.tcp_address, http, PROBE_SECONDS * settings.time_scale,
                           tls.context() if https else None)

@@ -37,6 +37,7 @@ class Explanation:
     broker_lines: list[str]
     trace_checks: list[str]
     transcripts: list[str]
+    monitors: list[str]  # the catalogue's monitors (nsq_protocol.monitors) that judge it in every transcript
 
 
 def collect_cases(pytest_options: list[str]) -> dict[str, list[str]]:
@@ -126,7 +127,7 @@ def explain(identifier: str, cases: dict[str, list[str]]) -> Explanation:
             sorted({f"conformance/{case}" for r in mapped for case in cases.get(r.id, ())}
                    | {f"conformance/{case}" for case in cases.get(identifier, ())}),
             citing_lines(BROKER_DIR, (identifier,)), citing_lines(TRACE_DIR, (identifier,)),
-            _transcripts(item.recordings))
+            _transcripts(item.recordings), _monitors(identifier))
     if identifier in requirements():
         requirement = requirements()[identifier]
         items = behaviour_ids_of(requirement)
@@ -136,8 +137,15 @@ def explain(identifier: str, cases: dict[str, list[str]]) -> Explanation:
             [_summary(i) for i in items],
             sorted(f"conformance/{case}" for case in cases.get(identifier, ())),
             citing_lines(BROKER_DIR, (identifier, *items)), citing_lines(TRACE_DIR, (identifier, *items)),
-            _transcripts(requirement.recordings))
+            _transcripts(requirement.recordings), _monitors(*items))
     raise KeyError(identifier)
+
+
+def _monitors(*items: str) -> list[str]:
+    from nsq_protocol.monitors import MONITORS
+    return [f"{monitor.__module__}.{monitor.__name__} ({', '.join(monitor.ITEMS)}): "
+            f"{' '.join((monitor.__doc__ or '').split()).split('. ')[0]}" for monitor in MONITORS
+            if set(monitor.ITEMS) & set(items)]
 
 
 def _summary(behaviour_id: str) -> str:
@@ -151,6 +159,7 @@ def render(explanation: Explanation) -> str:
     out += [f"  {label}: {value}" for label, value in explanation.details]
     for title, lines in ((related, explanation.related), ("cases", explanation.cases),
                          ("reference broker", explanation.broker_lines), ("trace checks", explanation.trace_checks),
+                         ("monitors", explanation.monitors),
                          ("recordings of the real nsqd or nsqlookupd (fixtures/)", explanation.transcripts)):
         out.append(f"{title} ({len(lines)}):")
         out += [f"  {line}" for line in lines] or ["  none"]

@@ -17,6 +17,7 @@ class Event:
     lines: list[str]  # decoded commands / frames, one per line
     wire: bytes = b""  # the bytes as they crossed the socket (compressed if negotiated)
     json_data: dict[int, bytes] = field(default_factory=dict)  # line index -> a frame's whole JSON data (compare)
+    observed: tuple = ()  # the commands or frames as the monitors take them (nsq_protocol.monitors.Observed)
 
     def as_dict(self) -> dict:
         return {"at_ms": round(self.at * 1000, 1), "connection": self.connection,
@@ -43,8 +44,11 @@ class Transcript:
         return time.monotonic() - self.started
 
     def record(self, connection: str, direction: str, lines: list[str], wire: bytes = b"",
-               json_data: dict[int, bytes] | None = None) -> None:
-        self.events.append(Event(self.now(), connection, direction, lines, wire, json_data or {}))
+               json_data: dict[int, bytes] | None = None, observed: tuple = ()) -> None:
+        self.events.append(Event(self.now(), connection, direction, lines, wire, json_data or {}, observed))
+
+    def wall_time(self, event: Event) -> float:
+        return self.wall_started + event.at
 
     def note(self, text: str, connection: str = "-") -> None:
         self.record(connection, NOTE, [text])

@@ -50,6 +50,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "requirement(*ids): the catalogue requirement IDs a case checks")
     config.addinivalue_line("markers", "long_wait(seconds): the case waits about this long on the broker's timers; "
                             "such cases start first, longest first, so that parallel workers end together")
+    config.addinivalue_line("markers", "monitors_expect(*ids): behaviour items the case makes the broker's monitors "
+                            "see broken on purpose (conformance/monitoring.py); others fail the case")
     config.addinivalue_line("markers", "transcript_varies(why): --compare judges this case by its verdict only, "
                             "its transcript differs from run to run by design (e.g. concurrent clients)")
     if not _active(config):
@@ -62,6 +64,8 @@ def pytest_configure(config):
         config.option.maxschedchunk = 1  # pytest-xdist then sends each worker 2 cases first, then 1 at a time
     if hasattr(config, "workerinput"):
         config.stash[AUTHD_ADDRESS] = config.workerinput.get("nsq_authd_address")
+    elif config.option.collectonly:  # nothing runs (explain, --list): no run to start afresh, no verdicts
+        config.stash[AUTHD_ADDRESS] = None
     else:  # the auth server and the report writers run on the controller only (xdist)
         # the shared broker python -m conformance started before pytest is logging to its file already
         start_fresh(settings.reports_dir, keep=(SHARED_BROKER_LOG,) if settings.embedded and settings.tcp else ())

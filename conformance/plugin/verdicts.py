@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from conformance import compare
+from conformance import compare, monitoring
 from conformance.case import Case, Target
 from conformance.catalogue import requirements
 from conformance.client import HarnessError, Mismatch, PreconditionFailed, Unsupported
 from conformance.liveness import NotRun
 from conformance.plugin import CASE, COMPARED, SETTINGS, case_requirements, is_case, settings_of
 from conformance.plugin.fixtures import case_name
+from conformance.spec import behaviours
 from conformance.verdicts import (
     ERROR,
     FAIL,
@@ -35,6 +36,7 @@ from conformance.verdicts import (
     cause_of,
     masked,
 )
+from nsq_protocol import monitors
 
 _TEST_STATUS = {
     PASS: ("passed", ".", ("PASS", {"green": True})),
@@ -189,6 +191,8 @@ def pytest_runtest_makereport(item, call):
     case: Case | None = item.stash.get(CASE, None)
     verdict, message, cause = _verdict(item, case, call.excinfo)
     verdict, message, cause, death = _after_target_check(item, case, verdict, message, cause)
+    found = _monitored(item, case)
+    verdict, message, cause = _with_monitors(item, found, verdict, message, cause)
     ids = case_requirements(item)
     pcap = None
     if case and verdict in (FAIL, PRECONDITION, ERROR) and case.transcript.endpoints:
@@ -206,6 +210,7 @@ def pytest_runtest_makereport(item, call):
         "pcap": str(pcap) if pcap else None,
         "baseline": in_baseline(item.nodeid, settings.baseline),
         "compare": _with_verdicts_compared(item.stash.get(COMPARED, None), verdict),
+        "monitors": [violation.as_dict() for violation in found],
     }
     properties = [("verdict", verdict), ("requirements", " ".join(ids)),
                   ("levels", " ".join(requirements()[i].level for i in ids))]
@@ -234,6 +239,32 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = "\n".join([where, *(f"{i} [{requirements()[i].level}] {requirements()[i].text}"
                                                    for i in ids), message])
     return report
+
+
+def _monitored(item, case) -> list:
+    """The broker-side violations the catalogue's monitors saw in the case's transcript (conformance/monitoring.py),
+    but those the case provokes on purpose (``@pytest.mark.monitors_expect(ID, ...)``)."""
+    if not isinstance(case, Case):
+        return []
+    expected = {i for marker in item.iter_markers("monitors_expect") for i in marker.args}
+    return [violation for violation in monitoring.judge(case.transcript).violations
+            if violation.side == monitors.BROKER and violation.item not in expected]
+
+
+def _with_monitors(item, found: list, verdict: str, message: str, cause: str) -> tuple[str, str, str]:
+    """A case passes only if no monitor saw the broker break a rule: a broken MUST item is a FAIL, a SHOULD item
+    NON-STRICT (FAIL under --strict); a failing verdict stands, with the findings added."""
+    if not found or verdict in (UNSUPPORTED, NOT_RUN):
+        return verdict, message, cause
+    items = behaviours()
+    lines = [f"monitor: {violation.describe()} [{items[violation.item].level}]" for violation in found]
+    text = "\n".join([message, *lines] if message else lines)
+    if verdict in (PASS, NON_STRICT):
+        must = any(items[violation.item].level == "MUST" for violation in found)
+        strict = item.config.stash[SETTINGS].strict
+        return (FAIL if must or strict else NON_STRICT), text, masked(f"monitor {found[0].item}: "
+                                                                          f"{found[0].observed}")
+    return verdict, text, cause
 
 
 def _target_label(item, settings) -> str:

@@ -107,6 +107,14 @@ def _identify_fields(command: wire.Command) -> dict | None:
     return fields if isinstance(fields, dict) else None
 
 
+def _without_max_msg_timeout(frame: wire.Frame, session) -> bytes | None:
+    if frame.frame_type != wire.FRAME_RESPONSE or not frame.data.startswith(b"{"):
+        return None
+    answer = json.loads(frame.data)
+    answer.pop("max_msg_timeout", None)
+    return wire.encode_frame(wire.FRAME_RESPONSE, json.dumps(answer).encode())
+
+
 def _negative_deflate_level(command: wire.Command) -> bool:
     fields = _identify_fields(command)
     level = {key.lower(): value for key, value in (fields or {}).items()}.get("deflate_level")
@@ -451,6 +459,12 @@ FAULTS: tuple[Fault, ...] = (
     Fault("bad-message-as-bad-body", "errors", "a bad message body reported as E_BAD_BODY",
           "E_BAD_BODY PUB invalid message body size 0", ("NSQ-PUB-003",),
           frame=lambda frame, session: _error(frame, "E_BAD_MESSAGE", "E_BAD_BODY")),
+    Fault("errors-as-responses", "errors", "errors written through the response path (frame type 0)",
+          "a response frame 'E_BAD_TOPIC PUB topic name ...' where nsqd sends an error frame",
+          ("NSQ-ERR-001", "NSQ-FRAME-001"), frame=lambda frame, session: wire.encode_frame(
+              wire.FRAME_RESPONSE, frame.data) if frame.frame_type == wire.FRAME_ERROR else None),
+    Fault("identify-answer-without-max-msg-timeout", "parameters", "max_msg_timeout left out of the IDENTIFY answer",
+          "the JSON answer has every field but max_msg_timeout", ("NSQ-ID-010",), frame=_without_max_msg_timeout),
     Fault("no-close-after-fatal", "errors", "the connection is not closed after a fatal error",
           "E_INVALID ... and the socket stays open", ("NSQ-ERR-001",), keeps_client_open=True),
     Fault("close-after-non-fatal", "errors", "E_FIN_FAILED/E_REQ_FAILED/E_TOUCH_FAILED treated as fatal",

@@ -280,6 +280,18 @@ def _an_unknown_command(case):
     return first_answer(conn), first_answer(conn)
 
 
+@probe("errors-as-responses")
+def _the_frame_type_of_an_error(case):
+    conn = case.connect()
+    conn.send(b"BOGUS\n")
+    return conn.raw_frame(1.0).frame_type
+
+
+@probe("identify-answer-without-max-msg-timeout")
+def _the_keys_of_the_identify_answer(case):
+    return sorted(case.connect().identify({"feature_negotiation": True}))
+
+
 @probe("fin-failed-as-invalid", "close-after-non-fatal")
 def _fin_of_an_unknown_id(case):
     conn = case.connect()

@@ -39,13 +39,13 @@ def broker():
         yield running
 
 
-def run_suite(broker, fault, reports: Path, *extra) -> tuple[int, dict]:
+def run_suite(broker, fault, reports: Path, *extra, selection: str = SELECTION) -> tuple[int, dict]:
     proxy = FaultyProxy(broker.tcp_address, fault).start()
     try:
         completed = subprocess.run(
             [sys.executable, "-m", "conformance", "--target", "%s:%d" % proxy.address,
              "--http-target", "%s:%d" % broker.http_address, "--workers", "0", "--reports-dir", str(reports),
-             *extra, "--", "-k", SELECTION, "-q"],
+             *extra, "--", "-k", selection, "-q"],
             capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
     finally:
         proxy.stop()
@@ -69,6 +69,21 @@ def test_stuck_attempts_fail_the_redelivery_case(broker, tmp_path):
     assert code == 1
     pcap = Path(cases[REDELIVERY]["pcap"])
     assert pcap.read_bytes()[:4] == b"\xd4\xc3\xb2\xa1"  # a little-endian pcap Wireshark opens
+
+
+def test_a_case_that_does_not_check_the_identify_answer_fails_by_the_monitor_that_does(broker, tmp_path):
+    """Every case's transcript goes through the catalogue's monitors (conformance/monitoring.py): a /stats case
+    that negotiates features fails when the answer lacks a field, naming the item and the monitor's finding."""
+    counters = "cases/test_http.py::test_client_counters_add_up"
+    code, cases = run_suite(broker, "identify-answer-without-max-msg-timeout", tmp_path,
+                            selection="client_counters_add_up")
+    assert cases[counters]["verdict"] == "FAIL"
+    assert "monitor: ID-20 broken by the broker on A" in cases[counters]["message"]
+    assert "max_msg_timeout missing" in cases[counters]["message"]
+    assert [finding["item"] for finding in cases[counters]["monitors"]] == ["ID-20"]
+    assert code == 1
+    code, cases = run_suite(broker, "none", tmp_path / "faithful", selection="client_counters_add_up")
+    assert cases[counters]["verdict"] == "PASS" and cases[counters]["monitors"] == [] and code == 0
 
 
 def test_missing_close_fails_the_fatal_error_case(broker, tmp_path):

@@ -1,0 +1,37 @@
+"""Every case's live transcript through the catalogue's monitors (nsq_protocol.monitors): a case also checks every
+invariant the monitors know, not only its own assertion. The suite's times are when its client read a frame, not
+when the frame arrived, so the judge runs without timing: the rules about order and content judge, the rules
+about time say "not judged"."""
+
+from __future__ import annotations
+
+from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Transcript
+from nsq_protocol import monitors
+
+_SERVER_CLOSED = ("server closed the connection", "connection reset")
+
+
+def judge(transcript: Transcript) -> monitors.Judge:
+    """The monitors' judge over one case's V2 connections (its HTTP requests are not fed: ``http_seen`` False)."""
+    judge = monitors.new_judge(timing=False, http_seen=False)
+    for event in transcript.events:
+        name, at = event.connection, transcript.wall_time(event)
+        if event.direction == NOTE:
+            if name in judge.connections and event.lines[0].startswith(_SERVER_CLOSED):
+                judge.close(name, at, monitors.BROKER)
+            continue
+        if event.direction not in (CLIENT_TO_SERVER, SERVER_TO_CLIENT) or not event.observed and \
+                name not in judge.connections:
+            continue
+        if name not in judge.connections:
+            # a connection the suite opened with the V2 magic: its defaults are known from its start
+            judge.open(name, at, started=event.direction == CLIENT_TO_SERVER and event.lines[0].startswith(
+                "MAGIC b'  V2'"))
+        for observed in event.observed:
+            judge.observe(name, observed)
+    end = transcript.wall_started + transcript.now()
+    for name, connection in judge.connections.items():
+        if connection.open:
+            judge.close(name, end, None)  # the client stopped reading: whether the broker closed is not known
+    judge.finish(end)
+    return judge

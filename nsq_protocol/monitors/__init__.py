@@ -1,0 +1,47 @@
+"""The behaviour catalogue's rules as monitors: small state machines over one nsqd's traffic, each keyed by the
+items it judges, that report a ``Violation`` (item, side, time, connection, expected, observed, the events that
+show it) or say what they could not judge and why. They never assume what the traffic does not show: a capture
+that starts mid-connection, a msg_timeout left to the broker's flag, or times that are when a client read frames
+rather than when they arrived, leave a rule "not judged".
+
+The same monitors run over a suite case's transcript (``conformance``), inside the trace analysis' tasks
+(``spark_analysis``) and in the tests. ``new_judge()`` gives a judge with all of them; ``MONITORS`` maps each
+monitor to its items, which ``nsq-conformance explain`` lists and the catalogue's selftest checks.
+"""
+
+from __future__ import annotations
+
+from nsq_protocol.monitors.delivery import (
+    AttemptsGrow,
+    FinishedStaysFinished,
+    FinOfUndelivered,
+    NotTimedOutEarly,
+    RdyWindow,
+    SettledOrTimedOutComesBack,
+)
+from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
+from nsq_protocol.monitors.framing import ErrorsAreErrorFrames, FatalErrorsClose
+from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
+from nsq_protocol.monitors.identify import IdentifyAnswer
+from nsq_protocol.monitors.judge import HttpAction, Judge
+from nsq_protocol.monitors.monitor import Monitor, Violation
+from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished
+
+MONITORS: tuple[type[Monitor], ...] = (
+    ErrorsAreErrorFrames, FatalErrorsClose, HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer,
+    RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
+    DeferredWaits, DeliveredAsPublished,
+)
+
+
+def new_judge(*, timing: bool, http_seen: bool) -> Judge:
+    return Judge([monitor() for monitor in MONITORS], timing=timing, http_seen=http_seen)
+
+
+def monitors_of(item: str) -> list[str]:
+    """The monitors that judge a catalogue item, by name."""
+    return [monitor.__name__ for monitor in MONITORS if item in monitor.ITEMS]
+
+
+__all__ = ["BROKER", "CLIENT", "HttpAction", "Judge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash",
+           "from_command", "from_frame", "monitors_of", "new_judge"]

@@ -1,0 +1,129 @@
+"""What the monitors know of one V2 connection: what it negotiated, its subscription and RDY, which command each
+answer answers, and whether the broker or the client closed it. A fact the traffic did not show is None, never a
+default: a capture that starts mid-connection knows neither the heartbeat interval nor the RDY."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from nsq_protocol.monitors.events import (
+    COMMAND,
+    ERROR,
+    JSON,
+    NON_FATAL_ERRORS,
+    RESPONSE,
+    Observed,
+)
+
+DEFAULT_HEARTBEAT_MS = 30_000  # C-27: without IDENTIFY, whatever the broker's flags
+MIN_MSG_TIMEOUT_MS = 1_000  # ID-07: the least msg_timeout an IDENTIFY can set
+ANSWERED = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})  # one answer each, in order (C-13)
+UPGRADES = ("tls_v1", "snappy", "deflate")  # each sends one OK through its new layer (ID-30)
+IDENTIFY_ANSWER_FIELDS = ("max_rdy_count", "version", "max_msg_timeout", "msg_timeout", "tls_v1", "deflate",
+                          "deflate_level", "max_deflate_level", "snappy", "sample_rate", "auth_required",
+                          "output_buffer_size", "output_buffer_timeout")  # ID-20
+
+
+@dataclass
+class Connection:
+    name: str
+    started: bool  # the traffic showed the connection's start (its magic): its defaults are known
+    opened_at: float | None = None
+    identify: dict | None = None  # the first IDENTIFY's body, once answered without an error (ID-40)
+    identify_answer: dict | None = None  # its JSON answer
+    identified_at: float | None = None
+    topic: str | None = None
+    channel: str | None = None
+    subscribed_at: float | None = None
+    rdy: int | None = None
+    closing: bool = False  # CLS answered
+    closed_at: float | None = None
+    closed_by: str | None = None  # BROKER, CLIENT, or None: the traffic did not say
+    fatal_error: Observed | None = None  # the first fatal error frame (C-23)
+    last_command_at: float | None = None
+    in_flight: dict = field(default_factory=dict)  # msg_id -> the Delivery (ledger.py) in flight to it
+    _unanswered: deque = field(default_factory=deque)  # (verb, event) of commands awaiting their answer
+    _upgrade_oks: int = 0
+
+    @property
+    def subscription(self) -> tuple[str, str] | None:
+        return (self.topic, self.channel) if self.topic is not None else None
+
+    @property
+    def subscription_known(self) -> bool:
+        """Whether ``subscription`` is the whole truth: a connection caught mid-way may have subscribed unseen."""
+        return self.started or self.subscription is not None
+
+    @property
+    def heartbeat_ms(self) -> int | None:
+        """The heartbeat interval in force (C-27, ID-02): 0 when disabled, None when the traffic does not tell."""
+        if self.identify is not None:
+            asked = self.identify.get("heartbeat_interval")
+            if isinstance(asked, int) and not isinstance(asked, bool):
+                if asked == -1:
+                    return 0
+                if asked >= 1:  # ID-02: a value nsqd refuses never got here, the IDENTIFY failed
+                    return asked
+        return DEFAULT_HEARTBEAT_MS if self.started else None
+
+    @property
+    def msg_timeout_ms(self) -> int | None:
+        """The msg_timeout of this connection's messages (ID-07): the JSON answer's, or an accepted IDENTIFY's own
+        value (nsqd applies it without feature negotiation too); None when it is the broker's --msg-timeout,
+        which the traffic does not show."""
+        if self.identify_answer is not None and isinstance(self.identify_answer.get("msg_timeout"), int):
+            return self.identify_answer["msg_timeout"]
+        if self.identify is not None:
+            asked = self.identify.get("msg_timeout")
+            if isinstance(asked, int) and not isinstance(asked, bool) and asked >= MIN_MSG_TIMEOUT_MS:
+                return asked
+        return None
+
+    @property
+    def max_msg_timeout_ms(self) -> int | None:
+        answer = self.identify_answer or {}
+        return answer.get("max_msg_timeout") if isinstance(answer.get("max_msg_timeout"), int) else None
+
+    @property
+    def open(self) -> bool:
+        return self.closed_at is None
+
+    def observe(self, event: Observed, answered_command: Observed | None = None) -> Observed | None:
+        """Takes ``event`` in; returns the command a response or error frame answers (C-13), if any."""
+        if event.kind == COMMAND:
+            # C-22: the broker takes commands in arrival order, so a pipelined SUB, RDY, CLS takes effect when
+            # sent; a refusal is fatal (C-23) and ends the connection
+            self.last_command_at = event.ts
+            if event.name in ANSWERED:
+                self._unanswered.append(event)
+            if event.name == "SUB" and self.subscription is None and self.fatal_error is None:
+                self.topic, self.channel, self.subscribed_at, self.rdy = event.topic, event.channel, event.ts, 0
+            elif event.name == "RDY" and self.subscription is not None and not self.closing:
+                self.rdy = event.number  # P-RDY-01: ignored after CLS; an unparsable count is fatal anyway
+            elif event.name == "CLS" and self.subscription is not None:
+                self.closing, self.rdy = True, 0  # D-04
+            return None
+        if event.kind == RESPONSE and self._upgrade_oks and event.name == "OK":
+            self._upgrade_oks -= 1  # ID-30: the OK through a new layer answers no command
+            return None
+        if event.kind not in (RESPONSE, ERROR) or (event.kind == ERROR and event.name in NON_FATAL_ERRORS):
+            return None
+        if event.kind == ERROR and self.fatal_error is None:
+            self.fatal_error = event
+        command = self._unanswered.popleft() if self._unanswered else None
+        if command is not None and event.kind == RESPONSE:
+            self._answered(command, event)
+        return command
+
+    def _answered(self, command: Observed, answer: Observed) -> None:
+        if command.name == "IDENTIFY" and self.identify is None:
+            self.identify = {key.lower(): value for key, value in (command.fields or {}).items()}  # ID-14
+            self.identified_at = answer.ts
+            if answer.name == JSON and answer.fields is not None:
+                self.identify_answer = answer.fields
+                self._upgrade_oks = sum(bool(answer.fields.get(name)) for name in UPGRADES)
+
+    def close(self, ts: float, by: str | None) -> None:
+        if self.closed_at is None:
+            self.closed_at, self.closed_by = ts, by

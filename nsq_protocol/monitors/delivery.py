@@ -1,0 +1,211 @@
+"""Delivery: the RDY window (D-01), attempts (C-12), what FIN, REQ, TOUCH and a timeout do to a message (P-FIN-06,
+P-REQ-07, P-TOUCH-04, D-11), and the client's FIN of a message it never got (P-FIN-04). The judge's ledger
+(judge.py) follows each message across its channel's consumers."""
+
+from __future__ import annotations
+
+from collections import deque
+from heapq import heappop, heappush
+
+from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, MESSAGE
+from nsq_protocol.monitors.monitor import Monitor
+
+RDY_GRACE_S = 1.0  # D-16: messages buffered before a lower RDY reached the broker still arrive
+COMES_BACK_S = 6.0  # D-14: a channel younger than 5 s may see its timeouts and deferrals fire that much late
+TIMED = "the times are when the client read the frames, not when they arrived"
+
+
+class RdyWindow(Monitor):
+    """D-01: a message goes out only while the client's in-flight count is below its RDY. Counted from the
+    subscription on (D-04: RDY starts at 0); a message leaves the count when settled or, at the earliest, when the
+    broker may have timed it out."""
+
+    ITEMS = ("D-01",)
+
+    def __init__(self):
+        super().__init__()
+        self._rdy: dict[str, deque] = {}  # connection -> (since, count) of the RDYs within the grace
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind == COMMAND and event.name in ("RDY", "CLS", "SUB") and connection.rdy is not None:
+            history = self._rdy.setdefault(connection.name, deque())
+            history.append((event.ts, connection.rdy))
+            return
+        if event.kind != MESSAGE:
+            return
+        if not judge.timing:
+            self.skip("D-01", TIMED)
+            return
+        history = self._rdy.get(connection.name)
+        if history is None:
+            self.skip("D-01", "the subscription's start (its RDY) is not in the traffic")
+            return
+        while len(history) > 1 and history[1][0] < event.ts - RDY_GRACE_S:
+            history.popleft()
+        rdy = max(count for _, count in history)
+        # the message itself, delivered again, is no longer in flight to the broker
+        in_flight = sum(1 for msg_id, delivery in connection.in_flight.items()
+                        if delivery.earliest_timeout > event.ts and msg_id != event.msg_id)
+        if rdy is not None and in_flight >= rdy:
+            self.report("D-01", BROKER, event.ts, connection.name, f"fewer than RDY {rdy} in flight before a "
+                        "delivery", f"a delivery with {in_flight} in flight", event)
+
+
+class AttemptsGrow(Monitor):
+    """C-12: attempts is at least 1 and grows with each delivery of the same message. Across connections only where
+    the times are the wire's (a client reads its connections in its own order)."""
+
+    ITEMS = ("C-12",)
+
+    def __init__(self):
+        super().__init__()
+        self._last: dict[tuple, int] = {}  # message key (per connection without timing) -> attempts seen last
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind != MESSAGE or event.attempts is None:
+            return
+        key = judge.message_key(connection, event.msg_id)
+        key = key if judge.timing else (connection.name, *key)
+        before = self._last.get(key)
+        self._last[key] = event.attempts
+        if event.attempts < 1:
+            self.report("C-12", BROKER, event.ts, connection.name, "attempts 1 or more",
+                        f"attempts {event.attempts}", event)
+        elif before is not None and event.attempts <= before:
+            self.report("C-12", BROKER, event.ts, connection.name, f"attempts above {before} on a redelivery",
+                        f"attempts {event.attempts}", event)
+
+
+class FinishedStaysFinished(Monitor):
+    """P-FIN-06: a message FIN'd while in flight (no E_FIN_FAILED) is gone for good: never delivered again."""
+
+    ITEMS = ("P-FIN-06",)
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind != MESSAGE:
+            return
+        delivery = judge.messages.get(judge.message_key(connection, event.msg_id))
+        if delivery is None or delivery.settled != "FIN" or delivery.settle_failed:
+            return
+        if not judge.timing:  # a redelivery read after the FIN may have come before it (D-12 allows it then)
+            self.skip("P-FIN-06", TIMED)
+            return
+        self.report("P-FIN-06", BROKER, event.ts, connection.name, "no delivery of a finished message",
+                    f"delivered again {event.ts - delivery.settled_at:.2f} s after its FIN", event)
+
+
+class NotTimedOutEarly(Monitor):
+    """D-11, P-TOUCH-04: an unsettled message comes back no earlier than its msg_timeout after its delivery (after
+    its last TOUCH, as far as --max-msg-timeout allows)."""
+
+    ITEMS = ("D-11", "P-TOUCH-04")
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind != MESSAGE:
+            return
+        delivery = judge.messages.get(judge.message_key(connection, event.msg_id))
+        if delivery is None or delivery.settled is not None:
+            return
+        if not judge.timing:
+            self.skip("D-11", TIMED)
+            return
+        if delivery.latest_timeout is None:
+            self.skip("D-11", "the msg_timeout of the first delivery is the broker's flag, not in the traffic")
+            return
+        if event.ts < delivery.earliest_timeout:
+            item = "P-TOUCH-04" if delivery.touched else "D-11"
+            self.report(item, BROKER, event.ts, connection.name,
+                        f"no redelivery before {delivery.earliest_timeout - delivery.at:.2f} s after the delivery",
+                        f"redelivered after {event.ts - delivery.at:.2f} s", event)
+
+
+class FinOfUndelivered(Monitor):
+    """P-FIN-04, the client's side: a FIN naming an ID this connection was never sent."""
+
+    ITEMS = ("P-FIN-04",)
+
+    def __init__(self):
+        super().__init__()
+        self._delivered: dict[str, set] = {}
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind == MESSAGE and event.msg_id is not None:
+            self._delivered.setdefault(connection.name, set()).add(event.msg_id)
+        elif event.kind == ERROR and event.name == "E_FIN_FAILED" and connection.started:
+            msg_id = event.text.split(" ")[1] if event.text.count(" ") >= 2 else None
+            if msg_id is not None and msg_id not in self._delivered.get(connection.name, ()):
+                self.report("P-FIN-04", CLIENT, event.ts, connection.name, "FIN of a message delivered here",
+                            f"FIN of {msg_id}, never delivered on this connection", event)
+
+
+class SettledOrTimedOutComesBack(Monitor):
+    """P-REQ-07 and D-11, the other way round: a message requeued with a delay, or timed out, is delivered again
+    once the delay or the timeout has passed, to a consumer of its channel with room for it. Judged only where
+    every consumer of the channel is in the traffic from its start, the channel was not paused, and one of them
+    had room when the message was due."""
+
+    ITEMS = ("P-REQ-07", "D-11")
+
+    def __init__(self):
+        super().__init__()
+        self._waiting: list = []  # heap of (due, sequence, key, delivery)
+        self._sequence = 0
+
+    def observe(self, judge, connection, event, answered):
+        if not judge.timing or connection.subscription is None:
+            return
+        if event.kind == MESSAGE and event.msg_id is not None and connection.msg_timeout_ms:
+            self._wait(judge, event.ts + connection.msg_timeout_ms / 1000 + COMES_BACK_S, connection, event.msg_id,
+                       event.ts)
+        elif event.kind == COMMAND and event.name == "REQ" and event.msg_id in connection.in_flight \
+                and event.number is not None:
+            delivered_at = connection.in_flight[event.msg_id].at
+            self._wait(judge, event.ts + event.number / 1000 + COMES_BACK_S, connection, event.msg_id, delivered_at)
+
+    def _wait(self, judge, due, connection, msg_id, delivered_at):
+        self._push(due, judge.message_key(connection, msg_id), delivered_at)
+        judge.want_tick(due)
+
+    def _push(self, due, key, delivered_at):
+        self._sequence += 1
+        heappush(self._waiting, (due, self._sequence, key, delivered_at))
+        self.due = min(self.due, due)
+
+    def tick(self, judge, now):
+        while self._waiting and self._waiting[0][0] <= now:
+            due, _, key, delivered_at = heappop(self._waiting)
+            self._judge(judge, due, key, delivered_at)
+        self.due = self._waiting[0][0] if self._waiting else float("inf")
+        judge.want_tick(self.due)
+
+    def finish(self, judge, now):
+        self.tick(judge, now)
+
+    def _judge(self, judge, due, key, delivered_at):
+        delivery = judge.messages.get(key)
+        if delivery is None or delivery.at != delivered_at:
+            return  # delivered again
+        if delivery.settled == "FIN" and not delivery.settle_failed:
+            return
+        requeued = delivery.settled == "REQ" and not delivery.settle_failed
+        if delivery.settled is not None and not requeued:
+            return
+        if not requeued and delivery.latest_timeout + COMES_BACK_S > due:  # a TOUCH moved its timeout since
+            self._push(delivery.latest_timeout + COMES_BACK_S, key, delivered_at)
+            return
+        item = "P-REQ-07" if requeued else "D-11"
+        topic, channel = key[0], key[1]
+        consumers = judge.consumers((topic, channel))
+        if not judge.all_started or not judge.http_seen:
+            self.skip(item, "some connection, or the HTTP requests, of this nsqd are not in the traffic")
+            return
+        if judge.is_paused(topic, channel):
+            return
+        ready = [c for c in consumers if c.open and not c.closing and c.rdy and
+                 sum(1 for d in c.in_flight.values() if d.latest_timeout is None or d.latest_timeout > due) < c.rdy]
+        if not ready:
+            return  # no consumer had room: the broker could not deliver it
+        what = (f"REQ with {delivery.requeue_delay_ms} ms" if requeued else "its msg_timeout passed unsettled")
+        self.report(item, BROKER, due, delivery.connection, "the message delivered again on its channel",
+                    f"not delivered again {COMES_BACK_S:g} s after it was due ({what}), with "
+                    f"{', '.join(c.name for c in ready)} ready")

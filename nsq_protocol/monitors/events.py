@@ -1,0 +1,122 @@
+"""What a monitor is told: one connection's traffic as events, the same whether they come from a live suite case
+(the codec's ``Command`` and ``Frame`` records, ``from_command`` / ``from_frame``) or from a capture's decoded
+rows (spark_analysis builds them from its columns). Times are seconds since the epoch, the capture's or the
+suite's clock; a message's own timestamp (C-09) is the broker's."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import NamedTuple
+
+from nsq_protocol import wire
+
+CLIENT, BROKER = "client", "broker"  # who sent an event, and who broke a rule
+
+COMMAND, RESPONSE, ERROR, MESSAGE, HEARTBEAT = "command", "response", "error", "message", "heartbeat"
+JSON = "json"  # a response's name when its data is a JSON object (the IDENTIFY answer, ID-09)
+
+# errors after which the connection stays usable; every other error is fatal (C-23)
+NON_FATAL_ERRORS = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
+
+
+class Observed(NamedTuple):
+    """One command (a ``COMMAND``, ``name`` its verb) or one frame (``RESPONSE``, ``ERROR``, ``MESSAGE``,
+    ``HEARTBEAT``) of a V2 connection."""
+
+    ts: float
+    kind: str
+    name: str = ""  # the verb; a response's text (or JSON); an error's code
+    text: str = ""  # an error's description; an unparsable parameter as sent
+    msg_id: str | None = None  # message frames; FIN, REQ, TOUCH
+    attempts: int | None = None  # message frames (C-12)
+    number: int | None = None  # RDY's count (P-RDY-05), REQ's and DPUB's delay in ms, MPUB's message count
+    topic: str | None = None  # SUB, PUB, MPUB, DPUB
+    channel: str | None = None  # SUB
+    bodies: tuple[int, ...] = ()  # body_hash of a message frame's body, of each body a publish carries
+    fields: dict | None = None  # IDENTIFY's JSON body; the JSON answer
+    msg_ts_ns: int | None = None  # message frames: the publish time the broker wrote in them (C-09)
+
+    @property
+    def sender(self) -> str:
+        return CLIENT if self.kind == COMMAND else BROKER
+
+    def describe(self) -> str:
+        """One line for a violation's evidence."""
+        parts = [self.name if self.kind in (COMMAND, ERROR) else self.kind]
+        if self.kind == RESPONSE:
+            parts.append(self.name[:60])
+        for label, value in (("topic", self.topic), ("channel", self.channel), ("id", self.msg_id),
+                             ("attempts", self.attempts), ("n", self.number)):
+            if value is not None:
+                parts.append(f"{label}={value}")
+        if self.text:
+            parts.append(self.text[:80])
+        return f"{'>' if self.kind == COMMAND else '<'} " + " ".join(str(part) for part in parts)
+
+
+def body_hash(body: bytes) -> int:
+    """crc32 and adler32 of a body in one signed 64-bit integer: what joins a publish with its deliveries (the
+    trace analysis computes the same in bulk)."""
+    value = (zlib.crc32(body) << 32) | zlib.adler32(body)
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "surrogateescape")
+
+
+def _unsigned(value: bytes) -> int | None:
+    return int(value) if value.isdigit() else None
+
+
+def _json_object(data: bytes | None) -> dict | None:
+    try:
+        value = json.loads(data) if data else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def from_command(ts: float, command: wire.Command) -> Observed:
+    verb, params = _text(command.name), command.params
+    first = _text(params[0]) if params else None
+    if verb == "SUB":
+        return Observed(ts, COMMAND, verb, topic=first, channel=_text(params[1]) if len(params) > 1 else None)
+    if verb in ("FIN", "TOUCH"):
+        return Observed(ts, COMMAND, verb, msg_id=first)
+    if verb == "REQ":
+        return Observed(ts, COMMAND, verb, msg_id=first, number=_unsigned(params[1]) if len(params) > 1 else None)
+    if verb == "RDY":
+        # P-RDY-05: RDY alone means 1, "RDY " (an empty count) 0
+        count = 1 if not params else (0 if params[0] == b"" else _unsigned(params[0]))
+        return Observed(ts, COMMAND, verb, number=count, text="" if count is not None else first)
+    if verb in ("PUB", "DPUB"):
+        delay = _unsigned(params[1]) if verb == "DPUB" and len(params) > 1 else None
+        bodies = (body_hash(command.body),) if command.body is not None else ()
+        return Observed(ts, COMMAND, verb, topic=first, number=delay, bodies=bodies)
+    if verb == "MPUB":
+        try:
+            messages = command.messages
+        except (AttributeError, wire.ProtocolViolation):
+            return Observed(ts, COMMAND, verb, topic=first)
+        return Observed(ts, COMMAND, verb, topic=first, number=len(messages),
+                        bodies=tuple(body_hash(message) for message in messages))
+    if verb == "IDENTIFY":
+        return Observed(ts, COMMAND, verb, fields=_json_object(command.body))
+    return Observed(ts, COMMAND, verb)
+
+
+def from_frame(ts: float, frame: wire.Frame) -> Observed:
+    if frame.frame_type == wire.FRAME_MESSAGE:
+        if len(frame.data) < wire.MESSAGE_HEADER_SIZE:  # C-09: too short to be a message
+            return Observed(ts, MESSAGE, text=f"message frame of {len(frame.data)} bytes")
+        return Observed(ts, MESSAGE, msg_id=frame.id_text, attempts=frame.attempts, msg_ts_ns=frame.timestamp,
+                        bodies=(body_hash(frame.body),))
+    if frame.frame_type == wire.FRAME_ERROR:
+        return Observed(ts, ERROR, frame.error_code or "", frame.error_text or "")
+    if frame.is_heartbeat:
+        return Observed(ts, HEARTBEAT)
+    if frame.data[:1] == b"{":
+        return Observed(ts, RESPONSE, JSON, fields=_json_object(frame.data))
+    return Observed(ts, RESPONSE, _text(frame.data))

@@ -1,0 +1,69 @@
+"""Frames and errors: an error is an error frame with a code (C-07, C-08), and a fatal one ends the connection
+(C-23)."""
+
+from __future__ import annotations
+
+import re
+
+from nsq_protocol.monitors.events import BROKER, CLIENT, ERROR, HEARTBEAT, RESPONSE
+from nsq_protocol.monitors.monitor import Monitor
+
+_ERROR_CODE = re.compile(r"E_[A-Z_]+\Z")
+FATAL_CLOSE_S = 1.0  # nsqd closes right after writing a fatal error; this is the capture's slack
+
+
+class ErrorsAreErrorFrames(Monitor):
+    """C-08: an error is an error frame (type 1) whose data starts with its E_ code; C-07: a response frame is not
+    an error. A broker that answers a refused command with a response frame holding ``E_...`` breaks both."""
+
+    ITEMS = ("C-07", "C-08")
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind == RESPONSE and _ERROR_CODE.match(event.name.split(" ", 1)[0]):
+            self.report("C-07", BROKER, event.ts, connection.name, "an error as an error frame (type 1)",
+                        f"a response frame (type 0) holding {event.name[:60]!r}", event)
+        elif event.kind == ERROR and not _ERROR_CODE.match(event.name):
+            self.report("C-08", BROKER, event.ts, connection.name, "an error frame starting with its E_ code",
+                        f"an error frame starting {event.name[:40]!r}", event)
+
+
+class FatalErrorsClose(Monitor):
+    """C-23: after a fatal error frame the broker closes the connection and sends nothing more. A heartbeat may
+    still slip out between the error and the close (nsqd's message pump writes it), so only other frames count;
+    where times are read times (the suite), order alone decides."""
+
+    ITEMS = ("C-23",)
+
+    def __init__(self):
+        super().__init__()
+        self._reported: set[str] = set()
+
+    def observe(self, judge, connection, event, answered):
+        error = connection.fatal_error
+        if error is None or event is error or event.sender != BROKER or event.kind == HEARTBEAT \
+                or connection.name in self._reported:
+            return
+        if not judge.timing or event.ts - error.ts > FATAL_CLOSE_S:
+            self._reported.add(connection.name)
+            self.report("C-23", BROKER, event.ts, connection.name, "the connection closed after the fatal error",
+                        f"a frame {event.ts - error.ts:.1f} s later", error, event)
+
+    def closed(self, judge, connection):
+        error = connection.fatal_error
+        if error is None or connection.name in self._reported:
+            return
+        late = connection.closed_at - error.ts
+        if connection.closed_by != CLIENT or late <= FATAL_CLOSE_S:
+            return  # closed by the broker, or the traffic does not say by whom
+        self.report("C-23", BROKER, connection.closed_at, connection.name,
+                    "the broker closes the connection after the fatal error",
+                    f"still open {late:.1f} s later, then closed by the client",
+                    error)
+
+    def finish(self, judge, now):
+        for connection in judge.connections.values():
+            error = connection.fatal_error
+            if connection.open and error is not None and now - error.ts > FATAL_CLOSE_S \
+                    and connection.name not in self._reported:
+                self.report("C-23", BROKER, now, connection.name, "the broker closes the connection after the "
+                            "fatal error", f"still open {now - error.ts:.1f} s later, when the traffic ends", error)

@@ -1,0 +1,199 @@
+"""One nsqd's traffic judged: its connections' events in time order, and the HTTP requests that change delivery,
+through every monitor. Rules about one message follow it across the connections of its channel (a message
+timed out on one consumer comes back on another), so the judge keeps one ledger of deliveries for all of them.
+
+Feeding: ``open`` a connection, then ``observe`` its events, ``http`` for the broker's HTTP requests, ``close``
+when it ends, and ``finish`` at the end of the traffic; events of all connections in time order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS, Connection
+from nsq_protocol.monitors.events import COMMAND, ERROR, MESSAGE, Observed
+from nsq_protocol.monitors.monitor import Monitor, Violation
+
+SCAN_S = 0.1  # D-14: the queue scan's period
+
+
+@dataclass
+class Delivery:
+    """One delivery of a message to a connection, and what became of it there."""
+
+    connection: str
+    at: float
+    attempts: int | None
+    earliest_timeout: float | None  # before this the broker cannot have timed it out (capture clock); None: unknown
+    latest_timeout: float | None  # by this it has timed out, unless settled
+    settled: str | None = None  # "FIN", "REQ"
+    settled_at: float | None = None
+    requeue_delay_ms: int | None = None
+    settle_failed: bool = False  # the FIN or REQ got its E_*_FAILED: it settled nothing
+    touched: bool = False
+
+
+@dataclass(frozen=True)
+class HttpAction:
+    """An HTTP request to the nsqd that the monitors must know of: emptying, pausing or deleting a channel or
+    topic (D-63), or publishing (``bodies``: their body_hash, None when the request's bodies are not known)."""
+
+    ts: float
+    path: str  # /channel/empty, /topic/pause, /pub, ...
+    topic: str | None
+    channel: str | None
+    status: int
+    bodies: tuple[int, ...] | None = None
+
+
+class Judge:
+    def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool):
+        self.monitors = monitors
+        # the events' times are when they crossed the wire (a capture), not when a client read them (the suite):
+        # only then do the rules about time judge
+        self.timing = timing
+        self.http_seen = http_seen  # the nsqd's HTTP requests are in the traffic (publishes, empties, pauses)
+        self.connections: dict[str, Connection] = {}
+        self.messages: dict[tuple, Delivery] = {}  # message key -> its latest delivery
+        self.started_at: float | None = None  # the traffic's first event
+        self.all_started = True  # every connection was seen from its start
+        self.paused: set[tuple] = set()  # (topic,) or (topic, channel)
+        self._due = float("inf")
+
+    # ---- feeding ---------------------------------------------------------------------------------------
+    def open(self, name: str, ts: float, started: bool) -> Connection:
+        connection = self.connections[name] = Connection(name, started, opened_at=ts)
+        self.all_started &= started
+        self._begin(ts)
+        return connection
+
+    def observe(self, name: str, event: Observed) -> None:
+        self._begin(event.ts)
+        self._tick(event.ts)
+        connection = self.connections[name]
+        answered = connection.observe(event)
+        for monitor in self.monitors:
+            monitor.observe(self, connection, event, answered)
+        self._ledger(connection, event)
+
+    def http(self, action: HttpAction) -> None:
+        self._begin(action.ts)
+        self._tick(action.ts)
+        for monitor in self.monitors:
+            monitor.http(self, action)
+        if action.status != 200:
+            return
+        where = (action.topic,) if action.channel is None else (action.topic, action.channel)
+        if action.path.endswith("/pause"):
+            self.paused.add(where)
+        elif action.path.endswith("/unpause"):
+            self.paused.discard(where)
+        elif action.path in ("/channel/empty", "/channel/delete", "/topic/delete"):
+            for connection in self.connections.values():  # D-63: their in-flight messages are gone
+                if connection.topic == action.topic and action.channel in (None, connection.channel):
+                    connection.in_flight.clear()
+
+    def close(self, name: str, ts: float, by: str | None) -> None:
+        self._tick(ts)
+        connection = self.connections[name]
+        connection.close(ts, by)
+        for monitor in self.monitors:
+            monitor.closed(self, connection)
+
+    def finish(self, ts: float) -> list[Violation]:
+        self._tick(ts)
+        for monitor in self.monitors:
+            monitor.finish(self, ts)
+        return self.violations
+
+    @property
+    def violations(self) -> list[Violation]:
+        return sorted((v for monitor in self.monitors for v in monitor.violations), key=lambda v: v.ts)
+
+    @property
+    def not_judged(self) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        for monitor in self.monitors:
+            for key, count in monitor.not_judged.items():
+                counts[key] = counts.get(key, 0) + count
+        return counts
+
+    # ---- what the monitors read ---------------------------------------------------------------------------
+    @staticmethod
+    def message_key(connection: Connection, msg_id: str) -> tuple:
+        """A message is its channel's copy (C-11: IDs are unique within a topic); where the subscription is not
+        known, the connection's."""
+        subscription = connection.subscription
+        return (*subscription, msg_id) if subscription else ("", connection.name, msg_id)
+
+    def consumers(self, subscription: tuple[str, str]) -> list[Connection]:
+        return [c for c in self.connections.values() if c.subscription == subscription]
+
+    def is_paused(self, topic: str, channel: str) -> bool:
+        return (topic,) in self.paused or (topic, channel) in self.paused
+
+    def want_tick(self, at: float) -> None:
+        self._due = min(self._due, at)
+
+    # ---- the ledger ---------------------------------------------------------------------------------------
+    def _begin(self, ts: float) -> None:
+        if self.started_at is None:
+            self.started_at = ts
+
+    def _tick(self, now: float) -> None:
+        if now < self._due:
+            return
+        self._due = float("inf")
+        for monitor in self.monitors:
+            if monitor.due <= now:
+                monitor.due = float("inf")
+                monitor.tick(self, now)
+            self._due = min(self._due, monitor.due)
+
+    def _ledger(self, connection: Connection, event: Observed) -> None:
+        kind = event.kind
+        if kind == MESSAGE and event.msg_id is not None:
+            timeout = connection.msg_timeout_ms
+            margin = _buffered_margin(connection)
+            delivery = Delivery(
+                connection.name, event.ts, event.attempts,
+                event.ts + timeout / 1000 - margin if timeout else event.ts + MIN_MSG_TIMEOUT_MS / 1000 - margin,
+                event.ts + timeout / 1000 if timeout else None)
+            connection.in_flight.pop(event.msg_id, None)
+            connection.in_flight[event.msg_id] = delivery
+            self.messages[self.message_key(connection, event.msg_id)] = delivery
+        elif kind == COMMAND and event.name in ("FIN", "REQ", "TOUCH") and event.msg_id is not None:
+            delivery = connection.in_flight.get(event.msg_id)
+            if delivery is None:
+                return
+            if event.name == "TOUCH":
+                delivery.touched = True
+                timeout, ceiling = connection.msg_timeout_ms, connection.max_msg_timeout_ms
+                if timeout:  # D-13: now + msg_timeout, never past delivery + max_msg_timeout
+                    latest = event.ts + timeout / 1000
+                    delivery.latest_timeout = latest if ceiling is None else min(latest, delivery.at + ceiling / 1000)
+                    if ceiling is not None:
+                        delivery.earliest_timeout = min(latest, delivery.at + ceiling / 1000) \
+                            - _buffered_margin(connection)
+                return
+            del connection.in_flight[event.msg_id]
+            delivery.settled, delivery.settled_at = event.name, event.ts
+            delivery.requeue_delay_ms = event.number
+        elif kind == ERROR and event.name in ("E_FIN_FAILED", "E_REQ_FAILED"):
+            msg_id = _failed_id(event.text)
+            delivery = self.messages.get(self.message_key(connection, msg_id)) if msg_id else None
+            if delivery is not None and delivery.settled and delivery.connection == connection.name:
+                delivery.settle_failed = True
+
+
+def _buffered_margin(connection: Connection) -> float:
+    """How much earlier than the capture saw a message the broker may have started its timeout (D-16: at buffering,
+    up to output_buffer_timeout before the wire) plus a scan (D-14), in seconds."""
+    answer = connection.identify_answer or {}
+    buffered = answer.get("output_buffer_timeout")
+    return (buffered if isinstance(buffered, int) and buffered >= 0 else 1000) / 1000 + SCAN_S
+
+
+def _failed_id(text: str) -> str | None:
+    """The ID an E_FIN_FAILED or E_REQ_FAILED names: 'FIN <id> failed ...' (P-FIN-04)."""
+    parts = text.split(" ")
+    return parts[1] if len(parts) > 2 and parts[0] in ("FIN", "REQ") else None

@@ -1,0 +1,64 @@
+"""A monitor: one behaviour of the catalogue, judged from the traffic. It says which items it judges (``ITEMS``),
+reports a ``Violation`` with the side that broke it and the events that show it, and records, rather than
+guesses, what it could not judge and why."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from nsq_protocol.monitors.events import Observed
+
+
+@dataclass(frozen=True)
+class Violation:
+    item: str  # the catalogue's behaviour ID
+    side: str  # BROKER or CLIENT: who broke it
+    ts: float
+    connection: str
+    expected: str
+    observed: str
+    evidence: tuple[str, ...]  # the events that show it, described
+
+    def describe(self) -> str:
+        return (f"{self.item} broken by the {self.side} on {self.connection}: expected {self.expected}; "
+                f"observed {self.observed}")
+
+    def as_dict(self) -> dict:
+        return {"item": self.item, "side": self.side, "ts": self.ts, "connection": self.connection,
+                "expected": self.expected, "observed": self.observed, "evidence": list(self.evidence)}
+
+
+class Monitor:
+    """The hooks a judge calls (judge.py); a monitor overrides those it needs. ``due`` is the earliest time at which
+    it wants ``tick``: a rule about something that must have happened by then."""
+
+    ITEMS: tuple[str, ...] = ()
+    due: float = float("inf")
+
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+        self.not_judged: Counter = Counter()  # (item, why) -> how many times
+
+    def report(self, item: str, side: str, ts: float, connection: str, expected: str, observed: str,
+               *evidence: Observed) -> None:
+        self.violations.append(Violation(item, side, ts, connection, expected, observed,
+                                         tuple(event.describe() for event in evidence)))
+
+    def skip(self, item: str, why: str) -> None:
+        self.not_judged[item, why] += 1
+
+    def observe(self, judge, connection, event: Observed, answered: Observed | None) -> None:
+        """``event`` on ``connection``; ``answered``: the command a response or error frame answers (C-13)."""
+
+    def closed(self, judge, connection) -> None:
+        """``connection`` ended (``closed_at``, ``closed_by``)."""
+
+    def http(self, judge, action) -> None:
+        """An HTTP request to the broker that changes delivery (judge.HttpAction)."""
+
+    def tick(self, judge, now: float) -> None:
+        """``now`` passed ``due``."""
+
+    def finish(self, judge, now: float) -> None:
+        """The traffic ends at ``now``; connections still open stay so."""

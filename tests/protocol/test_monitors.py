@@ -1,0 +1,284 @@
+"""The catalogue's monitors on hand-made traffic: each rule fires on the broker bug it names, stays silent on the
+real nsqd's behaviour, and says "not judged" where the traffic lacks what it needs. The events are built from the
+codec's own records (wire.Command, wire.Frame), as the suite's connections build them."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from nsq_protocol import monitors, wire
+from nsq_protocol.monitors import BROKER, CLIENT, HttpAction
+
+T0 = 1_800_000_000.0  # seconds since the epoch: the traffic's clock
+NS = 1_000_000_000
+
+
+class Traffic:
+    """One nsqd's traffic, written in the order it crossed the wire; ``judge()`` runs the monitors over it."""
+
+    def __init__(self, timing: bool = True, http_seen: bool = True):
+        self.judge = monitors.new_judge(timing=timing, http_seen=http_seen)
+
+    def connect(self, name: str = "A", at: float = 0.0, started: bool = True) -> Traffic:
+        self.judge.open(name, T0 + at, started)
+        return self
+
+    def send(self, at: float, name: bytes, *params: bytes | str | int, body: bytes | None = None,
+             conn: str = "A") -> Traffic:
+        command = wire.Command(name, tuple(wire.encode_command(b"X", p)[2:-1] for p in params), body)
+        self.judge.observe(conn, monitors.from_command(T0 + at, command))
+        return self
+
+    def identify(self, at: float, fields: dict, conn: str = "A") -> Traffic:
+        return self.send(at, b"IDENTIFY", body=json.dumps(fields).encode(), conn=conn)
+
+    def receive(self, at: float, frame_type: int, data: bytes, conn: str = "A") -> Traffic:
+        self.judge.observe(conn, monitors.from_frame(T0 + at, wire.Frame(frame_type, data)))
+        return self
+
+    def ok(self, at: float, conn: str = "A") -> Traffic:
+        return self.receive(at, wire.FRAME_RESPONSE, b"OK", conn)
+
+    def heartbeat(self, at: float, conn: str = "A") -> Traffic:
+        return self.receive(at, wire.FRAME_RESPONSE, wire.HEARTBEAT, conn)
+
+    def message(self, at: float, msg_id: bytes, attempts: int = 1, body: bytes = b"hello", conn: str = "A",
+                published: float | None = None) -> Traffic:
+        stamp = int((T0 + (-10.0 if published is None else published)) * NS)  # before the traffic by default
+        return self.receive(at, wire.FRAME_MESSAGE, wire.encode_message(stamp, attempts, msg_id, body), conn)
+
+    def error(self, at: float, text: bytes, conn: str = "A") -> Traffic:
+        return self.receive(at, wire.FRAME_ERROR, text, conn)
+
+    def close(self, at: float, by: str | None, conn: str = "A") -> Traffic:
+        self.judge.close(conn, T0 + at, by)
+        return self
+
+    def violations(self, end: float) -> list[tuple[str, str]]:
+        return [(violation.item, violation.side) for violation in self.judge.finish(T0 + end)]
+
+
+ID1, ID2, ID3 = b"0000000000000001", b"0000000000000002", b"0000000000000003"
+
+
+def consumer(timeout_ms: int = 2000, rdy: int = 1, timing: bool = True) -> Traffic:
+    """Subscribed with msg_timeout negotiated, answered as nsqd answers it."""
+    answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
+        "msg_timeout": timeout_ms, "max_msg_timeout": 900_000, "output_buffer_timeout": 250,
+        "tls_v1": False, "snappy": False, "deflate": False}
+    return (Traffic(timing).connect().identify(0.0, {"feature_negotiation": True, "msg_timeout": timeout_ms})
+            .receive(0.001, wire.FRAME_RESPONSE, json.dumps(answer).encode())
+            .send(0.01, b"SUB", "t", "c").ok(0.011).send(0.02, b"RDY", rdy))
+
+
+# ---- frames and errors ---------------------------------------------------------------------------------
+
+def test_an_error_sent_as_a_response_frame_is_c07():
+    traffic = Traffic().connect().send(0.0, b"PUB", "bad topic!", body=b"x")
+    traffic.receive(0.01, wire.FRAME_RESPONSE, b"E_BAD_TOPIC PUB topic name is not valid")
+    assert traffic.violations(1.0) == [("C-07", BROKER)]
+
+
+def test_an_error_frame_without_its_code_is_c08_and_a_real_one_is_not():
+    traffic = Traffic().connect().send(0.0, b"NOPE").error(0.01, b"invalid command NOPE").close(0.02, BROKER)
+    assert traffic.violations(1.0) == [("C-08", BROKER)]
+    traffic = Traffic().connect().send(0.0, b"NOPE").error(0.01, b"E_INVALID invalid command NOPE")
+    assert traffic.close(0.02, BROKER).violations(1.0) == []
+
+
+def test_a_connection_left_open_after_a_fatal_error_is_c23():
+    traffic = Traffic().connect().send(0.0, b"NOPE").error(0.01, b"E_INVALID invalid command NOPE")
+    assert traffic.close(3.0, CLIENT).violations(3.0) == [("C-23", BROKER)]
+    traffic = Traffic().connect().send(0.0, b"NOPE").error(0.01, b"E_INVALID invalid command NOPE")
+    assert traffic.violations(5.0) == [("C-23", BROKER)], "still open when the capture ends"
+
+
+def test_a_non_fatal_error_keeps_the_connection_and_a_heartbeat_may_slip_out_after_a_fatal_one():
+    traffic = consumer().message(0.1, ID1).send(0.2, b"FIN", ID2.decode())
+    traffic.error(0.21, b"E_FIN_FAILED FIN 0000000000000002 failed ID not in flight")
+    assert ("C-23", BROKER) not in traffic.violations(5.0)
+    traffic = Traffic(timing=False).connect().send(0.0, b"NOPE").error(0.01, b"E_INVALID invalid command NOPE")
+    assert traffic.heartbeat(4.0).close(4.0, BROKER).violations(4.0) == []
+
+
+def test_the_suite_without_timing_judges_a_later_frame_by_order_alone():
+    traffic = Traffic(timing=False).connect().send(0.0, b"NOPE").error(0.01, b"E_INVALID invalid command NOPE")
+    assert traffic.ok(0.02).violations(0.02) == [("C-23", BROKER)]
+
+
+# ---- heartbeats ----------------------------------------------------------------------------------------
+
+def test_no_heartbeat_for_two_negotiated_intervals_is_c28():
+    traffic = Traffic().connect().identify(0.0, {"heartbeat_interval": 1000}).ok(0.01)
+    traffic.heartbeat(1.01).send(1.02, b"NOP")
+    assert traffic.close(5.0, CLIENT).violations(5.0) == [("C-28", BROKER)]
+
+
+def test_heartbeats_on_the_ticker_are_not_a_violation_and_a_mid_stream_capture_is_not_judged():
+    traffic = Traffic().connect().identify(0.0, {"heartbeat_interval": 1000}).ok(0.01)
+    for second in range(1, 6):
+        traffic.heartbeat(second + 0.01).send(second + 0.02, b"NOP")
+    assert traffic.close(5.5, CLIENT).violations(5.5) == []
+    mid_stream = Traffic().connect(started=False).send(0.0, b"NOP")
+    assert mid_stream.close(100.0, CLIENT).violations(100.0) == []
+    assert ("C-28", "the heartbeat interval or the connection's start is not in the traffic") in \
+        mid_stream.judge.not_judged
+
+
+def test_the_default_interval_is_30_s_and_minus_one_turns_heartbeats_off():
+    assert Traffic().connect().send(1.0, b"NOP").close(50.0, CLIENT).violations(50.0) == [("C-28", BROKER)]
+    assert Traffic().connect().send(1.0, b"NOP").close(40.0, CLIENT).violations(40.0) == []
+    off = Traffic().connect().identify(0.0, {"heartbeat_interval": -1}).ok(0.01)
+    assert off.close(100.0, CLIENT).violations(100.0) == []
+
+
+def test_a_client_silent_for_two_intervals_and_closed_by_the_broker_broke_c29():
+    traffic = Traffic().connect().identify(0.0, {"heartbeat_interval": 1000}).ok(0.01)
+    traffic.heartbeat(1.0).heartbeat(2.0)
+    assert traffic.close(2.05, BROKER).violations(2.05) == [("C-29", CLIENT)]
+
+
+# ---- IDENTIFY ------------------------------------------------------------------------------------------
+
+def test_a_negotiated_answer_without_every_field_is_id20():
+    answer = {"max_rdy_count": 2500, "version": "x", "msg_timeout": 60000}
+    traffic = Traffic().connect().identify(0.0, {"Feature_Negotiation": True})
+    traffic.receive(0.01, wire.FRAME_RESPONSE, json.dumps(answer).encode())
+    found = traffic.judge.finish(T0 + 0.02)
+    assert [(v.item, v.side) for v in found] == [("ID-20", BROKER)]
+    assert "max_msg_timeout" in found[0].observed and "output_buffer_timeout" in found[0].observed
+
+
+def test_json_without_negotiation_or_ok_with_it_is_id09():
+    plain = Traffic().connect().identify(0.0, {"client_id": "x"}).receive(0.01, wire.FRAME_RESPONSE, b"{}")
+    assert plain.violations(0.02) == [("ID-09", BROKER)]
+    asked = Traffic().connect().identify(0.0, {"feature_negotiation": True}).ok(0.01)
+    assert asked.violations(0.02) == [("ID-09", BROKER)]
+    assert consumer().violations(0.1) == []
+
+
+# ---- delivery ------------------------------------------------------------------------------------------
+
+def test_a_delivery_beyond_rdy_is_d01_and_one_after_a_fin_is_not():
+    traffic = consumer(rdy=1).message(0.1, ID1).message(0.2, ID2)
+    assert traffic.violations(0.3) == [("D-01", BROKER)]
+    assert consumer(rdy=1).message(0.1, ID1).send(0.15, b"FIN", ID1.decode()).message(0.2, ID2).violations(0.3) == []
+
+
+def test_d01_is_not_judged_without_the_subscription_or_timing():
+    mid = Traffic().connect(started=False).message(0.1, ID1).message(0.2, ID2)
+    assert mid.violations(0.3) == []
+    assert ("D-01", "the subscription's start (its RDY) is not in the traffic") in mid.judge.not_judged
+    assert consumer(rdy=1, timing=False).message(0.1, ID1).message(0.2, ID2).violations(0.3) == []
+
+
+def test_attempts_that_do_not_grow_are_c12():
+    traffic = consumer(timeout_ms=1000).message(0.1, ID1, attempts=1).message(2.0, ID1, attempts=1)
+    assert ("C-12", BROKER) in traffic.violations(2.1)
+    traffic = consumer(timeout_ms=1000).message(0.1, ID1, attempts=1).message(2.0, ID1, attempts=2)
+    assert traffic.violations(2.1) == []
+
+
+def test_a_finished_message_delivered_again_is_p_fin_06_unless_its_fin_failed():
+    traffic = consumer(timeout_ms=1000).message(0.1, ID1).send(0.2, b"FIN", ID1.decode())
+    assert traffic.message(2.0, ID1, attempts=2).violations(2.1) == [("P-FIN-06", BROKER)]
+    late = consumer(timeout_ms=1000).message(0.1, ID1).send(1.5, b"FIN", ID1.decode())
+    late.error(1.51, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+    assert late.message(2.0, ID1, attempts=2).violations(2.1) == []
+
+
+def test_a_message_back_before_its_timeout_is_d11_and_a_touched_one_p_touch_04():
+    early = consumer(timeout_ms=5000).message(0.1, ID1).message(1.0, ID1, attempts=2)
+    assert early.violations(1.1) == [("D-11", BROKER)]
+    touched = consumer(timeout_ms=2000).message(0.1, ID1).send(1.5, b"TOUCH", ID1.decode())
+    assert touched.message(2.2, ID1, attempts=2).violations(2.3) == [("P-TOUCH-04", BROKER)]
+    on_time = consumer(timeout_ms=2000).message(0.1, ID1).message(2.2, ID1, attempts=2)
+    assert on_time.violations(2.3) == []
+
+
+def test_a_timeout_left_to_the_brokers_flag_is_not_guessed():
+    traffic = Traffic().connect().identify(0.0, {"client_id": "x"}).ok(0.01).send(0.02, b"SUB", "t", "c")
+    traffic.ok(0.03).send(0.04, b"RDY", 2).message(0.1, ID1).message(1.5, ID1, attempts=2)
+    assert traffic.violations(1.6) == []
+    assert ("D-11", "the msg_timeout of the first delivery is the broker's flag, not in the traffic") in \
+        traffic.judge.not_judged
+
+
+def test_an_identify_without_negotiation_sets_msg_timeout_too():
+    """nsqd applies msg_timeout from an IDENTIFY answered OK (ID-07): not the 60 s default."""
+    traffic = Traffic().connect().identify(0.0, {"msg_timeout": 1000}).ok(0.01).send(0.02, b"SUB", "t", "c")
+    traffic.ok(0.03).send(0.04, b"RDY", 1).message(0.1, ID1).message(1.5, ID1, attempts=2)
+    assert traffic.violations(1.6) == []
+
+
+def test_a_message_never_back_after_its_timeout_or_req_delay_is_d11_or_p_req_07():
+    never = consumer(timeout_ms=1000).message(0.1, ID1).send(9.0, b"NOP")
+    assert never.violations(9.0) == [("D-11", BROKER)]
+    requeued = consumer(timeout_ms=60000).message(0.1, ID1).send(0.2, b"REQ", ID1.decode(), 500)
+    assert requeued.send(8.0, b"NOP").violations(8.0) == [("P-REQ-07", BROKER)]
+    back = consumer(timeout_ms=60000).message(0.1, ID1).send(0.2, b"REQ", ID1.decode(), 500)
+    assert back.message(0.8, ID1, attempts=2).send(8.0, b"NOP").violations(8.0) == []
+
+
+def test_a_message_that_cannot_come_back_is_not_a_violation():
+    """No consumer with room (RDY 0), or the channel paused over HTTP: the broker could not deliver it."""
+    stalled = consumer(timeout_ms=1000).message(0.1, ID1).send(0.2, b"RDY", 0).send(9.0, b"NOP")
+    assert stalled.violations(9.0) == []
+    paused = consumer(timeout_ms=1000).message(0.1, ID1)
+    paused.judge.http(HttpAction(T0 + 0.2, "/channel/pause", "t", "c", 200))
+    assert paused.send(9.0, b"NOP").violations(9.0) == []
+    unseen = consumer(timeout_ms=1000).connect("B", 0.0, started=False).message(0.1, ID1).send(9.0, b"NOP")
+    assert unseen.violations(9.0) == []
+
+
+def test_the_clients_fin_of_an_id_it_never_got_is_p_fin_04_on_the_client():
+    traffic = consumer().send(0.1, b"FIN", ID3.decode())
+    traffic.error(0.11, b"E_FIN_FAILED FIN 0000000000000003 failed ID not in flight")
+    assert traffic.violations(0.2) == [("P-FIN-04", CLIENT)]
+
+
+# ---- publishing ----------------------------------------------------------------------------------------
+
+def test_a_dpub_delivered_before_its_delay_is_p_dpub_04():
+    def run(delivered_at: float) -> list:
+        traffic = consumer().connect("P", 0.0).send(0.1, b"DPUB", "t", 2000, body=b"later", conn="P")
+        traffic.ok(0.11, conn="P")
+        return traffic.message(delivered_at, ID1, body=b"later").violations(delivered_at + 0.1)
+    assert run(0.2) == [("P-DPUB-04", BROKER)]
+    assert run(2.2) == []
+
+
+def test_a_body_no_publish_carried_is_c09():
+    def run(delivered: bytes, http_seen: bool = True) -> list:
+        traffic = Traffic(http_seen=http_seen).connect("P").send(0.1, b"PUB", "t", body=b"hello world", conn="P")
+        traffic.ok(0.11, conn="P").connect("A", 0.2).send(0.2, b"SUB", "t", "c").ok(0.21).send(0.22, b"RDY", 5)
+        return traffic.message(2.3, ID1, body=delivered, published=2.0).violations(2.4)
+    assert run(b"hello") == [("C-09", BROKER)]
+    assert run(b"hello world") == []
+    assert run(b"hello", http_seen=False) == [], "an HTTP publish may have carried it"
+
+
+def test_mpub_bodies_are_each_a_publish():
+    body = wire.mpub_body([b"one", b"two"])
+    traffic = Traffic().connect("P").send(0.1, b"MPUB", "t", body=body, conn="P").ok(0.11, conn="P")
+    traffic.connect("A", 0.2).send(0.2, b"SUB", "t", "c").ok(0.21).send(0.22, b"RDY", 5)
+    traffic.message(2.3, ID1, body=b"two", published=2.0)
+    assert traffic.violations(2.4) == []
+    assert struct.unpack(">i", body[:4]) == (2,)
+
+
+# ---- the catalogue -------------------------------------------------------------------------------------
+
+def test_every_monitor_judges_catalogue_items():
+    from conformance.spec import behaviours
+    items = behaviours()
+    cited = {item for monitor in monitors.MONITORS for item in monitor.ITEMS}
+    assert cited and cited <= items.keys(), sorted(cited - items.keys())
+
+
+@pytest.mark.parametrize("monitor", monitors.MONITORS, ids=lambda monitor: monitor.__name__)
+def test_every_monitor_says_what_it_judges(monitor):
+    assert monitor.ITEMS and monitor.__doc__
