@@ -34,7 +34,7 @@ class Observed(NamedTuple):
     topic: str | None = None  # SUB, PUB, MPUB, DPUB
     channel: str | None = None  # SUB
     bodies: tuple[int, ...] = ()  # body_hash of a message frame's body, of each body a publish carries
-    fields: dict | None = None  # IDENTIFY's JSON body; the JSON answer
+    fields: dict | None = None  # IDENTIFY's JSON body; the JSON answer (None: it is not all in the traffic)
     msg_ts_ns: int | None = None  # message frames: the publish time the broker wrote in them (C-09)
 
     @property
@@ -117,6 +117,7 @@ def from_frame(ts: float, frame: wire.Frame) -> Observed:
         return Observed(ts, ERROR, frame.error_code or "", frame.error_text or "")
     if frame.is_heartbeat:
         return Observed(ts, HEARTBEAT)
-    if frame.data[:1] == b"{":
-        return Observed(ts, RESPONSE, JSON, fields=_json_object(frame.data))
-    return Observed(ts, RESPONSE, _text(frame.data))
+    fields = _json_object(frame.data) if frame.data[:1] == b"{" else None
+    if fields is not None:
+        return Observed(ts, RESPONSE, JSON, fields=fields)
+    return Observed(ts, RESPONSE, _text(frame.data))  # data that is no JSON object is no JSON answer

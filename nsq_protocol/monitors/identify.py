@@ -24,8 +24,10 @@ class IdentifyAnswer(Monitor):
         elif not negotiated and event.name == JSON:
             self.report("ID-09", BROKER, event.ts, connection.name, "OK without feature_negotiation",
                         "a JSON answer", answered, event)
+        elif event.name == JSON and event.fields is None:
+            self.skip("ID-20", "the JSON answer is not all in the traffic")
         elif event.name == JSON:
-            missing = [name for name in IDENTIFY_ANSWER_FIELDS if name not in (event.fields or {})]
+            missing = [name for name in IDENTIFY_ANSWER_FIELDS if name not in event.fields]
             if missing:
                 self.report("ID-20", BROKER, event.ts, connection.name, "every field of the negotiated answer",
                             f"{', '.join(missing)} missing", answered, event)

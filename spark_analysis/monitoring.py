@@ -1,0 +1,129 @@
+"""A capture's decoded connections through the catalogue's monitors (nsq_protocol.monitors): the decoded rows of
+each V2 connection become the monitors' events, and one judge per nsqd takes its connections' events in capture
+time. Captures time frames as they crossed the wire, so every rule judges (``timing``); the HTTP API is not
+decoded, and a connection caught mid-way, with lost bytes, or in TLS is one whose traffic the judge cannot see
+whole, so the rules that need every publish or every consumer of a channel say "not judged"."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+from nsq_protocol import monitors
+from nsq_protocol.monitors import BROKER, CLIENT, Observed
+from nsq_protocol.monitors.events import COMMAND, ERROR, HEARTBEAT, JSON, MESSAGE, RESPONSE
+from spark_analysis.kinds import Close, Kind
+
+NS = 1_000_000_000
+_FRAMES = {"message": MESSAGE, "heartbeat": HEARTBEAT, "response": RESPONSE, "error": ERROR}
+_CLOSED_BY = {Close.SERVER_FIN: BROKER, Close.CLIENT_FIN: CLIENT, Close.RST: None}
+_NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message_count"}
+
+
+def judge_connections(tables: Iterable[pa.Table]) -> dict[str, monitors.Judge]:
+    """Each nsqd's judge (by server address), run over the decoded events of its V2 connections."""
+    timelines: dict[str, list] = {}
+    for events in tables:
+        rows = events.to_pylist()
+        connection = next((row for row in rows if row["kind"] == Kind.CONNECTION), None)
+        if connection is None or connection["name"] != "nsq":
+            continue
+        timelines.setdefault(connection["server"], []).extend(_timeline(rows, connection))
+    judges = {}
+    for server, timeline in timelines.items():
+        judge = judges[server] = monitors.new_judge(timing=True, http_seen=False)
+        timeline.sort(key=lambda entry: entry[0])
+        for ts, order, name, what in timeline:
+            if order == 0:
+                judge.open(name, ts, what)
+            elif order == 2:
+                judge.close(name, ts, what)
+            else:
+                judge.observe(name, what)
+        judge.finish(timeline[-1][0])
+    return judges
+
+
+def _timeline(rows: list[dict], connection: dict) -> list[tuple]:
+    """(ts, order, connection, what): its opening, its events, its end, sortable with other connections'."""
+    facts = connection["connection"]
+    name, first = connection["conn_id"], min(row["ts_ns"] for row in rows) / NS
+    whole = (facts["syn_seen"] and facts["magic"] == "  V2" and facts["codec"] != "tls"
+             and not any(row["kind"] in (Kind.GAP, Kind.ERROR) for row in rows))
+    timeline = [(first, 0, name, whole)]
+    if whole:
+        answer = {key: value for key, value in (facts["identify_response"] or {}).items() if value is not None}
+        observed = list(_observed(rows, answer or None))
+        timeline += [(event.ts, 1, name, event) for event in observed]
+    if facts["close"] != Close.OPEN:
+        timeline.append((facts["last_ts_ns"] / NS, 2, name, _CLOSED_BY[facts["close"]]))
+    return timeline
+
+
+def _observed(rows: list[dict], identify_answer: dict | None) -> Iterable[Observed]:
+    """The rows as the monitors' events: a publish command takes the body hashes of its publish rows; the first JSON
+    answer the fields the decoder read from it whole (a row's text is cut short)."""
+    ordered = sorted(range(len(rows)), key=lambda index: rows[index]["ts_ns"])
+    pending = None  # a publish command, until its publish rows are taken
+    for index in ordered:
+        row = rows[index]
+        kind = row["kind"]
+        if kind == Kind.PUBLISH and pending is not None:
+            pending["bodies"].append(row["body_hash"])
+            continue
+        if pending is not None:
+            yield _event(pending)
+            pending = None
+        if kind == Kind.COMMAND:
+            pending = {"row": row, "bodies": []}
+            if row["name"] not in ("PUB", "MPUB", "DPUB"):
+                yield _event(pending)
+                pending = None
+        elif kind == Kind.FRAME and row["direction"] == "s2c":
+            event = _frame(row)
+            if event.name == JSON and identify_answer is not None:
+                event, identify_answer = event._replace(fields=identify_answer), None
+            yield event
+    if pending is not None:
+        yield _event(pending)
+
+
+def _event(pending: dict) -> Observed:
+    row = pending["row"]
+    verb = row["name"]
+    fields = _identify_body(row["identify"]) if verb == "IDENTIFY" else None
+    number = row[_NUMBER[verb]] if verb in _NUMBER else None
+    return Observed(row["ts_ns"] / NS, COMMAND, verb, msg_id=row["msg_id"], number=number, topic=row["topic"],
+                    channel=row["channel"] if verb == "SUB" else None, bodies=tuple(pending["bodies"]),
+                    fields=fields)
+
+
+def _identify_body(identify: dict | None) -> dict:
+    """The IDENTIFY's JSON as sent (its keys in any case, ID-14), else the fields the decoder typed."""
+    identify = identify or {}
+    try:
+        body = json.loads(identify.get("body") or "")
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        return body
+    return {key: value for key, value in identify.items() if value is not None and key != "body"}
+
+
+def _frame(row: dict) -> Observed:
+    ts, kind = row["ts_ns"] / NS, _FRAMES[row["name"]]
+    if kind == MESSAGE:
+        return Observed(ts, MESSAGE, msg_id=row["msg_id"], attempts=row["attempts"], msg_ts_ns=row["msg_ts_ns"],
+                        bodies=(row["body_hash"],))
+    if kind == ERROR:
+        return Observed(ts, ERROR, row["code"] or "", row["text"] or "")
+    text = row["text"] or ""
+    if kind == RESPONSE and text.startswith("{"):
+        try:
+            fields = json.loads(text)
+        except ValueError:
+            fields = None
+        return Observed(ts, RESPONSE, JSON, fields=fields if isinstance(fields, dict) else None)
+    return Observed(ts, kind, text if kind == RESPONSE else "")

@@ -1,0 +1,118 @@
+"""The catalogue's monitors over captures (spark_analysis/monitoring.py): the real nsqd's captures break no
+broker rule, and a broker bug written into a real pcap is named by its item, with the side that broke it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nsq_protocol import wire
+from spark_analysis.generate.capture import EPOCH_NS, MS, Capture, Connection
+from spark_analysis.monitoring import judge_connections
+from tests.trace.trace_helpers import PCAPS, decoded_connections
+
+RECORDED = {"workload-small": 24150, "compressed": 24150, "cluster": 24150, "transcripts": 24150}
+IDENTIFY_ANSWER = {"max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout": 900000, "msg_timeout": 1000,
+                   "tls_v1": False, "deflate": False, "deflate_level": 6, "max_deflate_level": 6, "snappy": False,
+                   "sample_rate": 0, "auth_required": False, "output_buffer_size": 16384,
+                   "output_buffer_timeout": 250}
+
+
+def judged(path, port: int = 4150):
+    return judge_connections(decoded_connections(path, frozenset({port})))
+
+
+@pytest.mark.parametrize("capture", sorted(RECORDED))
+def test_the_real_nsqd_breaks_no_rule_in_its_captures(capture):
+    judges = judged(PCAPS / f"{capture}.pcap", RECORDED[capture])
+    broker_side = [v.describe() for judge in judges.values() for v in judge.violations if v.side == "broker"]
+    assert judges and not broker_side, broker_side
+    assert sum(len(judge.connections) for judge in judges.values()) >= 3
+
+
+def test_the_recordings_clients_rule_breaking_is_named_as_the_clients():
+    """The workload FINs IDs it never got on purpose (its truth counts them): P-FIN-04, the client's side."""
+    truth = json.loads((PCAPS / "workload-small.truth.json").read_text())
+    violations = [v for judge in judged(PCAPS / "workload-small.pcap", 24150).values() for v in judge.violations]
+    assert {(v.item, v.side) for v in violations} == {("P-FIN-04", "client")}
+    deliberate = sum(channel["e_fin_failed_deliberate_unknown_id"] for topic in truth["topics"].values()
+                     for channel in topic["channels"].values())
+    assert len(violations) == deliberate
+
+
+class Exchange:
+    """One client connection to a broker, written as a real capture: what the client sends, what the broker
+    answers, at the times given (ms)."""
+
+    def __init__(self, path):
+        self.capture = Capture(str(path), "pcap")
+        self.conn = Connection(self.capture, "A", 40000, 1000)
+        self.conn.open(EPOCH_NS)
+        self.conn.send("c2s", EPOCH_NS + MS, wire.MAGIC_V2)
+
+    def client(self, ms: float, data: bytes) -> Exchange:
+        self.conn.send("c2s", EPOCH_NS + int(ms * MS), data)
+        return self
+
+    def broker(self, ms: float, data: bytes) -> Exchange:
+        self.conn.send("s2c", EPOCH_NS + int(ms * MS), data)
+        return self
+
+    def subscribed(self) -> Exchange:
+        self.client(2, wire.encode_command("IDENTIFY", body=wire.identify_body(
+            {"feature_negotiation": True, "msg_timeout": 1000, "heartbeat_interval": 1000})))
+        self.broker(3, wire.encode_frame(wire.FRAME_RESPONSE, json.dumps(IDENTIFY_ANSWER).encode()))
+        self.client(4, wire.encode_command("SUB", "t", "c")).broker(5, wire.encode_frame(wire.FRAME_RESPONSE, b"OK"))
+        return self.client(6, wire.encode_command("RDY", 1))
+
+    def message(self, ms: float, attempts: int) -> Exchange:
+        return self.broker(ms, wire.encode_frame(wire.FRAME_MESSAGE, wire.encode_message(
+            EPOCH_NS - 10**10, attempts, b"0000000000000001", b"body")))
+
+    def heartbeats(self, until_ms: int) -> Exchange:
+        for ms in range(1000, until_ms, 1000):
+            self.broker(ms, wire.encode_frame(wire.FRAME_RESPONSE, wire.HEARTBEAT)).client(ms + 1, b"NOP\n")
+        return self
+
+    def end(self, ms: float):
+        self.conn.close(EPOCH_NS + int(ms * MS))
+        self.capture.close()
+
+
+def named(path) -> set[tuple[str, str]]:
+    return {(v.item, v.side) for judge in judged(path).values() for v in judge.violations}
+
+
+def test_attempts_stuck_at_one_is_named_c12(tmp_path):
+    Exchange(tmp_path / "a.pcap").subscribed().message(10, 1).heartbeats(3000).message(1600, 1).end(3000)
+    assert named(tmp_path / "a.pcap") == {("C-12", "broker")}
+
+
+def test_a_healthy_timeout_redelivery_is_not_named(tmp_path):
+    Exchange(tmp_path / "a.pcap").subscribed().message(10, 1).heartbeats(3000).message(1600, 2).end(3000)
+    assert named(tmp_path / "a.pcap") == set()
+
+
+def test_an_error_written_as_a_response_is_named_c07(tmp_path):
+    exchange = Exchange(tmp_path / "a.pcap").client(2, wire.encode_command("PUB", "bad!", body=b"x"))
+    exchange.broker(3, wire.encode_frame(wire.FRAME_RESPONSE, b"E_BAD_TOPIC PUB topic name \"bad!\" is not valid"))
+    exchange.end(10)
+    assert named(tmp_path / "a.pcap") == {("C-07", "broker")}
+
+
+def test_heartbeats_never_sent_are_named_c28(tmp_path):
+    exchange = Exchange(tmp_path / "a.pcap").subscribed()
+    for ms in range(500, 5000, 500):
+        exchange.client(ms, b"NOP\n")
+    exchange.end(5000)
+    assert named(tmp_path / "a.pcap") == {("C-28", "broker")}
+
+
+def test_a_message_that_never_times_out_is_not_judged_without_the_brokers_http_requests(tmp_path):
+    """An HTTP /channel/empty or /channel/pause, which the trace analysis does not decode yet, would explain it."""
+    Exchange(tmp_path / "a.pcap").subscribed().message(10, 1).heartbeats(9000).end(9000)
+    [judge] = judged(tmp_path / "a.pcap").values()
+    assert judge.violations == []
+    assert judge.not_judged[
+        "D-11", "some connection, or the HTTP requests, of this nsqd are not in the traffic"] == 1
