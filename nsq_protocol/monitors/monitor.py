@@ -42,8 +42,9 @@ class Monitor:
 
     def report(self, item: str, side: str, ts: float, connection: str, expected: str, observed: str,
                *evidence: Observed) -> None:
-        self.violations.append(Violation(item, side, ts, connection, expected, observed,
-                                         tuple(event.describe() for event in evidence)))
+        self.violations.append(Violation(item, side, ts, _printable(connection), _printable(expected),
+                                         _printable(observed),
+                                         tuple(_printable(event.describe()) for event in evidence)))
 
     def skip(self, item: str, why: str) -> None:
         self.not_judged[item, why] += 1
@@ -62,3 +63,8 @@ class Monitor:
 
     def finish(self, judge, now: float) -> None:
         """The traffic ends at ``now``; connections still open stay so."""
+
+
+def _printable(text: str) -> str:
+    """``text`` as valid UTF-8: a broker's bytes that were not (an ID, an error text) are shown replaced."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

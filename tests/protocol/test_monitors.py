@@ -282,3 +282,12 @@ def test_every_monitor_judges_catalogue_items():
 @pytest.mark.parametrize("monitor", monitors.MONITORS, ids=lambda monitor: monitor.__name__)
 def test_every_monitor_says_what_it_judges(monitor):
     assert monitor.ITEMS and monitor.__doc__
+
+
+def test_a_violation_is_valid_utf8_whatever_bytes_the_broker_sent():
+    traffic = Traffic().connect().send(0.0, b"PUB", "t", body=b"x")
+    traffic.receive(0.01, wire.FRAME_RESPONSE, b"E_BAD \xff\xfe not utf-8")
+    [violation] = traffic.judge.finish(T0 + 1.0)
+    strings = [violation.connection, violation.expected, violation.observed, *violation.evidence]
+    assert all(text.encode("utf-8") for text in strings), "a lone surrogate does not encode"
+    assert "\ufffd" in violation.evidence[0]
