@@ -154,3 +154,16 @@ def test_a_closed_connection_takes_its_registrations(lookupd):
                          lookup(lookupd, topic))
     ports = [node["tcp_port"] for node in lookupd.http.get("/nodes").json()["producers"]]
     lookupd.verify.that("/nodes no longer lists it", 24011 not in ports, "absent", ports)
+
+
+@requirement("NSQLOOKUPD-V1-010")
+def test_command_lines_are_trimmed(lookupd):
+    """A PING ending in CRLF and one wrapped in spaces and a tab are answered OK; a REGISTER ending in CRLF registers
+    the channel without the CR (L-TCP-20)."""
+    topic, conn = lookupd.topic(), lookupd.connect()
+    answers = [conn.command(b"PING\r\n"), conn.command(b" \tPING \r\n")]
+    conn.identify()
+    answers.append(conn.command(f"REGISTER {topic} c\r\n".encode()))
+    channels = lookupd.http.get(f"/channels?topic={topic}").json()["channels"]
+    lookupd.verify.equal("the answers to 'PING\\r\\n', ' \\tPING \\r\\n' and 'REGISTER t c\\r\\n', then the topic's "
+                         "channels (L-TCP-20)", ([b"OK", b"OK", b"OK"], ["c"]), (answers, channels))
