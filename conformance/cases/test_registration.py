@@ -3,9 +3,13 @@ nsqlookupd, which the target is pointed at through PUT /config/nsqlookupd_tcp_ad
 target is shared: only lines naming this case's topics are judged, and one registration case at a time sets its
 lookupd."""
 
+import contextlib
+import json
 import time
 
 import pytest
+
+from conformance.client import HttpClient
 
 requirement = pytest.mark.requirement
 # What nsqlookupd needs of a broker's IDENTIFY (it refuses the body without them: E_BAD_BODY IDENTIFY missing
@@ -131,3 +135,72 @@ def test_ping_every_fifteen_seconds(registration):
     nsq.until(lambda: any(event.line == "PING" for event in nsq.lookupd.since(start)), 15.5, "a PING")
     pings = [event for event in nsq.lookupd.since(start) if event.line == "PING"]
     nsq.verify.that("a PING within 15 s (R-08)", bool(pings), "PING", "none within 15.5 s")
+
+
+@requirement("NSQ-REG-010")
+def test_an_ephemeral_topic_is_unregistered_with_its_last_channel(registration):
+    """A consumer of an ephemeral topic's ephemeral channel: both registered at its SUB; when it leaves, the channel
+    and then the topic are unregistered, in either order (R-07; rec-0333)."""
+    nsq = registration
+    topic = nsq.topic("#ephemeral", create=False)
+    start = nsq.lookupd.mark()
+    conn = nsq.connect()
+    conn.subscribe(topic, "e#ephemeral")
+    wait_for_lines(nsq, start, topic, [f"REGISTER {topic}", f"REGISTER {topic} e#ephemeral"])
+    start = nsq.lookupd.mark()
+    conn.close()
+    wait_for_lines(nsq, start, topic, [f"UNREGISTER {topic} e#ephemeral", f"UNREGISTER {topic}"])
+
+
+@contextlib.contextmanager
+def registered_with(nsq, lookupd_target):
+    """The target registers with the nsqlookupd under test (R-11) for the case's while; its own list is put back
+    afterwards. Yields an HTTP client of that nsqlookupd, recording into the case's transcript."""
+    before = nsq.http.get("/config/nsqlookupd_tcp_addresses")
+    listed = ["%s:%d" % lookupd_target.tcp]
+    put = nsq.http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(listed).encode())
+    nsq.verify.equal("PUT /config/nsqlookupd_tcp_addresses (R-11)", 200, put.status)
+    try:
+        yield HttpClient(lookupd_target.http, nsq.transcript, nsq.time_scale)
+    finally:
+        nsq.http.request("PUT", "/config/nsqlookupd_tcp_addresses", before.body)
+
+
+def lookup(lookupd_http, topic: str) -> tuple[int, dict]:
+    response = lookupd_http.get(f"/lookup?topic={topic}")
+    return response.status, response.json() if response.status == 200 else {}
+
+
+@requirement("NSQ-REG-011")
+def test_a_real_nsqlookupd_lists_the_broker(registration, lookupd_target):
+    """With the nsqlookupd under test as its only lookupd, a topic created in the broker: the lookupd's /lookup lists
+    the broker with its TCP and HTTP ports, a broadcast address, hostname and version, and /nodes lists the topic
+    under it (R-12; rec-0338)."""
+    nsq, topic = registration, registration.topic(create=False)
+    with registered_with(nsq, lookupd_target) as lookupd_http:
+        http_ok(nsq, f"/topic/create?topic={topic}")
+        nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 3.0, "the lookupd knows the topic")
+        producers = lookup(lookupd_http, topic)[1].get("producers") or [{}]
+        nodes = lookupd_http.get("/nodes").json().get("producers") or []
+    me = producers[0]
+    node = next((n for n in nodes if n.get("tcp_port") == nsq.target.tcp[1]), {})
+    nsq.verify.equal("(tcp_port, http_port, a broadcast_address, a hostname, a version) under /lookup, and the topic "
+                     "under /nodes (R-12)",
+                     (nsq.target.tcp[1], nsq.http.address[1], True, True, True, True),
+                     (me.get("tcp_port"), me.get("http_port"), bool(me.get("broadcast_address")),
+                      bool(me.get("hostname")), bool(me.get("version")), topic in (node.get("topics") or [])))
+
+
+@requirement("NSQ-REG-012")
+def test_a_topic_deleted_in_the_broker_leaves_the_real_nsqlookupd(registration, lookupd_target):
+    """A topic registered with the nsqlookupd under test, then deleted in the broker: the lookupd's /lookup answers
+    200 with no producers, the name kept (R-13; rec-0339)."""
+    nsq, topic = registration, registration.topic(create=False)
+    with registered_with(nsq, lookupd_target) as lookupd_http:
+        http_ok(nsq, f"/topic/create?topic={topic}")
+        nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 3.0, "the lookupd knows the topic")
+        http_ok(nsq, f"/topic/delete?topic={topic}")
+        nsq.until(lambda: lookup(lookupd_http, topic)[1].get("producers") == [], 3.0, "the broker left it")
+        status, document = lookup(lookupd_http, topic)
+    nsq.verify.equal("/lookup of the topic after the broker deleted it: (status, producers) (R-13)", (200, []),
+                     (status, document.get("producers")))
