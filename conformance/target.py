@@ -54,6 +54,7 @@ LIMIT_FLAGS = {
     "sync_every": ("--sync-every", ""),
     "sync_timeout_ms": ("--sync-timeout", "ms"),
     "max_bytes_per_file": ("--max-bytes-per-file", ""),
+    "max_channel_consumers": ("--max-channel-consumers", ""),
     "inactive_producer_timeout_ms": ("--inactive-producer-timeout", "ms"),
     "tombstone_lifetime_ms": ("--tombstone-lifetime", "ms"),
 }
