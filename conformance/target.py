@@ -280,6 +280,11 @@ class EmbeddedBroker:
         if self._data_path:
             shutil.rmtree(self._data_path, ignore_errors=True)
 
+    def terminate(self) -> None:
+        """SIGTERM, without waiting for the exit: a case watches what the program does as it shuts down."""
+        if self._process and self._process.poll() is None:
+            self._process.terminate()
+
     def _terminate(self) -> None:
         if self._process and self._process.poll() is None:
             self._process.terminate()

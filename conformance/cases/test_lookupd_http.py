@@ -3,6 +3,8 @@ reference nsqlookupd."""
 
 import pytest
 
+from conformance.client import HttpClient
+
 requirement = pytest.mark.requirement
 NSQ_CONTENT_TYPE = "nsq; version=1.0"
 
@@ -104,3 +106,13 @@ def test_profiling_pages(lookupd):
     index, goroutines = lookupd.http.get("/debug/pprof"), lookupd.http.get("/debug/pprof/goroutine?debug=1")
     lookupd.verify.equal("(GET /debug/pprof status, it lists goroutine, GET /debug/pprof/goroutine?debug=1 status) "
                          "(L-HTTP-18)", (200, True, 200), (index.status, b"goroutine" in index.body, goroutines.status))
+
+
+@requirement("NSQLOOKUPD-HTTP-009")
+def test_a_fresh_nsqlookupd_knows_nothing(lookupd, own_nsqlookupd):
+    """An nsqlookupd no case has used answers /topics with no topics, /nodes with no producers and /debug with an
+    empty object (L-HTTP-03; rec-0315)."""
+    fresh = HttpClient(own_nsqlookupd.http_address, lookupd.transcript, lookupd.time_scale)
+    answers = [(response.status, response.json()) for response in map(fresh.get, ("/topics", "/nodes", "/debug"))]
+    lookupd.verify.equal("(status, document) of /topics, /nodes, /debug (L-HTTP-03)",
+                         [(200, {"topics": []}), (200, {"producers": []}), (200, {})], answers)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conformance.lookupd_client import PRODUCER, identify_command
+from conformance.lookupd_client import PRODUCER, V1Connection, identify_command
 
 requirement = pytest.mark.requirement
 
@@ -167,3 +167,16 @@ def test_command_lines_are_trimmed(lookupd):
     channels = lookupd.http.get(f"/channels?topic={topic}").json()["channels"]
     lookupd.verify.equal("the answers to 'PING\\r\\n', ' \\tPING \\r\\n' and 'REGISTER t c\\r\\n', then the topic's "
                          "channels (L-TCP-20)", ([b"OK", b"OK", b"OK"], ["c"]), (answers, channels))
+
+
+@requirement("NSQLOOKUPD-V1-011")
+def test_shutdown_closes_producer_connections(lookupd, own_nsqlookupd):
+    """A producer identified and registered with an nsqlookupd of the case's own; SIGTERM: its connection is closed
+    within 3 s, the lookupd not waiting for it to hang up (L-TCP-22)."""
+    topic, conn = lookupd.topic(), V1Connection("L0", own_nsqlookupd.tcp_address, lookupd.transcript,
+                                                lookupd.time_scale)
+    conn.identify()
+    lookupd.verify.equal(f"REGISTER {topic}", b"OK", conn.command(f"REGISTER {topic}\n".encode()))
+    own_nsqlookupd.terminate()
+    lookupd.verify.that("the producer's connection closed after the SIGTERM (L-TCP-22)", conn.closed(3.0),
+                        "closed within 3 s", "still open")
