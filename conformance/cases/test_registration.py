@@ -153,15 +153,15 @@ def test_an_ephemeral_topic_is_unregistered_with_its_last_channel(registration):
 
 
 @contextlib.contextmanager
-def registered_with(nsq, lookupd_target):
-    """The target registers with the nsqlookupd under test (R-11) for the case's while; its own list is put back
-    afterwards. Yields an HTTP client of that nsqlookupd, recording into the case's transcript."""
+def registered_with(nsq, tcp: tuple[str, int], http: tuple[str, int]):
+    """The target registers with the nsqlookupd at ``tcp`` (R-11) for the case's while; its own list is put back
+    afterwards. Yields an HTTP client of that nsqlookupd (``http``), recording into the case's transcript."""
     before = nsq.http.get("/config/nsqlookupd_tcp_addresses")
-    listed = ["%s:%d" % lookupd_target.tcp]
+    listed = ["%s:%d" % tcp]
     put = nsq.http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(listed).encode())
     nsq.verify.equal("PUT /config/nsqlookupd_tcp_addresses (R-11)", 200, put.status)
     try:
-        yield HttpClient(lookupd_target.http, nsq.transcript, nsq.time_scale)
+        yield HttpClient(http, nsq.transcript, nsq.time_scale)
     finally:
         nsq.http.request("PUT", "/config/nsqlookupd_tcp_addresses", before.body)
 
@@ -177,7 +177,7 @@ def test_a_real_nsqlookupd_lists_the_broker(registration, lookupd_target):
     the broker with its TCP and HTTP ports, a broadcast address, hostname and version, and /nodes lists the topic
     under it (R-12; rec-0338)."""
     nsq, topic = registration, registration.topic(create=False)
-    with registered_with(nsq, lookupd_target) as lookupd_http:
+    with registered_with(nsq, lookupd_target.tcp, lookupd_target.http) as lookupd_http:
         http_ok(nsq, f"/topic/create?topic={topic}")
         nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 3.0, "the lookupd knows the topic")
         producers = lookup(lookupd_http, topic)[1].get("producers") or [{}]
@@ -196,7 +196,7 @@ def test_a_topic_deleted_in_the_broker_leaves_the_real_nsqlookupd(registration, 
     """A topic registered with the nsqlookupd under test, then deleted in the broker: the lookupd's /lookup answers
     200 with no producers, the name kept (R-13; rec-0339)."""
     nsq, topic = registration, registration.topic(create=False)
-    with registered_with(nsq, lookupd_target) as lookupd_http:
+    with registered_with(nsq, lookupd_target.tcp, lookupd_target.http) as lookupd_http:
         http_ok(nsq, f"/topic/create?topic={topic}")
         nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 3.0, "the lookupd knows the topic")
         http_ok(nsq, f"/topic/delete?topic={topic}")
@@ -204,3 +204,20 @@ def test_a_topic_deleted_in_the_broker_leaves_the_real_nsqlookupd(registration, 
         status, document = lookup(lookupd_http, topic)
     nsq.verify.equal("/lookup of the topic after the broker deleted it: (status, producers) (R-13)", (200, []),
                      (status, document.get("producers")))
+
+
+@pytest.mark.long_wait(35)
+@requirement("NSQ-REG-013")
+def test_the_broker_registers_again_with_a_restarted_nsqlookupd(registration, own_nsqlookupd):
+    """The broker registered with an nsqlookupd of the case's own, which then restarts and knows nothing: the broker
+    finds the dead link at its next 15 s PING and registers everything again at the tick after, so the lookupd lists
+    the topic again within two ticks (R-14; rec-0340: about 30 s)."""
+    nsq, topic = registration, registration.topic(create=False)
+    with registered_with(nsq, own_nsqlookupd.tcp_address, own_nsqlookupd.http_address) as lookupd_http:
+        http_ok(nsq, f"/topic/create?topic={topic}")
+        nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 3.0, "the lookupd knows the topic")
+        own_nsqlookupd.restart()
+        restarted = time.monotonic()
+        nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 32.0, "the broker registered the topic again")
+        again = nsq.elapsed_since(restarted)
+    nsq.within("the topic back in the restarted lookupd's /lookup (R-14)", again, 0, 31.0)
