@@ -229,7 +229,8 @@ class EmbeddedBroker:
         deadline = time.monotonic() + timeout
         while not self._found.wait(0.05):
             if self._process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
+                # a first start leaves nothing; a restart's data path stays, for a case that mends it and starts again
+                self.stop() if self._ports == (None, None, None) else self._terminate()
                 tail = "; ".join(line.strip() for line in self._log_lines[-3:]) or "no output"
                 raise TargetError(f"the embedded broker did not start ({' '.join(argv)}): {tail}")
         return self
@@ -248,7 +249,9 @@ class EmbeddedBroker:
         self._start_again(timeout)
 
     def _start_again(self, timeout: float) -> None:
-        self._ports = (self.tcp_address, self.http_address, self.https_address)
+        # the ports it listened on; after a start that failed, the ones it had before
+        self._ports = (self.tcp_address or self._ports[0], self.http_address or self._ports[1],
+                       self.https_address or self._ports[2])
         self.tcp_address = self.http_address = self.https_address = None
         self._found.clear()
         self.start(timeout)
