@@ -368,6 +368,7 @@ def test_mpub_ignores_defer(nsq, http):
 def test_mpub_creates_the_topic_before_reading_the_body(nsq, http):
     """A binary /mpub with an empty body is 413 BAD_BODY, and the topic exists afterwards, empty (H-MPUB-02;
     rec-0213)."""
+    nsq.require("topic_autocreate")
     topic = nsq.topic(create=False)
     expect(nsq, http.post(f"/mpub?topic={topic}&binary=true", b""), 413, "BAD_BODY")
     stats = http.stats(topic)

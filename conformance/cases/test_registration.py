@@ -142,8 +142,8 @@ def test_an_ephemeral_topic_is_unregistered_with_its_last_channel(registration):
     """A consumer of an ephemeral topic's ephemeral channel: both registered at its SUB; when it leaves, the channel
     and then the topic are unregistered, in either order (R-07; rec-0333)."""
     nsq = registration
-    topic = nsq.topic("#ephemeral", create=False)
     start = nsq.lookupd.mark()
+    topic = nsq.topic("#ephemeral")  # a broker that does not create topics on SUB is told to here
     conn = nsq.connect()
     conn.subscribe(topic, "e#ephemeral")
     wait_for_lines(nsq, start, topic, [f"REGISTER {topic}", f"REGISTER {topic} e#ephemeral"])
