@@ -393,8 +393,8 @@ def test_stats_without_clients_keeps_client_count_and_sorts_by_name(nsq, http):
 
 @requirement("NSQ-HTTP-017")
 def test_stats_producers_are_tcp_publishers(nsq, http):
-    """A TCP publisher that identified as prod-1 is a producer with pub_counts [{topic, 2}]; an HTTP /pub to the
-    same topic adds no producer (P-PUB-05, H-STATS-10; rec-0111)."""
+    """A TCP publisher with a client_id of the case's own, two PUBs: a producer with pub_counts [{topic, 2}]; an HTTP
+    /pub to the same topic adds no producer (P-PUB-05, H-STATS-10; rec-0111)."""
     topic = nsq.topic()
     publisher = nsq.connect()
     client_id = nsq.name_prefix + "prod"
