@@ -31,6 +31,25 @@ def expect(nsq, response, status: int, message: str | None = None, body: bytes |
                               response.headers.get("x-nsq-content-type"))
 
 
+def error_code(response) -> str | None:
+    """The JSON error code of a 4xx/5xx answer, None for a success."""
+    if response.status < 400:
+        return None
+    return json_of_type(response.json(), dict, "an HTTP error body").get("message")
+
+
+def stats_topics(http) -> list[dict]:
+    """The topics of GET /stats?format=json, every topic, each checked to be a JSON object."""
+    document = json_of_type(http.get("/stats?format=json").json(), dict, "the body of GET /stats")
+    return [json_of_type(topic, dict, "an entry of /stats' topics")
+            for topic in json_of_type(document.get("topics") or [], list, "/stats' topics")]
+
+
+def channels_of(topic: dict) -> list[dict]:
+    return [json_of_type(channel, dict, "an entry of /stats' channels")
+            for channel in json_of_type(topic.get("channels") or [], list, "/stats' channels")]
+
+
 @requirement("NSQ-HTTP-001")
 def test_ping(nsq, http):
     """200 'OK', plain text, no X-NSQ-Content-Type (H-03; rec-0203)."""
@@ -384,11 +403,14 @@ def test_stats_without_clients_keeps_client_count_and_sorts_by_name(nsq, http):
     for channel in ("zz", "aa"):
         nsq.connect().subscribe(topic, channel)
     for flag in ("false", "0"):
-        document = http.get(f"/stats?format=json&include_clients={flag}&topic={topic}").json()
-        channels = [(channel["channel_name"], channel["client_count"], channel["clients"])
-                    for topic_stats in document["topics"] for channel in topic_stats["channels"]]
+        document = json_of_type(http.get(f"/stats?format=json&include_clients={flag}&topic={topic}").json(), dict,
+                                "the body of GET /stats")
+        channels = [(channel.get("channel_name"), channel.get("client_count"), channel.get("clients"))
+                    for topic_stats in json_of_type(document.get("topics") or [], list, "/stats' topics")
+                    for channel in channels_of(json_of_type(topic_stats, dict, "an entry of /stats' topics"))]
         nsq.verify.equal(f"include_clients={flag}: (channel, client_count, clients) and producers (H-STATS-03, "
-                         "H-STATS-06)", ([("aa", 1, None), ("zz", 1, None)], None), (channels, document["producers"]))
+                         "H-STATS-06)", ([("aa", 1, None), ("zz", 1, None)], None),
+                         (channels, document.get("producers")))
 
 
 @requirement("NSQ-HTTP-017")
@@ -402,9 +424,12 @@ def test_stats_producers_are_tcp_publishers(nsq, http):
     publisher.publish(topic, b"1")
     publisher.publish(topic, b"2")
     expect(nsq, http.post(f"/pub?topic={topic}", b"3"), 200, body=b"OK")
-    document = http.get(f"/stats?format=json&topic={topic}").json()
-    mine = [(producer.get("client_id"), producer.get("pub_counts")) for producer in document["producers"] or []
-            if any(count.get("topic") == topic for count in producer.get("pub_counts") or [])]
+    document = json_of_type(http.get(f"/stats?format=json&topic={topic}").json(), dict, "the body of GET /stats")
+    producers = [json_of_type(producer, dict, "an entry of /stats' producers")
+                 for producer in json_of_type(document.get("producers") or [], list, "/stats' producers")]
+    mine = [(producer.get("client_id"), producer.get("pub_counts")) for producer in producers
+            if any(json_of_type(count, dict, "an entry of pub_counts").get("topic") == topic
+                   for count in json_of_type(producer.get("pub_counts") or [], list, "a producer's pub_counts"))]
     nsq.verify.equal("the producers that published to the topic, with their pub_counts (H-STATS-10)",
                      [(client_id, [{"topic": topic, "count": 2}])], mine)
 
@@ -426,7 +451,7 @@ def test_chunked_bodies_over_the_limit(nsq, http):
     topic, most, body_most = nsq.topic(), nsq.limits["max_msg_size"], nsq.limits["max_body_size"]
     line = b"l" * (min(most, 1000) - 1) + b"\n"
     over = (line * (body_most // len(line) + 1))[:body_most + 1]
-    answers = [(response.status, response.json().get("message") if response.status != 200 else response.body)
+    answers = [(response.status, error_code(response) or response.body)
                for response in (http.request("POST", f"/pub?topic={topic}", b"m" * most, chunked=True),
                                 http.request("POST", f"/pub?topic={topic}", b"m" * (most + 1), chunked=True),
                                 http.request("POST", f"/mpub?topic={topic}", over, chunked=True))]
@@ -442,13 +467,13 @@ def test_stats_without_a_topic_filter_lists_every_topic(nsq, http):
     second, first = nsq.topic(), nsq.topic()
     for topic in (second, first):
         nsq.create_over_http(topic, "c")
-    names = [(entry["topic_name"], [channel["channel_name"] for channel in entry["channels"]])
-             for entry in http.get("/stats?format=json").json()["topics"]]
+    names = [(entry.get("topic_name"), [channel.get("channel_name") for channel in channels_of(entry)])
+             for entry in stats_topics(http)]
     nsq.verify.equal("/stats' topics: the case's, in name order, with their channel; and every topic sorted by "
                      "name (H-STATS-02, H-STATS-06)",
                      ([(second, ["c"]), (first, ["c"])], True),
                      ([entry for entry in names if entry[0] in (first, second)],
-                      [name for name, _ in names] == sorted(name for name, _ in names)))
+                      [str(name) for name, _ in names] == sorted(str(name) for name, _ in names)))
 
 
 @requirement("NSQ-HTTP-011")
@@ -497,7 +522,6 @@ def test_pause_endpoints_refuse_what_is_missing(nsq, http):
         ("topic", f"?topic={missing}", 404, "TOPIC_NOT_FOUND"),
         ("channel", f"?topic={missing}&channel=c", 404, "TOPIC_NOT_FOUND"),
         ("channel", f"?topic={topic}&channel=c", 404, "CHANNEL_NOT_FOUND"))]
-    answers = [(path, response.status, response.json().get("message") if response.status >= 400 else None)
-               for path, _, _ in calls for response in [http.post(path)]]
+    answers = [(path, response.status, error_code(response)) for path, _, _ in calls for response in [http.post(path)]]
     nsq.verify.equal("(path, status, error) of the pause endpoints (H-TOPIC-04, H-CHANNEL-04)",
                      [(path, status, code) for path, status, code in calls], answers)

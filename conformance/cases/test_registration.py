@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conformance.client import HttpClient
+from conformance.client import HttpClient, json_of_type
 
 requirement = pytest.mark.requirement
 # What nsqlookupd needs of a broker's IDENTIFY (it refuses the body without them: E_BAD_BODY IDENTIFY missing
@@ -168,7 +168,7 @@ def registered_with(nsq, tcp: tuple[str, int], http: tuple[str, int]):
 
 def lookup(lookupd_http, topic: str) -> tuple[int, dict]:
     response = lookupd_http.get(f"/lookup?topic={topic}")
-    return response.status, response.json() if response.status == 200 else {}
+    return response.status, json_of_type(response.json(), dict, "the body of /lookup") if response.status == 200 else {}
 
 
 @requirement("NSQ-REG-011")
@@ -180,10 +180,11 @@ def test_a_real_nsqlookupd_lists_the_broker(registration, lookupd_target):
     with registered_with(nsq, lookupd_target.tcp, lookupd_target.http) as lookupd_http:
         http_ok(nsq, f"/topic/create?topic={topic}")
         nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 3.0, "the lookupd knows the topic")
-        producers = lookup(lookupd_http, topic)[1].get("producers") or [{}]
-        nodes = lookupd_http.get("/nodes").json().get("producers") or []
-    me = producers[0]
-    node = next((n for n in nodes if n.get("tcp_port") == me.get("tcp_port")), {})
+        producers = json_of_type(lookup(lookupd_http, topic)[1].get("producers") or [{}], list, "/lookup's producers")
+        nodes = json_of_type(json_of_type(lookupd_http.get("/nodes").json(), dict, "the body of /nodes")
+                             .get("producers") or [], list, "/nodes' producers")
+    me = json_of_type(producers[0], dict, "a producer of /lookup")
+    node = next((n for n in nodes if isinstance(n, dict) and n.get("tcp_port") == me.get("tcp_port")), {})
     nsq.verify.equal("one producer under /lookup with a broadcast_address, hostname and version, and the topic under "
                      "its entry of /nodes (R-12)", (1, True, True, True, True),
                      (len(producers), bool(me.get("broadcast_address")), bool(me.get("hostname")),
