@@ -1,6 +1,7 @@
 """The suite's fake auth server (stdlib ``http.server``): the target's ``--auth-http-address`` points here.
 
-nsqd asks ``GET /auth?common_name=..&remote_ip=..&secret=S&tls=..`` (P-AUTH-13) and the reply depends
+nsqd asks ``GET /auth?common_name=..&remote_ip=..&secret=S&tls=..`` (P-AUTH-13), or with
+``--auth-http-request-method=post`` POSTs the same fields as a JSON object of lists, and the reply depends
 only on the secret, as the recordings' fake auth server did (nsqd-recordings/README.md, "auth"):
 
 | secret      | reply |
@@ -14,7 +15,8 @@ only on the secret, as the recordings' fake auth server did (nsqd-recordings/REA
 | ``ttl1-<n>``| first query: like ``ok`` with ttl 1; later queries: HTTP 500 |
 | ``all-<n>`` | like ``all``: a secret of the case's own, whose queries it reads back |
 
-``GET /queries?secret=S`` answers the parameters of each ``/auth`` query with secret S so far, a JSON list: the
+``GET /queries?secret=S`` answers the parameters of each ``/auth`` query with secret S so far (and its
+``http_method``), a JSON list: the
 cases run in other processes (pytest-xdist workers) than the one that serves.
 """
 
@@ -40,21 +42,39 @@ REPLIES = {
     "badperm": {"ttl": 3600, "authorizations": [{"topic": ".*", "channels": [".*"], "permissions": ["admin"]}]},
 }
 
+_MAX_POST_BODY = 1 << 16  # nsqd's POST body is a handful of short fields
+
 
 class _AuthHandler(http.server.BaseHTTPRequestHandler):
     server: AuthServer
 
     def do_GET(self):  # noqa: N802 (http.server's naming)
         url = urllib.parse.urlsplit(self.path)
-        query = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
+        self._answer(url.path, {**dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True)),
+                                "http_method": "GET"})
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        """--auth-http-request-method=post (nsqd master): the query's fields as a JSON object of lists (P-AUTH-13)."""
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            document = json.loads(self.rfile.read(min(length, _MAX_POST_BODY)) or b"{}")
+        except ValueError:
+            document = {}
+        fields = {key: str(values[0]) if isinstance(values, list) and values else str(values)
+                  for key, values in (document.items() if isinstance(document, dict) else ())}
+        self._answer(urllib.parse.urlsplit(self.path).path, {**fields, "http_method": "POST"})
+
+    def _answer(self, path: str, query: dict[str, str]) -> None:
+        """/auth: the reply for the query's secret, which is recorded with the method it came by; /queries: those
+        recorded for a secret."""
         secret = query.get("secret", "")
-        if url.path == "/auth":
+        if path == "/auth":
             self.server.record(query)
             reply = self.server.reply_for(secret)
         else:
-            reply = self.server.queries(secret) if url.path == "/queries" else None
+            reply = self.server.queries(secret) if path == "/queries" else None
         if reply is None:
-            self.send_response(500 if url.path == "/auth" else 404)
+            self.send_response(500 if path == "/auth" else 404)
             self.send_header("Content-Length", "0")
             self.end_headers()
             return

@@ -186,9 +186,10 @@ class HttpClient:
         self.scheme = "HTTPS" if tls else "HTTP"
 
     def request(self, method: str, path: str, body: bytes | None = None,
-                headers: dict | None = None) -> HttpResponse:
+                headers: dict | None = None, chunked: bool = False) -> HttpResponse:
         """One HTTP/1.1 request. The body is written in full even if the server answers early
-        (H-PUB-01: 413 before reading), and a write error still lets the response be read."""
+        (H-PUB-01: 413 before reading), and a write error still lets the response be read. ``chunked`` sends it
+        as one chunk without a Content-Length (H-PUB-01: the server cannot refuse it before reading)."""
         if self.address is None:
             raise Unsupported(self.absent)
         if path.split("?", 1)[0] in self.unsupported_paths:
@@ -197,7 +198,7 @@ class HttpClient:
         self.transcript.record(self.scheme, CLIENT_TO_SERVER, [f"{method} {path}" + (
             f" [{len(body)} bytes] {body[:80]!r}" if body else "")])
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.address[0]}:{self.address[1]}",
-                f"Content-Length: {len(body)}", "Connection: close",
+                "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}", "Connection: close",
                 "Accept: application/vnd.nsq; version=1.0"]  # as nsq's own tools ask: some brokers answer 0.x else
         head += [f"{key}: {value}" for key, value in (headers or {}).items()]
         try:
@@ -208,7 +209,9 @@ class HttpClient:
             if self.tls:
                 sock = self.tls.context().wrap_socket(sock)
             try:
-                sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+                framed = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if chunked and body else (
+                    b"0\r\n\r\n" if chunked else body)
+                sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + framed)
             except OSError:
                 pass  # the server may answer and close before reading an oversized body
             raw = http.client.HTTPResponse(sock, method=method)

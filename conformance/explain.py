@@ -77,8 +77,10 @@ def client_cases() -> dict[str, list[str]]:
     return cases
 
 
+@cache
 def _citations(directory: Path) -> dict[str, list[str]]:
-    """ID -> ``path:line: text`` of every line of a Python file under ``directory`` that cites it."""
+    """ID -> ``path:line: text`` of every line of a Python file under ``directory`` that cites it (read once per
+    directory: ``explain`` of every ID would read the tree once per ID)."""
     pattern = cited_id_pattern()
     found: dict[str, list[str]] = {}
     for path in sorted(directory.rglob("*.py")):

@@ -1,7 +1,8 @@
 """The suite's fake nsqlookupd: what a broker registers is checked here (spec/registration.toml, R-01..R-11).
 
 It accepts the broker's connections, reads the magic and the commands (IDENTIFY with its body), logs each one
-with its arrival time, and answers like nsqlookupd: IDENTIFY with nsqlookupd's JSON, everything else `OK`.
+with its arrival time, and answers like nsqlookupd: IDENTIFY with nsqlookupd's JSON (or, when told, with an
+``identify_reply`` nsqd must hang up on), everything else `OK`.
 The IDENTIFY reply names its HTTP port, where `GET /channels?topic=` answers what `channels` holds for the topic
 (nothing for any other): nsqd asks it for a new topic's channels and creates them (nsqd.go GetTopic)."""
 from __future__ import annotations
@@ -29,8 +30,9 @@ class Event:
 
 
 class FakeLookupd:
-    def __init__(self, address: tuple[str, int] = ("127.0.0.1", 0)):
+    def __init__(self, address: tuple[str, int] = ("127.0.0.1", 0), identify_reply: bytes | None = None):
         self.listener = socket.create_server(address)
+        self.identify_reply = identify_reply  # instead of nsqlookupd's JSON: E_INVALID, or what is not JSON (R-02)
         self.address = self.listener.getsockname()[:2]
         self.events: list[Event] = []
         self._lock = threading.Lock()
@@ -116,9 +118,10 @@ class FakeLookupd:
                         if not isinstance(document, dict):  # the cases read it as the object it must be (R-02)
                             document = {"undecodable": command.body[:200].decode("utf-8", "replace")}
                         self._log(number, line, document)
-                        reply = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "conformance-lookupd",
-                                            "http_port": self._http.server_address[1], "tcp_port": self.address[1],
-                                            "version": "1.3.0"}, separators=(",", ":")).encode()
+                        reply = self.identify_reply or json.dumps(
+                            {"broadcast_address": "127.0.0.1", "hostname": "conformance-lookupd",
+                             "http_port": self._http.server_address[1], "tcp_port": self.address[1],
+                             "version": "1.3.0"}, separators=(",", ":")).encode()
                     else:
                         self._log(number, line)
                         reply = b"OK"

@@ -7,7 +7,7 @@ Two kinds of ID live in this project. Behaviour items (``C-01``, ``P-TOUCH-04``,
 
 An item's fields: ``id``, ``level``, ``text``, ``observable`` (what a client sees), ``recordings`` (``rec-NNNN``
 transcripts in ``fixtures/``) and ``source`` (the nsqd or nsqlookupd Go code it comes from); optionally
-``not_checkable`` (a MUST item no black-box case can judge, and why) and ``trace_requirement`` (``nsq-trace``
+``not_checkable`` (a MUST or SHOULD item no black-box case can judge, and why) and ``trace_requirement`` (``nsq-trace``
 watches the item in captures, and its violation rows name this requirement, one whose ``source`` names the item).
 
 The client requirements (``NSQC-CONN-001``, ``clients.toml``) are items here too, each judged by the client case
@@ -78,8 +78,8 @@ def _behaviour(path: Path, entry: dict) -> Behaviour:
         raise SpecError(f"{name}: level {entry['level']!r} is not one of {LEVELS}")
     if not all(RECORDING_ID.fullmatch(recording) for recording in entry["recordings"]):
         raise SpecError(f"{name}: recordings must be rec-NNNN")
-    if "not_checkable" in entry and entry["level"] != "MUST":
-        raise SpecError(f"{name}: not_checkable is for MUST items only")
+    if "not_checkable" in entry and entry["level"] not in ("MUST", "SHOULD"):
+        raise SpecError(f"{name}: not_checkable is for MUST and SHOULD items only")
     if "trace_requirement" in entry and not REQUIREMENT_ID.fullmatch(entry["trace_requirement"]):
         raise SpecError(f"{name}: trace_requirement must be a requirement ID (like NSQ-FIN-003)")
     return Behaviour(entry["id"], entry["level"], entry["text"], entry["observable"], tuple(entry["recordings"]),

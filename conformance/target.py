@@ -54,6 +54,7 @@ LIMIT_FLAGS = {
     "sync_every": ("--sync-every", ""),
     "sync_timeout_ms": ("--sync-timeout", "ms"),
     "max_bytes_per_file": ("--max-bytes-per-file", ""),
+    "max_channel_consumers": ("--max-channel-consumers", ""),
     "inactive_producer_timeout_ms": ("--inactive-producer-timeout", "ms"),
     "tombstone_lifetime_ms": ("--tombstone-lifetime", "ms"),
 }
@@ -228,7 +229,8 @@ class EmbeddedBroker:
         deadline = time.monotonic() + timeout
         while not self._found.wait(0.05):
             if self._process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
+                # a first start leaves nothing; a restart's data path stays, for a case that mends it and starts again
+                self.stop() if self._ports == (None, None, None) else self._terminate()
                 tail = "; ".join(line.strip() for line in self._log_lines[-3:]) or "no output"
                 raise TargetError(f"the embedded broker did not start ({' '.join(argv)}): {tail}")
         return self
@@ -247,7 +249,9 @@ class EmbeddedBroker:
         self._start_again(timeout)
 
     def _start_again(self, timeout: float) -> None:
-        self._ports = (self.tcp_address, self.http_address, self.https_address)
+        # the ports it listened on; after a start that failed, the ones it had before
+        self._ports = (self.tcp_address or self._ports[0], self.http_address or self._ports[1],
+                       self.https_address or self._ports[2])
         self.tcp_address = self.http_address = self.https_address = None
         self._found.clear()
         self.start(timeout)
@@ -278,6 +282,11 @@ class EmbeddedBroker:
         self._terminate()
         if self._data_path:
             shutil.rmtree(self._data_path, ignore_errors=True)
+
+    def terminate(self) -> None:
+        """SIGTERM, without waiting for the exit: a case watches what the program does as it shuts down."""
+        if self._process and self._process.poll() is None:
+            self._process.terminate()
 
     def _terminate(self) -> None:
         if self._process and self._process.poll() is None:

@@ -58,7 +58,7 @@ class Channel:
         self._rotation = 0
         self.paused = False
         self.exiting = False
-        self.message_count = 0
+        self.message_count = 0  # P-RST-13: from zero at every start, restored messages not counted
         self.requeue_count = 0
         self.timeout_count = 0
         self.global_msg_count = 0  # deliveries; nsqd master's name, with no topology match ever (H-STATS-08)

@@ -201,7 +201,7 @@ def _topic_empty(request: Request) -> None:
 
 
 def _topic_pause(request: Request) -> None:
-    topic = _existing_topic(request, _topic_name_arg(request))  # the name is not validated
+    topic = _existing_topic(request, _topic_name_arg(request))  # H-TOPIC-04: the name is not validated
     topic.set_paused(not request.path.endswith("unpause"))  # D-61
     request.nsqd.persist_metadata()  # D-65: at once, so a crash does not forget it
 
@@ -226,7 +226,7 @@ def _existing_channel(request: Request):
     with topic.lock:
         channel = topic.channels.get(name)
     if channel is None:
-        raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        raise HTTPError(404, "CHANNEL_NOT_FOUND")  # H-CHANNEL-04
     return channel
 
 
@@ -315,7 +315,7 @@ def _set_block_rate(request: Request) -> None:
     try:
         _go_atoi(values.get("rate", [""])[0])
     except ValueError as error:
-        raise HTTPError(400, f"invalid block rate : {error}") from None
+        raise HTTPError(400, f"invalid block rate : {error}") from None  # H-DEBUG-01
     # A Go runtime setting with no CPython counterpart; the answer is nsqd's (see _call).
 
 

@@ -137,7 +137,8 @@ class LookupLoop:
         return kept
 
     def _ping(self, peers: list[LookupPeer]) -> None:
-        """R-08: the reply's read is what finds a dead connection (R-10); the next command reconnects."""
+        """R-08: the reply's read is what finds a dead connection (R-10, R-14: a restarted lookupd); the next command
+        reconnects."""
         for peer in peers:
             log.debug("LOOKUPD(%s): sending heartbeat", peer)
             self._command(peer, PING)
@@ -149,7 +150,7 @@ class LookupLoop:
             branch, names = "channel", (thing.topic_name, thing.name)
         else:
             branch, names = "topic", (thing.name,)
-        command = unregister(*names) if thing.exiting else register(*names)
+        command = unregister(*names) if thing.exiting else register(*names)  # R-12, R-13 at a real lookupd
         for peer in peers:
             log.info("LOOKUPD(%s): %s %s", peer, branch, command)
             self._command(peer, command)
@@ -165,7 +166,8 @@ class LookupLoop:
     # -- on every (re)connection: nsqd's connectCallback ---------------------------------------------------
 
     def _identify_and_register(self, peer: LookupPeer) -> None:
-        """R-02: IDENTIFY; R-09, R-10: one REGISTER per channel of every topic, or of the topic alone."""
+        """R-02: IDENTIFY (an E_INVALID or non-JSON reply: hang up, nothing registered); R-09, R-10: one REGISTER per
+        channel of every topic, or of the topic alone."""
         options = self._options
         with self._sequence_lock:
             identify_began = self._last_sequence

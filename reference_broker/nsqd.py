@@ -149,7 +149,7 @@ class NSQD:
         except FileNotFoundError:
             return  # a fresh start
         except ValueError as error:
-            raise MetadataError(f"failed to parse metadata in {path} - {error}") from None
+            raise MetadataError(f"failed to parse metadata in {path} - {error}") from None  # P-RST-17: no start
         self._loading = True
         try:
             for entry in metadata.get("topics") or []:

@@ -230,7 +230,8 @@ class Topic:
             self.backend.delete()
 
     def close(self) -> None:
-        """Shutdown: channels write what they hold to disk, then the topic does (D-70, P-RST-01)."""
+        """Shutdown: channels write what they hold to disk, then the topic does, a topic without channels too (D-70,
+        P-RST-01, P-RST-12)."""
         for channel in self._stop_pump():
             channel.close()
         with self.lock:

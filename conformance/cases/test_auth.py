@@ -8,7 +8,7 @@ AUTH (``authenticate=False``). AUTH without an auth server is in test_cls_state.
 
 import pytest
 
-from conformance.authd import AUTHORIZED_SUFFIX
+from conformance.authd import ALLOW_ALL_SECRET, AUTHORIZED_SUFFIX
 from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
@@ -154,3 +154,17 @@ def test_http_pub_is_not_subject_to_auth(auth):
     auth.verify.equal("POST /pub without any AUTH (P-AUTH-15)", (200, b"OK"), (response.status, response.body))
     stats = auth.http.stats(topic)
     auth.verify.equal("topic depth after the HTTP publish", 1, stats and stats["depth"])
+
+
+@requirement("NSQ-AUTH-011")
+def test_the_auth_server_is_asked_with_every_field(auth):
+    """AUTH with a secret of the case's own, over plain TCP: one query to the auth server, by the profile's method
+    (GET; POST under --auth-http-request-method=post), carrying secret, remote_ip, tls=false and an empty
+    common_name (P-AUTH-13, X-16; rec-0257)."""
+    method = auth.profile.offers("auth_request_method") or "get"
+    secret = f"{ALLOW_ALL_SECRET}-{auth.name_prefix}"
+    authenticate(auth.connect(authenticate=False), secret.encode())
+    auth.verify.equal("the auth server's queries: (method, secret, remote_ip given, tls, common_name) (P-AUTH-13)",
+                      [(method.upper(), secret, True, "false", "")],
+                      [(query.get("http_method"), query.get("secret"), bool(query.get("remote_ip")), query.get("tls"),
+                        query.get("common_name")) for query in auth.auth_queries(secret)])

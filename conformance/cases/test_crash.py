@@ -9,6 +9,7 @@ import time
 import pytest
 
 from conformance import crash
+from conformance.client import HarnessError, Unsupported
 from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
@@ -336,3 +337,74 @@ def test_without_a_memory_queue(crashable):
                       (stats["idle#ephemeral"].get("message_count"), stats["idle#ephemeral"].get("depth"))))
     idle.command("RDY", 5)
     idle.expect_silence(0.5, "the ephemeral channel dropped what came while nobody was ready (D-74)")
+
+
+@requirement("NSQ-DISK-011")
+def test_a_record_that_would_pass_the_file_limit_starts_the_next_file(crashable):
+    """Records of 40 % of --max-bytes-per-file each: two fit a file, the third would take it past the limit, so it
+    starts the next file; five on disk leave files of two, two and one records, none over the limit (D-76:
+    go-diskqueue rolls before a write, not after; rec-0286, rec-0287)."""
+    nsq = crashable
+    crash.require(nsq, "data_path")
+    size, memory = nsq.limits["max_bytes_per_file"], nsq.limits["mem_queue_size"]
+    if size > 4096 or memory > 1000:
+        raise Unsupported(f"profile {nsq.profile.name}: --max-bytes-per-file {size} and --mem-queue-size {memory} "
+                          "put files of thousands of messages on disk (nsqd-durability shows it)")
+    topic, record = nsq.topic(), size * 2 // 5
+    create(nsq, topic, "c")
+    publish(nsq, topic, "c", [body.rjust(record - RECORD_HEADER, b"r") for body in bodies(0, memory + 5, 3)])
+    overflowed(nsq, topic, "c", 5, "5 went to disk")
+    files = sorted(nsq.target.data_path.glob(f"{topic}:c.diskqueue.[0-9]*.dat"))
+    nsq.verify.equal("the sizes of the channel's disk queue files (D-76)", [2 * record, 2 * record, record],
+                     [path.stat().st_size for path in files])
+
+
+@requirement("NSQ-DISK-012")
+def test_a_torn_last_record_is_never_delivered(crashable):
+    """Three messages on disk and synced, then the start of a fourth record appended to their file (its size, the
+    message header, 5 of its 20 body bytes), as a crash in the middle of a write leaves it, and SIGKILL: after the
+    restart the three are delivered once each, the torn one never, and the file is renamed *.bad once read
+    (go-diskqueue's readOne and handleReadError; D-76, P-RST-15)."""
+    nsq = crashable
+    crash.require(nsq, "kill", "data_path")
+    memory = nsq.limits["mem_queue_size"]
+    if memory > 1000:
+        raise Unsupported(f"profile {nsq.profile.name}: --mem-queue-size {memory} puts messages on disk only after "
+                          "thousands (nsqd-durability shows it)")
+    topic, published = nsq.topic(), bodies(0, memory + 3, 4)
+    create(nsq, topic, "c")
+    publish(nsq, topic, "c", published)
+    overflowed(nsq, topic, "c", 3, "3 went to disk")
+    nsq.wait(nsq.limits["sync_timeout_ms"] / 1000 + 0.5, "past --sync-timeout: the three are synced")
+    data = sorted(nsq.target.data_path.glob(f"{topic}:c.diskqueue.[0-9]*.dat"))[-1]
+    # size 46 (26-byte message header + a 20-byte body), then 8 + 2 + 16 header bytes and 5 of the body
+    with data.open("ab") as file:
+        file.write((26 + 20).to_bytes(4, "big") + bytes(26) + b"torn-")
+    nsq.kill()
+    delivered = drain(nsq, topic, "c", 3)
+    nsq.until(lambda: data.with_name(data.name + ".bad").exists(), 2.0, "the file read to its torn end is set aside")
+    nsq.verify.equal("what comes after the SIGKILL (the memory queue's are lost: P-RST-11), and the torn file "
+                     "renamed *.bad (D-76)", (sorted(published[memory:]), True),
+                     (sorted(delivered), data.with_name(data.name + ".bad").exists()))
+
+
+@requirement("NSQ-DISK-013")
+def test_a_corrupt_metadata_file_stops_the_start(crashable):
+    """nsqd.dat cut short while the broker runs, then SIGKILL: the broker does not start on it; with the file put
+    back it starts with its topic and channel (P-RST-17)."""
+    nsq = crashable
+    crash.require(nsq, "kill", "data_path")
+    topic, metadata = nsq.topic(), nsq.target.data_path / "nsqd.dat"
+    create(nsq, topic, "c")
+    nsq.until(lambda: f'"{topic}"' in _read(metadata), 2.0, "nsqd.dat names the topic (P-RST-08)")
+    kept = metadata.read_bytes()
+    metadata.write_bytes(kept[:kept.index(topic.encode())])  # cut short, as a torn write leaves it
+    try:
+        nsq.kill()
+        started = True
+    except HarnessError:
+        started = False
+    metadata.write_bytes(kept)
+    nsq.kill()  # SIGKILL of nothing, if it did not start, and a start on the mended file
+    nsq.verify.equal("(the broker started on the corrupt nsqd.dat, the channel is back once the file is mended) "
+                     "(P-RST-17)", (False, True), (started, nsq.http.channel_stats(topic, "c") is not None))

@@ -3,6 +3,8 @@ required."""
 
 import pytest
 
+from nsq_protocol import wire
+
 requirement = pytest.mark.requirement
 
 
@@ -60,3 +62,24 @@ def test_ephemeral_topic_with_durable_channel_stays(nsq):
     nsq.wait(0.3, "as the recording")
     nsq.verify.that("ephemeral topic with a durable channel stays", nsq.http.channel_stats(
         topic, "durable") is not None, "present", "gone")
+
+
+@requirement("NSQ-EPH-004")
+def test_ephemeral_channel_drops_what_passes_its_memory_queue(nsq):
+    """--mem-queue-size + 4 messages to an ephemeral channel whose consumer is not ready: every PUB is OK, the channel
+    keeps --mem-queue-size of them and counts all (D-53; rec-0249 with --mem-queue-size=2: message_count 6,
+    depth 2)."""
+    nsq.require("http")
+    memory, topic = nsq.limits["mem_queue_size"], nsq.topic()
+    idle = nsq.connect()
+    idle.subscribe(topic, "e#ephemeral")
+    total, batch = memory + 4, min(2000, (nsq.limits["max_body_size"] - 4) // 5)  # one-byte messages in MPUBs
+    conn = nsq.connect()
+    for start in range(0, total, batch):
+        conn.command("MPUB", topic, body=wire.mpub_body([b"e"] * min(batch, total - start)))
+        conn.expect_response(b"OK")
+    nsq.until(lambda: (nsq.http.channel_stats(topic, "e#ephemeral") or {}).get("message_count") == total, 5.0,
+              "every message reached the channel")
+    channel = nsq.http.channel_stats(topic, "e#ephemeral") or {}
+    nsq.verify.equal("the ephemeral channel's (message_count, depth, backend_depth) (D-53)", (total, memory, 0),
+                     tuple(channel.get(key) for key in ("message_count", "depth", "backend_depth")))

@@ -110,3 +110,22 @@ def test_default_heartbeat_interval_is_30s(nsq):
     frame = conn.raw_frame(interval + 5)
     nsq.verify.equal("heartbeat frame", wire.Frame(wire.FRAME_RESPONSE, wire.HEARTBEAT), frame)
     nsq.within("default heartbeat interval", nsq.elapsed_since(start), interval - 1, interval + 2.5)
+
+
+@requirement("NSQ-HB-006")
+def test_a_heartbeat_flushes_buffered_messages(nsq):
+    """output_buffer_timeout -1 (no flush ticker) and RDY 10: a message published right after a heartbeat waits in
+    the output buffer for the next heartbeat, and comes just before it (C-33; rec-0041 observed 1.00 s)."""
+    topic = nsq.topic()
+    conn = nsq.connect()
+    conn.identify({**HEARTBEAT_1S, "output_buffer_timeout": -1})
+    conn.subscribe(topic, "c", ready=10)
+    next_heartbeat(nsq, conn)
+    conn.command("NOP")  # the read deadline counts from the last command
+    nsq.connect().publish(topic, b"buffered")
+    published = time.monotonic()
+    first = conn.raw_frame(3.0)
+    arrived = nsq.elapsed_since(published)
+    second = conn.raw_frame(0.2)
+    nsq.verify.equal("the message after the heartbeat interval, the heartbeat right after it (C-33)",
+                     (True, True, True), (first.frame_type == wire.FRAME_MESSAGE, arrived > 0.7, second.is_heartbeat))

@@ -31,6 +31,25 @@ def expect(nsq, response, status: int, message: str | None = None, body: bytes |
                               response.headers.get("x-nsq-content-type"))
 
 
+def error_code(response) -> str | None:
+    """The JSON error code of a 4xx/5xx answer, None for a success."""
+    if response.status < 400:
+        return None
+    return json_of_type(response.json(), dict, "an HTTP error body").get("message")
+
+
+def stats_topics(http) -> list[dict]:
+    """The topics of GET /stats?format=json, every topic, each checked to be a JSON object."""
+    document = json_of_type(http.get("/stats?format=json").json(), dict, "the body of GET /stats")
+    return [json_of_type(topic, dict, "an entry of /stats' topics")
+            for topic in json_of_type(document.get("topics") or [], list, "/stats' topics")]
+
+
+def channels_of(topic: dict) -> list[dict]:
+    return [json_of_type(channel, dict, "an entry of /stats' channels")
+            for channel in json_of_type(topic.get("channels") or [], list, "/stats' channels")]
+
+
 @requirement("NSQ-HTTP-001")
 def test_ping(nsq, http):
     """200 'OK', plain text, no X-NSQ-Content-Type (H-03; rec-0203)."""
@@ -63,7 +82,7 @@ def test_unknown_path_and_wrong_method(nsq, http):
 
 @requirement("NSQ-HTTP-003")
 def test_pub_argument_checks(nsq, http):
-    """MSG_EMPTY is checked before the topic, then MISSING_ARG_TOPIC, INVALID_TOPIC (H-PUB-02/03; rec-0209)."""
+    """MSG_EMPTY is checked before the topic, then MISSING_ARG_TOPIC, INVALID_TOPIC (H-PUB-02, H-PUB-03; rec-0209)."""
     expect(nsq, http.post("/pub", b""), 400, "MSG_EMPTY")
     expect(nsq, http.post(f"/pub?topic={nsq.topic()}", b""), 400, "MSG_EMPTY")
     expect(nsq, http.post("/pub", b"x"), 400, "MISSING_ARG_TOPIC")
@@ -72,7 +91,7 @@ def test_pub_argument_checks(nsq, http):
 
 @requirement("NSQ-HTTP-003")
 def test_pub_publishes_and_only_post_is_routed(nsq, http):
-    """POST /pub -> 200 OK and the message is consumable over TCP; GET/PUT -> 405 (H-PUB-07/08; rec-0212)."""
+    """POST /pub -> 200 OK and the message is consumable over TCP; GET/PUT -> 405 (H-PUB-07, H-PUB-08; rec-0212)."""
     topic = nsq.topic()
     expect(nsq, http.post(f"/pub?topic={topic}", b"via http"), 200, body=b"OK")
     for method in ("GET", "PUT"):
@@ -94,7 +113,7 @@ def test_pub_size_limit(nsq, http):
 @requirement("NSQ-HTTP-004")
 def test_pub_defer_range(nsq, http):
     """-1, abc and max+1 -> 400 INVALID_DEFER (the topic is created anyway); max and 0 -> 200
-    (H-PUB-04/05; rec-0210, rec-0246)."""
+    (H-PUB-04, H-PUB-05; rec-0210, rec-0246)."""
     maximum = nsq.limits["max_req_timeout_ms"]
     topic = nsq.topic()
     expect(nsq, http.post(f"/pub?topic={topic}&defer=-1", b"x"), 400, "INVALID_DEFER")
@@ -142,7 +161,8 @@ def test_mpub_text_mode(nsq, http):
 
 @requirement("NSQ-HTTP-005")
 def test_mpub_binary_mode(nsq, http):
-    """binary=yes and binary=1 are binary; errors are 413 BAD_BODY / BAD_MESSAGE (H-MPUB-03/05; rec-0213, rec-0214)."""
+    """binary=yes and binary=1 are binary; errors are 413 BAD_BODY / BAD_MESSAGE (H-MPUB-03, H-MPUB-05; rec-0213,
+    rec-0214)."""
     topic = nsq.topic()
     expect(nsq, http.post("/mpub", b"a\nb"), 400, "MISSING_ARG_TOPIC")
     expect(nsq, http.post("/mpub?topic=a!b", b"a"), 400, "INVALID_TOPIC")
@@ -158,7 +178,8 @@ def test_mpub_binary_mode(nsq, http):
 
 @requirement("NSQ-HTTP-005")
 def test_mpub_size_limits(nsq, http):
-    """Body > max-body-size -> 413 BODY_TOO_BIG; a line > max-msg-size -> 413 MSG_TOO_BIG (H-MPUB-01/04; rec-0245)."""
+    """Body > max-body-size -> 413 BODY_TOO_BIG; a line > max-msg-size -> 413 MSG_TOO_BIG (H-MPUB-01, H-MPUB-04;
+    rec-0245)."""
     topic = nsq.topic()
     expect(nsq, http.post(f"/mpub?topic={topic}", b"b" * (nsq.limits["max_body_size"] + 1)), 413, "BODY_TOO_BIG")
     expect(nsq, http.post(f"/mpub?topic={topic}", b"ok\n" + b"l" * (nsq.limits["max_msg_size"] + 1) + b"\n"),
@@ -219,7 +240,7 @@ def test_channel_delete_and_empty_codes(nsq, http):
 @requirement("NSQ-HTTP-008")
 def test_stats_filters(nsq, http):
     """A missing topic gives topics null; a channel filter keeps only that channel; a missing channel gives []
-    (H-STATS-04/05; rec-0225)."""
+    (H-STATS-04, H-STATS-05; rec-0225)."""
     topic = nsq.topic()
     nsq.create_over_http(topic, "c1", "c2")
     missing = http.get(f"/stats?format=json&topic={quote(topic + '-missing')}").json()
@@ -234,7 +255,7 @@ def test_stats_filters(nsq, http):
 @requirement("NSQ-HTTP-008")
 def test_stats_counters(nsq, http):
     """message_count, depth, in_flight_count, requeue_count after PUB x2 and one delivery, then after its REQ 0
-    (H-STATS-07/08/11)."""
+    (H-STATS-07, H-STATS-08, H-STATS-11)."""
     topic = nsq.topic()
     conn = nsq.connect()
     conn.subscribe(topic, "c", ready=1)
@@ -290,7 +311,7 @@ def test_client_counters_add_up(nsq, http):
 
 @requirement("NSQ-HTTP-009")
 def test_query_string_rules_and_removed_endpoints(nsq, http):
-    """%zz -> 400 INVALID_REQUEST; topic=a&topic=b publishes to a; /put, /create_topic -> 404 (H-07, H-09;
+    """%zz -> 400 INVALID_REQUEST; topic=a&topic=b publishes to a; /put, /create_topic -> 404 (H-07, H-09, X-29;
     rec-0207, rec-0208)."""
     first, second = nsq.topic(), nsq.topic(create=False)
     expect(nsq, http.post("/pub?topic=%zz", b"x"), 400, "INVALID_REQUEST")
@@ -332,3 +353,177 @@ def test_stats_text_format(nsq, http):
     text = response.body.decode("utf-8", "replace")
     nsq.verify.that("text stats start with 'nsqd v'", text.startswith("nsqd v"), "nsqd v...", text[:80])
     nsq.verify.that("text stats list the topic", f"[{topic}" in text, f"[{topic} ...", text[:400])
+
+
+@requirement("NSQ-HTTP-013")
+def test_router_answers_options_head_and_misspelt_paths(nsq, http):
+    """OPTIONS /pub: 200 with Allow; HEAD /ping: 405; GET /ping/ and GET /PING: 301 to /ping; POST /pub/: 307 to
+    /pub keeping the query; GET /debug/pprof: 301 to /debug/pprof/ (H-05; rec-0206)."""
+    answers = [(response.status, response.headers.get("allow") if method in ("OPTIONS", "HEAD") else
+                response.headers.get("location"))
+               for method, path in (("OPTIONS", "/pub"), ("HEAD", "/ping"), ("GET", "/ping/"), ("GET", "/PING"),
+                                    ("POST", "/pub/?topic=x"), ("GET", "/debug/pprof"))
+               for response in [http.request(method, path, b"x" if method == "POST" else None)]]
+    nsq.verify.equal("(status, Allow or Location) of OPTIONS /pub, HEAD /ping, GET /ping/, GET /PING, POST /pub/, "
+                     "GET /debug/pprof (H-05)",
+                     [(200, "OPTIONS, POST"), (405, "GET, OPTIONS"), (301, "/ping"), (301, "/ping"),
+                      (307, "/pub?topic=x"), (301, "/debug/pprof/")], answers)
+
+
+@requirement("NSQ-HTTP-014")
+def test_mpub_ignores_defer(nsq, http):
+    """/mpub?defer=5000 publishes at once: both messages are in the channel's queue, none deferred (H-MPUB-06, X-21;
+    rec-0216)."""
+    topic = nsq.topic()
+    nsq.create_over_http(topic, "c")
+    expect(nsq, http.post(f"/mpub?topic={topic}&defer=5000", b"m1\nm2"), 200, body=b"OK")
+    nsq.until(lambda: (http.channel_stats(topic, "c") or {}).get("depth") == 2, 1.0, "both reach c")
+    channel = http.channel_stats(topic, "c") or {}
+    nsq.verify.equal("c's (depth, deferred_count) after /mpub?defer=5000 (H-MPUB-06)", (2, 0),
+                     (channel.get("depth"), channel.get("deferred_count")))
+
+
+@requirement("NSQ-HTTP-015")
+def test_mpub_creates_the_topic_before_reading_the_body(nsq, http):
+    """A binary /mpub with an empty body is 413 BAD_BODY, and the topic exists afterwards, empty (H-MPUB-02;
+    rec-0213)."""
+    nsq.require("topic_autocreate")
+    topic = nsq.topic(create=False)
+    expect(nsq, http.post(f"/mpub?topic={topic}&binary=true", b""), 413, "BAD_BODY")
+    stats = http.stats(topic)
+    nsq.verify.equal("the topic's message_count after the refused /mpub, None if it does not exist (H-MPUB-02)", 0,
+                     stats and stats.get("message_count"))
+
+
+@requirement("NSQ-HTTP-016")
+def test_stats_without_clients_keeps_client_count_and_sorts_by_name(nsq, http):
+    """Consumers on channels zz and aa (created in that order): include_clients=false gives clients null, the
+    client_count 1 each, producers null, and the channels sorted aa, zz (H-STATS-03, H-STATS-06; rec-0226)."""
+    topic = nsq.topic()
+    for channel in ("zz", "aa"):
+        nsq.connect().subscribe(topic, channel)
+    for flag in ("false", "0"):
+        document = json_of_type(http.get(f"/stats?format=json&include_clients={flag}&topic={topic}").json(), dict,
+                                "the body of GET /stats")
+        channels = [(channel.get("channel_name"), channel.get("client_count"), channel.get("clients"))
+                    for topic_stats in json_of_type(document.get("topics") or [], list, "/stats' topics")
+                    for channel in channels_of(json_of_type(topic_stats, dict, "an entry of /stats' topics"))]
+        nsq.verify.equal(f"include_clients={flag}: (channel, client_count, clients) and producers (H-STATS-03, "
+                         "H-STATS-06)", ([("aa", 1, None), ("zz", 1, None)], None),
+                         (channels, document.get("producers")))
+
+
+@requirement("NSQ-HTTP-017")
+def test_stats_producers_are_tcp_publishers(nsq, http):
+    """A TCP publisher with a client_id of the case's own, two PUBs: a producer with pub_counts [{topic, 2}]; an HTTP
+    /pub to the same topic adds no producer (P-PUB-05, H-STATS-10; rec-0111)."""
+    topic = nsq.topic()
+    publisher = nsq.connect()
+    client_id = nsq.name_prefix + "prod"
+    publisher.identify({"client_id": client_id, "hostname": "ph", "user_agent": "pa"})
+    publisher.publish(topic, b"1")
+    publisher.publish(topic, b"2")
+    expect(nsq, http.post(f"/pub?topic={topic}", b"3"), 200, body=b"OK")
+    document = json_of_type(http.get(f"/stats?format=json&topic={topic}").json(), dict, "the body of GET /stats")
+    producers = [json_of_type(producer, dict, "an entry of /stats' producers")
+                 for producer in json_of_type(document.get("producers") or [], list, "/stats' producers")]
+    mine = [(producer.get("client_id"), producer.get("pub_counts")) for producer in producers
+            if any(json_of_type(count, dict, "an entry of pub_counts").get("topic") == topic
+                   for count in json_of_type(producer.get("pub_counts") or [], list, "a producer's pub_counts"))]
+    nsq.verify.equal("the producers that published to the topic, with their pub_counts (H-STATS-10)",
+                     [(client_id, [{"topic": topic, "count": 2}])], mine)
+
+
+@requirement("NSQ-HTTP-018")
+def test_debug_endpoints(nsq, http):
+    """GET /debug/pprof/ answers 200 with Go's profile index, and PUT /debug/setblockrate?rate=abc is 400 (H-DEBUG-01;
+    rec-0230)."""
+    index, bad_rate = http.get("/debug/pprof/"), http.request("PUT", "/debug/setblockrate?rate=abc")
+    nsq.verify.equal("(GET /debug/pprof/ status, it lists goroutine, PUT /debug/setblockrate?rate=abc status) "
+                     "(H-DEBUG-01)", (200, True, 400), (index.status, b"goroutine" in index.body, bad_rate.status))
+
+
+@requirement("NSQ-HTTP-019")
+def test_chunked_bodies_over_the_limit(nsq, http):
+    """Sent chunked, without a Content-Length to refuse it by: /pub of --max-msg-size bytes is 200, one more is 413
+    MSG_TOO_BIG; a text /mpub of --max-body-size + 1 bytes is 413 BODY_TOO_BIG (H-PUB-01, H-MPUB-01: nsqd reads a
+    chunked body up to the limit + 1)."""
+    topic, most, body_most = nsq.topic(), nsq.limits["max_msg_size"], nsq.limits["max_body_size"]
+    line = b"l" * (min(most, 1000) - 1) + b"\n"
+    over = (line * (body_most // len(line) + 1))[:body_most + 1]
+    answers = [(response.status, error_code(response) or response.body)
+               for response in (http.request("POST", f"/pub?topic={topic}", b"m" * most, chunked=True),
+                                http.request("POST", f"/pub?topic={topic}", b"m" * (most + 1), chunked=True),
+                                http.request("POST", f"/mpub?topic={topic}", over, chunked=True))]
+    nsq.verify.equal("(status, body or error) of chunked /pub of the maximum, /pub of one more, /mpub past "
+                     "--max-body-size (H-PUB-01, H-MPUB-01)",
+                     [(200, b"OK"), (413, "MSG_TOO_BIG"), (413, "BODY_TOO_BIG")], answers)
+
+
+@requirement("NSQ-HTTP-020")
+def test_stats_without_a_topic_filter_lists_every_topic(nsq, http):
+    """/stats?format=json with no topic= lists every topic, sorted by name, among them the case's two, each with its
+    channel (H-STATS-02, H-STATS-06; rec-0002 asks /stats unfiltered)."""
+    second, first = nsq.topic(), nsq.topic()
+    for topic in (second, first):
+        nsq.create_over_http(topic, "c")
+    names = [(entry.get("topic_name"), [channel.get("channel_name") for channel in channels_of(entry)])
+             for entry in stats_topics(http)]
+    nsq.verify.equal("/stats' topics: the case's, in name order, with their channel; and every topic sorted by "
+                     "name (H-STATS-02, H-STATS-06)",
+                     ([(second, ["c"]), (first, ["c"])], True),
+                     ([entry for entry in names if entry[0] in (first, second)],
+                      [str(name) for name, _ in names] == sorted(str(name) for name, _ in names)))
+
+
+@pytest.mark.transcript_varies("the unfiltered text report holds the other cases' topics and the broker's memory "
+                                "figures, which --compare does not mask in text")
+@requirement("NSQ-HTTP-011")
+def test_stats_text_report(nsq, http):
+    """The text report without filters: a Memory section, every topic (the case's two, the paused one marked *P),
+    the channel line (paused: *P) with its consumer's client line beneath, and the TCP publisher under Producers
+    (H-STATS-01; rec-0227's format)."""
+    paused, other = nsq.topic(), nsq.topic()
+    nsq.create_over_http(paused, "c")
+    nsq.create_over_http(other)
+    for path in (f"/topic/pause?topic={paused}", f"/channel/pause?topic={paused}&channel=c"):
+        expect(nsq, http.post(path), 200)
+    consumer = nsq.connect()
+    consumer.identify({"hostname": "reporthost", "user_agent": "report-agent"})
+    consumer.subscribe(paused, "c")
+    publisher = nsq.connect()
+    publisher.identify({"hostname": "pubhost"})
+    publisher.publish(other, b"x")
+    lines = http.get("/stats").body.decode("utf-8", "replace").splitlines()
+    at = next((index for index, line in enumerate(lines) if line.startswith(f"*P [{paused}")), None)
+    # the paused topic's line, then its channel's, then the consumer's (other cases' topics have a channel c too)
+    beneath = lines[at + 1:at + 3] if at is not None else []
+    producers = lines[lines.index("Producers:"):] if "Producers:" in lines else []
+    found = {
+        "Memory section": "Memory:" in lines,
+        "paused topic line": at is not None,
+        "other topic line": any(line.startswith(f"   [{other}") for line in lines),
+        "paused channel line": beneath[:1] != [] and beneath[0].startswith("   *P [c "),
+        "consumer's client line": beneath[1:] != [] and beneath[1].startswith("        [V2 reporthost:"),
+        "publisher under Producers": any(line.startswith("   [V2 pubhost:") and f"topics: {other}=1" in line
+                                         for line in producers),
+    }
+    nsq.verify.equal("what the text report shows (H-STATS-01)", {key: True for key in found}, found)
+
+
+@requirement("NSQ-HTTP-021")
+def test_pause_endpoints_refuse_what_is_missing(nsq, http):
+    """/topic/pause and /topic/unpause: no topic= is 400 MISSING_ARG_TOPIC, a topic that does not exist (its name not
+    checked) 404 TOPIC_NOT_FOUND; /channel/pause and /channel/unpause: 404 TOPIC_NOT_FOUND, then for a missing
+    channel of an existing topic 404 CHANNEL_NOT_FOUND (H-TOPIC-04, H-CHANNEL-04; rec-0220, rec-0224)."""
+    missing, topic = nsq.topic(create=False), nsq.topic()
+    nsq.create_over_http(topic)
+    calls = [(f"/{kind}/{verb}{query}", status, code) for verb in ("pause", "unpause")
+             for kind, query, status, code in (
+        ("topic", "", 400, "MISSING_ARG_TOPIC"), ("topic", "?topic=a!b", 404, "TOPIC_NOT_FOUND"),
+        ("topic", f"?topic={missing}", 404, "TOPIC_NOT_FOUND"),
+        ("channel", f"?topic={missing}&channel=c", 404, "TOPIC_NOT_FOUND"),
+        ("channel", f"?topic={topic}&channel=c", 404, "CHANNEL_NOT_FOUND"))]
+    answers = [(path, response.status, error_code(response)) for path, _, _ in calls for response in [http.post(path)]]
+    nsq.verify.equal("(path, status, error) of the pause endpoints (H-TOPIC-04, H-CHANNEL-04)",
+                     [(path, status, code) for path, status, code in calls], answers)

@@ -3,6 +3,8 @@ reference nsqlookupd."""
 
 import pytest
 
+from conformance.client import HttpClient
+
 requirement = pytest.mark.requirement
 NSQ_CONTENT_TYPE = "nsq; version=1.0"
 
@@ -82,3 +84,35 @@ def test_unknown_paths_and_methods(lookupd):
     lookupd.verify.equal("Allow of /topic/create", "OPTIONS, POST", wrong.headers.get("allow"))
     for path in ("/create_topic", "/delete_topic"):
         expect(lookupd, lookupd.http.get(f"{path}?topic=x"), 404, "NOT_FOUND")
+
+
+@requirement("NSQLOOKUPD-HTTP-003")
+def test_topic_create_registers_a_topic_without_producers(lookupd):
+    """POST /topic/create?topic=T: an empty 200; /topics then lists T and /lookup?topic=T answers it with no
+    channels and no producers (L-HTTP-08; rec-0318)."""
+    topic = lookupd.topic()
+    created = lookupd.http.post(f"/topic/create?topic={topic}")
+    listed = topic in lookupd.http.get("/topics").json()["topics"]
+    lookup = lookupd.http.get(f"/lookup?topic={topic}")
+    lookupd.verify.equal("(status, body) of /topic/create, T in /topics, (status, document) of /lookup (L-HTTP-08)",
+                         ((200, b""), True, (200, {"channels": [], "producers": []})),
+                         ((created.status, created.body), listed, (lookup.status, lookup.json())))
+
+
+@requirement("NSQLOOKUPD-HTTP-008")
+def test_profiling_pages(lookupd):
+    """GET /debug/pprof answers Go's profile index (at that path, without nsqd's trailing slash), and
+    /debug/pprof/goroutine?debug=1 a profile (L-HTTP-18)."""
+    index, goroutines = lookupd.http.get("/debug/pprof"), lookupd.http.get("/debug/pprof/goroutine?debug=1")
+    lookupd.verify.equal("(GET /debug/pprof status, it lists goroutine, GET /debug/pprof/goroutine?debug=1 status) "
+                         "(L-HTTP-18)", (200, True, 200), (index.status, b"goroutine" in index.body, goroutines.status))
+
+
+@requirement("NSQLOOKUPD-HTTP-009")
+def test_a_fresh_nsqlookupd_knows_nothing(lookupd, own_nsqlookupd):
+    """An nsqlookupd no case has used answers /topics with no topics, /nodes with no producers and /debug with an
+    empty object (L-HTTP-03; rec-0315)."""
+    fresh = HttpClient(own_nsqlookupd.http_address, lookupd.transcript, lookupd.time_scale)
+    answers = [(response.status, response.json()) for response in map(fresh.get, ("/topics", "/nodes", "/debug"))]
+    lookupd.verify.equal("(status, document) of /topics, /nodes, /debug (L-HTTP-03)",
+                         [(200, {"topics": []}), (200, {"producers": []}), (200, {})], answers)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conformance.lookupd_client import PRODUCER, identify_command
+from conformance.lookupd_client import PRODUCER, V1Connection, identify_command
 
 requirement = pytest.mark.requirement
 
@@ -154,3 +154,29 @@ def test_a_closed_connection_takes_its_registrations(lookupd):
                          lookup(lookupd, topic))
     ports = [node["tcp_port"] for node in lookupd.http.get("/nodes").json()["producers"]]
     lookupd.verify.that("/nodes no longer lists it", 24011 not in ports, "absent", ports)
+
+
+@requirement("NSQLOOKUPD-V1-010")
+def test_command_lines_are_trimmed(lookupd):
+    """A PING ending in CRLF and one wrapped in spaces and a tab are answered OK; a REGISTER ending in CRLF registers
+    the channel without the CR (L-TCP-20)."""
+    topic, conn = lookupd.topic(), lookupd.connect()
+    answers = [conn.command(b"PING\r\n"), conn.command(b" \tPING \r\n")]
+    conn.identify()
+    answers.append(conn.command(f"REGISTER {topic} c\r\n".encode()))
+    channels = lookupd.http.get(f"/channels?topic={topic}").json()["channels"]
+    lookupd.verify.equal("the answers to 'PING\\r\\n', ' \\tPING \\r\\n' and 'REGISTER t c\\r\\n', then the topic's "
+                         "channels (L-TCP-20)", ([b"OK", b"OK", b"OK"], ["c"]), (answers, channels))
+
+
+@requirement("NSQLOOKUPD-V1-011")
+def test_shutdown_closes_producer_connections(lookupd, own_nsqlookupd):
+    """A producer identified and registered with an nsqlookupd of the case's own; SIGTERM: its connection is closed
+    within 3 s, the lookupd not waiting for it to hang up (L-TCP-22)."""
+    topic, conn = lookupd.topic(), V1Connection("L0", own_nsqlookupd.tcp_address, lookupd.transcript,
+                                                lookupd.time_scale)
+    conn.identify()
+    lookupd.verify.equal(f"REGISTER {topic}", b"OK", conn.command(f"REGISTER {topic}\n".encode()))
+    own_nsqlookupd.terminate()
+    lookupd.verify.that("the producer's connection closed after the SIGTERM (L-TCP-22)", conn.closed(3.0),
+                        "closed within 3 s", "still open")

@@ -3,9 +3,13 @@ nsqlookupd, which the target is pointed at through PUT /config/nsqlookupd_tcp_ad
 target is shared: only lines naming this case's topics are judged, and one registration case at a time sets its
 lookupd."""
 
+import contextlib
+import json
 import time
 
 import pytest
+
+from conformance.client import HttpClient, json_of_type
 
 requirement = pytest.mark.requirement
 # What nsqlookupd needs of a broker's IDENTIFY (it refuses the body without them: E_BAD_BODY IDENTIFY missing
@@ -131,3 +135,92 @@ def test_ping_every_fifteen_seconds(registration):
     nsq.until(lambda: any(event.line == "PING" for event in nsq.lookupd.since(start)), 15.5, "a PING")
     pings = [event for event in nsq.lookupd.since(start) if event.line == "PING"]
     nsq.verify.that("a PING within 15 s (R-08)", bool(pings), "PING", "none within 15.5 s")
+
+
+@requirement("NSQ-REG-010")
+def test_an_ephemeral_topic_is_unregistered_with_its_last_channel(registration):
+    """A consumer of an ephemeral topic's ephemeral channel: both registered at its SUB; when it leaves, the channel
+    and then the topic are unregistered, in either order (R-07; rec-0333)."""
+    nsq = registration
+    start = nsq.lookupd.mark()
+    topic = nsq.topic("#ephemeral")  # a broker that does not create topics on SUB is told to here
+    conn = nsq.connect()
+    conn.subscribe(topic, "e#ephemeral")
+    wait_for_lines(nsq, start, topic, [f"REGISTER {topic}", f"REGISTER {topic} e#ephemeral"])
+    start = nsq.lookupd.mark()
+    conn.close()
+    wait_for_lines(nsq, start, topic, [f"UNREGISTER {topic} e#ephemeral", f"UNREGISTER {topic}"])
+
+
+@contextlib.contextmanager
+def registered_with(nsq, tcp: tuple[str, int], http: tuple[str, int]):
+    """The target registers with the nsqlookupd at ``tcp`` (R-11) for the case's while; its own list is put back
+    afterwards. Yields an HTTP client of that nsqlookupd (``http``), recording into the case's transcript."""
+    before = nsq.http.get("/config/nsqlookupd_tcp_addresses")
+    listed = ["%s:%d" % tcp]
+    put = nsq.http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(listed).encode())
+    nsq.verify.equal("PUT /config/nsqlookupd_tcp_addresses (R-11)", 200, put.status)
+    try:
+        yield HttpClient(http, nsq.transcript, nsq.time_scale)
+    finally:
+        nsq.http.request("PUT", "/config/nsqlookupd_tcp_addresses", before.body)
+
+
+def lookup(lookupd_http, topic: str) -> tuple[int, dict]:
+    response = lookupd_http.get(f"/lookup?topic={topic}")
+    return response.status, json_of_type(response.json(), dict, "the body of /lookup") if response.status == 200 else {}
+
+
+@requirement("NSQ-REG-011")
+def test_a_real_nsqlookupd_lists_the_broker(registration, lookupd_target):
+    """With the nsqlookupd under test as its only lookupd, a topic created in the broker: the lookupd's /lookup lists
+    the broker with a broadcast address, hostname and version, and its TCP and HTTP ports (nsqd's; soft, as a broker
+    behind a proxy names its own), and /nodes lists the topic under it (R-12; rec-0338)."""
+    nsq, topic = registration, registration.topic(create=False)
+    with registered_with(nsq, lookupd_target.tcp, lookupd_target.http) as lookupd_http:
+        http_ok(nsq, f"/topic/create?topic={topic}")
+        nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 3.0, "the lookupd knows the topic")
+        producers = json_of_type(lookup(lookupd_http, topic)[1].get("producers") or [{}], list, "/lookup's producers")
+        nodes = json_of_type(json_of_type(lookupd_http.get("/nodes").json(), dict, "the body of /nodes")
+                             .get("producers") or [], list, "/nodes' producers")
+    me = json_of_type(producers[0], dict, "a producer of /lookup")
+    node = next((n for n in nodes if isinstance(n, dict) and n.get("tcp_port") == me.get("tcp_port")), {})
+    nsq.verify.equal("one producer under /lookup with a broadcast_address, hostname and version, and the topic under "
+                     "its entry of /nodes (R-12)", (1, True, True, True, True),
+                     (len(producers), bool(me.get("broadcast_address")), bool(me.get("hostname")),
+                      bool(me.get("version")), topic in (node.get("topics") or [])))
+    nsq.verify.soft_equal("its tcp_port and http_port, the target's (R-12; a broker behind a proxy names its own)",
+                          (nsq.target.tcp[1], nsq.http.address[1]), (me.get("tcp_port"), me.get("http_port")))
+
+
+@requirement("NSQ-REG-012")
+def test_a_topic_deleted_in_the_broker_leaves_the_real_nsqlookupd(registration, lookupd_target):
+    """A topic registered with the nsqlookupd under test, then deleted in the broker: the lookupd's /lookup answers
+    200 with no producers, the name kept (R-13; rec-0339)."""
+    nsq, topic = registration, registration.topic(create=False)
+    with registered_with(nsq, lookupd_target.tcp, lookupd_target.http) as lookupd_http:
+        http_ok(nsq, f"/topic/create?topic={topic}")
+        nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 3.0, "the lookupd knows the topic")
+        http_ok(nsq, f"/topic/delete?topic={topic}")
+        nsq.until(lambda: lookup(lookupd_http, topic)[1].get("producers") == [], 3.0, "the broker left it")
+        status, document = lookup(lookupd_http, topic)
+    nsq.verify.equal("/lookup of the topic after the broker deleted it: (status, producers) (R-13)", (200, []),
+                     (status, document.get("producers")))
+
+
+@pytest.mark.long_wait(36)
+@requirement("NSQ-REG-013")
+def test_the_broker_registers_again_with_a_restarted_nsqlookupd(registration, own_nsqlookupd):
+    """The broker registered with an nsqlookupd of the case's own, which then restarts and knows nothing: the broker
+    finds the dead link at its next 15 s PING and registers everything again at the tick after, so the lookupd lists
+    the topic again within two ticks (R-14; rec-0340: about 30 s)."""
+    nsq, topic = registration, registration.topic(create=False)
+    with registered_with(nsq, own_nsqlookupd.tcp_address, own_nsqlookupd.http_address) as lookupd_http:
+        http_ok(nsq, f"/topic/create?topic={topic}")
+        nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 3.0, "the lookupd knows the topic")
+        own_nsqlookupd.restart()
+        restarted = time.monotonic()
+        nsq.until(lambda: lookup(lookupd_http, topic)[0] == 200, 34.0, "the broker registered the topic again")
+        again = nsq.elapsed_since(restarted)
+    nsq.within("the topic back in the restarted lookupd's /lookup: two 15 s ticks, 3 s to spare (R-14)", again, 0,
+               33.0)

@@ -141,3 +141,30 @@ def test_a_new_topic_gets_the_channels_its_lookupd_knows(crashable):
     nsq.until(lambda: channels() == {"a-second": 1, "known": 1}, 2.0, "the message reached the channels")
     nsq.verify.equal("the topic's channels after its first PUB, with their depth", {"a-second": 1, "known": 1},
                      channels())
+
+
+@requirement("NSQ-REG-014")
+@pytest.mark.parametrize("reply", [b"E_INVALID", b"not json"], ids=["e-invalid", "not-json"])
+def test_a_lookupd_refusing_the_identify_is_hung_up_on(crashable, reply):
+    """With a topic registered, a second lookupd is added at run time that answers the broker's IDENTIFY with
+    E_INVALID or with what is not JSON: the broker hangs up on it without registering the topic there, while its
+    first lookupd still gets what is new (R-02)."""
+    nsq = crashable
+    crash.require(nsq, "lookupd")
+    first, topic, later = nsq.target.lookupd, nsq.topic(), nsq.topic()
+    nsq.verify.equal(f"POST /topic/create?topic={topic}", 200, nsq.http.post(f"/topic/create?topic={topic}").status)
+    registered(nsq, first, 0, {f"REGISTER {topic}"}, 3.0, "the first lookupd has the topic")
+    refusing = FakeLookupd(identify_reply=reply).start()
+    try:
+        listed = ["%s:%d" % first.address, "%s:%d" % refusing.address]
+        nsq.http.request("PUT", "/config/nsqlookupd_tcp_addresses", json.dumps(listed).encode())
+        nsq.until(lambda: any(event.line == "CLOSED" for event in refusing.since(0)), 3.0,
+                  "the broker hung up on the refusing lookupd")
+        nsq.verify.equal(f"POST /topic/create?topic={later}", 200, nsq.http.post(f"/topic/create?topic={later}").status)
+        registered(nsq, first, 0, {f"REGISTER {later}"}, 3.0, "the first lookupd gets the new topic")
+        first_connection = [event.line for event in refusing.since(0) if event.connection == 1]
+        nsq.verify.equal("the refusing lookupd's first connection, and the first lookupd's REGISTER of the new topic "
+                         "(R-02)", (["MAGIC", "IDENTIFY", "CLOSED"], True),
+                         (first_connection, any(event.line == f"REGISTER {later}" for event in first.since(0))))
+    finally:
+        refusing.stop()

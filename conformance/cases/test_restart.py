@@ -114,3 +114,55 @@ def test_messages_beyond_the_memory_queue_go_to_disk(nsq):
     channel = nsq.http.channel_stats(topic, "c")
     nsq.verify.soft_equal("(depth, backend_depth) past --mem-queue-size (D-70)", (total, 5),
                           (channel["depth"], channel["backend_depth"]))
+
+
+@requirement("NSQ-RST-007")
+def test_a_topic_without_channels_keeps_its_messages_across_a_restart(restartable):
+    """Two PUBs to a topic no channel exists for, then SIGTERM: after the restart the topic holds both on disk
+    (depth = backend_depth = 2), and the first consumer gets both (P-RST-12; rec-0278)."""
+    nsq = restartable
+    topic = nsq.topic()
+    conn = nsq.connect()
+    for body in (b"a1", b"a2"):
+        conn.publish(topic, body)
+    nsq.restart()
+    stats = nsq.http.stats(topic) or {}
+    counters = (stats.get("depth"), stats.get("backend_depth"))
+    delivered = sorted(message.body for message in restore(nsq, topic, "c", ready=5).expect_messages(2, timeout=5))
+    nsq.verify.equal("the topic's (depth, backend_depth) after the restart, then what its first consumer gets "
+                     "(P-RST-12)", ((2, 2), [b"a1", b"a2"]), (counters, delivered))
+
+
+@requirement("NSQ-RST-008")
+def test_counters_start_from_zero_after_a_restart(restartable):
+    """Three messages queued in a channel, SIGTERM: afterwards the channel's message_count is 0 while its depth,
+    all on disk, is 3 (P-RST-13; rec-0279)."""
+    nsq = restartable
+    topic = nsq.topic()
+    create(nsq, topic, "c")
+    conn = nsq.connect()
+    conn.command("MPUB", topic, body=wire.mpub_body([b"x1", b"x2", b"x3"]))
+    conn.expect_response(b"OK")
+    nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("depth") == 3, 2.0, "all three are queued")
+    nsq.restart()
+    channel = nsq.http.channel_stats(topic, "c") or {}
+    nsq.verify.equal("the channel's (message_count, depth, backend_depth) after the restart (P-RST-13)", (0, 3, 3),
+                     tuple(channel.get(key) for key in ("message_count", "depth", "backend_depth")))
+
+
+@requirement("NSQ-RST-009")
+def test_messages_kept_in_one_queue_come_back_in_publish_order(restartable):
+    """As many messages as the memory queue holds (three; three on disk without one), SIGTERM: after the restart a
+    consumer gets them in publish order, as they were written to one disk queue at the shutdown (D-73; rec-0281 shows
+    the order lost once memory and disk both held some)."""
+    nsq = restartable
+    count = min(3, nsq.limits["mem_queue_size"]) or 3
+    topic, bodies = nsq.topic(), [b"o%d" % number for number in range(count)]
+    create(nsq, topic, "c")
+    conn = nsq.connect()
+    for body in bodies:
+        conn.publish(topic, body)
+    nsq.until(lambda: (nsq.http.channel_stats(topic, "c") or {}).get("depth") == count, 2.0, "all are queued")
+    nsq.restart()
+    delivered = [message.body for message in restore(nsq, topic, "c", ready=count).expect_messages(count, timeout=5)]
+    nsq.verify.soft_equal("the order after the restart (D-73)", bodies, delivered)

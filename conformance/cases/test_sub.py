@@ -2,6 +2,8 @@
 
 import pytest
 
+from conformance.client import Unsupported
+
 requirement = pytest.mark.requirement
 
 
@@ -72,3 +74,20 @@ def test_sub_invalid_names(nsq, topic, channel, code, text):
     conn = nsq.connect()
     conn.command("SUB", topic or nsq.topic(), channel)
     conn.expect_error(code, text)
+
+
+@requirement("NSQ-SUB-005")
+def test_a_sub_past_max_channel_consumers_is_fatal(nsq):
+    """--max-channel-consumers N: N consumers of a channel, then the next SUB to it is a fatal E_SUB_FAILED naming
+    topic, channel and limit, while a SUB to another channel of the topic works (P-SUB-06, X-10; rec-0248, N = 1)."""
+    limit = nsq.limits.get("max_channel_consumers", 0)
+    if not limit:
+        raise Unsupported(f"profile {nsq.profile.name}: --max-channel-consumers 0, no limit to reach (nsqd-tight has "
+                          "one)")
+    topic = nsq.topic()
+    for _ in range(limit):
+        nsq.connect().subscribe(topic, "c")
+    refused, other = nsq.connect(), nsq.connect()
+    other.subscribe(topic, "c2")
+    refused.command("SUB", topic, "c")
+    refused.expect_error("E_SUB_FAILED", f"SUB failed consumers for {topic}:c exceeds limit of {limit}")

@@ -12,8 +12,8 @@ ONE_SECOND = {"msg_timeout": 1000}
 @pytest.mark.long_wait(7)
 @requirement("NSQ-TIMEOUT-001")
 def test_unsettled_message_times_out(nsq):
-    """msg_timeout 1000: the message comes back to the same client after >= 1 s with attempts 2
-    (D-11, D-05; rec-0171 observed 1.02-1.03 s)."""
+    """msg_timeout 1000: the message comes back to the same client after >= 1 s with attempts 2, counted in
+    timeout_count, not requeue_count (D-11, D-05, D-22; rec-0171 observed 1.02-1.03 s)."""
     topic = nsq.topic()
     nsq.fresh_channel(topic, "c")
     conn = nsq.connect()

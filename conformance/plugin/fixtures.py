@@ -1,5 +1,6 @@
 """The suite's fixtures: the targets (the user's, or the embedded reference programs of ``embedded.py``) and the
-Case fixtures the cases work with (``nsq``, ``restartable``, ``crashable``, ``registration``, ``lookupd``)."""
+Case fixtures the cases work with (``nsq``, ``restartable``, ``crashable``, ``registration``, ``lookupd``), and
+``own_nsqlookupd`` beside them."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from conformance.liveness import PROBE_SECONDS, TargetHealth, probe_lookupd, pro
 from conformance.lookupd_fake import FakeLookupd
 from conformance.options import Settings
 from conformance.plugin import AUTHD_ADDRESS, CASE, SETTINGS, case_requirements
-from conformance.target import TargetError, check_reachable, restart_with_command
+from conformance.target import EmbeddedLookupd, TargetError, check_reachable, restart_with_command
 from conformance.transcript import Transcript
 
 
@@ -234,3 +235,22 @@ def registration(nsq, fake_lookupd):
 def lookupd(lookupd_target, request):
     lookupd_target.health.ensure_alive()
     yield from _serving(request, LookupdCase(lookupd_target, case_name(request.node)))
+
+
+@pytest.fixture
+def own_nsqlookupd(pytestconfig):
+    """A reference nsqlookupd of the case's own, which no other case has used and which the case may restart or stop
+    (the EmbeddedLookupd), beside a case fixture: only when the suite runs the embedded nsqlookupd; for a
+    --lookupd-target it cannot have one fresh, and the case is UNSUPPORTED."""
+    settings = pytestconfig.stash[SETTINGS]
+    if settings.lookupd_tcp:
+        raise Unsupported("the case needs an nsqlookupd of its own, fresh, that it may restart or stop: the suite "
+                          "starts one only in place of the embedded nsqlookupd (no --lookupd-target)")
+    process = EmbeddedLookupd(_log_path(pytestconfig, "lookupd-own"), settings.lookupd_profile)
+    try:
+        process.start()
+    except TargetError as exc:
+        raise HarnessError(str(exc)) from exc
+    yield process
+    process.stop()
+

@@ -170,6 +170,31 @@ def _status(head: bytes, body: bytes, session):
     return re.sub(rb"^HTTP/1\.1 4\d\d [^\r]*", b"HTTP/1.1 500 Internal Server Error", head), body
 
 
+def _unsorted_stats(head: bytes, body: bytes, session):
+    """/stats' topics and channels in reverse name order, as a map iterates them, not sorted (H-STATS-06)."""
+    if session.request_path != "/stats" or body[:1] != b"{":
+        return head, body
+    document = json.loads(body)
+    for topic in document.get("topics") or []:
+        topic["channels"] = list(reversed(topic.get("channels") or []))
+    document["topics"] = list(reversed(document.get("topics") or [])) or document.get("topics")
+    return head, json.dumps(document, separators=(",", ":")).encode()
+
+
+def _text_stats_unpaused(head: bytes, body: bytes, session):
+    """The text report's paused marks (``*P``) left out (H-STATS-01)."""
+    if session.request_path != "/stats" or body[:1] == b"{":
+        return head, body
+    return head, re.sub(rb"(?m)^( *)\*P ", lambda match: match.group(1) + b"   ", body)
+
+
+def _missing_pause_target_ok(head: bytes, body: bytes, session):
+    """The pause endpoints' 404 TOPIC_NOT_FOUND and CHANNEL_NOT_FOUND answered as an empty 200 (H-TOPIC-04)."""
+    if session.request_path.rpartition("/")[2] not in ("pause", "unpause") or not head.startswith(b"HTTP/1.1 404"):
+        return head, body
+    return re.sub(rb"^HTTP/1\.1 404 [^\r]*", b"HTTP/1.1 200 OK", head), b""
+
+
 def _fatal_unflushed(frame: wire.Frame, session):
     """A fatal error frame is written to the buffer, and the connection closed before the flush."""
     if frame.frame_type == wire.FRAME_ERROR and not frame.error_code.endswith("_FAILED"):
@@ -497,7 +522,13 @@ FAULTS: tuple[Fault, ...] = (
           response=_json_body(rb'"in_flight_count":\d+', b'"in_flight_count":0')),
     Fault("stats-deferred-zero", "stats", "deferred_count never reported", "/stats \"deferred_count\":0 after REQ 1000",
           ("NSQ-HTTP-008", "NSQ-REQ-002"), response=_json_body(rb'"deferred_count":\d+', b'"deferred_count":0')),
+    Fault("stats-unsorted", "stats", "topics and channels listed as the map iterates, not sorted by name",
+          "/stats channels zz, aa", ("NSQ-HTTP-016", "NSQ-HTTP-020"), response=_unsorted_stats),
+    Fault("text-stats-without-paused-marks", "stats", "the text report ignores the paused flags",
+          "/stats text: a paused topic's line without *P", ("NSQ-HTTP-011",), response=_text_stats_unpaused),
     # pause / empty / delete
+    Fault("pause-of-missing-answered-ok", "admin", "/topic/pause and /channel/pause do not look the name up",
+          "POST /topic/pause?topic=<missing> 200", ("NSQ-HTTP-021",), response=_missing_pause_target_ok),
     Fault("channel-pause-ignored", "admin", "/channel/pause routed to the unpause handler",
           "POST /channel/pause 200; messages keep coming", ("NSQ-ADMIN-001",),
           request=_routed("/channel/pause", "/channel/unpause")),

@@ -362,6 +362,26 @@ def _deferred_count_after_dpub(case):
     return case.http.channel_stats(topic, "c")["deferred_count"]
 
 
+@probe("stats-unsorted")
+def _channel_order(case):
+    topic = case.topic()
+    case.create_over_http(topic, "zz", "aa")
+    return [channel.get("channel_name") for channel in case.http.stats(topic)["channels"]]
+
+
+@probe("text-stats-without-paused-marks")
+def _paused_mark_in_the_text_report(case):
+    topic = case.topic()
+    case.create_over_http(topic)
+    case.http.post(f"/topic/pause?topic={quote(topic)}")
+    return f"*P [{topic}" in case.http.get("/stats").body.decode("utf-8", "replace")
+
+
+@probe("pause-of-missing-answered-ok")
+def _pause_of_a_missing_topic(case):
+    return case.http.post(f"/topic/pause?topic={quote(case.topic(create=False))}").status
+
+
 @probe("channel-pause-ignored", "topic-pause-ignored")
 def _deliveries_while_paused(case):
     counts = []

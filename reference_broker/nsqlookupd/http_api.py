@@ -141,7 +141,7 @@ def _nodes(request: Request) -> dict:
 
 
 def _debug(request: Request) -> dict:
-    """L-HTTP-13: every registration that has producers, keyed `category:key:subkey`."""
+    """L-HTTP-13: every registration that has producers, keyed `category:key:subkey` (none yet: {}, L-HTTP-03)."""
     data: dict[str, list] = {}
     for registration, producers in request.nsqlookupd.db.snapshot():
         for producer in producers:

@@ -26,7 +26,7 @@ class TCPServer:
         self._thread.start()
 
     def close(self) -> None:
-        """nsqlookupd's Exit: the listener, then every client connection."""
+        """nsqlookupd's Exit: the listener, then every client connection, without waiting for them (L-TCP-22)."""
         self._closing = True
         close_listener(self.listener)
         with self._connections_lock:
