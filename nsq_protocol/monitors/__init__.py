@@ -20,7 +20,12 @@ from nsq_protocol.monitors.delivery import (
     SettledOrTimedOutComesBack,
 )
 from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
-from nsq_protocol.monitors.framing import ErrorsAreErrorFrames, FatalErrorsClose
+from nsq_protocol.monitors.framing import (
+    AnswersOnlyToCommands,
+    ErrorsAreErrorFrames,
+    FatalErrorsClose,
+    MessageFields,
+)
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
 from nsq_protocol.monitors.identify import IdentifyAnswer
 from nsq_protocol.monitors.judge import HttpAction, Judge
@@ -28,7 +33,8 @@ from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished
 
 MONITORS: tuple[type[Monitor], ...] = (
-    ErrorsAreErrorFrames, FatalErrorsClose, HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer,
+    ErrorsAreErrorFrames, FatalErrorsClose, MessageFields, AnswersOnlyToCommands,
+    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished,
 )

@@ -45,6 +45,11 @@ class Connection:
     in_flight: dict = field(default_factory=dict)  # msg_id -> the Delivery (ledger.py) in flight to it
     _unanswered: deque = field(default_factory=deque)  # (verb, event) of commands awaiting their answer
     _upgrade_oks: int = 0
+    _upgrade_ok: Observed | None = None
+
+    def upgrade_ok_taken(self, event: Observed) -> bool:
+        """Whether ``event`` is the OK an upgrade sent through its new layer (ID-30)."""
+        return event is self._upgrade_ok
 
     @property
     def subscription(self) -> tuple[str, str] | None:
@@ -106,6 +111,7 @@ class Connection:
             return None
         if event.kind == RESPONSE and self._upgrade_oks and event.name == "OK":
             self._upgrade_oks -= 1  # ID-30: the OK through a new layer answers no command
+            self._upgrade_ok = event
             return None
         if event.kind not in (RESPONSE, ERROR) or (event.kind == ERROR and event.name in NON_FATAL_ERRORS):
             return None

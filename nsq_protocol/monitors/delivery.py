@@ -52,28 +52,31 @@ class RdyWindow(Monitor):
 
 
 class AttemptsGrow(Monitor):
-    """C-12: attempts is at least 1 and grows with each delivery of the same message. Across connections only where
-    the times are the wire's (a client reads its connections in its own order)."""
+    """C-12: attempts is at least 1 and grows with each delivery of the same message, whose timestamp stays the same.
+    Across connections only where the times are the wire's (a client reads its connections in its own order)."""
 
     ITEMS = ("C-12",)
 
     def __init__(self):
         super().__init__()
-        self._last: dict[tuple, int] = {}  # message key (per connection without timing) -> attempts seen last
+        self._last: dict[tuple, tuple] = {}  # message key (per connection without timing) -> (attempts, timestamp)
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE or event.attempts is None:
             return
         key = judge.message_key(connection, event.msg_id)
         key = key if judge.timing else (connection.name, *key)
-        before = self._last.get(key)
-        self._last[key] = event.attempts
+        before, stamp = self._last.get(key, (None, None))
+        self._last[key] = (event.attempts, event.msg_ts_ns)
         if event.attempts < 1:
             self.report("C-12", BROKER, event.ts, connection.name, "attempts 1 or more",
                         f"attempts {event.attempts}", event)
         elif before is not None and event.attempts <= before:
             self.report("C-12", BROKER, event.ts, connection.name, f"attempts above {before} on a redelivery",
                         f"attempts {event.attempts}", event)
+        elif before is not None and stamp != event.msg_ts_ns:
+            self.report("C-12", BROKER, event.ts, connection.name, f"the timestamp {stamp} kept on a redelivery",
+                        f"timestamp {event.msg_ts_ns}", event)
 
 
 class FinishedStaysFinished(Monitor):

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 
-from nsq_protocol.monitors.events import BROKER, CLIENT, ERROR, HEARTBEAT, RESPONSE
+from nsq_protocol.monitors.events import BROKER, CLIENT, ERROR, HEARTBEAT, MESSAGE, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
 _ERROR_CODE = re.compile(r"E_[A-Z_]+\Z")
+_MESSAGE_ID = re.compile(r"[0-9a-f]{16}\Z")
+NSQ_EPOCH_NS = 1_325_376_000 * 10**9  # 2012-01-01: no nsqd stamped a message before it
+STAMP_SLACK_NS = 2 * 10**9  # between the broker's clock and the traffic's
 FATAL_CLOSE_S = 1.0  # nsqd closes right after writing a fatal error; this is the capture's slack
 
 
@@ -67,3 +70,41 @@ class FatalErrorsClose(Monitor):
                     and connection.name not in self._reported:
                 self.report("C-23", BROKER, now, connection.name, "the broker closes the connection after the "
                             "fatal error", f"still open {now - error.ts:.1f} s later, when the traffic ends", error)
+
+
+class MessageFields(Monitor):
+    """C-10: a message ID is sixteen lowercase hex characters; C-09: its timestamp is the publish time in
+    nanoseconds, so never before nsqd existed nor after the message crossed the wire."""
+
+    ITEMS = ("C-09", "C-10")
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind != MESSAGE:
+            return
+        if event.msg_id is None:
+            self.report("C-09", BROKER, event.ts, connection.name, "a message frame of 26 bytes or more",
+                        event.text, event)
+            return
+        if not _MESSAGE_ID.match(event.msg_id):
+            self.report("C-10", BROKER, event.ts, connection.name, "an ID of 16 lowercase hex characters",
+                        f"ID {event.msg_id!r}", event)
+        stamp = event.msg_ts_ns
+        if stamp is not None and not NSQ_EPOCH_NS <= stamp <= event.ts * 1e9 + STAMP_SLACK_NS:
+            self.report("C-09", BROKER, event.ts, connection.name, "a publish time in nanoseconds since the epoch",
+                        f"timestamp {stamp}", event)
+
+
+class AnswersOnlyToCommands(Monitor):
+    """C-13: each command that is answered gets one answer, in order; a response frame that answers no command (not
+    a heartbeat, nor the OK an upgrade sends through its new layer, ID-30) is one too many. Judged from the
+    connection's start."""
+
+    ITEMS = ("C-13",)
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind != RESPONSE or answered is not None or not connection.started:
+            return
+        if connection.upgrade_ok_taken(event):
+            return
+        self.report("C-13", BROKER, event.ts, connection.name, "a response only to a command that is answered",
+                    f"{event.name[:40]!r} with no command awaiting an answer", event)

@@ -348,6 +348,11 @@ class CommandLineDecoder(_StreamDecoder):
     def command(self, name: bytes, params: tuple[bytes, ...], body: bytes | None):
         raise NotImplementedError
 
+    def body_end(self, buffer, name: bytes, start: int, size: int, end: int) -> int | None:
+        """Where the body that starts at ``start`` ends, its size word said ``size``; None: not all there yet; -1:
+        larger than the decoder's bound."""
+        return start + size if end - start >= size else None
+
     def feed(self, data: bytes) -> list:
         return self.feed_spans(data).commands()
 
@@ -393,9 +398,13 @@ class CommandLineDecoder(_StreamDecoder):
                         if size < 0 or size > self._max_body_size:
                             raise self._fail(f"{name.decode()} body size {size} out of range", next_position,
                                              self._spans(starts, newlines, ends))
-                        if end - next_position - 4 < size:
+                        body_end = self.body_end(buffer, name, next_position + 4, size, end)
+                        if body_end is None:
                             break
-                        next_position += 4 + size
+                        if body_end < 0:  # more than the largest body the decoder holds
+                            raise self._fail(f"{name.decode()} body beyond {self._max_body_size} bytes",
+                                             next_position, self._spans(starts, newlines, ends))
+                        next_position = body_end
                 add_start(position)
                 add_newline(newline)
                 add_end(next_position)
@@ -433,6 +442,29 @@ class CommandDecoder(CommandLineDecoder):
 
     def command(self, name: bytes, params: tuple[bytes, ...], body: bytes | None) -> Command:
         return Command(name, params, body)
+
+    def body_end(self, buffer, name: bytes, start: int, size: int, end: int) -> int | None:
+        """P-MPUB-04: nsqd reads an MPUB body by its message count and each message's size, never by the outer
+        size, which it only range-checks; a count or size it refuses ends the framing there (the error is fatal)."""
+        if name != b"MPUB":
+            return super().body_end(buffer, name, start, size, end)
+        if end - start < 4:
+            return None
+        (count,) = _I32.unpack_from(buffer, start)
+        position = start + 4
+        for _ in range(max(count, 0)):
+            if end - position < 4:
+                return None
+            (message_size,) = _I32.unpack_from(buffer, position)
+            position += 4
+            if message_size <= 0:
+                return position
+            if position + message_size - start > self._max_body_size:
+                return -1
+            if end - position < message_size:
+                return None
+            position += message_size
+        return position
 
 
 # ---- encoders (the suite builds valid input with these; invalid input is written by hand) ----------------

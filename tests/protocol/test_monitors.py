@@ -106,7 +106,32 @@ def test_a_non_fatal_error_keeps_the_connection_and_a_heartbeat_may_slip_out_aft
 
 def test_the_suite_without_timing_judges_a_later_frame_by_order_alone():
     traffic = Traffic(timing=False).connect().send(0.0, b"NOPE").error(0.01, b"E_INVALID invalid command NOPE")
-    assert traffic.ok(0.02).violations(0.02) == [("C-23", BROKER)]
+    assert traffic.ok(0.02).violations(0.02) == [("C-23", BROKER), ("C-13", BROKER)]
+
+
+def test_an_uppercase_id_is_c10_and_a_timestamp_in_microseconds_c09():
+    upper = consumer(rdy=5).message(0.1, b"0000000000000ABC")
+    assert upper.violations(0.2) == [("C-10", BROKER)]
+    traffic = consumer(rdy=5)
+    traffic.receive(0.1, wire.FRAME_MESSAGE, wire.encode_message(int(T0 * 1e6), 1, ID1, b"x"))  # microseconds
+    assert traffic.violations(0.2) == [("C-09", BROKER)]
+    short = consumer(rdy=5).receive(0.1, wire.FRAME_MESSAGE, b"\0" * 20)
+    assert short.violations(0.2) == [("C-09", BROKER)]
+
+
+def test_a_redelivery_with_a_new_timestamp_is_c12():
+    traffic = consumer(timeout_ms=1000).message(0.1, ID1, attempts=1, published=-5.0)
+    assert traffic.message(2.0, ID1, attempts=2, published=-4.0).violations(2.1) == [("C-12", BROKER)]
+
+
+def test_a_response_to_no_command_is_c13_but_an_upgrades_ok_is_not():
+    extra = consumer().send(0.1, b"NOP").ok(0.11)
+    assert extra.violations(0.2) == [("C-13", BROKER)]
+    answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {"snappy": True, "tls_v1": False,
+                                                                                  "deflate": False}
+    upgraded = Traffic().connect().identify(0.0, {"feature_negotiation": True, "snappy": True})
+    upgraded.receive(0.01, wire.FRAME_RESPONSE, json.dumps(answer).encode()).ok(0.02)
+    assert upgraded.violations(0.1) == []
 
 
 # ---- heartbeats ----------------------------------------------------------------------------------------

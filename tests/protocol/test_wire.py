@@ -114,3 +114,24 @@ def test_decoders_pause_at_the_upgrade_and_hand_back_the_rest():
     plain = wire.CommandDecoder(pause_at_upgrade=True)
     body = wire.encode_command("IDENTIFY", body=b'{"deflate":true}')  # without feature_negotiation: no upgrade
     assert len(plain.feed(wire.MAGIC_V2 + body + b"NOP\n")) == 2 and not plain.paused
+
+
+def test_mpub_is_framed_by_its_count_and_sizes_as_nsqd_reads_it():
+    """P-MPUB-04 (rec-0118): an outer size larger than the messages is only range-checked; the next command
+    follows the last message."""
+    messages = wire.mpub_body([b"one", b"two"])
+    lying = b"MPUB t\n" + (len(messages) + 30).to_bytes(4, "big") + messages + b"NOP\n"
+    decoder = wire.CommandDecoder()
+    commands = decoder.feed(wire.MAGIC_V2 + lying)
+    assert [command.name for command in commands] == [b"MPUB", b"NOP"]
+    assert commands[0].messages == [b"one", b"two"] and decoder.pending == 0
+    refused = wire.CommandDecoder().feed(wire.MAGIC_V2 + b"MPUB t\n" + (8).to_bytes(4, "big")
+                                         + (1).to_bytes(4, "big") + (0).to_bytes(4, "big") + b"NOP\n")
+    assert [command.name for command in refused] == [b"MPUB", b"NOP"], "a message size of 0 ends the framing"
+
+
+def test_an_mpub_beyond_the_decoders_bound_is_a_protocol_violation():
+    decoder = wire.CommandDecoder(max_body_size=100)
+    body = (1).to_bytes(4, "big") + (200).to_bytes(4, "big")
+    with pytest.raises(wire.ProtocolViolation, match="beyond 100 bytes"):
+        decoder.feed(wire.MAGIC_V2 + b"MPUB t\n" + (50).to_bytes(4, "big") + body)
