@@ -14,12 +14,28 @@ import pyarrow as pa
 from nsq_protocol import monitors
 from nsq_protocol.monitors import BROKER, CLIENT, Observed
 from nsq_protocol.monitors.events import COMMAND, ERROR, HEARTBEAT, JSON, MESSAGE, RESPONSE
+from spark_analysis.decode import decode_connection
 from spark_analysis.kinds import Close, Kind
+from spark_analysis.pcapfile import ByteRange, read_range
+from spark_analysis.reassembly import reassemble
 
 NS = 1_000_000_000
 _FRAMES = {"message": MESSAGE, "heartbeat": HEARTBEAT, "response": RESPONSE, "error": ERROR}
 _CLOSED_BY = {Close.SERVER_FIN: BROKER, Close.CLIENT_FIN: CLIENT, Close.RST: None}
 _NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message_count"}
+_SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload")
+
+
+def judge_capture(path: str, nsq_ports: frozenset[int]) -> dict[str, monitors.Judge]:
+    """A small capture judged in this process, without Spark: its segments by flow, each connection reassembled
+    whole and decoded, then ``judge_connections``."""
+    flows: dict[str, list] = {}
+    for batch in read_range(ByteRange(str(path), 0, 1 << 62)):
+        for row in batch.to_pylist():
+            if row["error"] is None:
+                flows.setdefault(row["flow"], []).append(tuple(row[name] for name in _SEGMENT))
+    return judge_connections(decode_connection(conn, nsq_ports) for flow, segments in flows.items()
+                             for conn in reassemble(flow, sorted(segments, key=lambda row: row[0]), nsq_ports))
 
 
 def judge_connections(tables: Iterable[pa.Table]) -> dict[str, monitors.Judge]:

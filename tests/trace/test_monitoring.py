@@ -9,8 +9,8 @@ import pytest
 
 from nsq_protocol import wire
 from spark_analysis.generate.capture import EPOCH_NS, MS, Capture, Connection
-from spark_analysis.monitoring import judge_connections
-from tests.trace.trace_helpers import PCAPS, decoded_connections
+from spark_analysis.monitoring import judge_capture
+from tests.trace.trace_helpers import PCAPS
 
 RECORDED = {"workload-small": 24150, "compressed": 24150, "cluster": 24150, "transcripts": 24150}
 IDENTIFY_ANSWER = {"max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout": 900000, "msg_timeout": 1000,
@@ -20,7 +20,7 @@ IDENTIFY_ANSWER = {"max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout":
 
 
 def judged(path, port: int = 4150):
-    return judge_connections(decoded_connections(path, frozenset({port})))
+    return judge_capture(path, frozenset({port}))
 
 
 @pytest.mark.parametrize("capture", sorted(RECORDED))

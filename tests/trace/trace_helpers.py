@@ -8,9 +8,7 @@ import pathlib
 
 import pyarrow as pa
 
-from spark_analysis.decode import decode_connection
 from spark_analysis.pcapfile import PACKET_SCHEMA, ByteRange, read_range
-from spark_analysis.reassembly import reassemble
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PCAPS = REPO / "pcaps"
@@ -19,18 +17,6 @@ PCAPS = REPO / "pcaps"
 def walk(path, start=0, end=1 << 40) -> pa.Table:
     """The walker's rows for a byte range of a capture (the whole file by default)."""
     return pa.Table.from_batches(list(read_range(ByteRange(str(path), start, end))), schema=PACKET_SCHEMA)
-
-
-def decoded_connections(path, nsq_ports: frozenset[int]) -> list[pa.Table]:
-    """Each connection of a capture decoded whole, in this process (no Spark): the walker's segments by flow,
-    reassembled, then decoded."""
-    flows: dict[str, list] = {}
-    for row in walk(path).to_pylist():
-        if row["error"] is None:
-            flows.setdefault(row["flow"], []).append(
-                tuple(row[name] for name in ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload")))
-    return [decode_connection(conn, nsq_ports) for flow, rows in flows.items()
-            for conn in reassemble(flow, sorted(rows, key=lambda row: row[0]), nsq_ports)]
 
 
 def load_truth(name: str) -> dict:
