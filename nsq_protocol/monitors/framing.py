@@ -40,9 +40,12 @@ class FatalErrorsClose(Monitor):
     def __init__(self):
         super().__init__()
         self._reported: set[str] = set()
+        self._alive_after_error: set[str] = set()
 
     def observe(self, judge, connection, event, answered):
         error = connection.fatal_error
+        if error is not None and event.ts - error.ts > FATAL_CLOSE_S:
+            self._alive_after_error.add(connection.name)
         if error is None or event is error or event.sender != BROKER or event.kind == HEARTBEAT \
                 or connection.name in self._reported:
             return
@@ -64,12 +67,14 @@ class FatalErrorsClose(Monitor):
                     error)
 
     def finish(self, judge, now):
-        for connection in judge.connections.values():
-            error = connection.fatal_error
-            if connection.open and error is not None and now - error.ts > FATAL_CLOSE_S \
-                    and connection.name not in self._reported:
-                self.report("C-23", BROKER, now, connection.name, "the broker closes the connection after the "
-                            "fatal error", f"still open {now - error.ts:.1f} s later, when the traffic ends", error)
+        """Still open when the traffic ends is a violation only where the traffic shows the connection alive more
+        than a second after the error (a later packet of it): a capture that lost the close shows nothing more."""
+        for name in self._alive_after_error - self._reported:
+            connection = judge.connections[name]
+            if connection.open:
+                self.report("C-23", BROKER, now, name, "the broker closes the connection after the fatal error",
+                            f"still open {now - connection.fatal_error.ts:.1f} s later, when the traffic ends",
+                            connection.fatal_error)
 
 
 class MessageFields(Monitor):
