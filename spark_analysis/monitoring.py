@@ -1,8 +1,9 @@
 """A capture's decoded connections through the catalogue's monitors (nsq_protocol.monitors): the decoded rows of
 each V2 connection become the monitors' events, and one judge per nsqd takes its connections' events in capture
-time. Captures time frames as they crossed the wire, so every rule judges (``timing``); the HTTP API is not
-decoded, and a connection caught mid-way, with lost bytes, or in TLS is one whose traffic the judge cannot see
-whole, so the rules that need every publish or every consumer of a channel say "not judged"."""
+time. Captures time frames as they crossed the wire, so every rule judges (``timing``). The brokers' HTTP API is
+read where the caller names its ports (``judge_capture``); without it, and where a connection was caught mid-way,
+lost bytes or is in TLS, the judge cannot see the traffic whole, and the rules that need every publish, every
+consumer of a channel or every HTTP request that changes delivery say "not judged"."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from nsq_protocol import monitors
+from nsq_protocol.http import HttpDecoder
 from nsq_protocol.monitors import BROKER, CLIENT, Observed
 from nsq_protocol.monitors.events import COMMAND, ERROR, HEARTBEAT, JSON, MESSAGE, RESPONSE
+from nsq_protocol.wire import ProtocolViolation
 from spark_analysis.decode import decode_connection
 from spark_analysis.kinds import Close, Kind
 from spark_analysis.pcapfile import ByteRange, read_range
@@ -26,20 +29,56 @@ _NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message
 _SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload")
 
 
-def judge_capture(path: str, nsq_ports: frozenset[int]) -> dict[str, monitors.Judge]:
+def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[int] = frozenset()
+                  ) -> dict[str, monitors.Judge]:
     """A small capture judged in this process, without Spark: its segments by flow, each connection reassembled
-    whole and decoded, then ``judge_connections``."""
+    whole; the V2 ones decoded, the HTTP ones (to ``http_ports``, the brokers' HTTP APIs) read for the requests that
+    change delivery; then ``judge_connections``."""
     flows: dict[str, list] = {}
     for batch in read_range(ByteRange(str(path), 0, 1 << 62)):
         for row in batch.to_pylist():
             if row["error"] is None:
                 flows.setdefault(row["flow"], []).append(tuple(row[name] for name in _SEGMENT))
-    return judge_connections(decode_connection(conn, nsq_ports) for flow, segments in flows.items()
-                             for conn in reassemble(flow, sorted(segments, key=lambda row: row[0]), nsq_ports))
+    tables, http = [], {}
+    for flow, segments in flows.items():
+        for conn in reassemble(flow, sorted(segments, key=lambda row: row[0]), nsq_ports | http_ports):
+            if conn.server[1] in http_ports:
+                actions = _http_actions(conn)
+                http[conn.server[0]] = None if actions is None or http.get(conn.server[0], []) is None else \
+                    [*http.get(conn.server[0], []), *actions]
+            else:
+                tables.append(decode_connection(conn, nsq_ports))
+    return judge_connections(tables, http if http_ports else None)
 
 
-def judge_connections(tables: Iterable[pa.Table]) -> dict[str, monitors.Judge]:
-    """Each nsqd's judge (by server address), run over the decoded events of its V2 connections."""
+def _http_actions(conn) -> list[monitors.HttpAction] | None:
+    """The requests of one connection to a broker's HTTP API that change delivery, with their answers' status; None
+    when the capture lost some of it, or a request that changes delivery got no answer."""
+    if conn.c2s.gap_count or conn.s2c.gap_count:
+        return None
+    asked, answers = [], []
+    try:
+        requests, responses = HttpDecoder(requests=True), HttpDecoder(requests=False)
+        for _, data, ts_ns in conn.c2s.chunks:
+            asked += [(ts_ns / NS, request) for request in requests.feed(data)]
+        for _, data, _ in conn.s2c.chunks:
+            answers += responses.feed(data)
+    except ProtocolViolation:
+        return None
+    actions = []
+    for index, (ts, request) in enumerate(asked):
+        action = monitors.http_action(ts, request, answers[index].status if index < len(answers) else 0)
+        if action is not None and index >= len(answers):
+            return None
+        if action is not None:
+            actions.append(action)
+    return actions
+
+
+def judge_connections(tables: Iterable[pa.Table], http: dict[str, list | None] | None = None
+                      ) -> dict[str, monitors.Judge]:
+    """Each nsqd's judge (by server address), run over the decoded events of its V2 connections and, where ``http``
+    has them whole (by the broker's host; a host without any had none), the HTTP requests that change delivery."""
     timelines: dict[str, list] = {}
     for events in tables:
         rows = events.to_pylist()
@@ -48,14 +87,21 @@ def judge_connections(tables: Iterable[pa.Table]) -> dict[str, monitors.Judge]:
             continue
         timelines.setdefault(connection["server"], []).extend(_timeline(rows, connection))
     judges = {}
+    hosts = [server.split(" ")[0] for server in timelines]
     for server, timeline in timelines.items():
-        judge = judges[server] = monitors.new_judge(timing=True, http_seen=False)
+        host = server.split(" ")[0]
+        # a host's HTTP requests are this nsqd's only where it is the one nsqd on that host
+        actions = http.get(host, []) if http is not None and hosts.count(host) == 1 else None
+        judge = judges[server] = monitors.new_judge(timing=True, http_seen=actions is not None)
+        timeline += [(action.ts, 1, None, action) for action in actions or ()]
         timeline.sort(key=lambda entry: entry[0])
         for ts, order, name, what in timeline:
             if order == 0:
                 judge.open(name, ts, what)
             elif order == 2:
                 judge.close(name, ts, what)
+            elif name is None:
+                judge.http(what)
             else:
                 judge.observe(name, what)
         judge.finish(timeline[-1][0])

@@ -1,7 +1,7 @@
 """Passive mutation testing: does the catalogue's judge of captures name each broker bug from the traffic alone?
 
 For each fault of ``faults.py`` a reference broker of its own runs behind the fault's proxies, as in
-``mutation.py``; the suite's traffic to the TCP proxy is captured (``nsq-trace capture``: tcpdump, or scapy's
+``mutation.py``; the suite's traffic to the TCP and HTTP proxies is captured (``nsq-trace capture``: tcpdump, or scapy's
 sniffer) while ``python -m conformance --strict`` runs, and the capture alone goes through the monitors
 (``spark_analysis.monitoring.judge_capture``). A fault is *named* when a broker-side violation cites an item of
 the fault's requirements (``requirements.toml``'s ``source``), *seen* when the monitors find something else broken,
@@ -62,8 +62,10 @@ def run_fault(fault: Fault, reports: Path, workers: int, timeout: float, pytest_
                    for option in ("--requirement", requirement)),
                  "--profile", fault.profile, "--workers", str(workers),
                  "--", "-q", *pytest_args]
-        outcome = bounded_run([sys.executable, "-m", "spark_analysis", "capture", "--port", str(port),
-                               "--output", str(capture), "--", *suite], run_dir / "capture.log", timeout)
+        http_port = proxies[1].address[1]
+        outcome = bounded_run([sys.executable, "-m", "spark_analysis", "capture", "--port", str(port), "--port",
+                               str(http_port), "--output", str(capture), "--", *suite], run_dir / "capture.log",
+                              timeout)
     result = {"fault": fault.name, "section": fault.section, "bug": fault.bug, "tcp_visible": tcp_visible(fault),
               "expected_items": sorted(expected_items(fault)), "seconds": round(time.monotonic() - started, 1)}
     report = run_dir / "suite" / "report.json"
@@ -71,7 +73,8 @@ def run_fault(fault: Fault, reports: Path, workers: int, timeout: float, pytest_
         return {**result, "status": "error", "why": outcome if outcome != "finished" else "no capture or report"}
     cases = json.loads(report.read_text())["cases"]
     result["killed_by"] = sorted(case["id"] for case in cases if case["verdict"] in ("FAIL", "PRECONDITION"))
-    violations = [v for judge in judge_capture(str(capture), frozenset({port})).values() for v in judge.violations]
+    judges = judge_capture(str(capture), frozenset({port}), frozenset({http_port}))
+    violations = [v for judge in judges.values() for v in judge.violations]
     broker_side = Counter(v.item for v in violations if v.side == "broker")
     result["monitors"] = dict(broker_side.most_common())
     result["examples"] = {v.item: v.describe() for v in violations if v.side == "broker"}

@@ -28,7 +28,7 @@ from nsq_protocol.monitors.framing import (
 )
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
 from nsq_protocol.monitors.identify import IdentifyAnswer
-from nsq_protocol.monitors.judge import HttpAction, Judge
+from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished
 
@@ -50,4 +50,4 @@ def monitors_of(item: str) -> list[str]:
 
 
 __all__ = ["BROKER", "CLIENT", "HttpAction", "Judge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash",
-           "from_command", "from_frame", "monitors_of", "new_judge"]
+           "from_command", "from_frame", "http_action", "monitors_of", "new_judge"]

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nsq_protocol.http import Request
 from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS, Connection
-from nsq_protocol.monitors.events import COMMAND, ERROR, MESSAGE, Observed
+from nsq_protocol.monitors.events import COMMAND, ERROR, MESSAGE, Observed, body_hash
 from nsq_protocol.monitors.monitor import Monitor, Violation
+from nsq_protocol.wire import ProtocolViolation, parse_mpub_body
 
 SCAN_S = 0.1  # D-14: the queue scan's period
 
@@ -25,7 +27,7 @@ class Delivery:
     attempts: int | None
     earliest_timeout: float | None  # before this the broker cannot have timed it out (capture clock); None: unknown
     latest_timeout: float | None  # by this it has timed out, unless settled
-    settled: str | None = None  # "FIN", "REQ"
+    settled: str | None = None  # "FIN", "REQ", or "emptied" by the HTTP API (D-63)
     settled_at: float | None = None
     requeue_delay_ms: int | None = None
     settle_failed: bool = False  # the FIN or REQ got its E_*_FAILED: it settled nothing
@@ -43,6 +45,29 @@ class HttpAction:
     channel: str | None
     status: int
     bodies: tuple[int, ...] | None = None
+    defer_ms: int = 0  # /pub?defer= (H-PUB-05)
+
+
+DELIVERY_PATHS = frozenset({"/pub", "/mpub", "/channel/empty", "/channel/pause", "/channel/unpause",
+                            "/channel/delete", "/topic/pause", "/topic/unpause", "/topic/delete", "/topic/empty"})
+
+
+def http_action(ts: float, request: Request, status: int) -> HttpAction | None:
+    """What an HTTP request to nsqd does to delivery, or None when it does nothing to it. /mpub's newline-separated
+    bodies are not taken apart here (their bodies: None)."""
+    if request.path not in DELIVERY_PATHS:
+        return None
+    bodies = None
+    if request.path == "/pub":
+        bodies = (body_hash(request.body),)
+    elif request.path == "/mpub" and request.query("binary") in ("true", "1"):
+        try:
+            bodies = tuple(body_hash(body) for body in parse_mpub_body(request.body))
+        except ProtocolViolation:
+            bodies = None
+    defer = request.query("defer") or ""
+    return HttpAction(ts, request.path, request.query("topic"), request.query("channel"), status, bodies,
+                      int(defer) if defer.isdigit() else 0)
 
 
 class Judge:
@@ -88,9 +113,13 @@ class Judge:
         elif action.path.endswith("/unpause"):
             self.paused.discard(where)
         elif action.path in ("/channel/empty", "/channel/delete", "/topic/delete"):
-            for connection in self.connections.values():  # D-63: their in-flight messages are gone
+            # D-63: the channel's in-flight and deferred messages are gone with its queue
+            for connection in self.connections.values():
                 if connection.topic == action.topic and action.channel in (None, connection.channel):
                     connection.in_flight.clear()
+            for key, delivery in self.messages.items():
+                if key[0] == action.topic and action.channel in (None, key[1]):
+                    delivery.settled, delivery.settled_at = "emptied", action.ts
 
     def close(self, name: str, ts: float, by: str | None) -> None:
         self._tick(ts)

@@ -38,9 +38,9 @@ class DeferredWaits(Monitor):
                             "its DPUB", f"delivered {(event.ts - sent) * 1000:.0f} ms after it", event)
 
     def http(self, judge, action):
-        if action.path == "/pub" and action.bodies:
-            for body in action.bodies:
-                self._publishes.setdefault((action.topic, body), []).append((action.ts, 0))
+        if action.path in ("/pub", "/mpub") and action.status == 200:
+            for body in action.bodies or ():
+                self._publishes.setdefault((action.topic, body), []).append((action.ts, action.defer_ms))
 
 
 class DeliveredAsPublished(Monitor):
@@ -74,7 +74,7 @@ class DeliveredAsPublished(Monitor):
                         f"{connection.topic}", "a body no publish to it carried", event)
 
     def http(self, judge, action):
-        if action.path in ("/pub", "/mpub") and action.topic is not None:
+        if action.path in ("/pub", "/mpub") and action.topic is not None and action.status == 200:
             if action.bodies is None:
                 self._unknown.add(action.topic)
             else:

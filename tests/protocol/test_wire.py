@@ -135,3 +135,20 @@ def test_an_mpub_beyond_the_decoders_bound_is_a_protocol_violation():
     body = (1).to_bytes(4, "big") + (200).to_bytes(4, "big")
     with pytest.raises(wire.ProtocolViolation, match="beyond 100 bytes"):
         decoder.feed(wire.MAGIC_V2 + b"MPUB t\n" + (50).to_bytes(4, "big") + body)
+
+
+def test_http_requests_and_responses_decode_incrementally_with_lengths_and_chunks():
+    from nsq_protocol.http import HttpDecoder, Request, Response
+
+    requests = HttpDecoder(requests=True)
+    raw = (b"POST /pub?topic=t HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+           b"POST /mpub?topic=t HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+           b"POST /channel/empty?topic=t&channel=c HTTP/1.1\r\n\r\n")
+    decoded = [message for index in range(0, len(raw), 7) for message in requests.feed(raw[index:index + 7])]
+    assert decoded == [Request("POST", "/pub?topic=t", b"hello"), Request("POST", "/mpub?topic=t", b"abcde"),
+                       Request("POST", "/channel/empty?topic=t&channel=c", b"")]
+    assert decoded[2].path == "/channel/empty" and decoded[2].query("channel") == "c"
+    responses = HttpDecoder(requests=False)
+    assert responses.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK") == [Response(200, b"OK")]
+    with pytest.raises(wire.ProtocolViolation, match="not an HTTP/1.1"):
+        HttpDecoder(requests=True).feed(b"  V2IDENTIFY\r\n\r\n")

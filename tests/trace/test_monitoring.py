@@ -19,13 +19,14 @@ IDENTIFY_ANSWER = {"max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout":
                    "output_buffer_timeout": 250}
 
 
-def judged(path, port: int = 4150):
-    return judge_capture(path, frozenset({port}))
+def judged(path, port: int = 4150, http_port: int | None = None):
+    return judge_capture(path, frozenset({port}), frozenset({http_port}) if http_port else frozenset())
 
 
 @pytest.mark.parametrize("capture", sorted(RECORDED))
 def test_the_real_nsqd_breaks_no_rule_in_its_captures(capture):
-    judges = judged(PCAPS / f"{capture}.pcap", RECORDED[capture])
+    judges = judged(PCAPS / f"{capture}.pcap", RECORDED[capture], RECORDED[capture] + 1)  # its HTTP API too
+    assert all(judge.http_seen for judge in judges.values())
     broker_side = [v.describe() for judge in judges.values() for v in judge.violations if v.side == "broker"]
     assert judges and not broker_side, broker_side
     assert sum(len(judge.connections) for judge in judges.values()) >= 3
@@ -109,10 +110,27 @@ def test_heartbeats_never_sent_are_named_c28(tmp_path):
     assert named(tmp_path / "a.pcap") == {("C-28", "broker")}
 
 
-def test_a_message_that_never_times_out_is_not_judged_without_the_brokers_http_requests(tmp_path):
-    """An HTTP /channel/empty or /channel/pause, which the trace analysis does not decode yet, would explain it."""
+def test_a_message_that_never_times_out_is_d11_where_the_brokers_http_api_is_in_the_capture(tmp_path):
+    """Without the HTTP API in the capture, a /channel/empty or /channel/pause there would explain it."""
     Exchange(tmp_path / "a.pcap").subscribed().message(10, 1).heartbeats(9000).end(9000)
     [judge] = judged(tmp_path / "a.pcap").values()
     assert judge.violations == []
     assert judge.not_judged[
         "D-11", "some connection, or the HTTP requests, of this nsqd are not in the traffic"] == 1
+    assert named_with_http(tmp_path / "a.pcap") == {("D-11", "broker")}
+
+
+def test_a_channel_emptied_over_http_is_no_lost_redelivery(tmp_path):
+    exchange = Exchange(tmp_path / "a.pcap").subscribed().message(10, 1)
+    http = Connection(exchange.capture, "H", 40001, 5000)
+    http.ports = {"c2s": (40001, 4151), "s2c": (4151, 40001)}
+    http.open(EPOCH_NS + 500 * MS)
+    http.send("c2s", EPOCH_NS + 500 * MS, b"POST /channel/empty?topic=t&channel=c HTTP/1.1\r\nHost: x\r\n\r\n")
+    http.send("s2c", EPOCH_NS + 501 * MS, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK")
+    http.close(EPOCH_NS + 502 * MS)
+    exchange.heartbeats(9000).end(9000)
+    assert named_with_http(tmp_path / "a.pcap") == set()
+
+
+def named_with_http(path) -> set[tuple[str, str]]:
+    return {(v.item, v.side) for judge in judged(path, 4150, 4151).values() for v in judge.violations}
