@@ -97,7 +97,7 @@ def judge_connections(tables: Iterable[pa.Table], http: dict[str, list | None] |
         timeline.sort(key=lambda entry: entry[0])
         for ts, order, name, what in timeline:
             if order == 0:
-                judge.open(name, ts, what)
+                judge.open(name, ts, *what)
             elif order == 2:
                 judge.close(name, ts, what)
             elif name is None:
@@ -112,10 +112,14 @@ def _timeline(rows: list[dict], connection: dict) -> list[tuple]:
     """(ts, order, connection, what): its opening, its events, its end, sortable with other connections'."""
     facts = connection["connection"]
     name, first = connection["conn_id"], min(row["ts_ns"] for row in rows) / NS
-    whole = (facts["syn_seen"] and facts["magic"] == "  V2" and facts["codec"] != "tls"
-             and not any(row["kind"] in (Kind.GAP, Kind.ERROR) for row in rows))
-    timeline = [(first, 0, name, whole)]
-    if whole:
+    lost = any(row["kind"] == Kind.GAP for row in rows)
+    # after bytes it cannot decode, nsqd ends the connection too (C-19, C-21): only its end can be missing
+    undecoded = any(row["kind"] == Kind.ERROR for row in rows)
+    whole = facts["syn_seen"] and facts["codec"] != "tls" and not lost and (not undecoded or
+                                                                             facts["close"] != Close.OPEN)
+    started = whole and facts["magic"] == "  V2" and not undecoded
+    timeline = [(first, 0, name, (started, whole))]
+    if started:
         answer = {key: value for key, value in (facts["identify_response"] or {}).items() if value is not None}
         observed = list(_observed(rows, answer or None))
         timeline += [(event.ts, 1, name, event) for event in observed]

@@ -30,13 +30,13 @@ from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, Heartbeats
 from nsq_protocol.monitors.identify import IdentifyAnswer
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.monitor import Monitor, Violation
-from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished
+from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
 
 MONITORS: tuple[type[Monitor], ...] = (
     ErrorsAreErrorFrames, FatalErrorsClose, MessageFields, AnswersOnlyToCommands,
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
-    DeferredWaits, DeliveredAsPublished,
+    DeferredWaits, DeliveredAsPublished, PublishedIsDelivered,
 )
 
 

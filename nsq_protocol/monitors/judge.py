@@ -80,14 +80,16 @@ class Judge:
         self.connections: dict[str, Connection] = {}
         self.messages: dict[tuple, Delivery] = {}  # message key -> its latest delivery
         self.started_at: float | None = None  # the traffic's first event
-        self.all_started = True  # every connection was seen from its start
+        self.all_started = True  # every connection was seen whole: nothing it did is missing
         self.paused: set[tuple] = set()  # (topic,) or (topic, channel)
         self._due = float("inf")
 
     # ---- feeding ---------------------------------------------------------------------------------------
-    def open(self, name: str, ts: float, started: bool) -> Connection:
+    def open(self, name: str, ts: float, started: bool, whole: bool | None = None) -> Connection:
+        """``started``: the V2 connection's start is in the traffic; ``whole``: nothing it did can be missing from
+        the traffic (by default, as started; a connection that never spoke V2 hides nothing)."""
         connection = self.connections[name] = Connection(name, started, opened_at=ts)
-        self.all_started &= started
+        self.all_started &= started if whole is None else whole
         self._begin(ts)
         return connection
 

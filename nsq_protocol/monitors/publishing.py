@@ -3,6 +3,8 @@ is a body published to its topic (C-09). Both join a publish with its deliveries
 
 from __future__ import annotations
 
+from heapq import heappop, heappush
+
 from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE
 from nsq_protocol.monitors.monitor import Monitor
 
@@ -79,3 +81,80 @@ class DeliveredAsPublished(Monitor):
                 self._unknown.add(action.topic)
             else:
                 self._bodies.setdefault(action.topic, set()).update(action.bodies)
+
+
+IDLE_S = 1.0  # a consumer with room that got nothing for this long has emptied its channel's queue
+DUE_S = 2.0  # a message published to a channel with a consumer reaches it by then, unless nothing had room
+
+
+class PublishedIsDelivered(Monitor):
+    """D-35, P-MPUB-06: a message the broker accepted (OK, or 200 over HTTP; every message of an MPUB) reaches
+    every channel of its topic. Judged per channel that had a consumer when it was published, once it is due: when
+    a consumer of the channel has had room for a second and got nothing, the channel's queue is empty, so every
+    message published to it must have been delivered. Where every connection and HTTP request of the nsqd is in
+    the traffic."""
+
+    ITEMS = ("D-35", "P-MPUB-06")
+
+    def __init__(self):
+        super().__init__()
+        self._published: list = []  # heap of (due, sequence, topic, body, item, channels expected)
+        self._sequence = 0
+        self._delivered: dict[tuple, set] = {}  # (topic, channel, body) -> message IDs delivered
+        self._count: dict[tuple, int] = {}  # (topic, channel, body) -> messages published to it, due so far
+        self._last_delivery: dict[str, float] = {}
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind == MESSAGE and connection.subscription and event.bodies and event.msg_id:
+            self._delivered.setdefault((*connection.subscription, event.bodies[0]), set()).add(event.msg_id)
+            self._last_delivery[connection.name] = event.ts
+        elif answered is not None and answered.name in ("PUB", "MPUB") and event.name == "OK" and judge.timing:
+            item = "D-35" if answered.name == "PUB" else "P-MPUB-06"
+            self._publish(judge, event.ts, answered.topic, answered.bodies, item)
+
+    def http(self, judge, action):
+        if action.path in ("/pub", "/mpub") and action.status == 200 and action.defer_ms == 0 and judge.timing:
+            self._publish(judge, action.ts, action.topic, action.bodies or (), "D-35")
+        elif action.path in ("/channel/empty", "/channel/delete", "/topic/delete", "/topic/empty") \
+                and action.status == 200:
+            self._published = [entry for entry in self._published if entry[2] != action.topic]  # D-63
+
+    def _publish(self, judge, ts, topic, bodies, item):
+        # an ephemeral channel drops what overflows its memory queue (D-53)
+        channels = {c.channel for c in judge.connections.values() if c.topic == topic and c.open and c.channel
+                    and not c.channel.endswith("#ephemeral")} if topic and not topic.endswith("#ephemeral") else set()
+        if not channels:
+            return
+        for body in bodies:
+            self._sequence += 1
+            heappush(self._published, (ts + DUE_S, self._sequence, topic, body, item, frozenset(channels)))
+        self.due = min(self.due, ts + DUE_S)
+        judge.want_tick(ts + DUE_S)
+
+    def tick(self, judge, now):
+        while self._published and self._published[0][0] <= now:
+            due, _, topic, body, item, channels = heappop(self._published)
+            for channel in channels:
+                key = (topic, channel, body)
+                self._count[key] = self._count.get(key, 0) + 1
+                if len(self._delivered.get(key, ())) < self._count[key]:
+                    self._judge(judge, now, topic, channel, item)
+        self.due = self._published[0][0] if self._published else float("inf")
+        judge.want_tick(self.due)
+
+    def finish(self, judge, now):
+        self.tick(judge, now)
+
+    def _judge(self, judge, now, topic, channel, item):
+        if not (judge.all_started and judge.http_seen):
+            self.skip(item, "some connection, or the HTTP requests, of this nsqd are not in the traffic")
+            return
+        if judge.is_paused(topic, channel):
+            return
+        idle = [c for c in judge.consumers((topic, channel)) if c.open and not c.closing and c.rdy
+                and sum(1 for d in c.in_flight.values() if d.latest_timeout is None or d.latest_timeout > now) < c.rdy
+                and now - max(self._last_delivery.get(c.name, 0.0), c.subscribed_at or 0.0) >= IDLE_S]
+        if idle:
+            self.report(item, BROKER, now, idle[0].name, f"every message accepted for {topic} delivered on "
+                        f"channel {channel}", f"one never delivered, with {idle[0].name} idle and ready for "
+                        f"{IDLE_S:g} s")

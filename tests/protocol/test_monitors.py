@@ -288,6 +288,19 @@ def test_a_body_no_publish_carried_is_c09():
     assert run(b"hello", http_seen=False) == [], "an HTTP publish may have carried it"
 
 
+def test_an_accepted_publish_never_delivered_to_an_idle_ready_consumer_is_d35():
+    def run(delivered: bool, rdy: int = 5, channel: str = "c") -> list:
+        traffic = Traffic().connect("A").send(0.0, b"SUB", "t", channel).ok(0.01).send(0.02, b"RDY", rdy)
+        traffic.connect("P", 0.5).send(0.5, b"PUB", "t", body=b"x", conn="P").ok(0.51, conn="P")
+        if delivered:
+            traffic.message(0.52, ID1, body=b"x")
+        return traffic.send(4.0, b"NOP").violations(4.0)
+    assert run(delivered=False) == [("D-35", BROKER)]
+    assert run(delivered=True) == []
+    assert run(delivered=False, rdy=0) == [], "nothing had room for it"
+    assert run(delivered=False, channel="c#ephemeral") == [], "an ephemeral channel may drop it (D-53)"
+
+
 def test_mpub_bodies_are_each_a_publish():
     body = wire.mpub_body([b"one", b"two"])
     traffic = Traffic().connect("P").send(0.1, b"MPUB", "t", body=body, conn="P").ok(0.11, conn="P")
