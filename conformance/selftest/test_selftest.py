@@ -74,7 +74,7 @@ def test_stuck_attempts_fail_the_redelivery_case(broker, tmp_path):
 def test_missing_close_fails_the_fatal_error_case(broker, tmp_path):
     code, cases = run_suite(broker, "no-close-after-fatal", tmp_path)
     assert cases[FATAL_CLOSE]["verdict"] == "FAIL"
-    assert "a fatal error is followed by a close (C-23)" in cases[FATAL_CLOSE]["message"]
+    assert "[MUST C-23] a fatal error is followed by a close" in cases[FATAL_CLOSE]["message"]
     assert cases[REDELIVERY]["verdict"] == "PASS"
     assert code == 1
 
@@ -114,6 +114,34 @@ def test_a_missing_json_field_is_a_fail_naming_it_not_an_error(broker, tmp_path)
     assert case["verdict"] == "FAIL", case
     assert "'client_count'" in case["message"] and "Error" not in case["message"], case["message"]
     assert completed.returncode == 1
+
+
+def run_through(broker, fault: str, reports: Path, selection: str, *extra) -> dict:
+    """The cases of ``selection`` through a FaultyProxy on the broker's TCP and HTTP ports: their report entries."""
+    proxies = [FaultyProxy(address, fault).start() for address in (broker.tcp_address, broker.http_address)]
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "conformance", "--target", "%s:%d" % proxies[0].address,
+             "--http-target", "%s:%d" % proxies[1].address, "--workers", "0", "--reports-dir", str(reports), *extra,
+             "--", "-k", selection, "-q"], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+    return {case["id"]: case for case in json.loads((reports / "report.json").read_text())["cases"]}
+
+
+def test_a_broken_must_item_fails_a_should_requirements_case(broker, tmp_path):
+    """Issue 34 item 2: the verdict takes the level of the item broken, not of the case's requirement (both SHOULD
+    here): /pub?topic=%zz answered 404 breaks H-07 (MUST), an E_BAD_BODY for a half-closed PUB body C-08 (MUST)."""
+    cases = run_through(broker, "bad-query-as-not-found", tmp_path / "query", "query_string_rules")
+    case = cases["cases/test_http.py::test_query_string_rules_and_removed_endpoints"]
+    assert case["verdict"] == "FAIL" and case["broken"] == ["H-07 MUST"], case
+    assert case["message"].startswith("[MUST H-07] HTTP status"), case["message"]
+    cases = run_through(broker, "bad-message-as-bad-body", tmp_path / "body", "half_close_inside_a_body")
+    case = cases["cases/test_pub.py::test_half_close_inside_a_body[pub-body]"]
+    assert case["verdict"] == "FAIL" and case["broken"] == ["C-08 MUST"], case
+    assert "after PUB" in case["message"] and "E_BAD_BODY" in case["message"], case["message"]
+    assert cases["cases/test_pub.py::test_half_close_inside_a_body[identify-body]"]["verdict"] == "PASS"
 
 
 def test_an_nsqlookupd_that_keeps_connections_open_after_errors_fails_the_v1_error_case(tmp_path):
