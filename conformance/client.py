@@ -24,11 +24,14 @@ from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint,
 class Mismatch(AssertionError):
     """A behaviour differs: what, expected, actual. ``cause`` names the first unexpected thing the broker did in
     words that group failures across cases ("E_TOPIC_NOT_EXIST on PUB"); None: the report derives one from ``what``
-    and ``actual``. ``judges``: the behaviour items the check judges ("C-08, C-23"; "": its case's requirements)."""
+    and ``actual``. ``judges``: the behaviour items the check judges ("C-08, C-23"); ``unnamed_level``: the level of
+    a check that names none (None: its case's requirement level)."""
 
-    def __init__(self, what: str, expected, actual, cause: str | None = None, judges: str = ""):
+    def __init__(self, what: str, expected, actual, cause: str | None = None, judges: str = "",
+                 unnamed_level: str | None = None):
         super().__init__(f"{what}\n  expected: {_show(expected)}\n  actual:   {_show(actual)}")
         self.what, self.expected, self.actual, self.cause, self.judges = what, expected, actual, cause, judges
+        self.unnamed_level = unnamed_level
 
 
 class PreconditionFailed(Exception):
@@ -91,8 +94,19 @@ def open_test_socket(name: str, address: tuple[str, int], transcript: Transcript
 @dataclass
 class Verifier:
     """The case's checks. ``equal`` and ``that`` raise: what follows needs it to hold. ``soft_equal`` and
-    ``soft_that`` record the difference and let the case go on; a soft difference groups with others by ``what``."""
+    ``soft_that`` record the difference and let the case go on (naming no item, they are nsqd's details: SHOULD); a
+    soft difference groups with others by ``what``. Inside ``with verify.soft("L-HTTP-13"):`` any check, and any
+    answer read there that is not what the case needs (a body that is not JSON), is recorded as judging the block's
+    items unless it names its own, and the case goes on after the block."""
     recorded: list[Mismatch] = field(default_factory=list)
+
+    @contextmanager
+    def soft(self, judges: str = ""):
+        try:
+            yield
+        except Mismatch as mismatch:
+            mismatch.judges = mismatch.judges or judges
+            self.recorded.append(mismatch)
 
     def equal(self, what: str, expected, actual, judges: str = "") -> None:
         if expected != actual:
@@ -104,11 +118,11 @@ class Verifier:
 
     def soft_equal(self, what: str, expected, actual, judges: str = "") -> None:
         if expected != actual:
-            self.recorded.append(Mismatch(what, expected, actual, what, judges))
+            self.recorded.append(Mismatch(what, expected, actual, what, judges, "SHOULD"))
 
     def soft_that(self, what: str, condition: bool, expected, actual, judges: str = "") -> None:
         if not condition:
-            self.recorded.append(Mismatch(what, expected, actual, what, judges))
+            self.recorded.append(Mismatch(what, expected, actual, what, judges, "SHOULD"))
 
 
 @dataclass(frozen=True)

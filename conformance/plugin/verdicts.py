@@ -98,25 +98,30 @@ def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> J
 
 def _graded(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> list[tuple[str, Mismatch]]:
     """Every difference the case saw, each at the strongest level of the items its check judges, strongest first:
-    what the case recorded and went on from, then what stopped it. A check that names no item: a recorded one is
-    nsqd's wording (SHOULD), the one that stopped the case takes the case's requirement level (a MAY marks an
+    what the case recorded and went on from, then what stopped it. A check that names no item takes its own
+    ``unnamed_level`` (a soft check's: nsqd's wording, SHOULD), else the case's requirement level (a MAY marks an
     optional capability: absent it is UNSUPPORTED, present but wrong it FAILs)."""
-    recorded = [(level_of(difference.judges, "SHOULD"), difference) for difference in case.verify.recorded] \
-        if case else []
-    if excinfo is None:
-        return sorted(recorded, key=lambda graded: LEVEL_ORDER.index(graded[0]))
     levels = {requirements()[i].level for i in case_requirements(item)}
     requirement_level = "MUST" if levels - {"SHOULD"} else "SHOULD"
+    differences = list(case.verify.recorded) if case else []
+    if excinfo is not None:
+        differences.append(_stopped(case, excinfo))
+    graded = [(level_of(difference.judges, difference.unnamed_level or requirement_level), difference)
+              for difference in differences]
+    return sorted(graded, key=lambda pair: LEVEL_ORDER.index(pair[0]))
+
+
+def _stopped(case: Case | None, excinfo: pytest.ExceptionInfo) -> Mismatch:
+    """What stopped the case, as a Mismatch."""
     error = excinfo.value
     if _read_what_is_not_there(excinfo):
         # The case read a part of the broker's answer that is not there (a null where an object was due, a
         # missing frame field): the broker's doing, judged as the requirement says, not harness trouble.
         what = f"the broker's answer{_last_answer(case)} has what {Path(excinfo.traceback[-1].path).name} reads"
-        error = Mismatch(what, "a value there", f"{type(error).__name__}: {error}", what)
-    elif not isinstance(error, Mismatch):  # a plain assert (hypothesis's, a helper's): it judges no item
-        error = Mismatch(str(error) or type(error).__name__, "the assertion holds", "it does not", str(error))
-    stopped = (level_of(error.judges, requirement_level), error)
-    return sorted([*recorded, stopped], key=lambda graded: LEVEL_ORDER.index(graded[0]))
+        return Mismatch(what, "a value there", f"{type(error).__name__}: {error}", what)
+    if not isinstance(error, Mismatch):  # a plain assert (hypothesis's, a helper's): it judges no item
+        return Mismatch(str(error) or type(error).__name__, "the assertion holds", "it does not", str(error))
+    return error
 
 
 def _read_what_is_not_there(excinfo) -> bool:

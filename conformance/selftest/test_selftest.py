@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,52 @@ def test_an_nsqlookupd_that_keeps_connections_open_after_errors_fails_the_v1_err
     assert case["verdict"] == "FAIL", case
     assert "the connection closes after the error (L-TCP-21)" in case["message"], case["message"]
     assert completed.returncode == 1
+
+
+def _lookupd_without_debug_and_tombstone(request, session):
+    if request.path in ("/debug", "/topic/tombstone"):
+        return (b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\nConnection: close\r\n"
+                b"\r\nnot found")
+    return None
+
+
+FOREIGN_LOOKUPD = Fault(  # not in the catalogue: a broker like the foreign nsqlookupd of issue 34
+    "foreign-lookupd", "http", "no /debug, no /topic/tombstone, /lookup producers without the topology pair",
+    "GET /debug 404; /lookup producers lack topology_region and topology_zone", ("NSQLOOKUPD-V1-009",),
+    request=_lookupd_without_debug_and_tombstone,
+    response=lambda head, body, session: (head, re.sub(rb',"topology_(region|zone)":"[^"]*"', b"", body)))
+
+
+def test_a_case_reports_every_difference_strongest_first(tmp_path):
+    """Issue 34 item 2: NSQLOOKUPD-V1-009 against an nsqlookupd without /topic/tombstone (L-HTTP-12, MUST) and /debug
+    (L-HTTP-13, SHOULD) whose /lookup leaves out the topology pair (what the v1.3.0 tag does): the case goes on past
+    each and lists them all, the MUST first, the topology pair a named SHOULD, last; alone it is NON-STRICT."""
+    case_id = "cases/test_lookupd_producers.py::test_answers_name_only_the_topic_asked_about"
+    with EmbeddedLookupd() as lookupd:
+        proxy = FaultyProxy(lookupd.http_address, FOREIGN_LOOKUPD).start()
+        try:
+            _, cases, _ = run_cases(tmp_path, "--lookupd-target", "%s:%d" % lookupd.tcp_address,
+                                    "--lookupd-http-target", "%s:%d" % proxy.address,
+                                    selection="answers_name_only_the_topic_asked_about")
+        finally:
+            proxy.stop()
+    case = cases[case_id]
+    assert case["verdict"] == "FAIL" and case["level"] == "MUST" and case["cause_items"] == ["L-HTTP-12"], case
+    headlines = [line for line in case["message"].splitlines() if line.startswith("[")]
+    assert headlines[0].startswith("[MUST L-HTTP-12] POST /topic/tombstone"), headlines
+    assert any(line.startswith("[SHOULD L-HTTP-13] the HTTP body is JSON") for line in headlines), headlines
+    assert "topology_region and topology_zone" in headlines[-1] and "v1.3.0 tag" in headlines[-1], headlines
+    assert case["broken"][0] == "L-HTTP-12 MUST" and "L-HTTP-13 SHOULD" in case["broken"], case["broken"]
+    only_topology = replace(FOREIGN_LOOKUPD, request=None)
+    with EmbeddedLookupd() as lookupd:
+        proxy = FaultyProxy(lookupd.http_address, only_topology).start()
+        try:
+            _, cases, _ = run_cases(tmp_path / "tag", "--lookupd-target", "%s:%d" % lookupd.tcp_address,
+                                    "--lookupd-http-target", "%s:%d" % proxy.address,
+                                    selection="answers_name_only_the_topic_asked_about")
+        finally:
+            proxy.stop()
+    assert cases[case_id]["verdict"] == "NON-STRICT", cases[case_id]
 
 
 def run_cases(reports: Path, *options: str, selection: str) -> tuple[int, dict, dict]:
