@@ -58,17 +58,17 @@ def test_tombstone_hides_a_producer_of_one_topic(lookupd):
     """(L-HTTP-12; rec-0322)"""
     http, tombstoned, other = lookupd.http, lookupd.topic(), lookupd.topic()
     conn = lookupd.connect()
-    conn.identify(tcp_port=24021, http_port=24022)
+    conn.identify()
     for topic in (tombstoned, other):
         conn.command(f"REGISTER {topic}\n".encode())
     expect(lookupd, http.post("/topic/tombstone"), 400, "MISSING_ARG_TOPIC")
     expect(lookupd, http.post(f"/topic/tombstone?topic={tombstoned}"), 400, "MISSING_ARG_NODE")
-    expect(lookupd, http.post(f"/topic/tombstone?topic={tombstoned}&node=127.0.0.1:24022"), 200)
+    expect(lookupd, http.post(f"/topic/tombstone?topic={tombstoned}&node=127.0.0.1:{conn.http_port}"), 200)
     lookupd.verify.equal("/lookup of the tombstoned topic", [], http.get(f"/lookup?topic={tombstoned}").json()[
         "producers"])
-    lookupd.verify.equal("/lookup of the other topic", [24021],
+    lookupd.verify.equal("/lookup of the other topic", [conn.tcp_port],
                          [p["tcp_port"] for p in http.get(f"/lookup?topic={other}").json()["producers"]])
-    node = next((n for n in http.get("/nodes").json()["producers"] if n["tcp_port"] == 24021), None)
+    node = next((n for n in http.get("/nodes").json()["producers"] if n["tcp_port"] == conn.tcp_port), None)
     flags = dict(zip(node["topics"], node["tombstones"], strict=False)) if node else {}
     lookupd.verify.equal("/nodes tombstone flags", {tombstoned: True, other: False}, flags)
 

@@ -95,23 +95,24 @@ def test_register_shows_in_lookup_topics_channels_and_nodes(lookupd):
     """Two producers register a topic's channel (L-TCP-12, L-TCP-18, L-HTTP-04..07; rec-0307, rec-0313)."""
     topic = lookupd.topic()
     first, second = lookupd.connect(), lookupd.connect()
-    first.identify(tcp_port=24001, http_port=24002)
-    second.identify(tcp_port=24003, http_port=24004)
+    first.identify()
+    second.identify()
     lookupd.verify.equal(f"REGISTER {topic} c", b"OK", first.command(f"REGISTER {topic} c\n".encode()))
     lookupd.verify.equal(f"REGISTER {topic}", b"OK", second.command(f"REGISTER {topic}\n".encode()))
     document = lookup(lookupd, topic)
     lookupd.verify.equal("/lookup channels", ["c"], document["channels"])
-    lookupd.verify.equal("/lookup producers' tcp ports", [24001, 24003], producer_ports(document))
-    mine = next((p for p in document["producers"] if p["tcp_port"] == 24001), {})
+    lookupd.verify.equal("/lookup producers' tcp ports", sorted([first.tcp_port, second.tcp_port]),
+                         producer_ports(document))
+    mine = next((p for p in document["producers"] if p["tcp_port"] == first.tcp_port), {})
     lookupd.verify.equal("/lookup producer fields (L-HTTP-04)",
-                         ("127.0.0.1", "conformance", 24002, "1.3.0"),
+                         ("127.0.0.1", "conformance", first.http_port, "1.3.0"),
                          (mine.get("broadcast_address"), mine.get("hostname"), mine.get("http_port"),
                           mine.get("version")))
     lookupd.verify.that("/topics lists the topic", topic in lookupd.http.get("/topics").json()["topics"],
                         topic, "missing")
     lookupd.verify.equal("/channels", ["c"], lookupd.http.get(f"/channels?topic={topic}").json()["channels"])
     nodes = {node["tcp_port"]: node for node in lookupd.http.get("/nodes").json()["producers"]}
-    node = nodes.get(24001, {"topics": [], "tombstones": []})
+    node = nodes.get(first.tcp_port, {"topics": [], "tombstones": []})
     lookupd.verify.equal("/nodes: the producer's topics and tombstones", ([topic], [False]),
                          (node["topics"], node["tombstones"]))
 
@@ -147,11 +148,11 @@ def test_a_closed_connection_takes_its_registrations(lookupd):
     """(L-TCP-13; rec-0308)"""
     topic = lookupd.topic()
     conn = lookupd.connect()
-    conn.identify(tcp_port=24011)
+    conn.identify()
     conn.command(f"REGISTER {topic} c\n".encode())
     conn.close()
     lookupd.until(lambda: lookup(lookupd, topic)["producers"] == [], 2.0, "the producer is gone")
     lookupd.verify.equal("/lookup after the producer disconnected", {"channels": ["c"], "producers": []},
                          lookup(lookupd, topic))
     ports = [node["tcp_port"] for node in lookupd.http.get("/nodes").json()["producers"]]
-    lookupd.verify.that("/nodes no longer lists it", 24011 not in ports, "absent", ports)
+    lookupd.verify.that("/nodes no longer lists it", conn.tcp_port not in ports, "absent", ports)
