@@ -33,6 +33,8 @@ class Mismatch(AssertionError):
         self.what, self.expected, self.actual, self.cause, self.judges = what, expected, actual, cause, judges
         self.unnamed_level = unnamed_level
 
+    wording = False  # a difference in nsqd's wording only (Verifier.wording): reports fold these into one line
+
 
 class PreconditionFailed(Exception):
     """A setup step of a case (a PUB, SUB or IDENTIFY the case only needs in order to reach what it checks, the
@@ -119,6 +121,13 @@ class Verifier:
     def soft_equal(self, what: str, expected, actual, judges: str = "") -> None:
         if expected != actual:
             self.recorded.append(Mismatch(what, expected, actual, what, judges, "SHOULD"))
+
+    def wording(self, what: str, expected: str, actual: str) -> None:
+        """nsqd's wording of a text whose code was right (an error frame's, an HTTP error's): a SHOULD, recorded."""
+        if expected != actual:
+            difference = Mismatch(what, expected, actual, what, unnamed_level="SHOULD")
+            difference.wording = True
+            self.recorded.append(difference)
 
     def soft_that(self, what: str, condition: bool, expected, actual, judges: str = "") -> None:
         if not condition:

@@ -14,7 +14,7 @@ def expect_fatal_error(lookupd, conn, code: str, text: str) -> None:
     """The error's code is required, its text is nsqlookupd's (soft); every V1 error closes (L-TCP-21)."""
     reply = conn.reply().decode("utf-8", "replace")
     lookupd.verify.equal("error code", code, reply.split(" ")[0])
-    lookupd.verify.soft_equal("error text as nsqlookupd words it", f"{code} {text}", reply)
+    lookupd.verify.wording("error text as nsqlookupd words it", f"{code} {text}", reply)
     lookupd.verify.that("the connection closes after the error (L-TCP-21)", conn.closed(), "closed", "open")
 
 

@@ -67,6 +67,7 @@ class Judged:
     level: str = ""
     cause_items: tuple[str, ...] = ()
     broken: tuple[str, ...] = ()
+    wording_only: bool = False  # every difference is in nsqd's wording of a text (reports fold these)
 
 
 def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> Judged:
@@ -93,7 +94,8 @@ def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> J
                         for difference_level, difference in differences)
     return Judged(verdict_of(level, item.config.stash[SETTINGS].strict), message,
                   cause_of(headline, str(headline)), level, items_of(headline.judges),
-                  tuple(f"{behaviour} {behaviour_level}" for behaviour, behaviour_level in broken.items()))
+                  tuple(f"{behaviour} {behaviour_level}" for behaviour, behaviour_level in broken.items()),
+                  all(difference.wording for _, difference in differences))
 
 
 def _graded(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> list[tuple[str, Mismatch]]:
@@ -236,6 +238,7 @@ def pytest_runtest_makereport(item, call):
         "level": judged.level,  # the cause's
         "cause_items": list(judged.cause_items),
         "broken": list(judged.broken),
+        "wording_only": judged.wording_only,
         "target": _target_label(item, settings),
         "target_death": death,
         "requirements": ids,
