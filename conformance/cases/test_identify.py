@@ -113,7 +113,7 @@ INVALID_FIELDS = [
     ("heartbeat_interval", 999, "heartbeat interval (999) is invalid"),
     ("heartbeat_interval", -2, "heartbeat interval (-2) is invalid"),
     ("heartbeat_interval", "MAX_HB+1", "heartbeat interval (MAX_HB+1) is invalid"),
-    ("output_buffer_timeout", 24, "output buffer timeout (24) is invalid"),
+    ("output_buffer_timeout", "MIN_OBT-1", "output buffer timeout (MIN_OBT-1) is invalid"),
     ("output_buffer_timeout", 1, "output buffer timeout (1) is invalid"),
     ("output_buffer_timeout", "MAX_OBT+1", "output buffer timeout (MAX_OBT+1) is invalid"),
     ("output_buffer_size", 63, "output buffer size (63) is invalid"),
@@ -131,11 +131,16 @@ INVALID_FIELDS = [
                          ids=[f"{field}={value}" for field, value, _ in INVALID_FIELDS])
 def test_identify_field_out_of_range(nsq, field, value, text):
     """Out-of-range values are a fatal E_BAD_BODY naming the field (ID-02..ID-07; rec-0060..0077, rec-0241)."""
-    maxima = {"MAX_HB+1": nsq.limits["max_heartbeat_interval_ms"] + 1,
+    minimum = nsq.limits["min_output_buffer_timeout_ms"]
+    limits = {"MAX_HB+1": nsq.limits["max_heartbeat_interval_ms"] + 1,
+              "MIN_OBT-1": minimum - 1,
               "MAX_OBT+1": nsq.limits["max_output_buffer_timeout_ms"] + 1,
               "MAX_OBS+1": nsq.limits["max_output_buffer_size"] + 1,
               "MAX_MT+1": nsq.limits["max_msg_timeout_ms"] + 1}
-    number = maxima.get(value, value)
+    number = limits.get(value, value)
+    if field == "output_buffer_timeout" and value in ("MIN_OBT-1", 1) and not 1 <= number < minimum:
+        pytest.skip(f"profile {nsq.profile.name}: with min_output_buffer_timeout_ms {minimum}, {number} is not an "
+                    "invalid timeout (0 keeps the default, -1 turns the flush off: ID-03)")
     conn = nsq.connect()
     conn.command("IDENTIFY", body=wire.identify_body({field: number}))
     conn.expect_error("E_BAD_BODY", "IDENTIFY " + text.replace(str(value), str(number)))
@@ -151,12 +156,14 @@ def test_heartbeat_interval_accepted_values(nsq):
 
 @requirement("NSQ-ID-007")
 @pytest.mark.parametrize("field, requested, reported_size, reported_timeout", [
-    ("output_buffer_timeout", 25, "default", 25), ("output_buffer_timeout", -1, "default", 0),
+    ("output_buffer_timeout", "MIN_OBT", "default", "MIN_OBT"), ("output_buffer_timeout", -1, "default", 0),
     ("output_buffer_timeout", 0, "default", "default"), ("output_buffer_size", 64, 64, "default"),
     ("output_buffer_size", -1, 1, 0), ("output_buffer_size", 0, "default", "default")])
 def test_output_buffer_effective_values(nsq, field, requested, reported_size, reported_timeout):
     """Each value on a fresh connection; the response reports the effective size/timeout
     (ID-03, ID-04: -1 size forces timeout 0; rec-0067, rec-0070)."""
+    minimum = nsq.limits["min_output_buffer_timeout_ms"]  # the smallest timeout accepted (ID-04)
+    requested, reported_timeout = (minimum if value == "MIN_OBT" else value for value in (requested, reported_timeout))
     response = negotiate(nsq, **{field: requested})
     defaults = {"size": nsq.limits["output_buffer_size"], "timeout": nsq.limits["output_buffer_timeout_ms"]}
     expected = (defaults["size"] if reported_size == "default" else reported_size,
@@ -178,9 +185,13 @@ def test_sample_rate_and_msg_timeout_accepted_values(nsq):
 @requirement("NSQ-ID-009")
 def test_validation_order_timeout_before_size(nsq):
     """Both buffer values invalid: the timeout error wins (ID-05; rec-0071)."""
+    timeout = nsq.limits["min_output_buffer_timeout_ms"] - 1  # below the minimum: invalid (ID-03)
+    if timeout < 1:
+        pytest.skip(f"profile {nsq.profile.name}: min_output_buffer_timeout_ms {timeout + 1} leaves no invalid "
+                    "timeout below it")
     conn = nsq.connect()
-    conn.command("IDENTIFY", body=wire.identify_body({"output_buffer_timeout": 1, "output_buffer_size": 1}))
-    conn.expect_error("E_BAD_BODY", "IDENTIFY output buffer timeout (1) is invalid")
+    conn.command("IDENTIFY", body=wire.identify_body({"output_buffer_timeout": timeout, "output_buffer_size": 1}))
+    conn.expect_error("E_BAD_BODY", f"IDENTIFY output buffer timeout ({timeout}) is invalid")
 
 
 @requirement("NSQ-ID-009")
