@@ -254,10 +254,10 @@ class Case:
         """Seconds since ``start`` (a ``time.monotonic()``), divided by the time scale."""
         return (time.monotonic() - start) / self.time_scale
 
-    def within(self, what: str, elapsed: float, low: float, high: float) -> None:
+    def within(self, what: str, elapsed: float, low: float, high: float, judges: str = "") -> None:
         """A timing check: strict lower bound, generous upper bound, both stated (unscaled seconds)."""
         self.verify.that(f"{what} (tolerance {low:g}..{high:g} s)", low <= elapsed <= high,
-                         f"{low:g}..{high:g} s", seconds_against(elapsed, low, high))
+                         f"{low:g}..{high:g} s", seconds_against(elapsed, low, high), judges)
 
     def delete_topic(self, name: str) -> None:
         """The case's topic deleted as the profile's ``[setup] delete_topic`` says: a shell command with

@@ -284,15 +284,20 @@ class Connection:
             raise Mismatch("the response is valid JSON", "JSON", f"{frame.data!r}: {exc}",
                            f"invalid JSON on {self.last_verb}") from exc
 
-    def expect_error(self, code: str, text: str | None = None, fatal: bool = True, timeout: float = 3.0) -> None:
-        """An error frame with ``code`` (MUST); ``text`` is nsqd's exact wording (SHOULD, soft);
-        fatal errors are followed by a close with no further frame (C-23)."""
+    def expect_error(self, code: str, text: str | None = None, fatal: bool = True, timeout: float = 3.0,
+                     judges: str = "") -> None:
+        """An error frame with ``code`` (C-08); ``text`` is nsqd's exact wording (SHOULD, soft), unless it tells
+        which check failed, when the case names the items that text ``judges`` (ID-08: which field IDENTIFY
+        validates first); fatal errors are followed by a close with no further frame (C-23)."""
         due = f"ERROR {code} {text or '...'}"
         frame = self.next_frame(timeout, expected=due)
         if frame.frame_type != wire.FRAME_ERROR or frame.error_code != code:
             raise Mismatch(f"error frame with the right code after {self.last_command}", f"ERROR {code} ...",
                            _summary(frame), self._cause(frame, due), judges="C-08")
-        if text is not None:
+        if text is not None and judges:
+            self.verify.soft_equal("error text: the check that failed", f"{code} {text}",
+                                   frame.data.decode("utf-8", "replace"), judges)
+        elif text is not None:
             self.verify.wording("error text as nsqd words it", f"{code} {text}", frame.data.decode("utf-8", "replace"))
         if fatal:
             self.expect_close(what="a fatal error is followed by a close", judges="C-23")

@@ -58,10 +58,10 @@ def test_info(nsq, http):
 @requirement("NSQ-HTTP-002")
 def test_unknown_path_and_wrong_method(nsq, http):
     """404 NOT_FOUND; POST /stats and PUT /ping are 405 with an Allow header (H-04; rec-0205)."""
-    expect(nsq, http.get("/not_found"), 404, "NOT_FOUND")
+    expect(nsq, http.get("/not_found"), 404, "NOT_FOUND", judges="H-04")
     for method, path in (("POST", "/stats"), ("PUT", "/ping")):
         response = http.request(method, path, b"")
-        expect(nsq, response, 405, "METHOD_NOT_ALLOWED")
+        expect(nsq, response, 405, "METHOD_NOT_ALLOWED", judges="H-04")
         nsq.verify.soft_equal(f"Allow header of {method} {path}", "GET, OPTIONS", response.headers.get("allow"))
 
 

@@ -106,7 +106,7 @@ def test_identify_null_and_empty_object(nsq):
 def test_identify_keys_are_case_insensitive(nsq):
     """Feature_Negotiation and MSG_TIMEOUT work; unknown keys are ignored (§3.1; rec-0057)."""
     response = nsq.connect().identify({"Feature_Negotiation": True, "MSG_TIMEOUT": 5000, "no_such_key": 1})
-    nsq.verify.equal("msg_timeout set via MSG_TIMEOUT", 5000, (response or {}).get("msg_timeout"))
+    nsq.verify.equal("msg_timeout set via MSG_TIMEOUT", 5000, (response or {}).get("msg_timeout"), "ID-14")
 
 
 INVALID_FIELDS = [
@@ -191,7 +191,7 @@ def test_validation_order_timeout_before_size(nsq):
                     "timeout below it")
     conn = nsq.connect()
     conn.command("IDENTIFY", body=wire.identify_body({"output_buffer_timeout": timeout, "output_buffer_size": 1}))
-    conn.expect_error("E_BAD_BODY", f"IDENTIFY output buffer timeout ({timeout}) is invalid")
+    conn.expect_error("E_BAD_BODY", f"IDENTIFY output buffer timeout ({timeout}) is invalid", judges="ID-05")
 
 
 @requirement("NSQ-ID-009")
@@ -199,7 +199,7 @@ def test_validation_order_heartbeat_before_msg_timeout(nsq):
     """(ID-08; rec-0079)"""
     conn = nsq.connect()
     conn.command("IDENTIFY", body=wire.identify_body({"heartbeat_interval": 5, "msg_timeout": 5}))
-    conn.expect_error("E_BAD_BODY", "IDENTIFY heartbeat interval (5) is invalid")
+    conn.expect_error("E_BAD_BODY", "IDENTIFY heartbeat interval (5) is invalid", judges="ID-08")
 
 
 @requirement("NSQ-ID-011")
@@ -231,7 +231,7 @@ def test_deflate_level_is_clamped(nsq, requested, deflate):
     response = conn.identify({"feature_negotiation": True, "deflate": deflate, "deflate_level": requested})
     maximum = nsq.limits["max_deflate_level"]
     expected = min(requested if (deflate and requested > 0) else 6, maximum)
-    nsq.verify.equal("reported deflate_level", expected, response["deflate_level"])
+    nsq.verify.equal("reported deflate_level", expected, response["deflate_level"], "ID-11")
 
 
 @requirement("NSQ-ID-014", "NSQ-HTTP-008")
@@ -245,14 +245,14 @@ def test_metadata_shows_in_stats(nsq):
     conn.subscribe(topic, "c")
     client = nsq.http.channel_stats(topic, "c")["clients"][0]
     nsq.verify.equal("client metadata in /stats", ("cid-1", "host-1", "agent/1.0"),
-                     (client["client_id"], client["hostname"], client["user_agent"]))
+                     (client["client_id"], client["hostname"], client["user_agent"]), "ID-01")
     other = nsq.connect()
     other.identify({"client_id": "a", "hostname": "h", "user_agent": "u"})
     other.identify({})
     other.subscribe(topic, "d")
     client = nsq.http.channel_stats(topic, "d")["clients"][0]
     nsq.verify.equal("metadata after IDENTIFY {} (overwritten with empty strings)", ("", "", ""),
-                     (client["client_id"], client["hostname"], client["user_agent"]))
+                     (client["client_id"], client["hostname"], client["user_agent"]), "ID-01")
 
 
 @requirement("NSQ-ID-014")
