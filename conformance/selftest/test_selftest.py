@@ -328,3 +328,13 @@ def test_compare_names_the_json_key_that_differs_and_masks_the_version(broker, t
     assert "-A < RESPONSE .output_buffer_timeout = 250" in diff and "+A < RESPONSE .output_buffer_timeout = 100" in diff
     assert not any("version" in line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
     assert not any("bytes)" in line for line in diff)
+
+
+def test_the_delivery_history_headlines_the_violation_not_the_allowed_duplicates(broker, tmp_path):
+    """Issue 34 item 2: attempts stuck at 1 on redeliveries (which are duplicates, allowed: at least once) make the
+    workload case's headline "attempts not increasing", C-12, not "duplicates N"."""
+    cases = run_through(broker, "attempts-stuck", tmp_path, "concurrent_workloads_lose_nothing")
+    case = cases["cases/test_semantics.py::test_concurrent_workloads_lose_nothing"]
+    assert case["verdict"] == "FAIL" and "C-12" in case["cause_items"], case
+    actual = case["message"].split("actual:", 1)[1].strip()
+    assert actual.startswith("attempts not increasing"), case["message"]
