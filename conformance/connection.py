@@ -244,7 +244,8 @@ class Connection:
         as what it means, from the answer ``due`` instead: where an OK was due the broker does not create topics,
         where another error was, it looks the topic up before that check (E_BAD_TOPIC: before the name's)."""
         answered = self._answers.get(id(frame), self.last_verb)
-        if frame.frame_type == wire.FRAME_ERROR and frame.error_code == "E_TOPIC_NOT_EXIST":
+        if frame.frame_type == wire.FRAME_ERROR and frame.error_code == "E_TOPIC_NOT_EXIST" and \
+                answered in _NAMES_A_TOPIC:
             if due.startswith("ERROR E_BAD_TOPIC"):
                 return f"{answered} does not check topic names (E_TOPIC_NOT_EXIST where E_BAD_TOPIC was due)"
             if due.startswith("ERROR"):
@@ -444,6 +445,7 @@ def negotiated_deflate_level(response: dict) -> int:
 
 # What nsqd answers with a frame of its own (a RESPONSE or an ERROR) in command order; the rest answer only an error.
 _ANSWERED = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
+_NAMES_A_TOPIC = frozenset({"PUB", "MPUB", "DPUB", "SUB"})  # the verbs whose E_TOPIC_NOT_EXIST says what it means
 _COMMAND_START = re.compile(rb"(?:^|\n)([A-Z_]{2,16})(?=[ \n])")
 
 
