@@ -18,18 +18,19 @@ def http(nsq):
 
 
 def expect(nsq, response, status: int, message: str | None = None, body: bytes | None = None, judges: str = ""):
-    """Status and JSON error code are required (H-01); header details are nsqd's (soft). An answer that names the
-    items it ``judges`` is checked softly at their level, so that the case goes on to its other requests (each has a
-    connection of its own); one that names none stops the case at its requirement's level."""
-    check = nsq.verify.soft_equal if judges else nsq.verify.equal
-    check("HTTP status", status, response.status, judges)
+    """Status and JSON error code are required (H-01), at the level of the items the answer ``judges`` (else the
+    case's requirement's); header details are nsqd's (soft). Every request has a connection of its own, so a
+    difference is recorded and the case goes on to its other requests."""
+    with nsq.verify.soft(judges):
+        nsq.verify.equal("HTTP status", status, response.status)
     if message is not None:
-        check("HTTP error body (H-01)", {"message": message},
-              response.json() if response.body[:1] == b"{" else response.body, judges)
+        with nsq.verify.soft(judges):
+            nsq.verify.equal("HTTP error body (H-01)", {"message": message}, response.json())
         nsq.verify.soft_equal("error Content-Type (H-01)", "application/json; charset=utf-8",
                               response.headers.get("content-type"))
     if body is not None:
-        check("HTTP body", body, response.body, judges)
+        with nsq.verify.soft(judges):
+            nsq.verify.equal("HTTP body", body, response.body)
     if status != 404 or message != "NOT_FOUND":
         nsq.verify.soft_equal("X-NSQ-Content-Type header (H-01, H-02)", NSQ_CONTENT_TYPE,
                               response.headers.get("x-nsq-content-type"))

@@ -8,9 +8,13 @@ NSQ_CONTENT_TYPE = "nsq; version=1.0"
 
 
 def expect(lookupd, response, status: int, message: str | None = None) -> None:
-    lookupd.verify.equal("HTTP status", status, response.status)
+    """Status and JSON error code; every request has a connection of its own, so a difference is recorded and the
+    case goes on to its other requests."""
+    with lookupd.verify.soft():
+        lookupd.verify.equal("HTTP status", status, response.status)
     if message is not None:
-        lookupd.verify.equal("HTTP error body", {"message": message}, response.json())
+        with lookupd.verify.soft():
+            lookupd.verify.equal("HTTP error body", {"message": message}, response.json())
 
 
 @requirement("NSQLOOKUPD-HTTP-001")
