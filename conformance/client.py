@@ -272,6 +272,12 @@ class HttpClient:
                     None)
 
 
+def as_read(expected: dict, document):
+    """The broker's JSON object cut down to the keys ``expected`` names: answers are checked as a superset, as nsq's
+    clients read them (they ignore keys they do not know). Anything but an object stays whole, to differ."""
+    return {key: document.get(key) for key in expected} if isinstance(document, dict) else document
+
+
 def json_of_type(value, kind: type, what: str):
     """``value`` of the broker's JSON when it is of ``kind`` (dict, list, int, str...); else the broker's answer is
     wrong: a Mismatch naming the value, before anything reads it as one (no AttributeError, TypeError)."""

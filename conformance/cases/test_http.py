@@ -5,7 +5,7 @@ import time
 import pytest
 
 from conformance import wire
-from conformance.client import json_of_type, quote
+from conformance.client import as_read, json_of_type, quote
 
 requirement = pytest.mark.requirement
 NSQ_CONTENT_TYPE = "nsq; version=1.0"
@@ -25,7 +25,8 @@ def expect(nsq, response, status: int, message: str | None = None, body: bytes |
         nsq.verify.equal("HTTP status", status, response.status)
     if message is not None:
         with nsq.verify.soft(judges):
-            nsq.verify.equal("HTTP error body (H-01)", {"message": message}, response.json())
+            error = {"message": message}
+            nsq.verify.equal("HTTP error body (H-01)", error, as_read(error, response.json()))
         nsq.verify.soft_equal("error Content-Type (H-01)", "application/json; charset=utf-8",
                               response.headers.get("content-type"))
     if body is not None:
