@@ -23,9 +23,9 @@ from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint,
 
 class Mismatch(AssertionError):
     """A behaviour differs: what, expected, actual. ``cause`` names the first unexpected thing the broker did in
-    words that group failures across cases ("E_TOPIC_NOT_EXIST on PUB"); None: the report derives one from ``what``
-    and ``actual``. ``judges``: the behaviour items the check judges ("C-08, C-23"); ``unnamed_level``: the level of
-    a check that names none (None: its case's requirement level)."""
+    words that group failures across cases ("PUB does not create topics (E_TOPIC_NOT_EXIST)"); None: the report
+    derives one from ``what`` and ``actual``. ``judges``: the behaviour items the check judges ("C-08, C-23");
+    ``unnamed_level``: the level of a check that names none (None: its case's requirement level)."""
 
     def __init__(self, what: str, expected, actual, cause: str | None = None, judges: str = "",
                  unnamed_level: str | None = None):

@@ -1,10 +1,13 @@
 """The verdicts a case gets, and the cause that groups failures across cases: many failures of a broker under test
-come from a few causes (it does not create topics on PUB, it has no DPUB), and a report that says "E_TOPIC_NOT_EXIST
-on PUB: 67 cases" is read; one that lists 67 failures is not."""
+come from a few causes (it does not create topics on PUB, it has no DPUB), and a report that says "PUB does not create
+topics (E_TOPIC_NOT_EXIST): 67 cases" is read; one that lists 67 failures is not. A difference's level is the strongest
+of the behaviour items its check judges."""
 
 from __future__ import annotations
 
 import re
+
+from conformance.spec import behaviours
 
 PASS, FAIL, NON_STRICT, PRECONDITION = "PASS", "FAIL", "NON-STRICT", "PRECONDITION"
 UNSUPPORTED, NOT_RUN, ERROR = "UNSUPPORTED", "NOT RUN", "ERROR"
@@ -28,7 +31,6 @@ def items_of(judges: str) -> tuple[str, ...]:
 
 def level_of(judges: str, otherwise: str) -> str:
     """The strongest level among the items a check judges; ``otherwise`` for a check that names none."""
-    from conformance.spec import behaviours
     levels = [behaviours()[item].level for item in items_of(judges)]
     return min(levels, key=LEVEL_ORDER.index) if levels else otherwise
 
