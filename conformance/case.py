@@ -154,9 +154,9 @@ class Case:
         return queries
 
     def topic(self, suffix: str = "", length: int | None = None, create: bool = True) -> str:
-        """A fresh topic name for this case (padded to ``length`` characters including ``suffix``),
-        deleted over HTTP, when available, afterwards. Unless ``create`` is False (a name that must not exist
-        yet, or an invalid one), it is prepared for use (``prepare_topic``)."""
+        """A fresh topic name for this case (padded to ``length`` characters including ``suffix``), deleted
+        afterwards (``delete_topic``). Unless ``create`` is False (a name that must not exist yet, or an invalid
+        one), it is prepared for use (``prepare_topic``)."""
         name = f"{self.name_prefix}{len(self._topics)}"
         name = name + "a" * ((length or 0) - len(name) - len(suffix)) + suffix
         self._topics.append(name)
@@ -254,21 +254,30 @@ class Case:
         """Seconds since ``start`` (a ``time.monotonic()``), divided by the time scale."""
         return (time.monotonic() - start) / self.time_scale
 
-    def within(self, what: str, elapsed: float, low: float, high: float) -> None:
+    def within(self, what: str, elapsed: float, low: float, high: float, judges: str = "") -> None:
         """A timing check: strict lower bound, generous upper bound, both stated (unscaled seconds)."""
         self.verify.that(f"{what} (tolerance {low:g}..{high:g} s)", low <= elapsed <= high,
-                         f"{low:g}..{high:g} s", seconds_against(elapsed, low, high))
+                         f"{low:g}..{high:g} s", seconds_against(elapsed, low, high), judges)
+
+    def delete_topic(self, name: str) -> None:
+        """The case's topic deleted as the profile's ``[setup] delete_topic`` says: a shell command with
+        ``{topic}``, or POST /topic/delete where the target has HTTP. A broker without either keeps its topics."""
+        command = self.profile.setup.get("delete_topic")
+        try:
+            if command:
+                self.transcript.note(f"clean-up: delete topic {name} with the profile's command")
+                run_setup_command(command, topic=name, timeout=self.seconds(10))
+            elif self.http.address:
+                self.http.post(f"/topic/delete?topic={quote(name)}")
+        except (HarnessError, Mismatch, TargetError):
+            pass  # cleaning up is best effort: the case's verdict is made
 
     def close(self) -> None:
         for connection in self._connections:
             if connection is not None:
                 connection.close()
-        if self.http.address:
-            for topic in self._topics:
-                try:
-                    self.http.post(f"/topic/delete?topic={quote(topic)}")
-                except (HarnessError, Mismatch):
-                    pass  # cleaning up is best effort: the case's verdict is made
+        for topic in self._topics:
+            self.delete_topic(topic)
 
 
 def _connection_label(index: int) -> str:

@@ -55,16 +55,23 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.attempt_violations or self.delivered_after_fin or self.rdy_violations)
+        return not self.broken()
+
+    def broken(self) -> list[tuple[str, str, list]]:
+        """The anomalies found: (title, the behaviour items they break, examples), in the checker's order."""
+        return [(title, judges, found) for title, judges, found in (
+            ("lost", "D-38", self.lost), ("attempts not increasing", "C-12", self.attempt_violations),
+            ("delivered after FIN", "P-FIN-06", self.delivered_after_fin),
+            ("RDY exceeded", "D-01", self.rdy_violations)) if found]
+
+    def judges(self) -> str:
+        return ", ".join(judges for _, judges, _ in self.broken())
 
     def describe(self) -> str:
-        lines = [f"published {self.published}, deliveries {self.deliveries}, duplicates {self.duplicates}"]
-        for title, items in (("lost", self.lost), ("attempts not increasing", self.attempt_violations),
-                             ("delivered after FIN", self.delivered_after_fin),
-                             ("RDY exceeded", self.rdy_violations)):
-            if items:
-                lines.append(f"{title} ({len(items)}): {items[:5]}")
-        return "\n".join(lines)
+        """The anomalies first, then the totals: duplicates are allowed (at least once, D-38), never the headline."""
+        lines = [f"{title} ({len(found)}, {judges}): {found[:5]}" for title, judges, found in self.broken()]
+        return "\n".join([*lines, f"published {self.published}, deliveries {self.deliveries}, duplicates "
+                                  f"{self.duplicates} (allowed: at least once, D-38)"])
 
 
 def check(history: History) -> Report:

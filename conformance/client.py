@@ -2,8 +2,11 @@
 :class:`Unsupported`, :class:`HarnessError`), the :class:`Verifier`, the suite's TLS settings and its HTTP client.
 The TCP connection is ``connection.py``.
 
-A broken MUST raises :class:`Mismatch` (the case FAILs); a detail that only has to match nsqd's wording (error text
-after a correct code) is recorded as a soft mismatch and the case goes on (NON-STRICT, see ``plugin/verdicts.py``).
+A check names the behaviour items it judges (``judges="H-07"``), and a difference is graded at their strongest level
+(``verdicts.level_of``), whatever the case's requirement level. A hard check raises :class:`Mismatch` (the case
+cannot go on); a soft one records it and the case goes on, so that every difference a case can observe is in its
+verdict (``plugin/verdicts.py``). A hard check that names no item takes its case's requirement level; a soft one is a
+SHOULD (nsqd's wording of an error text after a correct code).
 """
 
 from __future__ import annotations
@@ -19,13 +22,18 @@ from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint,
 
 
 class Mismatch(AssertionError):
-    """A required behaviour differs: requirement, expected, actual. ``cause`` names the first unexpected thing the
-    broker did in words that group failures across cases ("E_TOPIC_NOT_EXIST on PUB"); None: the report derives
-    one from ``what`` and ``actual``."""
+    """A behaviour differs: what, expected, actual. ``cause`` names the first unexpected thing the broker did in
+    words that group failures across cases ("PUB does not create topics (E_TOPIC_NOT_EXIST)"); None: the report
+    derives one from ``what`` and ``actual``. ``judges``: the behaviour items the check judges ("C-08, C-23");
+    ``unnamed_level``: the level of a check that names none (None: its case's requirement level)."""
 
-    def __init__(self, what: str, expected, actual, cause: str | None = None):
+    def __init__(self, what: str, expected, actual, cause: str | None = None, judges: str = "",
+                 unnamed_level: str | None = None):
         super().__init__(f"{what}\n  expected: {_show(expected)}\n  actual:   {_show(actual)}")
-        self.what, self.expected, self.actual, self.cause = what, expected, actual, cause
+        self.what, self.expected, self.actual, self.cause, self.judges = what, expected, actual, cause, judges
+        self.unnamed_level = unnamed_level
+
+    wording = False  # a difference in nsqd's wording only (Verifier.wording): reports fold these into one line
 
 
 class PreconditionFailed(Exception):
@@ -86,30 +94,44 @@ def open_test_socket(name: str, address: tuple[str, int], transcript: Transcript
 
 
 @dataclass
-class SoftMismatch:
-    what: str
-    expected: object
-    actual: object
-
-    def __str__(self) -> str:
-        return f"{self.what}\n  expected: {_show(self.expected)}\n  actual:   {_show(self.actual)}"
-
-
-@dataclass
 class Verifier:
-    soft_mismatches: list[SoftMismatch] = field(default_factory=list)
+    """The case's checks. ``equal`` and ``that`` raise: what follows needs it to hold. ``soft_equal`` and
+    ``soft_that`` record the difference and let the case go on (naming no item, they are nsqd's details: SHOULD); a
+    soft difference groups with others by ``what``. Inside ``with verify.soft("L-HTTP-13"):`` any check, and any
+    answer read there that is not what the case needs (a body that is not JSON), is recorded as judging the block's
+    items unless it names its own, and the case goes on after the block."""
+    recorded: list[Mismatch] = field(default_factory=list)
 
-    def equal(self, what: str, expected, actual) -> None:
+    @contextmanager
+    def soft(self, judges: str = ""):
+        try:
+            yield
+        except Mismatch as mismatch:
+            mismatch.judges = mismatch.judges or judges
+            self.recorded.append(mismatch)
+
+    def equal(self, what: str, expected, actual, judges: str = "") -> None:
         if expected != actual:
-            raise Mismatch(what, expected, actual)
+            raise Mismatch(what, expected, actual, judges=judges)
 
-    def that(self, what: str, condition: bool, expected, actual) -> None:
+    def that(self, what: str, condition: bool, expected, actual, judges: str = "") -> None:
         if not condition:
-            raise Mismatch(what, expected, actual)
+            raise Mismatch(what, expected, actual, judges=judges)
 
-    def soft_equal(self, what: str, expected, actual) -> None:
+    def soft_equal(self, what: str, expected, actual, judges: str = "") -> None:
         if expected != actual:
-            self.soft_mismatches.append(SoftMismatch(what, expected, actual))
+            self.recorded.append(Mismatch(what, expected, actual, what, judges, "SHOULD"))
+
+    def wording(self, what: str, expected: str, actual: str) -> None:
+        """nsqd's wording of a text whose code was right (an error frame's, an HTTP error's): a SHOULD, recorded."""
+        if expected != actual:
+            difference = Mismatch(what, expected, actual, what, unnamed_level="SHOULD")
+            difference.wording = True
+            self.recorded.append(difference)
+
+    def soft_that(self, what: str, condition: bool, expected, actual, judges: str = "") -> None:
+        if not condition:
+            self.recorded.append(Mismatch(what, expected, actual, what, judges, "SHOULD"))
 
 
 @dataclass(frozen=True)
@@ -251,6 +273,12 @@ class HttpClient:
         return next((entry for entry in channels
                      if json_of_type(entry, dict, "an entry of /stats' channels").get("channel_name") == channel),
                     None)
+
+
+def as_read(expected: dict, document):
+    """The broker's JSON object cut down to the keys ``expected`` names: answers are checked as a superset, as nsq's
+    clients read them (they ignore keys they do not know). Anything but an object stays whole, to differ."""
+    return {key: document.get(key) for key in expected} if isinstance(document, dict) else document
 
 
 def json_of_type(value, kind: type, what: str):

@@ -1,9 +1,10 @@
 """The suite's test connection: send bytes, expect frames with deadlines, record a transcript.
 
-Every expectation goes through the case's :class:`~conformance.client.Verifier`. A broken MUST raises
-:class:`~conformance.client.Mismatch` (the case FAILs); a detail that only has to match nsqd's wording (error text
-after a correct code) is recorded as a soft mismatch and the case goes on (NON-STRICT, see
-``plugin/verdicts.py``).
+Every expectation goes through the case's :class:`~conformance.client.Verifier` and names the behaviour items it
+judges (the error code is C-08's, a close after a fatal error C-23's): a difference raises
+:class:`~conformance.client.Mismatch`, graded at those items' level; nsqd's wording of an error text after a correct
+code is recorded and the case goes on (SHOULD, see ``plugin/verdicts.py``). A close or a silence where an answer was
+due names the command sent and the answer expected.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Connection:
         self.sections_under_test = sections_under_test  # None: every step is what the caller checks
         self.unsupported_commands = unsupported_commands or {}  # verb -> why the target lacks it (the profile)
         self.last_verb = "the magic"  # the last command sent, for a failure's cause
+        self.last_command = "the magic"  # the same, as the transcript shows it, for a failure's message
         self._unanswered: deque[str] = deque()  # sent commands nsqd answers, oldest first (C-13: in order)
         self._answers: dict[int, str] = {}  # id(response or error frame) -> the command it answers
         self.tls = tls
@@ -66,8 +68,12 @@ class Connection:
             if verb.decode("ascii") in self.unsupported_commands:
                 raise Unsupported(self.unsupported_commands[verb.decode("ascii")])
         lines, commands = self._describe_sent(data)
-        verbs = [line.split(" ", 1)[0] for line in lines if not line.startswith(("(+", "MAGIC", "raw "))]
-        verbs = verbs or [verb.decode("ascii") for verb in started[-1:]]
+        described = [line for line in lines if not line.startswith(("(+", "MAGIC", "raw "))]
+        if described:
+            self.last_command = described[-1][:100]
+        elif started:  # a command sent a few bytes at a time, or cut short
+            self.last_command = f"{started[-1].decode('ascii')} ... {lines[-1][:80]}"
+        verbs = [line.split(" ", 1)[0] for line in described] or [verb.decode("ascii") for verb in started[-1:]]
         self._unanswered.extend(verb for verb in verbs if verb in _ANSWERED)
         if verbs:
             self.last_verb = verbs[-1]
@@ -205,16 +211,14 @@ class Connection:
         while not self.inbox:
             try:
                 self._read_more(deadline)
-            except TimeoutError:
-                raise Mismatch("a frame arrives", f"a frame within {timeout * self.time_scale:.1f} s",
-                               "nothing", self._silent()) from None
-            except Closed:
-                raise Mismatch("a frame arrives", "a frame", "the server closed the connection",
-                               self._closed_cause()) from None
+            except (TimeoutError, Closed) as ended:
+                raise self._no_answer(ended, "a frame", timeout) from None
         return self.inbox.popleft()
 
-    def next_frame(self, timeout: float = 3.0, kinds=(wire.FRAME_RESPONSE, wire.FRAME_ERROR)) -> wire.Frame:
-        """The next frame of one of ``kinds``, answering heartbeats with NOP; other frames stay queued."""
+    def next_frame(self, timeout: float = 3.0, kinds=(wire.FRAME_RESPONSE, wire.FRAME_ERROR),
+                   expected: str = "") -> wire.Frame:
+        """The next frame of one of ``kinds``, answering heartbeats with NOP; other frames stay queued. A close or
+        a silence instead is a Mismatch naming the command sent and the ``expected`` answer (default: the kinds)."""
         deadline = time.monotonic() + timeout * self.time_scale
         while True:
             for frame in list(self.inbox):
@@ -226,24 +230,40 @@ class Connection:
                     return frame
             try:
                 self._read_more(deadline)
-            except TimeoutError:
+            except (TimeoutError, Closed) as ended:
                 wanted = "/".join(wire.FRAME_TYPE_NAMES[kind] for kind in kinds)
-                raise Mismatch(f"a {wanted} frame arrives", f"within {timeout * self.time_scale:.1f} s",
-                               "nothing arrived", self._silent(kinds)) from None
-            except Closed:
-                wanted = "/".join(wire.FRAME_TYPE_NAMES[kind] for kind in kinds)
-                raise Mismatch(f"a {wanted} frame arrives", f"a {wanted} frame",
-                               "the server closed the connection", self._closed_cause()) from None
+                raise self._no_answer(ended, expected or f"a {wanted} frame", timeout, kinds) from None
 
-    def _cause(self, frame: wire.Frame) -> str:
-        """An unexpected frame as a failure's cause: what it is, and what it answered."""
+    def _no_answer(self, ended: Exception, expected: str, timeout: float, kinds=(wire.FRAME_RESPONSE,
+                                                                                   wire.FRAME_ERROR)) -> Mismatch:
+        """The server closed the connection, or stayed silent, where ``expected`` was due: what was sent last, what
+        was expected, what came."""
+        if isinstance(ended, Closed):
+            return Mismatch(f"{expected} after {self.last_command}", expected, "the server closed the connection",
+                            self._closed_cause())
+        return Mismatch(f"{expected} after {self.last_command}", f"{expected} within {timeout * self.time_scale:.1f} s",
+                        "nothing arrived", self._silent(kinds))
+
+    def _cause(self, frame: wire.Frame, due: str) -> str:
+        """An unexpected frame as a failure's cause: what it is, and what it answered. An E_TOPIC_NOT_EXIST reads
+        as what it means, from the answer ``due`` instead: where an OK was due the broker does not create topics,
+        where another error was, it looks the topic up before that check (E_BAD_TOPIC: before the name's)."""
+        answered = self._answers.get(id(frame), self.last_verb)
+        if frame.frame_type == wire.FRAME_ERROR and frame.error_code == "E_TOPIC_NOT_EXIST" and \
+                answered in _NAMES_A_TOPIC:
+            if due.startswith("ERROR E_BAD_TOPIC"):
+                return f"{answered} does not check topic names (E_TOPIC_NOT_EXIST where E_BAD_TOPIC was due)"
+            if due.startswith("ERROR"):
+                return f"{answered} looks the topic up first (E_TOPIC_NOT_EXIST where {due.split()[1]} was due)"
+            if due.startswith(("RESPONSE", "MESSAGE")):
+                return f"{answered} does not create topics (E_TOPIC_NOT_EXIST)"
         if frame.frame_type == wire.FRAME_ERROR:
             what = frame.error_code or "an error frame without a code"
         elif frame.frame_type == wire.FRAME_RESPONSE:
             what = f"RESPONSE {_preview_text(frame.data)}"
         else:
             what = wire.FRAME_TYPE_NAMES.get(frame.frame_type, f"frame type {frame.frame_type}").upper()
-        return f"{what} on {self._answers.get(id(frame), self.last_verb)}"
+        return f"{what} on {answered}"
 
     def _silent(self, kinds=(wire.FRAME_RESPONSE, wire.FRAME_ERROR)) -> str:
         if wire.FRAME_MESSAGE in kinds:
@@ -254,41 +274,48 @@ class Connection:
         return f"connection closed after {self.last_verb}"
 
     def expect_response(self, data: bytes, timeout: float = 3.0) -> None:
-        frame = self.next_frame(timeout)
+        due = _summary(wire.Frame(wire.FRAME_RESPONSE, data))
+        frame = self.next_frame(timeout, expected=due)
         if frame.frame_type != wire.FRAME_RESPONSE or frame.data != data:
-            raise Mismatch("response frame", _summary(wire.Frame(wire.FRAME_RESPONSE, data)), _summary(frame),
-                           self._cause(frame))
+            raise Mismatch("response frame", due, _summary(frame), self._cause(frame, due))
 
     def expect_json_response(self, timeout: float = 3.0) -> dict:
-        frame = self.next_frame(timeout)
+        frame = self.next_frame(timeout, expected="RESPONSE {...}")
         if frame.frame_type != wire.FRAME_RESPONSE or not frame.data.startswith(b"{"):
-            raise Mismatch("response frame with a JSON object", "RESPONSE {...}", _summary(frame), self._cause(frame))
+            raise Mismatch("response frame with a JSON object", "RESPONSE {...}", _summary(frame),
+                           self._cause(frame, "RESPONSE {...}"))
         try:
             return json.loads(frame.data)
         except ValueError as exc:
             raise Mismatch("the response is valid JSON", "JSON", f"{frame.data!r}: {exc}",
                            f"invalid JSON on {self.last_verb}") from exc
 
-    def expect_error(self, code: str, text: str | None = None, fatal: bool = True, timeout: float = 3.0) -> None:
-        """An error frame with ``code`` (MUST); ``text`` is nsqd's exact wording (SHOULD, soft);
-        fatal errors are followed by a close with no further frame (C-23)."""
-        frame = self.next_frame(timeout)
+    def expect_error(self, code: str, text: str | None = None, fatal: bool = True, timeout: float = 3.0,
+                     judges: str = "") -> None:
+        """An error frame with ``code`` (C-08); ``text`` is nsqd's exact wording (SHOULD, soft), unless it tells
+        which check failed, when the case names the items that text ``judges`` (ID-08: which field IDENTIFY
+        validates first); fatal errors are followed by a close with no further frame (C-23)."""
+        due = f"ERROR {code} {text or '...'}"
+        frame = self.next_frame(timeout, expected=due)
         if frame.frame_type != wire.FRAME_ERROR or frame.error_code != code:
-            raise Mismatch("error frame with the right code (C-08)", f"ERROR {code} ...", _summary(frame),
-                           self._cause(frame))
-        if text is not None:
-            self.verify.soft_equal("error text as nsqd words it", f"{code} {text}", frame.data.decode(
-                "utf-8", "replace"))
+            raise Mismatch(f"error frame with the right code after {self.last_command}", f"ERROR {code} ...",
+                           _summary(frame), self._cause(frame, due), judges="C-08")
+        if text is not None and judges:
+            self.verify.soft_equal("error text: the check that failed", f"{code} {text}",
+                                   frame.data.decode("utf-8", "replace"), judges)
+        elif text is not None:
+            self.verify.wording("error text as nsqd words it", f"{code} {text}", frame.data.decode("utf-8", "replace"))
         if fatal:
-            self.expect_close(what="a fatal error is followed by a close (C-23)")
+            self.expect_close(what="a fatal error is followed by a close", judges="C-23")
         else:
             self.expect_open()
 
     def expect_message(self, body: bytes | None = None, attempts: int | None = None,
                        timeout: float = 3.0) -> wire.Frame:
-        frame = self.next_frame(timeout, kinds=(wire.FRAME_MESSAGE, wire.FRAME_ERROR))
+        frame = self.next_frame(timeout, kinds=(wire.FRAME_MESSAGE, wire.FRAME_ERROR),
+                                expected="MESSAGE" + (f" body={body[:40]!r}" if body is not None else ""))
         if frame.frame_type != wire.FRAME_MESSAGE:
-            raise Mismatch("a message frame arrives", "MESSAGE", _summary(frame), self._cause(frame))
+            raise Mismatch("a message frame arrives", "MESSAGE", _summary(frame), self._cause(frame, "MESSAGE"))
         if body is not None:
             self.verify.equal("message body", body, frame.body)
         if attempts is not None:
@@ -298,23 +325,26 @@ class Connection:
     def expect_messages(self, count: int, timeout: float = 3.0) -> list[wire.Frame]:
         return [self.expect_message(timeout=timeout) for _ in range(count)]
 
-    def expect_close(self, within: float = 3.0, what: str = "the server closes the connection") -> None:
+    def expect_close(self, within: float = 3.0, what: str = "the server closes the connection",
+                     judges: str = "") -> None:
         deadline = time.monotonic() + within * self.time_scale
         while True:
             unexpected = [frame for frame in self.inbox if not frame.is_heartbeat]
             if unexpected:
-                raise Mismatch(what + " with no further frame (C-25)", "close",
-                               _summary(unexpected[0]), self._cause(unexpected[0]))
+                raise Mismatch(what + " with no further frame (C-25)", "close", _summary(unexpected[0]),
+                               self._cause(unexpected[0], "a close"), judges)
             self.inbox.clear()
             try:
                 self._read_more(deadline)
             except Closed:
                 return
             except TimeoutError:
-                raise Mismatch(what, f"close within {within * self.time_scale:.1f} s",
-                               "connection still open", f"connection left open after {self.last_verb}") from None
+                raise Mismatch(f"{what} after {self.last_command}", f"close within {within * self.time_scale:.1f} s",
+                               "connection still open", f"connection left open after {self.last_verb}",
+                               judges) from None
 
-    def expect_silence(self, seconds: float, what: str = "nothing arrives and the connection stays open") -> None:
+    def expect_silence(self, seconds: float, what: str = "nothing arrives and the connection stays open",
+                       judges: str = "") -> None:
         """No response, error or message frame for ``seconds``; heartbeats are answered."""
         deadline = time.monotonic() + seconds * self.time_scale
         while True:
@@ -323,14 +353,14 @@ class Connection:
                     self.inbox.remove(frame)
                     self.command("NOP")
                 else:
-                    raise Mismatch(what, "silence", _summary(frame), self._cause(frame))
+                    raise Mismatch(what, "silence", _summary(frame), self._cause(frame, "silence"), judges)
             try:
                 self._read_more(deadline)
             except TimeoutError:
                 return
             except Closed:
-                raise Mismatch(what, "connection open", "the server closed the connection",
-                               self._closed_cause()) from None
+                raise Mismatch(what, "connection open", f"the server closed the connection after {self.last_command}",
+                               self._closed_cause(), judges) from None
 
     def poll(self, seconds: float) -> list[wire.Frame]:
         """Whatever response/error/message frames arrive within ``seconds`` (heartbeats answered);
@@ -342,7 +372,8 @@ class Connection:
             except TimeoutError:
                 break
             except Closed:
-                raise Mismatch("the connection stays open", "open", "the server closed the connection",
+                raise Mismatch("the connection stays open", "open",
+                               f"the server closed the connection after {self.last_command}",
                                self._closed_cause()) from None
         frames = []
         for frame in list(self.inbox):
@@ -357,7 +388,7 @@ class Connection:
         """Prove the connection is still usable: NOP is silent (P-NOP-01), so a round trip of an
         invalid-free command is needed; a FIN of an unknown ID answers non-fatally only when
         subscribed, so the probe is a silence window instead."""
-        self.expect_silence(0.2, what="the connection stays open after a non-fatal error (C-23)")
+        self.expect_silence(0.2, what="the connection stays open after a non-fatal error", judges="C-23")
 
     # ---- compound helpers ----------------------------------------------------------------------
     def identify(self, fields: dict, timeout: float = 3.0, upgrade: bool = True) -> dict | None:
@@ -419,6 +450,7 @@ def negotiated_deflate_level(response: dict) -> int:
 
 # What nsqd answers with a frame of its own (a RESPONSE or an ERROR) in command order; the rest answer only an error.
 _ANSWERED = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
+_NAMES_A_TOPIC = frozenset({"PUB", "MPUB", "DPUB", "SUB"})  # the verbs whose E_TOPIC_NOT_EXIST says what it means
 _COMMAND_START = re.compile(rb"(?:^|\n)([A-Z_]{2,16})(?=[ \n])")
 
 

@@ -4,6 +4,7 @@ with no frame type (L-TCP-02). Sends and receives are recorded in the case's tra
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections import deque
 
@@ -12,7 +13,18 @@ from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcrip
 from nsq_protocol import wire_v1
 from nsq_protocol.wire import ProtocolViolation
 
-PRODUCER = {"broadcast_address": "127.0.0.1", "hostname": "conformance", "tcp_port": 4150, "http_port": 4151,
+
+def port_nothing_listens_on() -> socket.socket:
+    """A loopback socket bound and never listened on, held while its port is a fake producer's: an nsqlookupd that
+    calls its producers back (a POST /topic/delete) finds it refused, never another program's server (not 4151)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+_PRODUCER_PORTS = (port_nothing_listens_on(), port_nothing_listens_on())  # held for the whole run
+PRODUCER = {"broadcast_address": "127.0.0.1", "hostname": "conformance",
+            "tcp_port": _PRODUCER_PORTS[0].getsockname()[1], "http_port": _PRODUCER_PORTS[1].getsockname()[1],
             "version": "1.3.0"}
 
 
@@ -29,25 +41,34 @@ class V1Connection:
         self.sock = open_test_socket(name, address, transcript, time_scale, program="nsqlookupd")
         self._replies = wire_v1.V1ReplyDecoder()
         self._received: deque[bytes] = deque()
+        self._ports = (port_nothing_listens_on(), port_nothing_listens_on())
+        # the ports it registers as a producer: its own, so that a case finds it in /nodes and /lookup
+        self.tcp_port, self.http_port = (held.getsockname()[1] for held in self._ports)
+        self.last_sent = self.last_verb = "the magic"  # for a failure's message: what the reply was awaited for
         if send_magic:
             self.send(wire_v1.MAGIC_V1)
 
     def send(self, data: bytes) -> None:
+        self.last_sent = repr(data[:60])
+        self.last_verb = "the magic" if data == wire_v1.MAGIC_V1 else data.split(b"\n")[0].split(b" ")[0].decode(
+            "ascii", "replace")
         self.transcript.record(self.name, CLIENT_TO_SERVER, [repr(data[:120])], data)
         try:
             self.sock.sendall(data)
         except OSError as exc:
             raise Mismatch("nsqlookupd accepts the client's bytes", "write succeeds", f"write failed: {exc}") from exc
 
-    def reply(self, timeout: float = 2.0) -> bytes:
-        """The next V1 reply; a close or silence instead is a Mismatch."""
+    def reply(self, timeout: float = 2.0, expected: str = "a reply") -> bytes:
+        """The next V1 reply; a close or silence instead is a Mismatch naming what was sent and ``expected``."""
         deadline = time.monotonic() + timeout * self.time_scale
         while not self._received:
             chunk = self._read(deadline)
             if chunk is None:
-                raise Mismatch("nsqlookupd replies", "a reply", "the connection closed")
+                raise Mismatch(f"nsqlookupd replies to {self.last_sent}", expected, "the connection closed",
+                               f"connection closed after {self.last_verb}")
             if chunk == b"":
-                raise Mismatch("nsqlookupd replies", "a reply", f"nothing within {timeout:g} s")
+                raise Mismatch(f"nsqlookupd replies to {self.last_sent}", f"{expected} within {timeout:g} s",
+                               "nothing arrived", f"no answer to {self.last_verb}")
             self._decode(chunk)
         return self._received.popleft()
 
@@ -57,12 +78,13 @@ class V1Connection:
         except ProtocolViolation as exc:
             raise Mismatch("a V1 reply is [4-byte size][data] (L-TCP-02)", "a size >= 0", exc.reason) from None
 
-    def command(self, data: bytes) -> bytes:
+    def command(self, data: bytes, expected: str = "a reply") -> bytes:
         self.send(data)
-        return self.reply()
+        return self.reply(expected=expected)
 
     def identify(self, **fields) -> dict:
-        reply = self.command(identify_command({**PRODUCER, **fields}))
+        reply = self.command(identify_command({**PRODUCER, "tcp_port": self.tcp_port, "http_port": self.http_port,
+                                               **fields}), "a JSON object")
         try:
             return json.loads(reply)
         except ValueError:
@@ -100,3 +122,5 @@ class V1Connection:
 
     def close(self) -> None:
         self.sock.close()
+        for held in self._ports:
+            held.close()

@@ -95,9 +95,10 @@ class Profile:
                 raise TargetError(f"profile {path}: {limit_flags[0]} in broker_flags: it comes from [limits] of a "
                                   "profile that extends another")
             setup = dict(document.get("setup", {}))
-            unknown = set(setup) - {"create_topic"}
+            unknown = set(setup) - SETUP_COMMANDS
             if unknown:
-                raise TargetError(f"profile {path}: unknown [setup] keys {sorted(unknown)} (known: create_topic)")
+                raise TargetError(f"profile {path}: unknown [setup] keys {sorted(unknown)} "
+                                  f"(known: {', '.join(sorted(SETUP_COMMANDS))})")
             if base is None:
                 return cls(path.stem, document.get("description", ""), flags,
                            dict(document["limits"]), dict(document["capabilities"]), setup)
@@ -172,6 +173,10 @@ def restart_with_command(command: str, addresses: list[tuple[str, int]], timeout
                 if time.monotonic() > deadline:
                     raise TargetError(f"after {option}, {address[0]}:{address[1]} does not answer") from None
                 time.sleep(0.1)
+
+
+# what a profile's [setup] may say: how the suite creates each case's topic first, and deletes it afterwards
+SETUP_COMMANDS = frozenset({"create_topic", "delete_topic"})
 
 
 def run_setup_command(command: str, timeout: float, **names: str) -> None:

@@ -1,22 +1,43 @@
 """The verdicts a case gets, and the cause that groups failures across cases: many failures of a broker under test
-come from a few causes (it does not create topics on PUB, it has no DPUB), and a report that says "E_TOPIC_NOT_EXIST
-on PUB: 67 cases" is read; one that lists 67 failures is not."""
+come from a few causes (it does not create topics on PUB, it has no DPUB), and a report that says "PUB does not create
+topics (E_TOPIC_NOT_EXIST): 67 cases" is read; one that lists 67 failures is not. A difference's level is the strongest
+of the behaviour items its check judges."""
 
 from __future__ import annotations
 
 import re
+
+from conformance.spec import behaviours
 
 PASS, FAIL, NON_STRICT, PRECONDITION = "PASS", "FAIL", "NON-STRICT", "PRECONDITION"
 UNSUPPORTED, NOT_RUN, ERROR = "UNSUPPORTED", "NOT RUN", "ERROR"
 VERDICTS = (PASS, FAIL, NON_STRICT, PRECONDITION, UNSUPPORTED, NOT_RUN, ERROR)
 FAILING = (FAIL, PRECONDITION, ERROR)  # the gate fails on these unless the baseline lists the case
 TARGET_DIED = "the target died"
+LEVEL_ORDER = ("MUST", "MAY", "SHOULD")  # strongest first: a broken MUST, or a MAY capability offered but wrong, FAILs
 
 _CASE_TOPIC = re.compile(r"(?:cf|lk)\d+-\d+-\d+-[A-Za-z0-9_.#-]*")  # case.NAME_PREFIX and the rest of the name
 _MESSAGE_ID = re.compile(r"\b[0-9a-fA-F]{16}\b")
 _VERSION = re.compile(r"\bv?\d+\.\d+\.\d+[\w.+-]*")
 _DECIMAL = re.compile(r"\d+\.\d+")
 _PORT = re.compile(r"\b(127\.0\.0\.1|localhost|\[::1\]):\d+")
+
+
+def items_of(judges: str) -> tuple[str, ...]:
+    """``"C-08, C-23"`` -> ``("C-08", "C-23")``: the behaviour items a check judges, written as a requirement's
+    ``source`` is."""
+    return tuple(part.strip() for part in judges.split(",") if part.strip())
+
+
+def level_of(judges: str, otherwise: str) -> str:
+    """The strongest level among the items a check judges; ``otherwise`` for a check that names none."""
+    levels = [behaviours()[item].level for item in items_of(judges)]
+    return min(levels, key=LEVEL_ORDER.index) if levels else otherwise
+
+
+def verdict_of(level: str, strict: bool) -> str:
+    """A difference's verdict: a SHOULD is NON-STRICT (FAIL under --strict), anything stronger FAIL."""
+    return NON_STRICT if level == "SHOULD" and not strict else FAIL
 
 
 def masked(text: str) -> str:

@@ -35,7 +35,7 @@ def test_ephemeral_channel_created_over_http_stays(nsq):
     nsq.create_over_http(topic, "e#ephemeral")  # '#' sent as %23
     nsq.wait(0.3, "as the recording")
     nsq.verify.that("an HTTP-created ephemeral channel without clients stays",
-                    nsq.http.channel_stats(topic, "e#ephemeral") is not None, "present", "gone")
+                    nsq.http.channel_stats(topic, "e#ephemeral") is not None, "present", "gone", "D-51")
 
 
 @requirement("NSQ-EPH-003")

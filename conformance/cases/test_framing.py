@@ -39,11 +39,11 @@ def test_message_ids_are_lowercase_hex_and_increase(nsq):
     conn.subscribe(topic, "c", ready=5)
     id_of = {frame.body: frame.message_id for frame in conn.expect_messages(5)}
     for message_id in id_of.values():
-        nsq.verify.that("message ID format (C-10)", HEX_ID.fullmatch(message_id) is not None,
-                        "16 lowercase hex characters", message_id)
+        nsq.verify.that("message ID format", HEX_ID.fullmatch(message_id) is not None,
+                        "16 lowercase hex characters", message_id, "C-10")
     nsq.verify.equal("every member of the MPUB delivered", published, sorted(id_of))
     ids = [id_of[body] for body in published]
-    nsq.verify.equal("IDs strictly increase in publish order within a topic (C-11)", sorted(set(ids)), ids)
+    nsq.verify.equal("IDs strictly increase in publish order within a topic", sorted(set(ids)), ids, "C-11")
 
 
 @requirement("NSQ-FRAME-004", "NSQ-REQ-001")

@@ -108,8 +108,8 @@ def test_default_heartbeat_interval_is_30s(nsq):
     conn.publish(nsq.topic(), b"p")
     start = time.monotonic()
     frame = conn.raw_frame(interval + 5)
-    nsq.verify.equal("heartbeat frame", wire.Frame(wire.FRAME_RESPONSE, wire.HEARTBEAT), frame)
-    nsq.within("default heartbeat interval", nsq.elapsed_since(start), interval - 1, interval + 2.5)
+    nsq.verify.equal("heartbeat frame", wire.Frame(wire.FRAME_RESPONSE, wire.HEARTBEAT), frame, "C-27")
+    nsq.within("default heartbeat interval", nsq.elapsed_since(start), interval - 1, interval + 2.5, "C-27")
 
 
 @requirement("NSQ-HB-006")

@@ -106,14 +106,14 @@ def test_identify_null_and_empty_object(nsq):
 def test_identify_keys_are_case_insensitive(nsq):
     """Feature_Negotiation and MSG_TIMEOUT work; unknown keys are ignored (§3.1; rec-0057)."""
     response = nsq.connect().identify({"Feature_Negotiation": True, "MSG_TIMEOUT": 5000, "no_such_key": 1})
-    nsq.verify.equal("msg_timeout set via MSG_TIMEOUT", 5000, (response or {}).get("msg_timeout"))
+    nsq.verify.equal("msg_timeout set via MSG_TIMEOUT", 5000, (response or {}).get("msg_timeout"), "ID-14")
 
 
 INVALID_FIELDS = [
     ("heartbeat_interval", 999, "heartbeat interval (999) is invalid"),
     ("heartbeat_interval", -2, "heartbeat interval (-2) is invalid"),
     ("heartbeat_interval", "MAX_HB+1", "heartbeat interval (MAX_HB+1) is invalid"),
-    ("output_buffer_timeout", 24, "output buffer timeout (24) is invalid"),
+    ("output_buffer_timeout", "MIN_OBT-1", "output buffer timeout (MIN_OBT-1) is invalid"),
     ("output_buffer_timeout", 1, "output buffer timeout (1) is invalid"),
     ("output_buffer_timeout", "MAX_OBT+1", "output buffer timeout (MAX_OBT+1) is invalid"),
     ("output_buffer_size", 63, "output buffer size (63) is invalid"),
@@ -131,11 +131,16 @@ INVALID_FIELDS = [
                          ids=[f"{field}={value}" for field, value, _ in INVALID_FIELDS])
 def test_identify_field_out_of_range(nsq, field, value, text):
     """Out-of-range values are a fatal E_BAD_BODY naming the field (ID-02..ID-07; rec-0060..0077, rec-0241)."""
-    maxima = {"MAX_HB+1": nsq.limits["max_heartbeat_interval_ms"] + 1,
+    minimum = nsq.limits["min_output_buffer_timeout_ms"]
+    limits = {"MAX_HB+1": nsq.limits["max_heartbeat_interval_ms"] + 1,
+              "MIN_OBT-1": minimum - 1,
               "MAX_OBT+1": nsq.limits["max_output_buffer_timeout_ms"] + 1,
               "MAX_OBS+1": nsq.limits["max_output_buffer_size"] + 1,
               "MAX_MT+1": nsq.limits["max_msg_timeout_ms"] + 1}
-    number = maxima.get(value, value)
+    number = limits.get(value, value)
+    if field == "output_buffer_timeout" and value in ("MIN_OBT-1", 1) and not 1 <= number < minimum:
+        pytest.skip(f"profile {nsq.profile.name}: with min_output_buffer_timeout_ms {minimum}, {number} is not an "
+                    "invalid timeout (0 keeps the default, -1 turns the flush off: ID-03)")
     conn = nsq.connect()
     conn.command("IDENTIFY", body=wire.identify_body({field: number}))
     conn.expect_error("E_BAD_BODY", "IDENTIFY " + text.replace(str(value), str(number)))
@@ -151,12 +156,14 @@ def test_heartbeat_interval_accepted_values(nsq):
 
 @requirement("NSQ-ID-007")
 @pytest.mark.parametrize("field, requested, reported_size, reported_timeout", [
-    ("output_buffer_timeout", 25, "default", 25), ("output_buffer_timeout", -1, "default", 0),
+    ("output_buffer_timeout", "MIN_OBT", "default", "MIN_OBT"), ("output_buffer_timeout", -1, "default", 0),
     ("output_buffer_timeout", 0, "default", "default"), ("output_buffer_size", 64, 64, "default"),
     ("output_buffer_size", -1, 1, 0), ("output_buffer_size", 0, "default", "default")])
 def test_output_buffer_effective_values(nsq, field, requested, reported_size, reported_timeout):
     """Each value on a fresh connection; the response reports the effective size/timeout
     (ID-03, ID-04: -1 size forces timeout 0; rec-0067, rec-0070)."""
+    minimum = nsq.limits["min_output_buffer_timeout_ms"]  # the smallest timeout accepted (ID-04)
+    requested, reported_timeout = (minimum if value == "MIN_OBT" else value for value in (requested, reported_timeout))
     response = negotiate(nsq, **{field: requested})
     defaults = {"size": nsq.limits["output_buffer_size"], "timeout": nsq.limits["output_buffer_timeout_ms"]}
     expected = (defaults["size"] if reported_size == "default" else reported_size,
@@ -178,9 +185,13 @@ def test_sample_rate_and_msg_timeout_accepted_values(nsq):
 @requirement("NSQ-ID-009")
 def test_validation_order_timeout_before_size(nsq):
     """Both buffer values invalid: the timeout error wins (ID-05; rec-0071)."""
+    timeout = nsq.limits["min_output_buffer_timeout_ms"] - 1  # below the minimum: invalid (ID-03)
+    if timeout < 1:
+        pytest.skip(f"profile {nsq.profile.name}: min_output_buffer_timeout_ms {timeout + 1} leaves no invalid "
+                    "timeout below it")
     conn = nsq.connect()
-    conn.command("IDENTIFY", body=wire.identify_body({"output_buffer_timeout": 1, "output_buffer_size": 1}))
-    conn.expect_error("E_BAD_BODY", "IDENTIFY output buffer timeout (1) is invalid")
+    conn.command("IDENTIFY", body=wire.identify_body({"output_buffer_timeout": timeout, "output_buffer_size": 1}))
+    conn.expect_error("E_BAD_BODY", f"IDENTIFY output buffer timeout ({timeout}) is invalid", judges="ID-05")
 
 
 @requirement("NSQ-ID-009")
@@ -188,7 +199,7 @@ def test_validation_order_heartbeat_before_msg_timeout(nsq):
     """(ID-08; rec-0079)"""
     conn = nsq.connect()
     conn.command("IDENTIFY", body=wire.identify_body({"heartbeat_interval": 5, "msg_timeout": 5}))
-    conn.expect_error("E_BAD_BODY", "IDENTIFY heartbeat interval (5) is invalid")
+    conn.expect_error("E_BAD_BODY", "IDENTIFY heartbeat interval (5) is invalid", judges="ID-08")
 
 
 @requirement("NSQ-ID-011")
@@ -220,7 +231,7 @@ def test_deflate_level_is_clamped(nsq, requested, deflate):
     response = conn.identify({"feature_negotiation": True, "deflate": deflate, "deflate_level": requested})
     maximum = nsq.limits["max_deflate_level"]
     expected = min(requested if (deflate and requested > 0) else 6, maximum)
-    nsq.verify.equal("reported deflate_level", expected, response["deflate_level"])
+    nsq.verify.equal("reported deflate_level", expected, response["deflate_level"], "ID-11")
 
 
 @requirement("NSQ-ID-014", "NSQ-HTTP-008")
@@ -234,14 +245,14 @@ def test_metadata_shows_in_stats(nsq):
     conn.subscribe(topic, "c")
     client = nsq.http.channel_stats(topic, "c")["clients"][0]
     nsq.verify.equal("client metadata in /stats", ("cid-1", "host-1", "agent/1.0"),
-                     (client["client_id"], client["hostname"], client["user_agent"]))
+                     (client["client_id"], client["hostname"], client["user_agent"]), "ID-01")
     other = nsq.connect()
     other.identify({"client_id": "a", "hostname": "h", "user_agent": "u"})
     other.identify({})
     other.subscribe(topic, "d")
     client = nsq.http.channel_stats(topic, "d")["clients"][0]
     nsq.verify.equal("metadata after IDENTIFY {} (overwritten with empty strings)", ("", "", ""),
-                     (client["client_id"], client["hostname"], client["user_agent"]))
+                     (client["client_id"], client["hostname"], client["user_agent"]), "ID-01")
 
 
 @requirement("NSQ-ID-014")

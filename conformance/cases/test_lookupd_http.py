@@ -3,16 +3,21 @@ reference nsqlookupd."""
 
 import pytest
 
-from conformance.client import HttpClient
+from conformance.client import HttpClient, as_read
 
 requirement = pytest.mark.requirement
 NSQ_CONTENT_TYPE = "nsq; version=1.0"
 
 
 def expect(lookupd, response, status: int, message: str | None = None) -> None:
-    lookupd.verify.equal("HTTP status", status, response.status)
+    """Status and JSON error code; every request has a connection of its own, so a difference is recorded and the
+    case goes on to its other requests."""
+    with lookupd.verify.soft():
+        lookupd.verify.equal("HTTP status", status, response.status)
     if message is not None:
-        lookupd.verify.equal("HTTP error body", {"message": message}, response.json())
+        with lookupd.verify.soft():
+            error = {"message": message}
+            lookupd.verify.equal("HTTP error body", error, as_read(error, response.json()))
 
 
 @requirement("NSQLOOKUPD-HTTP-001")
@@ -28,7 +33,8 @@ def test_ping_info_and_lookup_errors(lookupd):
     expect(lookupd, lookupd.http.get(f"/lookup?topic={lookupd.topic()}"), 404, "TOPIC_NOT_FOUND")
     expect(lookupd, lookupd.http.get("/channels"), 400, "MISSING_ARG_TOPIC")
     unknown = lookupd.http.get(f"/channels?topic={lookupd.topic()}")
-    lookupd.verify.equal("/channels of an unknown topic", (200, {"channels": []}), (unknown.status, unknown.json()))
+    none = {"channels": []}
+    lookupd.verify.equal("/channels of an unknown topic", (200, none), (unknown.status, as_read(none, unknown.json())))
 
 
 @requirement("NSQLOOKUPD-HTTP-003")
@@ -40,8 +46,9 @@ def test_create_and_delete(lookupd):
     expect(lookupd, http.post(f"/channel/create?topic={topic}"), 400, "MISSING_ARG_CHANNEL")
     expect(lookupd, http.post(f"/channel/create?topic={topic}&channel=bad!name"), 400, "INVALID_ARG_CHANNEL")
     expect(lookupd, http.post(f"/channel/create?topic={topic}&channel=c"), 200)
-    lookupd.verify.equal("/lookup after /channel/create: the topic too, no producers",
-                         {"channels": ["c"], "producers": []}, http.get(f"/lookup?topic={topic}").json())
+    created = {"channels": ["c"], "producers": []}
+    lookupd.verify.equal("/lookup after /channel/create: the topic too, no producers", created,
+                         as_read(created, http.get(f"/lookup?topic={topic}").json()))
     expect(lookupd, http.post(f"/channel/delete?topic={topic}&channel=other"), 404, "CHANNEL_NOT_FOUND")
     expect(lookupd, http.post(f"/channel/delete?topic={topic}&channel=c"), 200)
     lookupd.verify.equal("/channels after /channel/delete", [],
@@ -60,17 +67,17 @@ def test_tombstone_hides_a_producer_of_one_topic(lookupd):
     """(L-HTTP-12; rec-0322)"""
     http, tombstoned, other = lookupd.http, lookupd.topic(), lookupd.topic()
     conn = lookupd.connect()
-    conn.identify(tcp_port=24021, http_port=24022)
+    conn.identify()
     for topic in (tombstoned, other):
         conn.command(f"REGISTER {topic}\n".encode())
     expect(lookupd, http.post("/topic/tombstone"), 400, "MISSING_ARG_TOPIC")
     expect(lookupd, http.post(f"/topic/tombstone?topic={tombstoned}"), 400, "MISSING_ARG_NODE")
-    expect(lookupd, http.post(f"/topic/tombstone?topic={tombstoned}&node=127.0.0.1:24022"), 200)
+    expect(lookupd, http.post(f"/topic/tombstone?topic={tombstoned}&node=127.0.0.1:{conn.http_port}"), 200)
     lookupd.verify.equal("/lookup of the tombstoned topic", [], http.get(f"/lookup?topic={tombstoned}").json()[
         "producers"])
-    lookupd.verify.equal("/lookup of the other topic", [24021],
+    lookupd.verify.equal("/lookup of the other topic", [conn.tcp_port],
                          [p["tcp_port"] for p in http.get(f"/lookup?topic={other}").json()["producers"]])
-    node = next((n for n in http.get("/nodes").json()["producers"] if n["tcp_port"] == 24021), None)
+    node = next((n for n in http.get("/nodes").json()["producers"] if n["tcp_port"] == conn.tcp_port), None)
     flags = dict(zip(node["topics"], node["tombstones"], strict=False)) if node else {}
     lookupd.verify.equal("/nodes tombstone flags", {tombstoned: True, other: False}, flags)
 

@@ -63,7 +63,7 @@ def test_failed_pub_does_not_create_topic(nsq):
     conn = nsq.connect()
     conn.command("PUB", topic, body=b"")
     conn.expect_error("E_BAD_MESSAGE", "PUB invalid message body size 0")
-    nsq.verify.equal("topic after a failed PUB", None, nsq.http.stats(topic))
+    nsq.verify.equal("topic after a failed PUB", None, nsq.http.stats(topic), "P-PUB-04")
 
 
 @requirement("NSQ-PUB-005")

@@ -156,7 +156,7 @@ def test_concurrent_workloads_lose_nothing(nsq):
         reports.append(report.describe())
         nsq.transcript.note(f"workload {tag}: {workload} -> {report.describe()}")
         nsq.verify.that("delivery history (NSQ-SEM-001/002)", report.ok, "no lost message, attempts "
-                        "increasing, RDY respected, nothing after FIN", report.describe())
+                        "increasing, RDY respected, nothing after FIN", report.describe(), report.judges())
 
     with judged_by_the_first_failure():
         run()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conformance.client import HttpClient, TlsClient, json_of_type
+from conformance.client import HttpClient, TlsClient, as_read, json_of_type
 from conformance.target import TLS_DIR
 
 requirement = pytest.mark.requirement
@@ -165,8 +165,8 @@ def test_plain_http_is_refused_with_the_https_port(nsq):
     for method, path in (("GET", "/ping"), ("GET", "/nope"), ("POST", f"/pub?topic={topic}")):
         answer = plain.request(method, path, b"x" if method == "POST" else None)
         nsq.verify.equal(f"plain HTTP {method} {path}: status", 403, answer.status)
-        nsq.verify.equal(f"plain HTTP {method} {path}: body", {"message": "TLS_REQUIRED",
-                                                                "https_port": nsq.target.https[1]}, answer.json())
+        refusal = {"message": "TLS_REQUIRED", "https_port": nsq.target.https[1]}
+        nsq.verify.equal(f"plain HTTP {method} {path}: body", refusal, as_read(refusal, answer.json()))
     ping, pub = api.get("/ping"), api.post(f"/pub?topic={topic}", b"x")
     nsq.verify.equal("HTTPS /ping and /pub", [(200, b"OK"), (200, b"OK")],
                      [(ping.status, ping.body), (pub.status, pub.body)])

@@ -12,6 +12,7 @@ attributes from the worker to the controller, where the report writers read them
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,10 @@ from conformance.client import HarnessError, Mismatch, PreconditionFailed, Unsup
 from conformance.liveness import NotRun
 from conformance.plugin import CASE, COMPARED, SETTINGS, case_requirements, is_case, settings_of
 from conformance.plugin.fixtures import case_name
-from conformance.spec import behaviours
 from conformance.verdicts import (
     ERROR,
     FAIL,
+    LEVEL_ORDER,
     NON_STRICT,
     NOT_RUN,
     PASS,
@@ -34,7 +35,9 @@ from conformance.verdicts import (
     TARGET_DIED,
     UNSUPPORTED,
     cause_of,
-    masked,
+    items_of,
+    level_of,
+    verdict_of,
 )
 from nsq_protocol import monitors
 
@@ -55,46 +58,82 @@ def in_baseline(nodeid: str, baseline: dict[str, str]) -> bool:
 
 # ---- verdicts ------------------------------------------------------------------------------------
 
-def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tuple[str, str, str]:
-    """The verdict, its message and, for a failing one, its cause (verdicts.cause_of)."""
-    verdict, message, error = _judged(item, case, excinfo)
-    if verdict in (PASS, UNSUPPORTED, NOT_RUN):
-        return verdict, message, ""
-    if error is None and case is not None and case.verify.soft_mismatches:
-        return verdict, message, masked(case.verify.soft_mismatches[0].what)  # wording differences group by what
-    return verdict, message, cause_of(error, message)
+@dataclass(frozen=True)
+class Judged:
+    """A case's verdict and message; for a failing one its cause (verdicts.cause_of), the cause's level and items,
+    and every behaviour item the case found broken with its level, strongest first ("H-07 MUST")."""
+    verdict: str
+    message: str = ""
+    cause: str = ""
+    level: str = ""
+    cause_items: tuple[str, ...] = ()
+    broken: tuple[str, ...] = ()
+    wording_only: bool = False  # every difference is in nsqd's wording of a text (reports fold these)
 
 
-def _judged(item, case: Case | None, excinfo: pytest.ExceptionInfo | None) -> tuple[str, str, BaseException | None]:
-    catalogue = requirements()
-    levels = {catalogue[i].level for i in case_requirements(item)}
-    strict = item.config.stash[SETTINGS].strict
-    if excinfo is None:
-        if case and case.verify.soft_mismatches:
-            message = "\n".join(str(mismatch) for mismatch in case.verify.soft_mismatches)
-            return (FAIL if strict else NON_STRICT), message, None
-        return PASS, "", None
-    error = excinfo.value
+def _verdict(item, case: Case | None, excinfo: pytest.ExceptionInfo | None, found: list | None = None) -> Judged:
+    """``found``: the broker-side violations the catalogue's monitors saw in the case's transcript, graded as the
+    case's own differences are."""
+    error = excinfo.value if excinfo else None
     if isinstance(error, NotRun):
-        return NOT_RUN, str(error), error
+        return Judged(NOT_RUN, str(error))
     if isinstance(error, (Unsupported, pytest.skip.Exception)):
-        return UNSUPPORTED, str(error), error
+        return Judged(UNSUPPORTED, str(error))
     if isinstance(error, PreconditionFailed):
-        return PRECONDITION, str(error), error
-    if isinstance(error, AssertionError):
-        # MAY marks an optional capability: absent -> UNSUPPORTED, present but wrong -> FAIL.
-        if levels - {"SHOULD"} or strict:
-            return FAIL, str(error), error
-        return NON_STRICT, str(error), error
-    if isinstance(error, (HarnessError, pytest.fail.Exception)):
-        return ERROR, str(error), error
-    if isinstance(error, (KeyError, IndexError, TypeError)) and _raised_in_case(excinfo):
+        return Judged(PRECONDITION, str(error), cause_of(error, str(error)))
+    if error is not None and not isinstance(error, AssertionError) and not _read_what_is_not_there(excinfo):
+        message = str(error) if isinstance(error, (HarnessError, pytest.fail.Exception)) \
+            else f"{type(error).__name__}: {error}"
+        return Judged(ERROR, message, cause_of(error, message))
+    differences = _graded(item, case, excinfo, found or [])
+    if not differences:
+        return Judged(PASS)
+    level, headline = differences[0]
+    broken = {}
+    for difference_level, difference in differences:
+        for behaviour in items_of(difference.judges):
+            broken.setdefault(behaviour, difference_level)
+    message = "\n".join(f"[{' '.join((difference_level, *items_of(difference.judges)))}] {difference}"
+                        for difference_level, difference in differences)
+    return Judged(verdict_of(level, item.config.stash[SETTINGS].strict), message,
+                  cause_of(headline, str(headline)), level, items_of(headline.judges),
+                  tuple(f"{behaviour} {behaviour_level}" for behaviour, behaviour_level in broken.items()),
+                  all(difference.wording for _, difference in differences))
+
+
+def _graded(item, case: Case | None, excinfo: pytest.ExceptionInfo | None,
+            found: list) -> list[tuple[str, Mismatch]]:
+    """Every difference the case saw, each at the strongest level of the items its check judges, strongest first:
+    what the case recorded and went on from, then what stopped it. A check that names no item takes its own
+    ``unnamed_level`` (a soft check's: nsqd's wording, SHOULD), else the case's requirement level (a MAY marks an
+    optional capability: absent it is UNSUPPORTED, present but wrong it FAILs)."""
+    levels = {requirements()[i].level for i in case_requirements(item)}
+    requirement_level = "MUST" if levels - {"SHOULD"} else "SHOULD"
+    differences = list(case.verify.recorded) if case else []
+    differences += [Mismatch(f"monitor {v.item} on connection {v.connection}", v.expected, v.observed,
+                             f"monitor {v.item}: {v.observed}", judges=v.item) for v in found]
+    if excinfo is not None:
+        differences.append(_stopped(case, excinfo))
+    graded = [(level_of(difference.judges, difference.unnamed_level or requirement_level), difference)
+              for difference in differences]
+    return sorted(graded, key=lambda pair: LEVEL_ORDER.index(pair[0]))
+
+
+def _stopped(case: Case | None, excinfo: pytest.ExceptionInfo) -> Mismatch:
+    """What stopped the case, as a Mismatch."""
+    error = excinfo.value
+    if _read_what_is_not_there(excinfo):
         # The case read a part of the broker's answer that is not there (a null where an object was due, a
         # missing frame field): the broker's doing, judged as the requirement says, not harness trouble.
         what = f"the broker's answer{_last_answer(case)} has what {Path(excinfo.traceback[-1].path).name} reads"
-        return (FAIL if levels - {"SHOULD"} or strict else NON_STRICT), \
-            f"{what}\n  expected: a value there\n  actual:   {type(error).__name__}: {error}", error
-    return ERROR, f"{type(error).__name__}: {error}", error
+        return Mismatch(what, "a value there", f"{type(error).__name__}: {error}", what)
+    if not isinstance(error, Mismatch):  # a plain assert (hypothesis's, a helper's): it judges no item
+        return Mismatch(str(error) or type(error).__name__, "the assertion holds", "it does not", str(error))
+    return error
+
+
+def _read_what_is_not_there(excinfo) -> bool:
+    return isinstance(excinfo.value, (KeyError, IndexError, TypeError)) and _raised_in_case(excinfo)
 
 
 def _last_answer(case) -> str:
@@ -108,26 +147,27 @@ def _last_answer(case) -> str:
     return ""
 
 
-def _after_target_check(item, case, verdict: str, message: str, cause: str) -> tuple[str, str, str, dict | None]:
+def _after_target_check(item, case, judged: Judged) -> tuple[Judged, dict | None]:
     """A case that saw its target close a connection, or did not pass, asks the target whether it is still there
     (liveness.py). The case during which it died is a FAIL that says so, once; a case that ran while another
     worker's case saw it die is NOT RUN; the verdict stands while the target answers."""
     health = getattr(case.target, "health", None) if case else None
     saw_close = case is not None and any(endpoint.closed_by_server for endpoint in case.transcript.endpoints.values())
-    if health is None or not (saw_close or verdict not in (PASS, UNSUPPORTED, NOT_RUN)):
-        return verdict, message, cause, None
+    if health is None or not (saw_close or judged.verdict not in (PASS, UNSUPPORTED, NOT_RUN)):
+        return judged, None
     death = health.check(item.nodeid)
-    saw = f"\nWhat the case saw:\n{message}" if message else ""
+    saw = f"\nWhat the case saw:\n{judged.message}" if judged.message else ""
     if death is None:
         if health.dead:  # another worker's case named the death first; this one ran then, and may be its cause
-            return NOT_RUN, f"not run to the end: {health.dead}, while this case ran{saw}", "", None
-        return verdict, message, cause, None
+            return Judged(NOT_RUN, f"not run to the end: {health.dead}, while this case ran{saw}"), None
+        return judged, None
     what = f"TARGET DIED during {item.nodeid}: {death.reason}. " + (
         f"It came back: {death.revived}." if death.revived else "It was not restarted: later cases on it are NOT RUN.")
     if death.concurrent:
         what += (f" Other workers were running {', '.join(death.concurrent)} on it at the time: the cause may be "
                  "one of those (--workers 0 or --restart-command runs one case at a time).")
-    return FAIL, what + saw, TARGET_DIED, death.as_dict()
+    return replace(judged, verdict=FAIL, message=what + saw, cause=TARGET_DIED, level="MUST", cause_items=()), \
+        death.as_dict()
 
 
 # ---- differential mode (--compare) -------------------------------------------------------------------
@@ -165,8 +205,9 @@ def _run_on_compare_target(item, settings) -> dict:
     # before the clean-up, which the target's run has not had yet
     diff = [] if varies else compare.differences(case, other, against)
     other.close()
-    verdict, message, _ = _verdict(item, other, excinfo)
-    return {"against": against, "status": "different" if diff else "same", "verdict": verdict, "message": message,
+    judged = _verdict(item, other, excinfo)
+    return {"against": against, "status": "different" if diff else "same", "verdict": judged.verdict,
+            "message": judged.message,
             "diff": diff, "transcripts": f"not compared: {varies.args[0]}" if varies else "compared"}
 
 
@@ -189,10 +230,9 @@ def pytest_runtest_makereport(item, call):
     if call.when == "teardown" or (call.when == "setup" and call.excinfo is None):
         return report
     case: Case | None = item.stash.get(CASE, None)
-    verdict, message, cause = _verdict(item, case, call.excinfo)
-    verdict, message, cause, death = _after_target_check(item, case, verdict, message, cause)
     found = _monitored(item, case)
-    verdict, message, cause = _with_monitors(item, found, verdict, message, cause)
+    judged, death = _after_target_check(item, case, _verdict(item, case, call.excinfo, found))
+    verdict, message = judged.verdict, judged.message
     ids = case_requirements(item)
     pcap = None
     if case and verdict in (FAIL, PRECONDITION, ERROR) and case.transcript.endpoints:
@@ -201,7 +241,11 @@ def pytest_runtest_makereport(item, call):
     report.nsq = {
         "verdict": verdict,
         "message": message,
-        "cause": cause,
+        "cause": judged.cause,
+        "level": judged.level,  # the cause's
+        "cause_items": list(judged.cause_items),
+        "broken": list(judged.broken),
+        "wording_only": judged.wording_only,
         "target": _target_label(item, settings),
         "target_death": death,
         "requirements": ids,
@@ -213,7 +257,7 @@ def pytest_runtest_makereport(item, call):
         "monitors": [violation.as_dict() for violation in found],
     }
     properties = [("verdict", verdict), ("requirements", " ".join(ids)),
-                  ("levels", " ".join(requirements()[i].level for i in ids))]
+                  ("levels", " ".join(requirements()[i].level for i in ids)), ("broken", ", ".join(judged.broken))]
     report.user_properties += properties
     item.user_properties += properties  # junitxml writes the teardown report's copy (JUnit <property>)
     if case:
@@ -236,35 +280,21 @@ def pytest_runtest_makereport(item, call):
             in_case = [e for e in call.excinfo.traceback if Path(e.path).parent.name == "cases"] if call.excinfo else []
             entry = in_case[-1] if in_case else None
             where = f"{item.nodeid}" + (f" (at {Path(entry.path).name}:{entry.lineno + 1})" if entry else "")
+            broken = [f"broken: {', '.join(judged.broken)}"] if judged.broken else []
             report.longrepr = "\n".join([where, *(f"{i} [{requirements()[i].level}] {requirements()[i].text}"
-                                                   for i in ids), message])
+                                                   for i in ids), *broken, message])
     return report
 
 
 def _monitored(item, case) -> list:
     """The broker-side violations the catalogue's monitors saw in the case's transcript (conformance/monitoring.py),
-    but those the case provokes on purpose (``@pytest.mark.monitors_expect(ID, ...)``)."""
+    but those the case provokes on purpose (``@pytest.mark.monitors_expect(ID, ...)``): a case passes only if no
+    monitor saw the broker break a rule."""
     if not isinstance(case, Case):
         return []
     expected = {i for marker in item.iter_markers("monitors_expect") for i in marker.args}
     return [violation for violation in monitoring.judge(case.transcript).violations
             if violation.side == monitors.BROKER and violation.item not in expected]
-
-
-def _with_monitors(item, found: list, verdict: str, message: str, cause: str) -> tuple[str, str, str]:
-    """A case passes only if no monitor saw the broker break a rule: a broken MUST item is a FAIL, a SHOULD item
-    NON-STRICT (FAIL under --strict); a failing verdict stands, with the findings added."""
-    if not found or verdict in (UNSUPPORTED, NOT_RUN):
-        return verdict, message, cause
-    items = behaviours()
-    lines = [f"monitor: {violation.describe()} [{items[violation.item].level}]" for violation in found]
-    text = "\n".join([message, *lines] if message else lines)
-    if verdict in (PASS, NON_STRICT):
-        must = any(items[violation.item].level == "MUST" for violation in found)
-        strict = item.config.stash[SETTINGS].strict
-        return (FAIL if must or strict else NON_STRICT), text, masked(f"monitor {found[0].item}: "
-                                                                          f"{found[0].observed}")
-    return verdict, text, cause
 
 
 def _target_label(item, settings) -> str:

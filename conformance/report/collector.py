@@ -11,7 +11,10 @@ import pytest
 
 from conformance.catalogue import requirements
 from conformance.options import Settings
-from conformance.verdicts import FAILING, NOT_RUN, PASS, UNSUPPORTED, VERDICTS
+from conformance.spec import behaviours
+from conformance.verdicts import FAILING, LEVEL_ORDER, NOT_RUN, PASS, UNSUPPORTED, VERDICTS
+
+WORDING = "wording only: error texts worded otherwise than nsqd's (the codes right)"
 
 
 class ResultCollector:
@@ -105,14 +108,25 @@ class ResultCollector:
         return {verdict: counts.get(verdict, 0) for verdict in VERDICTS}
 
     def causes(self) -> list[dict]:
-        """Failing cases grouped by their cause, largest group first: where a broker author starts."""
-        groups: dict[tuple[str, str], list[str]] = {}
+        """Failing and NON-STRICT cases grouped by their cause, what to fix first at the top: by level (a MUST
+        broken, then a MAY, then a SHOULD), then by size, each with the behaviour items broken and their levels.
+        Cases that differ only in nsqd's wording of a text are one group. A failing case whose verdict graded no
+        difference (PRECONDITION, ERROR) fails the gate as a MUST does, and ranks with them."""
+        groups: dict[tuple[str, str], list[dict]] = {}
         for case in self.cases.values():
             if case["verdict"] in FAILING or case["verdict"] == "NON-STRICT":
-                groups.setdefault((case["target"], case.get("cause") or "(no cause recorded)"), []).append(case["id"])
-        return [{"target": target, "cause": cause, "verdicts": dict(Counter(
-                    self.cases[case_id]["verdict"] for case_id in cases)), "cases": sorted(cases)}
-                for (target, cause), cases in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))]
+                cause = WORDING if case.get("wording_only") else case.get("cause") or "(no cause recorded)"
+                groups.setdefault((case["target"], cause), []).append(case)
+        rows = []
+        for (target, cause), cases in groups.items():
+            level = min((case.get("level") or "MUST" for case in cases), key=LEVEL_ORDER.index)
+            items = sorted({item for case in cases for item in case.get("cause_items", ())})
+            rows.append({"target": target, "cause": cause, "level": level,
+                         "items": [f"{item} {behaviours()[item].level}" for item in items],
+                         "verdicts": dict(Counter(case["verdict"] for case in cases)),
+                         "cases": sorted(case["id"] for case in cases)})
+        return sorted(rows, key=lambda row: (LEVEL_ORDER.index(row["level"]), -len(row["cases"]), row["target"],
+                                             row["cause"]))
 
     def coverage(self) -> list[dict]:
         rows = []
@@ -163,13 +177,29 @@ class ResultCollector:
         (directory / "report.html").write_text(render_html(document, requirements()))
         self.written = directory
 
+    def _closing_line_per_target(self, terminalreporter, summary: dict) -> None:
+        """pytest's closing line ("N passed ...") counts the broker's cases as such, as ``summary.counts`` does; an
+        nsqlookupd's cases beside it are counted apart ("24 passed on nsqlookupd"), never added to the broker's.
+        Done after pytest's short summary, which lists every failing case."""
+        counted = next(iter(summary["targets"]), None)
+        stats = terminalreporter.stats
+        for key in [key for key in stats if key]:
+            apart = [report for report in stats[key] if (self.cases.get(getattr(report, "nodeid", None)) or {}).get(
+                "target", counted) != counted]
+            if apart:
+                stats[key] = [report for report in stats[key] if report not in apart]
+                stats.setdefault(f"{key} on nsqlookupd", []).extend(apart)
+
     def _target_description(self) -> str:
         if self.settings.tcp:
             tcp = "%s:%d" % self.settings.tcp
             return tcp + (f" (HTTP {self.settings.http[0]}:{self.settings.http[1]})" if self.settings.http else "")
         return "embedded reference broker"
 
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter):
+        """The verdicts, after pytest's own sections (the outermost wrapper), right above its closing line."""
+        yield
         summary = self.summary()
         write = terminalreporter.write_line
         terminalreporter.section("NSQ conformance verdicts")
@@ -185,10 +215,11 @@ class ResultCollector:
                                             if count or verdict == PASS))
         several = len({group["target"] for group in summary["causes"]}) > 1
         if summary["causes"]:
-            write("failures by cause (first unexpected frame, error or status):")
+            write("failures by cause, what to fix first at the top (level, then count):")
             for group in summary["causes"][:15]:
                 verdicts = ", ".join(f"{count} {verdict}" for verdict, count in group["verdicts"].items())
-                write(f"  {len(group['cases']):4d} cases  {group['cause']}  [{verdicts}]"
+                items = f"  ({', '.join(group['items'])})" if group["items"] else ""
+                write(f"  {len(group['cases']):4d} cases  {group['level']:<6}  {group['cause']}{items}  [{verdicts}]"
                       + (f"  ({group['target']})" if several else ""))
             if len(summary["causes"]) > 15:
                 write(f"  ... and {len(summary['causes']) - 15} more causes in report.json (summary.causes)")
@@ -209,3 +240,4 @@ class ResultCollector:
         write(f"reports: {directory / 'report.html'}  {directory / 'report.json'}")
         for why in summary["incomplete"]:
             write(f"GATE NOT PASSED, the run is incomplete: {why}", red=True, bold=True)
+        self._closing_line_per_target(terminalreporter, summary)

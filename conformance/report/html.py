@@ -58,11 +58,13 @@ def _deaths(deaths: list[dict]) -> str:
 
 
 def _causes(causes: list[dict], several_targets: bool) -> str:
-    """Failures grouped by cause, largest first: the few things a broker does differently, not a wall of cases."""
+    """Failures grouped by cause, what to fix first at the top (level, then count), each with the items broken: the
+    few things a broker does differently, not a wall of cases."""
     if not causes:
         return ""
     rows = "".join(
-        f"<tr><td>{len(group['cases'])}</td><td><code>{escape(group['cause'])}</code>"
+        f"<tr><td>{len(group['cases'])}</td><td><b>{group['level']}</b></td><td><code>{escape(group['cause'])}</code>"
+        + (f" <span class='req'>{escape(', '.join(group['items']))}</span>" if group["items"] else "")
         + (f" <span class='req'>({escape(group['target'])})</span>" if several_targets else "")
         + "</td><td>" + " ".join(f"{badge(verdict)}×{count}" for verdict, count in group["verdicts"].items())
         + "</td><td><details><summary>cases</summary><div class='body'>" + "<br>".join(
@@ -70,7 +72,7 @@ def _causes(causes: list[dict], several_targets: bool) -> str:
         for group in causes)
     return ("<h2>Failures by cause</h2><p class='meta'>Each failing case under the first unexpected thing the "
             "target did (frame, error code, HTTP status, close or silence, and what it answered).</p>"
-            f"<table><tr><th>cases</th><th>cause</th><th>verdicts</th><th></th></tr>{rows}</table>")
+            f"<table><tr><th>cases</th><th>level</th><th>cause</th><th>verdicts</th><th></th></tr>{rows}</table>")
 
 
 def render_html(document: dict, catalogue: dict) -> str:
@@ -134,6 +136,8 @@ def _case(case: dict, catalogue: dict, started: float) -> str:
         body.append(f"<p>{escape(case['doc'])}</p>")
     if case.get("cause"):
         body.append(f"<p>cause: <code>{escape(case['cause'])}</code></p>")
+    if case.get("broken"):
+        body.append(f"<p>items broken: <code>{escape(', '.join(case['broken']))}</code></p>")
     if case["message"]:
         body.append(f"<b>expected vs actual</b><pre>{escape(case['message'][:4000])}</pre>")
     if case["baseline"]:

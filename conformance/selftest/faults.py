@@ -195,6 +195,15 @@ def _missing_pause_target_ok(head: bytes, body: bytes, session):
     return re.sub(rb"^HTTP/1\.1 404 [^\r]*", b"HTTP/1.1 200 OK", head), b""
 
 
+def _bad_query_not_found(request: HttpRequest, session):
+    """A query string that does not parse (``%zz``) makes the router miss: 404 NOT_FOUND, where nsqd answers 400
+    INVALID_REQUEST (H-07)."""
+    if not re.search(r"%(?![0-9A-Fa-f]{2})", request.target.partition("?")[2]):
+        return None
+    return (b'HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: 23\r\n'
+            b'X-Nsq-Content-Type: nsq; version=1.0\r\nConnection: close\r\n\r\n{"message":"NOT_FOUND"}')
+
+
 def _fatal_unflushed(frame: wire.Frame, session):
     """A fatal error frame is written to the buffer, and the connection closed before the flush."""
     if frame.frame_type == wire.FRAME_ERROR and not frame.error_code.endswith("_FAILED"):
@@ -509,6 +518,9 @@ FAULTS: tuple[Fault, ...] = (
     # HTTP
     Fault("http-4xx-as-500", "http", "every handler error answered 500", "HTTP/1.1 500 with {\"message\":...}",
           ("NSQ-HTTP-003",), response=_status),
+    Fault("bad-query-as-not-found", "http", "an unparsable query string fails the route lookup",
+          "POST /pub?topic=%zz answered 404 NOT_FOUND, not 400 INVALID_REQUEST", ("NSQ-HTTP-009",),
+          request=_bad_query_not_found),
     Fault("http-error-key-renamed", "http", "error bodies keyed 'error', not 'message'", "{\"error\":\"MSG_EMPTY\"}",
           ("NSQ-HTTP-003",), response=_json_body(rb'^\{"message":', b'{"error":')),
     Fault("stats-without-client-count", "stats", "channel stats lack client_count (an older nsqd's shape)",

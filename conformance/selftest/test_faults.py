@@ -343,6 +343,12 @@ def _http_empty_publish(case):
     return response.status, response.body
 
 
+@probe("bad-query-as-not-found")
+def _http_unparsable_query(case):
+    response = case.http.post("/pub?topic=%zz", b"x")
+    return response.status, response.body
+
+
 @probe("stats-without-client-count", "stats-message-count-zero", "stats-in-flight-zero")
 def _stats_with_one_in_flight(case):
     topic = case.topic()

@@ -6,6 +6,7 @@ import urllib.request
 
 import pytest
 
+from conformance.case import Case, Target
 from conformance.target import EmbeddedBroker, EmbeddedLookupd, Profile, TargetError
 
 
@@ -57,3 +58,17 @@ def test_an_unknown_base_is_named(tmp_path):
     (tmp_path / "mine.toml").write_text('extends = "nsqd-nonesuch"\n')
     with pytest.raises(TargetError, match="unknown profile 'nsqd-nonesuch'"):
         Profile.load(str(tmp_path / "mine.toml"))
+
+
+def test_a_case_deletes_its_topics_with_the_profiles_delete_topic_command(tmp_path):
+    """A broker without POST /topic/delete is not left with every case's topics (issue 34 item 5): the profile's
+    ``[setup] delete_topic`` runs for each topic a case made, as ``create_topic`` does before."""
+    deleted = tmp_path / "deleted"
+    (tmp_path / "mine.toml").write_text(f'extends = "nsqd-defaults"\n[setup]\n'
+                                        f'delete_topic = "echo {{topic}} >> {deleted}"\n')
+    profile = Profile.load(str(tmp_path / "mine.toml"))
+    with EmbeddedBroker(profile) as broker:
+        case = Case(Target(profile, broker.tcp_address, broker.http_address, 1.0), "cleaned")
+        topics = [case.topic(), case.topic(create=False)]
+        case.close()
+        assert deleted.read_text().split() == topics

@@ -81,15 +81,21 @@ def test_trace_requirements_judge_their_item():
     assert traced  # spark_analysis/violations.py's checks: D-01, P-FIN-04, C-23, C-28, C-29
 
 
-def marked_cases():
-    """(file, test function, its requirement marks, its docstring) of every case under conformance/cases/."""
+def case_functions():
+    """(file, test function node, its requirement marks) of every case under conformance/cases/."""
     for path in sorted((REPO_DIR / "conformance" / "cases").glob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 marks = [argument.value for decorator in node.decorator_list
                          if isinstance(decorator, ast.Call) and "requirement" in ast.unparse(decorator.func)
                          for argument in decorator.args if isinstance(argument, ast.Constant)]
-                yield path.name, node.name, marks, ast.get_docstring(node) or ""
+                yield path.name, node, marks
+
+
+def marked_cases():
+    """(file, test function, its requirement marks, its docstring) of every case under conformance/cases/."""
+    for file, node, marks in case_functions():
+        yield file, node.name, marks, ast.get_docstring(node) or ""
 
 
 def test_a_case_citing_an_item_judges_it_through_its_requirements():
@@ -102,6 +108,30 @@ def test_a_case_citing_an_item_judges_it_through_its_requirements():
         unmapped += [f"{file}::{name} {marks}: {item}" for item in sorted(set(pattern.findall(docstring)) - mapped)
                      if item in behaviours()]
     assert not unmapped, "add the item to one of the case's requirements' source:\n" + "\n".join(unmapped)
+
+
+def judged_items(function: ast.FunctionDef) -> set[str]:
+    """The behaviour items a case's checks name: ``judges="..."``, ``verify.soft("...")``, and the positional
+    ``judges`` of ``equal``/``soft_equal`` (4th) and ``that``/``soft_that``/``within`` (5th)."""
+    position = {"equal": 3, "soft_equal": 3, "that": 4, "soft_that": 4, "within": 4, "soft": 0}
+    judged = set()
+    for call in (node for node in ast.walk(function) if isinstance(node, ast.Call)):
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else ""
+        arguments = [keyword.value for keyword in call.keywords if keyword.arg == "judges"]
+        if name in position and len(call.args) > position[name]:
+            arguments.append(call.args[position[name]])
+        judged |= {item.strip() for argument in arguments if isinstance(argument, ast.Constant)
+                   and isinstance(argument.value, str) for item in argument.value.split(",") if item.strip()}
+    return judged
+
+
+def test_a_check_judges_items_of_its_cases_requirements():
+    """The items a check names (its verdict's level) are items its case's requirements judge (issue 34 item 2)."""
+    foreign = []
+    for file, node, marks in case_functions():
+        mapped = {item for mark in marks for item in behaviour_ids_of(requirements()[mark])}
+        foreign += [f"{file}::{node.name} {marks}: {item}" for item in sorted(judged_items(node) - mapped)]
+    assert not foreign, "a check names an item none of its case's requirements judges:\n" + "\n".join(foreign)
 
 
 def test_every_must_and_should_item_is_checked_by_a_case_or_says_why_not(every_explanation):
