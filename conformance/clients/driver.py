@@ -28,6 +28,13 @@ class Driver:
     install: str
     lacks: frozenset[str]
     built: str | None  # the environment variable naming a driver built locally ("{built}" in the command)
+    # what a failed handler's REQ delay is, as the library documents it (NSQC-MSG-006): {"ms": n} and optionally
+    # "times_attempts" (the delay grows with the message's attempts) and "max_ms" (its cap)
+    requeue_delay: dict
+
+    def requeue_delay_ms(self, attempts: int) -> int:
+        delay = self.requeue_delay["ms"] * (attempts if self.requeue_delay.get("times_attempts") else 1)
+        return min(delay, self.requeue_delay.get("max_ms", delay))
 
     @property
     def available(self) -> bool:
@@ -47,7 +54,8 @@ class Driver:
 def drivers() -> dict[str, Driver]:
     manifest = tomllib.loads((DRIVERS_DIR / "drivers.toml").read_text())
     return {name: Driver(name, entry["library"], entry["language"], tuple(entry["command"]), entry["install"],
-                         frozenset(entry.get("lacks", ())), entry.get("built")) for name, entry in manifest.items()}
+                         frozenset(entry.get("lacks", ())), entry.get("built"), entry["requeue_delay"])
+            for name, entry in manifest.items()}
 
 
 class DriverProcess:

@@ -10,6 +10,7 @@ import pytest
 from conformance.clients.judge import check
 
 POLLS = 5.0  # seconds after the first /lookup in which a 1 s poll interval makes 4-5 more (3 to 10 accepted)
+FASTEST_GAP = 0.5  # seconds: half the poll interval; pynsq's and nsqjs's jitter delays a poll, never hastens it
 JOINS_WITHIN = 6.0  # seconds for a producer that appears on /lookup to get a connection (3 polls and a connect)
 LEFT_FOR = 4.0  # seconds that a producer gone from /lookup is watched for a reconnect
 
@@ -51,8 +52,12 @@ async def test_lookup_is_polled(run):
     first, = await lookupd.queried(1, timeout=5.0, why="the consumer asks its lookupd")
     await asyncio.sleep(max(0.0, first.at + POLLS - run.transcript.now()))
     later = [query.at - first.at for query in lookupd.queries if first.at < query.at <= first.at + POLLS]
+    shown = f"{len(later)}" + (f" at {', '.join(f'+{at:.2f} s' for at in later)}" if later else "")
     check(3 <= len(later) <= 10, f"the /lookup queries in the {POLLS:g} s after the first (poll interval 1 s)",
-          "3 to 10", f"{len(later)}" + (f" at {', '.join(f'+{at:.2f} s' for at in later)}" if later else ""))
+          "3 to 10", shown)
+    gaps = [later - earlier for earlier, later in zip([0.0, *later], later, strict=False)]
+    check(min(gaps) >= FASTEST_GAP, "the time between two /lookup queries (poll interval 1 s)",
+          f"at least {FASTEST_GAP:g} s (half the interval)", f"{min(gaps):.3f} s; queries {shown}")
 
 
 @pytest.mark.nsqc("NSQC-LOOKUP-003")
@@ -60,6 +65,8 @@ async def test_new_producer_is_joined(run):
     lookupd = await run.nsqlookupd()
     first = await run.nsqd()
     await _consumer_on(run, [lookupd], first)
+    # listed only after two more polls: a client that asks at start and once more is not rescued by luck
+    await lookupd.queried(3, timeout=10.0, why="the consumer polls its lookupd (3 queries)")
     second = await run.nsqd()
     await run.list_producers(lookupd, first, second)
     connection = await second.next_connection(timeout=JOINS_WITHIN, why="the consumer joins a producer that "
