@@ -17,6 +17,7 @@ LEFT_FOR = 4.0  # seconds that a producer gone from /lookup is watched for a rec
 
 async def _consumer_on(run, lookupds, *brokers):
     """A consumer given only ``lookupds``; each of ``brokers`` is listed and gets a connection with SUB."""
+    run.driver.require("lookupd")
     for lookupd in lookupds:
         await run.list_producers(lookupd, *brokers)
     process = await run.consumer(max_in_flight=2, lookupds=tuple(lookupds))
@@ -31,6 +32,7 @@ async def _consumer_on(run, lookupds, *brokers):
 
 @pytest.mark.nsqc("NSQC-LOOKUP-001")
 async def test_lookup_finds_the_producers(run):
+    run.driver.require("lookupd")
     lookupd = await run.nsqlookupd()
     first, second = await run.nsqd(), await run.nsqd()
     await run.list_producers(lookupd, first, second)
@@ -95,6 +97,7 @@ async def test_tombstoned_producer_is_left(run):
 async def _back_after_being_down(run, lookupds, returning):
     """A consumer given ``lookupds``, all down when it starts; ``returning`` comes back 2.5 s later (two or three
     polls found it down) listing an nsqd, which must get a connection with SUB within JOINS_WITHIN."""
+    run.driver.require("lookupd")
     broker = await run.nsqd()
     for lookupd in lookupds:
         await lookupd.stop()

@@ -22,6 +22,22 @@ def test_every_pip_pin_is_a_tox_dep():
     assert not missing, f"pinned in drivers.toml but not in tox.ini [testenv:clients] deps: {missing}"
 
 
+def test_every_pip_target_pin_is_installed_apart_by_tox():
+    """A library installed into a folder of its own (drivers.toml `path`) is installed there by commands_pre, the
+    folder being the variable the driver reads."""
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(TOX_INI)
+    section = tox["testenv:clients"]
+    apart = {driver.path: driver.install.removeprefix("pip --target:").split() for driver in drivers().values()
+             if driver.install.startswith("pip --target:")}
+    assert apart and all(path for path in apart)
+    for variable, packages in apart.items():
+        folder = next(line.split("=", 1)[1].strip() for line in section["setenv"].splitlines()
+                      if line.split("=", 1)[0].strip() == variable)
+        assert any(f"--target {folder}" in line and all(package in line.split() for package in packages)
+                   for line in section["commands_pre"].splitlines()), (variable, packages)
+
+
 def test_every_npm_pin_is_installed_by_tox():
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(TOX_INI)
