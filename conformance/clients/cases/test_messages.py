@@ -30,6 +30,7 @@ async def test_requeue_with_delay(run):
 
 @pytest.mark.nsqc("NSQC-MSG-003")
 async def test_touch_then_finish(run):
+    run.driver.require("touch")
     _, connection = await run.subscribed(await run.nsqd())
     message_id = await connection.send_message(contract.instruction(contract.TOUCH, times=2, every_ms=200))
     answers = [await connection.expect(b"TOUCH", b"FIN", b"REQ", timeout=3.0, why=f"answer {n} of 3 (2 TOUCH, FIN)")

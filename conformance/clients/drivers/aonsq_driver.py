@@ -22,9 +22,7 @@ async def handle(message):
     body = message.content.decode()
     order = json.loads(body)
     emit("message", id=message.id, attempts=message.attempts, body=body)
-    if order["do"] == "touch":  # no TOUCH in aonsq: the handler takes the time, then finishes
-        await asyncio.sleep(order["every_ms"] * (order["times"] + 1) / 1000)
-    return order["do"] in ("fin", "touch")  # "fail" and "req": False, aonsq's only requeue (REQ <id>)
+    return order["do"] == "fin"  # "fail" and "req": False, aonsq's only requeue (REQ <id>)
 
 
 async def consume():

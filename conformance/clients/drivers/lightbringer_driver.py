@@ -1,7 +1,8 @@
 """The driver of lightbringer (asyncio): the driver contract (conformance/clients/README.md) on lightbringer.Reader
 (an async context manager iterated for messages, each finished or requeued by the caller) and lightbringer.Writer.
-lightbringer's max_in_flight is each connection's RDY; it has no max_attempts, no MPUB, no TLS, snappy, deflate
-or AUTH (IDENTIFY's feature_negotiation is always false) (drivers.toml: lacks)."""
+lightbringer's max_in_flight is each connection's RDY; it has no max_attempts, no TOUCH of the caller's (a message
+touches itself every 30 s), no MPUB, no TLS, snappy, deflate or AUTH (IDENTIFY's feature_negotiation is always
+false) (drivers.toml: lacks)."""
 import asyncio
 import json
 import os
@@ -31,9 +32,6 @@ async def handle(message):
         await message.req()  # lightbringer's requeue of a failed message: req() with its default timeout
     elif action == "req":
         await message.req(order["delay_ms"])
-    elif action == "touch":  # no touch() of the caller's: the message keeps itself alive every 30 s
-        await asyncio.sleep(order["every_ms"] * (order["times"] + 1) / 1000)
-        await message.fin()
 
 
 async def consume(stop):
@@ -45,7 +43,7 @@ async def consume(stop):
     async with reader:
         async def loop():
             async for message in reader:
-                asyncio.create_task(handle(message))  # a touching handler must not hold the next message up
+                asyncio.create_task(handle(message))
         task = asyncio.create_task(loop())
         await stop.wait()
         task.cancel()
