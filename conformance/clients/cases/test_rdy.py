@@ -18,6 +18,7 @@ REDISTRIBUTED_WITHIN = 40.0
 RECOVERED_WITHIN = 20.0  # seconds of successes for RDY to be back at max_in_flight
 # a failure's backoff has ended by then: pynsq's first lasts ~0.5-1 s, go-nsq's 1 s, gnsq's at most 1 s, nsqjs's 1 s
 RESUMED_WITHIN = 20.0
+BACKOFF_STARTED = 1.0  # seconds after the REQ by which a backoff's RDY 0 is out (gnsq sends it after the REQ)
 
 
 def _rdy_count(command) -> int:
@@ -158,6 +159,7 @@ async def test_consumer_resumes_after_failure(run):
     _, connection = await run.subscribed(await run.nsqd(), max_in_flight=1)
     await connection.send_message(contract.instruction(contract.FAIL))
     await connection.expect(b"REQ", timeout=5.0, why="the failed message is requeued")
+    await asyncio.sleep(BACKOFF_STARTED)  # else the RDY that the REQ freed would send the next message at once
     message_id = await connection.send_message(contract.instruction(contract.FINISH, tag=1), timeout=RESUMED_WITHIN)
     fin = await connection.expect(b"FIN", timeout=5.0, why="the message after the failure is finished")
     check(fin.params == (message_id,), "the FIN after the failure", f"FIN {message_id.decode()}", fin.describe())
