@@ -45,9 +45,10 @@ IDENTIFY_BOUNDS = (
 
 def identify_refusal(fields: dict) -> bytes | None:
     """The E_BAD_BODY text nsqd v1.3.0 refuses this IDENTIFY with, or None when it takes it (ID-02..ID-08; a
-    value of the wrong JSON type fails the decode already: P-ID-03)."""
+    value of the wrong JSON type, 1000.0 too, fails Go's decode into an int already, while null leaves the field as
+    it was: P-ID-03)."""
     for key, takes, words in IDENTIFY_BOUNDS:
-        value = fields.get(key, 0)
+        value = 0 if fields.get(key) is None else fields[key]
         if isinstance(value, bool) or not isinstance(value, int):
             return b"IDENTIFY failed to decode JSON body"
         if not takes(value):
@@ -226,7 +227,7 @@ class ClientConnection:
             await self._auth(command)
         elif name in (b"SUB", b"PUB", b"MPUB", b"DPUB") and self.nsqd.auth_secret and not self.authorized:
             await self._fatal(b"E_AUTH_FIRST", b"AUTH failed for %s, auth required" % name)  # P-AUTH-09
-        elif name == b"MPUB" and (malformed := _mpub_refusal(command.body or b"")):
+        elif name == b"MPUB" and (malformed := mpub_refusal(command.body or b"")):
             self.malformed = f"MPUB: {malformed.decode()}"
             await self._fatal(*malformed.split(b" ", 1))  # P-MPUB-02: every body error is fatal
         elif name in (b"SUB", b"PUB", b"MPUB", b"DPUB"):
@@ -452,7 +453,7 @@ class ClientConnection:
         return [command for _, command in self.received if not names or command.name in names]
 
 
-def _mpub_refusal(body: bytes) -> bytes | None:
+def mpub_refusal(body: bytes) -> bytes | None:
     """The error nsqd v1.3.0 answers an MPUB body it cannot read with (P-MPUB-02), or None."""
     if len(body) < 4:
         return b"E_BAD_BODY MPUB failed to read message count"
