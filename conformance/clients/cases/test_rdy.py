@@ -19,6 +19,8 @@ RECOVERED_WITHIN = 20.0  # seconds of successes for RDY to be back at max_in_fli
 # a failure's backoff has ended by then: pynsq's first lasts ~0.5-1 s, go-nsq's 1 s, gnsq's at most 1 s, nsqjs's 1 s
 RESUMED_WITHIN = 20.0
 BACKOFF_STARTED = 1.0  # seconds after the REQ by which a backoff's RDY 0 is out (gnsq sends it after the REQ)
+FAILURES_IN_A_ROW = 4  # for NSQC-RDY-007: the fourth backoff is pynsq's 14.3 s, at most gnsq's 15 s
+BACKOFF_ENDS_WITHIN = 20.0
 
 
 def _rdy_count(command) -> int:
@@ -163,3 +165,26 @@ async def test_consumer_resumes_after_failure(run):
     message_id = await connection.send_message(contract.instruction(contract.FINISH, tag=1), timeout=RESUMED_WITHIN)
     fin = await connection.expect(b"FIN", timeout=5.0, why="the message after the failure is finished")
     check(fin.params == (message_id,), "the FIN after the failure", f"FIN {message_id.decode()}", fin.describe())
+
+
+@pytest.mark.nsqc("NSQC-RDY-007")
+async def test_backoff_grows(run):
+    """Four failures in a row, each message the test message of the backoff before (its RDY 1): a later backoff
+    lasts longer than the first. pynsq, nsqjs and go-nsq grow theirs by rule; gnsq draws the n-th from
+    [0, 2^n - 1) s (full jitter), so the longest of its three later ones is shorter than its first about one run in
+    1,260 (the first two alone: one in 6)."""
+    _, connection = await run.subscribed(await run.nsqd(), max_in_flight=1)
+    received, lengths = connection.received, []
+    for tag in range(1, FAILURES_IN_A_ROW + 1):
+        since = len(received)
+        await connection.send_message(contract.instruction(contract.FAIL, tag=tag), timeout=BACKOFF_ENDS_WITHIN)
+        await connection.expect(b"REQ", timeout=3.0, why=f"failed message {tag} is requeued")
+        off = await connection.seen(b"RDY", since, timeout=3.0, why=f"the consumer backs off after failure {tag}",
+                                    matching=lambda rdy: _rdy_count(rdy) == 0, expected="RDY 0")
+        on = await connection.seen(b"RDY", off + 1, timeout=BACKOFF_ENDS_WITHIN,
+                                   why=f"the consumer ends backoff {tag}", matching=lambda rdy: _rdy_count(rdy) > 0,
+                                   expected="RDY > 0")
+        lengths.append(received[on][0] - received[off][0])
+        connection.transcript.note(f"backoff {tag}: {lengths[-1]:.2f} s")
+    check(max(lengths[1:]) > lengths[0], f"the backoffs after {FAILURES_IN_A_ROW} failures in a row",
+          "a later one longer than the first", ", ".join(f"{length:.2f} s" for length in lengths))

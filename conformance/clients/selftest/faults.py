@@ -24,6 +24,8 @@ class Fault:
     # the same, knowing what the connection's earlier commands left in ``state`` (a dict per connection)
     rewrite_after: Callable[[wire.Command, dict], bytes] | None = None
     late: Callable[[wire.Command], float] = lambda command: 0.0  # seconds to hold a command back
+    # the same, knowing what the connection's earlier commands left in ``state`` (a dict per connection)
+    late_after: Callable[[wire.Command, dict], float] | None = None
     magic_as: bytes | None = None
     tell: Callable[[wire.Frame], bytes | None] = lambda frame: frame.encode()  # a frame as the client gets it
     refuse_after: int = 0  # connections after this many are refused (0: none)
@@ -47,8 +49,8 @@ class Fault:
     def command(self, command: wire.Command, state: dict) -> bytes:
         return self.rewrite_after(command, state) if self.rewrite_after else self.rewrite(command)
 
-    def delay(self, command: wire.Command) -> float:
-        return self.late(command)
+    def delay(self, command: wire.Command, state: dict) -> float:
+        return self.late_after(command, state) if self.late_after else self.late(command)
 
     def frame(self, frame: wire.Frame) -> bytes | None:
         return self.tell(frame)
@@ -89,6 +91,19 @@ def _never_leaves_backoff(command: wire.Command, state: dict) -> bytes:
         return command.encode()
     state["backed_off"] = state.get("backed_off") or command.params == (b"0",)
     return wire.encode_command("RDY", 0) if state["backed_off"] else command.encode()
+
+
+def _first_backoff_longest(command: wire.Command, state: dict) -> float:
+    """The RDY that ends the first backoff is held 6 s: the first backoff outlasts the client's later ones."""
+    if command.name != b"RDY":
+        return 0.0
+    if command.params == (b"0",):
+        state["backoffs"] = state.get("backoffs", 0) + 1
+        return 0.0
+    if state.get("backoffs") == 1 and not state.get("held"):
+        state["held"] = True
+        return 6.0
+    return 0.0
 
 
 def _mpub_count_plus_one(command: wire.Command) -> bytes:
@@ -199,6 +214,8 @@ FAULTS = {fault.name: fault for fault in (
     Fault("lookup-twice", "/lookup is asked at start and once more, then never", ("NSQC-LOOKUP-002",
                                                                                  "NSQC-LOOKUP-003"),
           lookup=lambda shared, target: target if shared["queries"] <= 2 else None),
+    Fault("backoff-shrinks", "the first backoff lasts 6 s, the later ones less (a backoff that does not grow)",
+          ("NSQC-RDY-007",), late_after=_first_backoff_longest),
     Fault("lookup-hammered", "each /lookup poll is three queries at once (a poll loop without its interval)",
           ("NSQC-LOOKUP-002",), lookup_copies=3),
 )}

@@ -70,7 +70,7 @@ class FaultyProxy(_Proxy):
                 if not magic_seen and decoder.magic is not None:
                     writer.write(self.fault.magic(decoder.magic))
                 for command in commands:
-                    if delay := self.fault.delay(command):
+                    if delay := self.fault.delay(command, state):
                         await asyncio.sleep(delay)
                     writer.write(self.fault.command(command, state))
                     if command.name == self.fault.hang_up_after:
