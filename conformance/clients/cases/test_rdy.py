@@ -16,7 +16,8 @@ STARVED_AFTER = 8.0  # seconds without RDY > 0 on a connection that max_in_fligh
 # misses it about one run in 2,000
 REDISTRIBUTED_WITHIN = 40.0
 RECOVERED_WITHIN = 20.0  # seconds of successes for RDY to be back at max_in_flight
-# a failure's backoff has ended by then: pynsq's first lasts ~0.5-1 s, go-nsq's 1 s, gnsq's at most 1 s, nsqjs's 1 s
+# a first backoff has ended well before: pynsq's and nsqjs's last 3.6 s, go-nsq's 2 s, gnsq's under 1 s, the model's
+# 0.5 s
 RESUMED_WITHIN = 20.0
 BACKOFF_STARTED = 1.0  # seconds after the REQ by which a backoff's RDY 0 is out (gnsq sends it after the REQ)
 FAILURES_IN_A_ROW = 4  # for NSQC-RDY-007: the fourth backoff is pynsq's 14.3 s, at most gnsq's 15 s
