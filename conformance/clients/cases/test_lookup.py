@@ -13,6 +13,8 @@ POLLS = 5.0  # seconds after the first /lookup in which a 1 s poll interval make
 FASTEST_GAP = 0.5  # seconds: half the poll interval; pynsq's and nsqjs's jitter delays a poll, never hastens it
 JOINS_WITHIN = 6.0  # seconds for a producer that appears on /lookup to get a connection (3 polls and a connect)
 LEFT_FOR = 4.0  # seconds that a producer gone from /lookup is watched for a reconnect
+FIRST_QUERY_WITHIN = 10.0  # seconds for a consumer's first /lookup (a loaded machine starts a driver slowly)
+DOWN_AFTER_FIRST_QUERY = 2.0  # seconds its lookupds stay down after that: one or two more polls find them down
 
 
 async def _consumer_on(run, lookupds, *brokers):
@@ -95,15 +97,22 @@ async def test_tombstoned_producer_is_left(run):
 
 
 async def _back_after_being_down(run, lookupds, returning):
-    """A consumer given ``lookupds``, all down when it starts; ``returning`` comes back 2.5 s later (two or three
-    polls found it down) listing an nsqd, which must get a connection with SUB within JOINS_WITHIN."""
+    """A consumer given ``lookupds``, all down when it starts; ``returning`` comes back 2 s after the consumer's
+    first query found them down (a client that queries once, late, would otherwise find it up by luck), listing an
+    nsqd, which must get a connection with SUB within JOINS_WITHIN."""
     run.driver.require("lookupd")
     broker = await run.nsqd()
     for lookupd in lookupds:
         await lookupd.stop()
         await run.list_producers(lookupd, broker)
     process = await run.consumer(max_in_flight=2, lookupds=tuple(lookupds))
-    await asyncio.sleep(2.5)
+    deadline = asyncio.get_running_loop().time() + FIRST_QUERY_WITHIN
+    while not any(lookupd.refused for lookupd in lookupds) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    check(any(lookupd.refused for lookupd in lookupds), "the consumer's first query, its lookupds down",
+          f"a GET /lookup within {FIRST_QUERY_WITHIN:g} s", "none" + (f"; the driver exited with {process.exit_code}"
+                                                                     if process.exit_code is not None else ""))
+    await asyncio.sleep(DOWN_AFTER_FIRST_QUERY)
     await returning.start()
     connection = await broker.next_connection(timeout=JOINS_WITHIN, why=f"the consumer connects once nsqlookupd "
                                               f"{returning.name} is back")
