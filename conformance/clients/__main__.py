@@ -35,6 +35,9 @@ def parse_args(argv: list[str]):
     parser.add_argument("--write-baseline", action="store_true",
                         help="write each driver's measured verdicts as its baseline (explanations kept)")
     parser.add_argument("--fault", metavar="NAME", help="selftest: break the client's output with this fault")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="judge the drivers N times in a row (reports in DIR/run-<k>/) and report every verdict "
+                        "that changed between runs (exit 1 if one did)")
     argv = list(argv)
     passthrough = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -48,6 +51,10 @@ def parse_args(argv: list[str]):
     args.drivers = args.drivers or [name for name, driver in known.items() if driver.available]
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")
+    if args.repeat > 1 and args.write_baseline:
+        parser.error("--repeat and --write-baseline: write a baseline from one run")
     if args.baseline not in (None, "none") and not Path(args.baseline).is_file():
         parser.error(f"no baseline file {args.baseline}")
     if args.fault:
@@ -76,12 +83,33 @@ def pytest_arguments(driver: str, args, passthrough: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args, passthrough = parse_args(argv)
+    if args.repeat > 1:
+        from conformance.clients.repeat import repeat
+        once = _without_option(argv, "--repeat")
+        return repeat(args.repeat, Path(args.reports_dir), args.drivers, lambda directory: main(
+            ["--reports-dir", str(directory), *_without_option(once, "--reports-dir")]))
     worst = _in_parallel(args, argv) if len(args.drivers) > 1 and args.jobs > 1 else _one_by_one(args, passthrough)
     if len(args.drivers) > 1:
         from conformance.clients.matrix import load, write_matrix
         page = write_matrix(Path(args.reports_dir), load(Path(args.reports_dir), args.drivers))
         print(f"all libraries: {page}  {page.with_name('table.md')}", flush=True)
     return worst
+
+
+def _without_option(argv: list[str], option: str) -> list[str]:
+    """``argv`` without ``option`` and its value (``--option V`` or ``--option=V``), before any ``--``."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    kept, skip = [], False
+    for position, arg in enumerate(argv):
+        if position >= end:
+            kept.append(arg)
+        elif skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            kept.append(arg)
+    return kept
 
 
 def _one_by_one(args, passthrough: list[str]) -> int:

@@ -28,6 +28,14 @@ class Driver:
     install: str
     lacks: frozenset[str]
     built: str | None  # the environment variable naming a driver built locally ("{built}" in the command)
+    # what a failed handler's REQ delay is, as the library documents it (NSQC-MSG-006): {"ms": n} and optionally
+    # "times_attempts" (the delay grows with the message's attempts) and "max_ms" (its cap)
+    requeue_delay: dict
+    path: str | None  # the environment variable naming a folder the library was installed into apart (PYTHONPATH)
+
+    def requeue_delay_ms(self, attempts: int) -> int:
+        delay = self.requeue_delay["ms"] * (attempts if self.requeue_delay.get("times_attempts") else 1)
+        return min(delay, self.requeue_delay.get("max_ms", delay))
 
     @property
     def available(self) -> bool:
@@ -47,7 +55,9 @@ class Driver:
 def drivers() -> dict[str, Driver]:
     manifest = tomllib.loads((DRIVERS_DIR / "drivers.toml").read_text())
     return {name: Driver(name, entry["library"], entry["language"], tuple(entry["command"]), entry["install"],
-                         frozenset(entry.get("lacks", ())), entry.get("built")) for name, entry in manifest.items()}
+                         frozenset(entry.get("lacks", ())), entry.get("built"), entry["requeue_delay"],
+                         entry.get("path"))
+            for name, entry in manifest.items()}
 
 
 class DriverProcess:
@@ -67,6 +77,9 @@ class DriverProcess:
         environment = {**os.environ, **orders, "PYTHONUNBUFFERED": "1"}
         if os.environ.get(NODE_PATH):
             environment["NODE_PATH"] = os.environ[NODE_PATH]
+        if self.driver.path and os.environ.get(self.driver.path):  # a library whose package name another one takes
+            environment["PYTHONPATH"] = os.pathsep.join(filter(None, (os.environ[self.driver.path],
+                                                                      os.environ.get("PYTHONPATH"))))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")
         try:

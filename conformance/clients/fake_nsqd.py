@@ -30,6 +30,32 @@ CA_FILE = TLS_DIR / "ca.pem"
 LAYERS = ("tls_v1", "snappy", "deflate")
 
 
+MAX_RDY_COUNT = 2500  # --max-rdy-count (P-RDY-04), also the IDENTIFY answer's max_rdy_count
+MAX_MSG_TIMEOUT_MS = 900_000  # --max-msg-timeout (ID-07)
+# ID-02..ID-07: what nsqd v1.3.0 takes for each IDENTIFY value, in its order of validation (ID-08): a value outside
+# is refused with E_BAD_BODY and the connection closed. (field, the values taken, the error's words)
+IDENTIFY_BOUNDS = (
+    ("heartbeat_interval", lambda n: n in (-1, 0) or 1000 <= n <= 60_000, "heartbeat interval"),  # ID-02
+    ("output_buffer_timeout", lambda n: n in (-1, 0) or 25 <= n <= 30_000, "output buffer timeout"),  # ID-03
+    ("output_buffer_size", lambda n: n in (-1, 0) or 64 <= n <= 65_536, "output buffer size"),  # ID-04
+    ("sample_rate", lambda n: 0 <= n <= 99, "sample rate"),  # ID-06
+    ("msg_timeout", lambda n: n == 0 or 1000 <= n <= MAX_MSG_TIMEOUT_MS, "msg timeout"),  # ID-07
+)
+
+
+def identify_refusal(fields: dict) -> bytes | None:
+    """The E_BAD_BODY text nsqd v1.3.0 refuses this IDENTIFY with, or None when it takes it (ID-02..ID-08; a
+    value of the wrong JSON type, 1000.0 too, fails Go's decode into an int already, while null leaves the field as
+    it was: P-ID-03)."""
+    for key, takes, words in IDENTIFY_BOUNDS:
+        value = 0 if fields.get(key) is None else fields[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            return b"IDENTIFY failed to decode JSON body"
+        if not takes(value):
+            return b"IDENTIFY %s (%d) is invalid" % (words.encode(), value)
+    return None
+
+
 def server_tls_context() -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(TLS_DIR / "server.pem", TLS_DIR / "server.key")
@@ -129,6 +155,10 @@ class ClientConnection:
         # command name -> the error frame to answer its next one with, and whether the error is fatal (C-23)
         self.overrides: dict[bytes, tuple[bytes, bool]] = dict(nsqd.overrides)
         self._held: bytearray | None = None  # frames written together on release()
+        # the fatal error the broker answered the client with on its own, as nsqd would have (a value out of
+        # range, a malformed frame): a case waiting for more says so
+        self.refused_with: str | None = None
+        self.malformed: str | None = None  # the client's frame nsqd could not read, and why
         self._message_number = 0
 
     # ---- reading the client ---------------------------------------------------------------------------------
@@ -145,6 +175,7 @@ class ClientConnection:
                         for command in violation.commands:
                             await self._received(command)
                         self.transcript.note(f"undecodable input: {violation.reason}", self.name)
+                        self.malformed = violation.reason
                         # C-02: nsqd answers a bad magic with E_BAD_PROTOCOL and closes; other garbage E_INVALID
                         await self._fatal(b"E_BAD_PROTOCOL" if decoder.magic != wire.MAGIC_V2 else b"E_INVALID",
                                           violation.reason.encode())
@@ -196,12 +227,21 @@ class ClientConnection:
             await self._auth(command)
         elif name in (b"SUB", b"PUB", b"MPUB", b"DPUB") and self.nsqd.auth_secret and not self.authorized:
             await self._fatal(b"E_AUTH_FIRST", b"AUTH failed for %s, auth required" % name)  # P-AUTH-09
+        elif name == b"MPUB" and (malformed := mpub_refusal(command.body or b"")):
+            self.malformed = f"MPUB: {malformed.decode()}"
+            await self._fatal(*malformed.split(b" ", 1))  # P-MPUB-02: every body error is fatal
         elif name in (b"SUB", b"PUB", b"MPUB", b"DPUB"):
             self.send(wire.FRAME_RESPONSE, b"OK")
         elif name == b"RDY":
-            async with self._ready:
-                self.rdy = int(command.params[0]) if command.params and command.params[0].isdigit() else 0
-                self._ready.notify_all()
+            raw = command.params[0] if command.params else b"1"  # P-RDY-05: no parameter is RDY 1
+            if raw and not raw.isdigit():  # P-RDY-03
+                await self._fatal(b"E_INVALID", b"RDY could not parse count " + raw)
+            elif int(raw or b"0") > MAX_RDY_COUNT:  # P-RDY-04
+                await self._fatal(b"E_INVALID", b"RDY count %d out of range 0-%d" % (int(raw), MAX_RDY_COUNT))
+            else:
+                async with self._ready:
+                    self.rdy = int(raw or b"0")
+                    self._ready.notify_all()
         elif name in (b"FIN", b"REQ", b"TOUCH"):
             message_id = command.params[0] if command.params else b""
             if message_id not in self.in_flight:  # P-FIN, P-REQ, P-TOUCH: non-fatal, the connection stays
@@ -228,13 +268,16 @@ class ClientConnection:
         except ValueError:
             await self._fatal(b"E_BAD_BODY", b"IDENTIFY failed to decode JSON body")  # P-ID
             return
+        if refusal := identify_refusal(self.identify):  # ID-02..ID-08: nsqd refuses the connection
+            await self._fatal(b"E_BAD_BODY", refusal)
+            return
         if self.identify.get("feature_negotiation") is not True:
             self.send(wire.FRAME_RESPONSE, b"OK")  # ID-20
             return
         asked = set(wire.upgrades(self.identify, request=True))
         self.layers = tuple(layer for layer in LAYERS if layer in (asked & self.nsqd.offers) | self.nsqd.force)
         # ID-21: nsqd's answer; a layer is on where the client asked and the broker offers it (or it is forced)
-        response = {"max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout": 900000,
+        response = {"max_rdy_count": MAX_RDY_COUNT, "version": "1.3.0", "max_msg_timeout": MAX_MSG_TIMEOUT_MS,
                     "msg_timeout": self.nsqd.msg_timeout_ms, "tls_v1": "tls_v1" in self.layers,
                     "deflate": "deflate" in self.layers, "deflate_level": 6 if "deflate" in self.layers else 0,
                     "max_deflate_level": 6, "snappy": "snappy" in self.layers, "sample_rate": 0,
@@ -273,6 +316,7 @@ class ClientConnection:
         self.send(wire.FRAME_RESPONSE, b'{"identity":"nsqc","identity_url":"","permission_count":1}')
 
     async def _fatal(self, code: bytes, text: bytes) -> None:
+        self.refused_with = (code + b" " + text).decode("utf-8", "replace")
         self.send(wire.FRAME_ERROR, code + b" " + text)
         await self.close()
 
@@ -357,8 +401,7 @@ class ClientConnection:
                 raise ClientFault(why, f"{wanted} within {timeout:g} s", "nothing of that kind") from None
             if entry is None:
                 self._unread.put_nowait(None)
-                raise ClientFault(why, f"{wanted} within {timeout:g} s", self.nsqd.client_gone or (
-                    "the connection closed first" + (" (by the client)" if self.closed_by_client else "")))
+                raise ClientFault(why, f"{wanted} within {timeout:g} s", self.nsqd.client_gone or self.ended())
             if entry[1].name in names:
                 return entry[1]
 
@@ -389,7 +432,8 @@ class ClientConnection:
                     return index
             if time.monotonic() >= deadline or self.closed.is_set():
                 raise ClientFault(why, f"{expected or name.decode()} within {timeout:g} s",
-                                  "; ".join(command.describe() for _, command in self.received[since:]) or "nothing")
+                                  ("; ".join(command.describe() for _, command in self.received[since:]) or "nothing")
+                                  + (f"; {self.ended()}" if self.closed.is_set() else ""))
             await asyncio.sleep(0.02)
 
     async def subscribed(self, timeout: float = 5.0) -> wire.Command:
@@ -397,8 +441,37 @@ class ClientConnection:
         await self.expect(b"SUB", timeout=timeout, why="the consumer subscribes")
         return await self.expect(b"RDY", timeout=timeout, why="the consumer sends RDY after SUB")
 
+    def ended(self) -> str:
+        """How the connection ended, for a case that waited for more: a refusal names what nsqd refused."""
+        if self.malformed:
+            return f"the connection closed: the client sent a malformed frame ({self.malformed}), {self.refused_with}"
+        if self.refused_with:
+            return f"the connection closed: nsqd v1.3.0 refuses what the client sent with {self.refused_with}"
+        return "the connection closed first" + (" (by the client)" if self.closed_by_client else "")
+
     def commands(self, *names: bytes) -> list[wire.Command]:
         return [command for _, command in self.received if not names or command.name in names]
+
+
+def mpub_refusal(body: bytes) -> bytes | None:
+    """The error nsqd v1.3.0 answers an MPUB body it cannot read with (P-MPUB-02), or None."""
+    if len(body) < 4:
+        return b"E_BAD_BODY MPUB failed to read message count"
+    count = int.from_bytes(body[:4], "big", signed=True)
+    if count <= 0:
+        return b"E_BAD_BODY MPUB invalid message count %d" % count
+    position = 4
+    for index in range(count):
+        if len(body) - position < 4:
+            return b"E_BAD_MESSAGE MPUB failed to read message(%d) body size" % index
+        size = int.from_bytes(body[position:position + 4], "big", signed=True)
+        position += 4
+        if size <= 0:
+            return b"E_BAD_MESSAGE MPUB invalid message(%d) body size %d" % (index, size)
+        if len(body) - position < size:
+            return b"E_BAD_MESSAGE MPUB failed to read message body"
+        position += size
+    return None
 
 
 def case_token() -> str:

@@ -37,6 +37,7 @@ class FakeNsqlookupd:
         self._server: asyncio.base_events.Server | None = None
         self.address: tuple[str, int] = ("127.0.0.1", 0)
         self.up = False
+        self.refused = 0  # connections reset while down: the client's queries that found it down
 
     async def start(self) -> FakeNsqlookupd:
         """Up: listening and answering (again, after ``stop()``: a lookupd that comes back)."""
@@ -63,6 +64,7 @@ class FakeNsqlookupd:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if not self.up:
+            self.refused += 1
             writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.close()  # with SO_LINGER 0: a reset, as close to "connection refused" as a bound port gets
             return

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from conformance.verdicts import ERROR, FAIL, NON_STRICT, PASS, UNSUPPORTED
+from nsq_protocol.wire import ProtocolViolation
 
 MUST, SHOULD, MAY = "MUST", "SHOULD", "MAY"
 
@@ -24,11 +25,14 @@ class HarnessError(Exception):
 
 def verdict_of(level: str, error: BaseException | None) -> tuple[str, str]:
     """A case's verdict and message: a fault against a MUST is a FAIL, against a SHOULD a NON-STRICT; a MAY is a
-    feature the library may lack (UNSUPPORTED when it does), judged as a MUST when it has it."""
+    feature the library may lack (UNSUPPORTED when it does), judged as a MUST when it has it. A frame the client
+    sent that cannot be decoded is a FAIL whatever the level: nsqd closes the connection on it."""
     if error is None:
         return PASS, ""
     if isinstance(error, Unsupported):
         return UNSUPPORTED, str(error)
+    if isinstance(error, ProtocolViolation):  # the client's frame, not the harness: nsqd refuses it (C-18, P-MPUB-02)
+        return FAIL, f"a malformed frame from the client: {error}"
     if isinstance(error, AssertionError):
         return (NON_STRICT if level == SHOULD else FAIL), str(error)
     return ERROR, f"{type(error).__name__}: {error}"

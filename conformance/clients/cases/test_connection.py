@@ -1,6 +1,7 @@
 """NSQC-CONN: the magic, IDENTIFY and SUB a client opens a connection with."""
 import pytest
 
+from conformance.clients.fake_nsqd import identify_refusal
 from conformance.clients.judge import check
 from nsq_protocol import wire
 
@@ -56,3 +57,18 @@ async def test_sub_topic_and_channel(run):
     sub = await connection.expect(b"SUB", timeout=5.0, why="the consumer subscribes")
     expected = (run.topic.encode(), run.channel.encode())
     check(sub.params == expected, "SUB's parameters", " ".join(p.decode() for p in expected), sub.describe())
+
+
+@pytest.mark.nsqc("NSQC-CONN-006")
+async def test_identify_values_in_bounds(run):
+    """A consumer's and a publisher's IDENTIFY, each value within what nsqd v1.3.0 takes (ID-02..ID-08)."""
+    consumer_broker, publisher_broker = await run.nsqd(), await run.nsqd()
+    await run.consumer(consumer_broker)
+    await run.publisher(publisher_broker, [])
+    for role, broker in (("consumer", consumer_broker), ("publisher", publisher_broker)):
+        connection = await broker.next_connection(timeout=10.0, why=f"the {role} connects")
+        identify = await connection.expect(b"IDENTIFY", timeout=5.0, why=f"the {role} identifies")
+        refusal = identify_refusal(connection.identify) if isinstance(connection.identify, dict) else None
+        check(refusal is None, f"the {role}'s IDENTIFY values (heartbeat_interval, output_buffer_timeout, "
+              "output_buffer_size, sample_rate, msg_timeout)", "within nsqd v1.3.0's bounds",
+              f"nsqd refuses it: E_BAD_BODY {refusal.decode() if refusal else ''}; {identify.describe()}")

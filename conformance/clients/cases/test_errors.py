@@ -46,6 +46,7 @@ async def test_req_failed_is_not_fatal(run):
 
 @pytest.mark.nsqc("NSQC-ERR-003")
 async def test_touch_failed_is_not_fatal(run):
+    run.driver.require("touch")
     broker = await run.nsqd()
     _, connection = await run.subscribed(broker)
     connection.overrides[b"TOUCH"] = (b"E_TOUCH_FAILED TOUCH failed", False)

@@ -10,12 +10,16 @@ import pytest
 from conformance.clients.judge import check
 
 POLLS = 5.0  # seconds after the first /lookup in which a 1 s poll interval makes 4-5 more (3 to 10 accepted)
+FASTEST_GAP = 0.5  # seconds: half the poll interval; pynsq's and nsqjs's jitter delays a poll, never hastens it
 JOINS_WITHIN = 6.0  # seconds for a producer that appears on /lookup to get a connection (3 polls and a connect)
 LEFT_FOR = 4.0  # seconds that a producer gone from /lookup is watched for a reconnect
+FIRST_QUERY_WITHIN = 10.0  # seconds for a consumer's first /lookup (a loaded machine starts a driver slowly)
+DOWN_AFTER_FIRST_QUERY = 2.0  # seconds its lookupds stay down after that: one or two more polls find them down
 
 
 async def _consumer_on(run, lookupds, *brokers):
     """A consumer given only ``lookupds``; each of ``brokers`` is listed and gets a connection with SUB."""
+    run.driver.require("lookupd")
     for lookupd in lookupds:
         await run.list_producers(lookupd, *brokers)
     process = await run.consumer(max_in_flight=2, lookupds=tuple(lookupds))
@@ -30,6 +34,7 @@ async def _consumer_on(run, lookupds, *brokers):
 
 @pytest.mark.nsqc("NSQC-LOOKUP-001")
 async def test_lookup_finds_the_producers(run):
+    run.driver.require("lookupd")
     lookupd = await run.nsqlookupd()
     first, second = await run.nsqd(), await run.nsqd()
     await run.list_producers(lookupd, first, second)
@@ -51,8 +56,12 @@ async def test_lookup_is_polled(run):
     first, = await lookupd.queried(1, timeout=5.0, why="the consumer asks its lookupd")
     await asyncio.sleep(max(0.0, first.at + POLLS - run.transcript.now()))
     later = [query.at - first.at for query in lookupd.queries if first.at < query.at <= first.at + POLLS]
+    shown = f"{len(later)}" + (f" at {', '.join(f'+{at:.2f} s' for at in later)}" if later else "")
     check(3 <= len(later) <= 10, f"the /lookup queries in the {POLLS:g} s after the first (poll interval 1 s)",
-          "3 to 10", f"{len(later)}" + (f" at {', '.join(f'+{at:.2f} s' for at in later)}" if later else ""))
+          "3 to 10", shown)
+    gaps = [later - earlier for earlier, later in zip([0.0, *later], later, strict=False)]
+    check(min(gaps) >= FASTEST_GAP, "the time between two /lookup queries (poll interval 1 s)",
+          f"at least {FASTEST_GAP:g} s (half the interval)", f"{min(gaps):.3f} s; queries {shown}")
 
 
 @pytest.mark.nsqc("NSQC-LOOKUP-003")
@@ -60,6 +69,8 @@ async def test_new_producer_is_joined(run):
     lookupd = await run.nsqlookupd()
     first = await run.nsqd()
     await _consumer_on(run, [lookupd], first)
+    # listed only after two more polls: a client that asks at start and once more is not rescued by luck
+    await lookupd.queried(3, timeout=10.0, why="the consumer polls its lookupd (3 queries)")
     second = await run.nsqd()
     await run.list_producers(lookupd, first, second)
     connection = await second.next_connection(timeout=JOINS_WITHIN, why="the consumer joins a producer that "
@@ -86,14 +97,22 @@ async def test_tombstoned_producer_is_left(run):
 
 
 async def _back_after_being_down(run, lookupds, returning):
-    """A consumer given ``lookupds``, all down when it starts; ``returning`` comes back 2.5 s later (two or three
-    polls found it down) listing an nsqd, which must get a connection with SUB within JOINS_WITHIN."""
+    """A consumer given ``lookupds``, all down when it starts; ``returning`` comes back 2 s after the consumer's
+    first query found them down (a client that queries once, late, would otherwise find it up by luck), listing an
+    nsqd, which must get a connection with SUB within JOINS_WITHIN."""
+    run.driver.require("lookupd")
     broker = await run.nsqd()
     for lookupd in lookupds:
         await lookupd.stop()
         await run.list_producers(lookupd, broker)
     process = await run.consumer(max_in_flight=2, lookupds=tuple(lookupds))
-    await asyncio.sleep(2.5)
+    deadline = asyncio.get_running_loop().time() + FIRST_QUERY_WITHIN
+    while not any(lookupd.refused for lookupd in lookupds) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    check(any(lookupd.refused for lookupd in lookupds), "the consumer's first query, its lookupds down",
+          f"a GET /lookup within {FIRST_QUERY_WITHIN:g} s", "none" + (f"; the driver exited with {process.exit_code}"
+                                                                     if process.exit_code is not None else ""))
+    await asyncio.sleep(DOWN_AFTER_FIRST_QUERY)
     await returning.start()
     connection = await broker.next_connection(timeout=JOINS_WITHIN, why=f"the consumer connects once nsqlookupd "
                                               f"{returning.name} is back")

@@ -30,6 +30,7 @@ async def test_requeue_with_delay(run):
 
 @pytest.mark.nsqc("NSQC-MSG-003")
 async def test_touch_then_finish(run):
+    run.driver.require("touch")
     _, connection = await run.subscribed(await run.nsqd())
     message_id = await connection.send_message(contract.instruction(contract.TOUCH, times=2, every_ms=200))
     answers = [await connection.expect(b"TOUCH", b"FIN", b"REQ", timeout=3.0, why=f"answer {n} of 3 (2 TOUCH, FIN)")
@@ -61,3 +62,15 @@ async def test_over_max_attempts_finished_unhandled(run):
           f"called: {handled[0].fields}" if handled else "")
     check(answer.name == b"FIN" and answer.params == (message_id,), "the answer", f"FIN {message_id.decode()}",
           _names(answer))
+
+
+@pytest.mark.nsqc("NSQC-MSG-006")
+async def test_failed_handler_requeue_delay_as_documented(run):
+    """Attempt 2, so that a delay times the attempts (pynsq, go-nsq) is told apart from a fixed one (nsqjs)."""
+    _, connection = await run.subscribed(await run.nsqd())
+    message_id = await connection.send_message(contract.instruction(contract.FAIL), attempts=2)
+    answer = await connection.expect(b"FIN", b"REQ", timeout=5.0, why="the failed message is answered")
+    expected = run.driver.requeue_delay_ms(attempts=2)
+    check(answer.name == b"REQ" and answer.params == (message_id, str(expected).encode()),
+          f"the REQ of a failed handler, attempt 2 ({run.driver.library}: {run.driver.requeue_delay})",
+          f"REQ {message_id.decode()} {expected}", _names(answer))

@@ -26,6 +26,7 @@ async def test_pub(run):
 
 @pytest.mark.nsqc("NSQC-PUB-002")
 async def test_mpub(run):
+    run.driver.require("mpub")
     bodies = ["first", "second with spaces", "third\nwith a newline", "x" * 3000]
     _, connection = await _published(run, [{"op": "mpub", "bodies": bodies}])
     mpub = await connection.expect(b"MPUB", b"PUB", timeout=5.0, why="the publisher sends MPUB")

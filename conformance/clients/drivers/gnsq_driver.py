@@ -22,7 +22,8 @@ env = os.environ
 addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
 lookupds = ["http://" + address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
 poll_interval = int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000")) / 1000  # gnsq takes seconds
-heartbeat_interval = int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000")) / 1000  # gnsq takes seconds
+# gnsq takes whole seconds and sends 1000 times them: a float (1.0) would go out as 1000.0, which nsqd refuses
+heartbeat_interval = max(1, int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000")) // 1000)
 stopped = gevent.event.Event()
 
 

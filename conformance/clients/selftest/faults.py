@@ -21,7 +21,11 @@ class Fault:
     text: str
     kills: tuple[str, ...]  # the case IDs that must not PASS
     rewrite: Callable[[wire.Command], bytes] = _same  # a command as the broker gets it (b"" drops it)
+    # the same, knowing what the connection's earlier commands left in ``state`` (a dict per connection)
+    rewrite_after: Callable[[wire.Command, dict], bytes] | None = None
     late: Callable[[wire.Command], float] = lambda command: 0.0  # seconds to hold a command back
+    # the same, knowing what the connection's earlier commands left in ``state`` (a dict per connection)
+    late_after: Callable[[wire.Command, dict], float] | None = None
     magic_as: bytes | None = None
     tell: Callable[[wire.Frame], bytes | None] = lambda frame: frame.encode()  # a frame as the client gets it
     refuse_after: int = 0  # connections after this many are refused (0: none)
@@ -31,6 +35,7 @@ class Fault:
     # lookupd this is ("lookupd": 0 for the first the client was given)
     lookup: Callable[[dict, str], str | None] = lambda shared, target: target
     lookup_stale: bool = False  # every /lookup is answered with the first answer (the client never re-reads it)
+    lookup_copies: int = 1  # each /lookup reaches the lookupd this many times, at once (a client polling in a loop)
     # past an IDENTIFY that asks for a layer the proxy reads no more: the client's n-th chunk as the broker gets it
     upgraded: Callable[[int, bytes], bytes] = lambda number, data: data
     # what the broker gets from "the client" right after an IDENTIFY answer that turns a layer on
@@ -41,11 +46,11 @@ class Fault:
     def magic(self, magic: bytes) -> bytes:
         return self.magic_as if self.magic_as is not None else magic
 
-    def command(self, command: wire.Command) -> bytes:
-        return self.rewrite(command)
+    def command(self, command: wire.Command, state: dict) -> bytes:
+        return self.rewrite_after(command, state) if self.rewrite_after else self.rewrite(command)
 
-    def delay(self, command: wire.Command) -> float:
-        return self.late(command)
+    def delay(self, command: wire.Command, state: dict) -> float:
+        return self.late_after(command, state) if self.late_after else self.late(command)
 
     def frame(self, frame: wire.Frame) -> bytes | None:
         return self.tell(frame)
@@ -78,6 +83,32 @@ def _flip_last_byte(number: int, data: bytes) -> bytes:
 
 def _identify_layers(fields: dict) -> dict:
     return {key: value for key, value in fields.items() if key not in ("tls_v1", "snappy", "deflate")}
+
+
+def _never_leaves_backoff(command: wire.Command, state: dict) -> bytes:
+    """Once an RDY 0 went out (a backoff), every later RDY is 0 too: the backoff never ends."""
+    if command.name != b"RDY":
+        return command.encode()
+    state["backed_off"] = state.get("backed_off") or command.params == (b"0",)
+    return wire.encode_command("RDY", 0) if state["backed_off"] else command.encode()
+
+
+def _first_backoff_longest(command: wire.Command, state: dict) -> float:
+    """The RDY that ends the first backoff is held 6 s: the first backoff outlasts the client's later ones."""
+    if command.name != b"RDY":
+        return 0.0
+    if command.params == (b"0",):
+        state["backoffs"] = state.get("backoffs", 0) + 1
+        return 0.0
+    if state.get("backoffs") == 1 and not state.get("held"):
+        state["held"] = True
+        return 6.0
+    return 0.0
+
+
+def _mpub_count_plus_one(command: wire.Command) -> bytes:
+    count = int.from_bytes(command.body[:4], "big")
+    return wire.encode_command("MPUB", *command.params, body=(count + 1).to_bytes(4, "big") + command.body[4:])
 
 
 def _other_id(message_id: bytes) -> bytes:
@@ -167,4 +198,24 @@ FAULTS = {fault.name: fault for fault in (
           rewrite=_only(b"RDY", lambda command: wire.encode_command("RDY", 3) if command.params == (b"1",)
                         else command.encode())),
     Fault("auth-dropped", "AUTH never goes out", ("NSQC-NEG-006",), rewrite=_only(b"AUTH", lambda command: b"")),
+    # the kinds of issue 33: each one a MUST broken (FAIL without a baseline) unless its cases are SHOULDs
+    Fault("heartbeat-in-seconds", "IDENTIFY asks for heartbeat_interval 1 (seconds, not ms): nsqd refuses it",
+          ("NSQC-CONN-004", "NSQC-CONN-006", "NSQC-HB-001"),
+          rewrite=_identify(lambda fields: {**fields, "heartbeat_interval": 1})),
+    Fault("rdy-over-max-rdy-count", "RDY 5000, above nsqd's max_rdy_count 2500", ("NSQC-RDY-001",),
+          rewrite=_only(b"RDY", lambda command: wire.encode_command("RDY", 5000))),
+    Fault("mpub-count-wrong", "MPUB's message count is one more than the messages", ("NSQC-PUB-002",),
+          rewrite=_only(b"MPUB", _mpub_count_plus_one)),
+    Fault("req-delay-in-seconds", "REQ's delay is sent in seconds (1000 ms as 1)", ("NSQC-MSG-002", "NSQC-MSG-006"),
+          rewrite=_only(b"REQ", lambda command: wire.encode_command("REQ", command.params[0],
+                                                                     int(command.params[1]) // 1000))),
+    Fault("backoff-never-left", "after the first RDY 0 every RDY is 0: the backoff never ends",
+          ("NSQC-RDY-003", "NSQC-RDY-005", "NSQC-RDY-006"), rewrite_after=_never_leaves_backoff),
+    Fault("lookup-twice", "/lookup is asked at start and once more, then never", ("NSQC-LOOKUP-002",
+                                                                                 "NSQC-LOOKUP-003"),
+          lookup=lambda shared, target: target if shared["queries"] <= 2 else None),
+    Fault("backoff-shrinks", "the first backoff lasts 6 s, the later ones less (a backoff that does not grow)",
+          ("NSQC-RDY-007",), late_after=_first_backoff_longest),
+    Fault("lookup-hammered", "each /lookup poll is three queries at once (a poll loop without its interval)",
+          ("NSQC-LOOKUP-002",), lookup_copies=3),
 )}

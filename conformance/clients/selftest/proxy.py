@@ -55,6 +55,7 @@ class FaultyProxy(_Proxy):
     async def _client_to_server(self, reader, writer) -> None:
         decoder = wire.CommandDecoder(pause_at_upgrade=True)
         upgraded = None  # chunks passed on since IDENTIFY asked for a layer: from then on bytes pass unread
+        state: dict = {}  # what the fault keeps about this connection's commands
         try:
             while data := await reader.read(65536):
                 if upgraded is None and decoder.paused:
@@ -69,9 +70,9 @@ class FaultyProxy(_Proxy):
                 if not magic_seen and decoder.magic is not None:
                     writer.write(self.fault.magic(decoder.magic))
                 for command in commands:
-                    if delay := self.fault.delay(command):
+                    if delay := self.fault.delay(command, state):
                         await asyncio.sleep(delay)
-                    writer.write(self.fault.command(command))
+                    writer.write(self.fault.command(command, state))
                     if command.name == self.fault.hang_up_after:
                         self.transcript.note(f"selftest fault {self.fault.name}: hung up after {command.describe()}")
                         await writer.drain()
@@ -138,13 +139,9 @@ class FaultyLookupProxy(_Proxy):
                 self.transcript.note(f"selftest fault {self.fault.name}: {target} answered with the first answer")
                 client_writer.write(self.shared["first_answer"])
                 return
-            try:
-                server_reader, server_writer = await asyncio.open_connection(*self.upstream)
-                server_writer.write(f"{method} {changed} {version}\r\n".encode("latin-1") + rest)
-                answer = await server_reader.read()
-                server_writer.close()
-            except OSError:
-                answer = b""
+            answers = await asyncio.gather(*(self._ask(f"{method} {changed} {version}\r\n".encode("latin-1") + rest)
+                                             for _ in range(self.fault.lookup_copies)))
+            answer = answers[0]
             if not answer:  # the lookupd is down
                 self.shared["failed"] = True
                 return
@@ -154,3 +151,14 @@ class FaultyLookupProxy(_Proxy):
             pass
         finally:
             client_writer.close()
+
+    async def _ask(self, request: bytes) -> bytes:
+        """The lookupd's answer to ``request``; b"" when it is down."""
+        try:
+            server_reader, server_writer = await asyncio.open_connection(*self.upstream)
+            server_writer.write(request)
+            answer = await server_reader.read()
+            server_writer.close()
+        except OSError:
+            return b""
+        return answer
