@@ -10,7 +10,8 @@ broker's capture. The score counts the faults that change TCP traffic (hooks on 
 kept open, a death); faults of the HTTP API alone are listed apart.
 
 Writes ``<reports>/mutation-passive.json`` and ``.md``: per fault the active cases that killed it and the monitors
-that named it. Exit status: 0 at 80 % or more, 1 below, 2 when the control shows a violation or a run fails.
+that named it; ``--rejudge`` judges the captures of the last run again, without running the suite. Exit status: 0
+at 80 % or more, 1 below, 2 when the control shows a violation or a run fails.
 
     python -m conformance.selftest.mutation_passive [--fault NAME ...] [--jobs 1] [-- PYTEST ARGS]
 """
@@ -46,8 +47,6 @@ def expected_items(fault: Fault) -> set[str]:
 
 def run_fault(fault: Fault, reports: Path, workers: int, timeout: float, pytest_args: list[str],
               own_cases: bool = False) -> dict:
-    from spark_analysis.monitoring import judge_capture
-
     run_dir = reports / "runs" / fault.name
     run_dir.mkdir(parents=True, exist_ok=True)
     capture = run_dir / "suite.pcap"
@@ -67,22 +66,29 @@ def run_fault(fault: Fault, reports: Path, workers: int, timeout: float, pytest_
                                str(http_port), "--output", str(capture), "--", *suite], run_dir / "capture.log",
                               timeout)
     result = {"fault": fault.name, "section": fault.section, "bug": fault.bug, "tcp_visible": tcp_visible(fault),
-              "expected_items": sorted(expected_items(fault)), "seconds": round(time.monotonic() - started, 1)}
+              "expected_items": sorted(expected_items(fault)), "seconds": round(time.monotonic() - started, 1),
+              "ports": [port, http_port]}
     report = run_dir / "suite" / "report.json"
     if outcome != "finished" or not capture.is_file() or not report.is_file():
         return {**result, "status": "error", "why": outcome if outcome != "finished" else "no capture or report"}
     cases = json.loads(report.read_text())["cases"]
     result["killed_by"] = sorted(case["id"] for case in cases if case["verdict"] in ("FAIL", "PRECONDITION"))
+    return judged(result, capture)
+
+
+def judged(result: dict, capture: Path) -> dict:
+    """``result`` with what the monitors found in its run's ``capture``, and its status."""
+    from spark_analysis.monitoring import judge_capture
+
+    port, http_port = result["ports"]
     judges = judge_capture(str(capture), frozenset({port}), frozenset({http_port}))
-    violations = [v for judge in judges.values() for v in judge.violations]
-    broker_side = Counter(v.item for v in violations if v.side == "broker")
-    result["monitors"] = dict(broker_side.most_common())
-    result["examples"] = {v.item: v.describe() for v in violations if v.side == "broker"}
-    named = sorted(set(broker_side) & set(result["expected_items"]))
-    if fault.name == "none":
-        return {**result, "status": "control clean" if not broker_side else "control VIOLATES"}
-    status = "named" if named else "seen" if broker_side else "missed"
-    return {**result, "status": status, "named_by": named}
+    violations = [v for judge in judges.values() for v in judge.violations if v.side == "broker"]
+    found = Counter(v.item for v in violations)
+    result = {**result, "monitors": dict(found.most_common()), "examples": {v.item: v.describe() for v in violations}}
+    named = sorted(set(found) & set(result["expected_items"]))
+    if result["fault"] == "none":
+        return {**result, "status": "control clean" if not found else "control VIOLATES"}
+    return {**result, "status": "named" if named else "seen" if found else "missed", "named_by": named}
 
 
 def summarize(results: list[dict], seconds: float) -> dict:
@@ -122,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4, help="parallel cases per suite run (default 4)")
     parser.add_argument("--timeout", type=float, default=420, help="seconds per suite run (default 420)")
     parser.add_argument("--reports-dir", type=Path, default=Path("reports/mutation-passive"))
+    parser.add_argument("--rejudge", action="store_true",
+                        help="run no suite: judge the captures of the last run in --reports-dir again (the monitors "
+                             "changed)")
     parser.add_argument("--own-cases", action="store_true",
                         help="each fault's traffic from the cases of its own requirements only (faster; the "
                              "control runs the whole suite)")
@@ -138,8 +147,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(result.get('monitors', {})) or result.get('why', '')}", flush=True)
         return result
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(one, [BY_NAME["none"], *picked]))
+    if args.rejudge:
+        before = json.loads((args.reports_dir / "mutation-passive.json").read_text())["faults"]
+        results = [judged(result, args.reports_dir / "runs" / result["fault"] / "suite.pcap")
+                   if result["status"] != "error" else result for result in before]
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            results = list(pool.map(one, [BY_NAME["none"], *picked]))
     summary = summarize(results, time.monotonic() - started)
     (args.reports_dir / "mutation-passive.json").write_text(json.dumps({"summary": summary, "faults": results},
                                                                        indent=1))
