@@ -287,7 +287,7 @@ class _V2Walk(StreamWalk):
             except wire.ProtocolViolation as exc:
                 self._lose("decompression_failed", str(exc))
                 return
-        self.feed(rest)
+        self._feed_resynchronising(rest)
 
 
 class _ServerSide(_V2Walk):
@@ -306,8 +306,8 @@ class _ServerSide(_V2Walk):
         self.decoder = wire.FrameDecoder()  # resumed mid-stream: its upgrade point, if any, is long past
         self.identify_pending = False
 
-    def find_start(self, buffer) -> int:
-        return _frame_start(buffer, 0)
+    def find_start(self, buffer, start: int) -> int:
+        return _frame_start(buffer, start)
 
     def feed(self, data: bytes):
         try:

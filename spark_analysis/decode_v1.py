@@ -69,8 +69,8 @@ class _Replies(StreamWalk):
     def reset(self):
         self.decoder = wire_v1.V1ReplyDecoder()
 
-    def find_start(self, buffer) -> int:
-        match = _REPLY_START.search(buffer)
+    def find_start(self, buffer, start: int) -> int:
+        match = _REPLY_START.search(buffer, start)
         return match.start() if match else -1
 
     def feed(self, data: bytes):

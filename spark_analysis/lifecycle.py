@@ -425,7 +425,9 @@ def messages(delivery: pa.Table, first_published: pa.Table) -> pa.Table:
     joined = per_message.append_column("publish_command_ts_ns", found["ts_ns"]).append_column(
         "publish_command", found["command"])
     def milliseconds(end: str, start: str):
-        return pc.divide(pc.cast(pc.subtract(joined[end], joined[start]), pa.float64()), NS_PER_MS)
+        # a broker's timestamp (C-09) may be anything: a difference beyond 2**53 ns (104 days) is kept as the nearest
+        # double, not refused
+        return pc.divide(pc.cast(pc.subtract(joined[end], joined[start]), pa.float64(), safe=False), NS_PER_MS)
 
     return joined.append_column(
         "publish_to_first_delivery_ms", milliseconds("first_delivery_ts_ns", "publish_ts_ns")

@@ -220,6 +220,8 @@ def _flow_control(frame) -> str:
         inflight = group[group["in_flight"].notna()]
         (line,) = axis.plot((inflight["ts_ns"] - start) / NS_PER_S, inflight["in_flight"], linewidth=1, label=label)
         rdy = group[group["rdy"].notna()]
+        if rdy.empty:  # no RDY whose count could be read (a client's "RDY a")
+            continue
         # RDY holds until changed (D-02): draw each value up to the connection's last sample
         times = [*rdy["ts_ns"], group["ts_ns"].max()]
         axis.step(

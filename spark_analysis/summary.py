@@ -287,7 +287,9 @@ def _published(activity: list[dict], nsq_conns: dict) -> dict[str, Published]:
     """Per topic, what its accepted commands published."""
     result: dict[str, Published] = {}
     for a in activity:
-        if a["status"] != Status.OK or a["conn_id"] not in nsq_conns:
+        # A publish that named no topic is refused by nsqd before anything else (P-PUB-02, P-MPUB-02, P-DPUB-02):
+        # whatever a broken broker answered, no topic holds it.
+        if a["status"] != Status.OK or a["conn_id"] not in nsq_conns or a["topic"] is None:
             continue
         if a["kind"] == Kind.PUBLISH:
             entry = result.setdefault(a["topic"], Published())
