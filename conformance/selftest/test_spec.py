@@ -78,7 +78,7 @@ def test_trace_requirements_judge_their_item():
     wrong = [f"{i}: {r}" for i, r in traced.items()
              if r not in requirements() or i not in behaviour_ids_of(requirements()[r])]
     assert not wrong, "trace_requirement that is not a requirement judging the item:\n" + "\n".join(wrong)
-    assert traced  # spark_analysis/violations.py's checks: D-01, P-FIN-04, C-23, C-28, C-29
+    assert traced  # spark_analysis/judge/violations.py's checks: D-01, P-FIN-04, C-23, C-28, C-29
 
 
 def marked_cases():

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from trace_helpers import walk
 
 from spark_analysis.analysis import DEFAULT_NSQ_PORTS, decode_flow, flow_runs
-from spark_analysis.kinds import Direction
+from spark_analysis.decode.kinds import Direction
 
 # the errors after which a direction is not decoded any more: its bytes are not counted one by one
 DIRECTION_LOST = {"tls_opaque", "decompression_failed", "compressed_stream_gap", "bad_magic"}

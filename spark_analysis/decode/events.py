@@ -1,6 +1,6 @@
 """What the decoders of both protocols share: the event schema, the row builder of one connection, the walk over
-a stream's chunks and gaps with resync, and the pairing of commands with their answers. ``decode.py`` decodes nsqd's
-V2 connections with it, ``decode_v1.py`` nsqlookupd's V1 ones."""
+a stream's chunks and gaps with resync, and the pairing of commands with their answers. ``decode/v2.py`` decodes nsqd's
+V2 connections with it, ``decode/v1.py`` nsqlookupd's V1 ones."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsq_protocol import wire
-from spark_analysis.identify import IDENTIFY_RESPONSE_TYPE, IDENTIFY_TYPE
-from spark_analysis.kinds import Close, Direction, Kind, Status
-from spark_analysis.reassembly import Connection, Gap, Stream
-from spark_analysis.violations import ID_ERRORS
+from spark_analysis.decode.identify import IDENTIFY_RESPONSE_TYPE, IDENTIFY_TYPE
+from spark_analysis.decode.kinds import Close, Direction, Kind, Status
+from spark_analysis.judge.violations import ID_ERRORS
+from spark_analysis.read.reassembly import Connection, Gap, Stream
 
 # The connection row's facts (kind connection): what the capture shows of the connection, and the protocol's.
 CONNECTION_TYPE = pa.struct(

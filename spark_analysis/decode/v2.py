@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsq_protocol import wire
-from spark_analysis import decode_v1
-from spark_analysis.events import (
+from spark_analysis.decode import v1
+from spark_analysis.decode.events import (
     AnswerPairing,
     CommandWalk,
     Rows,
@@ -33,11 +33,11 @@ from spark_analysis.events import (
     connection_row,
     first_bytes,
 )
-from spark_analysis.identify import identify_struct, json_object, response_struct
-from spark_analysis.kinds import Close, Direction, Kind, Status
-from spark_analysis.reassembly import Connection, Stream
-from spark_analysis.settlements import DELIVERED_SCHEMA, Settlements
-from spark_analysis.violations import ID_ERRORS, NS_PER_S, ConnectionChecks
+from spark_analysis.decode.identify import identify_struct, json_object, response_struct
+from spark_analysis.decode.kinds import Close, Direction, Kind, Status
+from spark_analysis.derive.settlements import DELIVERED_SCHEMA, Settlements
+from spark_analysis.judge.violations import ID_ERRORS, NS_PER_S, ConnectionChecks
+from spark_analysis.read.reassembly import Connection, Stream
 
 # Commands that get exactly one response or error frame in command order (C-13).
 ANSWERED_COMMANDS = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
@@ -110,9 +110,9 @@ class _CarriedDeflate(wire.DeflateStreamDecoder):
 
 
 class ConnectionDecoder:
-    """One connection's events, one window of its streams after another (reassembly.py): ``window()`` after each
+    """One connection's events, one window of its streams after another (read/reassembly.py): ``window()`` after each
     window the reassembly hands out (the last one too), then ``finish()``. Each returns the events that became final
-    and the deliveries they settled (settlements.py): a window's rows are held until the next
+    and the deliveries they settled (derive/settlements.py): a window's rows are held until the next
     window is paired, so that an answer or an ID error there still reaches them, and the checks, settlements and
     the connection's facts carry their state across. Memory is bounded by two windows' rows, the messages in flight
     and 8 bytes per message delivered."""
@@ -158,9 +158,9 @@ class ConnectionDecoder:
     def _begin(self):
         conn = self.conn
         self.magic = first_bytes(conn.c2s, 4)
-        if decode_v1.is_lookupd(conn):
+        if v1.is_lookupd(conn):
             self.protocol = "lookupd"
-            self.walks = decode_v1.walks(conn)
+            self.walks = v1.walks(conn)
             self.pairing = AnswerPairing(None)  # every V1 command gets one reply, in order (L-TCP-02)
             return
         # NSQ: the V2 magic (C-01), a known port, or a server that answers in NSQ frames (E_BAD_PROTOCOL

@@ -10,8 +10,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from spark_analysis.kinds import Kind, Status
-from spark_analysis.lifecycle import LATENCY_COLUMNS, MESSAGE_KEY, Totals
+from spark_analysis.decode.kinds import Kind, Status
+from spark_analysis.derive.lifecycle import LATENCY_COLUMNS, MESSAGE_KEY, Totals
 
 PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
 NS_PER_S = 1e9
@@ -152,7 +152,7 @@ class Summary:
 
 
 def summarise(rows: Mapping[str, list[dict]], lifecycles: Totals) -> Summary:
-    """``rows``: the connections table and the other tallies (tallies.py); ``lifecycles``: what the lifecycle
+    """``rows``: the connections table and the other tallies (derive/tallies.py); ``lifecycles``: what the lifecycle
     tasks counted over every message."""
     conns = rows["connections"]
     nsq_conns = {c["conn_id"]: c for c in conns if c["to_nsqd_port"]}

@@ -19,10 +19,10 @@ from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from conformance.catalogue import requirements  # noqa: E402
-from spark_analysis.kinds import Status  # noqa: E402
-from spark_analysis.lifecycle import LATENCY_COLUMNS, Totals  # noqa: E402
-from spark_analysis.storage import LOCAL, Storage, join  # noqa: E402
-from spark_analysis.summary import message_events  # noqa: E402
+from spark_analysis.decode.kinds import Status  # noqa: E402
+from spark_analysis.derive.lifecycle import LATENCY_COLUMNS, Totals  # noqa: E402
+from spark_analysis.read.storage import LOCAL, Storage, join  # noqa: E402
+from spark_analysis.report.summary import message_events  # noqa: E402
 
 NS_PER_S = 1_000_000_000
 CDF_POINTS = 200
