@@ -33,7 +33,7 @@ from spark_analysis.decode.events import (
     connection_row,
     first_bytes,
 )
-from spark_analysis.decode.identify import identify_struct, json_object, response_struct
+from spark_analysis.decode.identify import identify_struct, json_object, response_struct, stated
 from spark_analysis.decode.kinds import Close, Direction, Kind, Status
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA, Settlements
 from spark_analysis.judge.violations import ID_ERRORS, NS_PER_S, ConnectionChecks
@@ -180,7 +180,7 @@ class ConnectionDecoder:
         if self.protocol == "nsq":
             client = self.walks[1]
             if self.checks is None:
-                self.checks = ConnectionChecks(client.identify, self.upgrade.identify)
+                self.checks = ConnectionChecks(client.identify, stated(response_struct(self.upgrade.identify)))
                 self.settlements = Settlements(self.checks.msg_timeout_ns)
             checked = rows.is_in("kind", Kind.COMMAND, Kind.FRAME)
             findings, in_flight = self.checks.run(rows.columns, rows.time_order(), checked, last)
@@ -405,7 +405,7 @@ class _ClientSide(_V2Walk, CommandWalk):
         # first, says whether the bytes after it go through a new layer (ID-30).
         self.decoder = wire.CommandDecoder(pause_at_upgrade=True)
         self.subscription: tuple[str | None, str | None] = (None, None)
-        self.identify: dict = {}  # the first IDENTIFY's fields, for the checks
+        self.identify: dict = {}  # the first IDENTIFY's fields, those of their type (identify.stated), for the checks
         self.identify_struct: dict | None = None  # and as the connection row's identify_request
         # the bytes after the IDENTIFY while the server's answer is in a window still to come
         self.unanswered: bytearray | None = None
@@ -508,7 +508,7 @@ class _ClientSide(_V2Walk, CommandWalk):
         elif name == "IDENTIFY":
             identify = identify_struct(command.body)
             if not self.identify:
-                self.identify, self.identify_struct = json_object(command.body), identify
+                self.identify, self.identify_struct = stated(identify), identify
             add(ts_ns, direction, Kind.COMMAND, name, identify=identify)
         else:
             add(ts_ns, direction, Kind.COMMAND, name, arguments=" ".join(p.decode("latin-1") for p in params) or None)

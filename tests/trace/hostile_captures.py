@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
@@ -28,6 +28,19 @@ ERROR_CODES = st.sampled_from(["E_INVALID", "E_BAD_TOPIC", "E_BAD_CHANNEL", "E_B
 # decoder can only skip them.
 GARBAGE = st.binary(min_size=1, max_size=300).map(lambda data: bytes(0x80 | byte for byte in data))
 MESSAGE_ID = st.one_of(st.just(b"0123456789abcdef"), st.binary(min_size=16, max_size=16))
+IDENTIFY_BODIES = st.sampled_from([b"{}", b"not json", b'{"msg_timeout": "x", "heartbeat_interval": "y"}',
+                                  b'{"msg_timeout": 1000, "heartbeat_interval": -1}', b"[1, 2]", b'{"client_id": null}',
+                                  b'{"feature_negotiation": true, "output_buffer_timeout": null}'])
+# nsqd's answer to IDENTIFY, with values of any type (a broken broker's): the layers it agrees to switch the rest
+IDENTIFY_RESPONSES = st.fixed_dictionaries({}, optional={
+    "msg_timeout": st.sampled_from([1000, -1, "x", None, 10**30, 1.5]),
+    "heartbeat_interval": st.sampled_from([1000, -1, 0, "x"]),
+    "max_rdy_count": st.sampled_from([2500, 0, "x"]),
+    "output_buffer_timeout": st.sampled_from([250, -1, None]),
+    "snappy": st.booleans(),
+    "deflate": st.booleans(),
+    "tls_v1": st.booleans(),
+}).map(lambda fields: json.dumps(fields).encode())
 VERBS = ["IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "RDY", "FIN", "REQ", "TOUCH", "CLS", "NOP"]
 
 
@@ -46,6 +59,11 @@ class HostileConnection:
     handshake: bool = True  # False: the capture starts mid-connection
     close: bool = True
     compressed: str | None = None  # snappy | deflate: negotiated by the first two pieces
+
+    @property
+    def captured(self) -> bool:
+        """Whether the capture holds any packet of it."""
+        return self.handshake or self.close or any(piece.captured and piece.data for piece in self.pieces)
 
     def undecodable(self, direction: str) -> int:
         return sum(piece.undecodable for piece in self.pieces if piece.direction == direction and piece.captured)
@@ -70,9 +88,7 @@ def commands(draw) -> Piece:
             struct.pack(">I", len(b)) + b for b in bodies)
         data = wire.encode_command(verb, *_param(topic), body=draw(st.sampled_from([mpub, body])))
     elif verb == "IDENTIFY":
-        identify = draw(st.sampled_from([b"{}", b"not json", b'{"msg_timeout": "x", "heartbeat_interval": -1}',
-                                         b'{"msg_timeout": 1000}', b"[1, 2]", b'{"client_id": null}']))
-        data = wire.encode_command(verb, body=identify)
+        data = wire.encode_command(verb, body=draw(IDENTIFY_BODIES))
     elif verb == "AUTH":
         data = wire.encode_command(verb, body=body)
     elif verb == "SUB":
@@ -109,22 +125,14 @@ def frames(draw) -> Piece:
     elif kind == "close_wait":
         data = b"CLOSE_WAIT"
     elif kind == "identify":
-        data = json.dumps(draw(st.fixed_dictionaries({}, optional={
-            "msg_timeout": st.sampled_from([1000, -1, "x", None, 10**30]),
-            "heartbeat_interval": st.sampled_from([1000, -1, 0, "x"]),
-            "max_rdy_count": st.sampled_from([2500, 0, "x"]),
-            "output_buffer_timeout": st.sampled_from([250, -1, None]),
-            "snappy": st.booleans(),
-            "deflate": st.booleans(),
-            "tls_v1": st.booleans(),
-        }))).encode()
+        data = draw(IDENTIFY_RESPONSES)
     elif kind == "error":
         code = draw(ERROR_CODES)
         data = f"{code} {draw(st.sampled_from(['', 'PUB topic name must be valid', 'FIN 0123456789abcdef failed']))}"
         data = data.encode()
     elif kind == "message":
         data = wire.encode_message(draw(st.sampled_from([0, -1, 2**62])), draw(st.sampled_from([0, 1, 65535])),
-                                   draw(MESSAGE_ID), draw(st.binary(max_size=20)))[8:]
+                                   draw(MESSAGE_ID), draw(st.binary(max_size=20)))
     else:
         data = draw(st.binary(max_size=30))
     return Piece(SERVER, wire.encode_frame(frame_type, data))
@@ -146,16 +154,20 @@ def connections(draw) -> HostileConnection:
         if piece.undecodable == 0 and draw(st.integers(0, 9)) == 0:
             piece.captured = False  # the capture lost it: a gap, and a resync after it
     handshake = draw(st.booleans())
-    compressed = draw(st.sampled_from([None, None, "snappy", "deflate"])) if handshake else None
+    negotiation = draw(st.sampled_from([None, "identify", "snappy", "deflate"])) if handshake else None
+    compressed = negotiation if negotiation in ("snappy", "deflate") else None
     if handshake:
         opening = [Piece(CLIENT, wire.MAGIC_V2)]
-        if compressed:
+        if negotiation == "identify":  # whatever the broker answers, what follows is decoded as it says
+            opening += [Piece(CLIENT, wire.encode_command("IDENTIFY", body=draw(IDENTIFY_BODIES))),
+                        Piece(SERVER, wire.encode_frame(wire.FRAME_RESPONSE, draw(IDENTIFY_RESPONSES)))]
+        elif compressed:
             identify = json.dumps({"feature_negotiation": True, compressed: True}).encode()
             response = json.dumps({compressed: True, "max_rdy_count": 2500, "msg_timeout": 60000}).encode()
             opening += [Piece(CLIENT, wire.encode_command("IDENTIFY", body=identify)),
                         Piece(SERVER, wire.encode_frame(wire.FRAME_RESPONSE, response))]
             # nothing is decodable past garbage sent through a compression layer: the rest of the direction is lost
-            pieces = [Piece(p.direction, p.data, raw=draw(st.integers(0, 4)) == 0) for p in pieces]
+            pieces = [replace(piece, raw=draw(st.integers(0, 4)) == 0) for piece in pieces]
         pieces = opening + pieces
     for direction in (CLIENT, SERVER):
         last = [p for p in pieces if p.direction == direction and p.captured]
