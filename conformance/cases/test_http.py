@@ -63,7 +63,7 @@ def test_unknown_path_and_wrong_method(nsq, http):
 
 @requirement("NSQ-HTTP-003")
 def test_pub_argument_checks(nsq, http):
-    """MSG_EMPTY is checked before the topic, then MISSING_ARG_TOPIC, INVALID_TOPIC (H-PUB-02/03; rec-0209)."""
+    """MSG_EMPTY is checked before the topic, then MISSING_ARG_TOPIC, INVALID_TOPIC (H-PUB-02, H-PUB-03; rec-0209)."""
     expect(nsq, http.post("/pub", b""), 400, "MSG_EMPTY")
     expect(nsq, http.post(f"/pub?topic={nsq.topic()}", b""), 400, "MSG_EMPTY")
     expect(nsq, http.post("/pub", b"x"), 400, "MISSING_ARG_TOPIC")
@@ -72,7 +72,7 @@ def test_pub_argument_checks(nsq, http):
 
 @requirement("NSQ-HTTP-003")
 def test_pub_publishes_and_only_post_is_routed(nsq, http):
-    """POST /pub -> 200 OK and the message is consumable over TCP; GET/PUT -> 405 (H-PUB-07/08; rec-0212)."""
+    """POST /pub -> 200 OK and the message is consumable over TCP; GET/PUT -> 405 (H-PUB-07, H-PUB-08; rec-0212)."""
     topic = nsq.topic()
     expect(nsq, http.post(f"/pub?topic={topic}", b"via http"), 200, body=b"OK")
     for method in ("GET", "PUT"):
@@ -94,7 +94,7 @@ def test_pub_size_limit(nsq, http):
 @requirement("NSQ-HTTP-004")
 def test_pub_defer_range(nsq, http):
     """-1, abc and max+1 -> 400 INVALID_DEFER (the topic is created anyway); max and 0 -> 200
-    (H-PUB-04/05; rec-0210, rec-0246)."""
+    (H-PUB-04, H-PUB-05; rec-0210, rec-0246)."""
     maximum = nsq.limits["max_req_timeout_ms"]
     topic = nsq.topic()
     expect(nsq, http.post(f"/pub?topic={topic}&defer=-1", b"x"), 400, "INVALID_DEFER")
@@ -142,7 +142,8 @@ def test_mpub_text_mode(nsq, http):
 
 @requirement("NSQ-HTTP-005")
 def test_mpub_binary_mode(nsq, http):
-    """binary=yes and binary=1 are binary; errors are 413 BAD_BODY / BAD_MESSAGE (H-MPUB-03/05; rec-0213, rec-0214)."""
+    """binary=yes and binary=1 are binary; errors are 413 BAD_BODY / BAD_MESSAGE (H-MPUB-03, H-MPUB-05; rec-0213,
+    rec-0214)."""
     topic = nsq.topic()
     expect(nsq, http.post("/mpub", b"a\nb"), 400, "MISSING_ARG_TOPIC")
     expect(nsq, http.post("/mpub?topic=a!b", b"a"), 400, "INVALID_TOPIC")
@@ -158,7 +159,8 @@ def test_mpub_binary_mode(nsq, http):
 
 @requirement("NSQ-HTTP-005")
 def test_mpub_size_limits(nsq, http):
-    """Body > max-body-size -> 413 BODY_TOO_BIG; a line > max-msg-size -> 413 MSG_TOO_BIG (H-MPUB-01/04; rec-0245)."""
+    """Body > max-body-size -> 413 BODY_TOO_BIG; a line > max-msg-size -> 413 MSG_TOO_BIG (H-MPUB-01, H-MPUB-04;
+    rec-0245)."""
     topic = nsq.topic()
     expect(nsq, http.post(f"/mpub?topic={topic}", b"b" * (nsq.limits["max_body_size"] + 1)), 413, "BODY_TOO_BIG")
     expect(nsq, http.post(f"/mpub?topic={topic}", b"ok\n" + b"l" * (nsq.limits["max_msg_size"] + 1) + b"\n"),
@@ -219,7 +221,7 @@ def test_channel_delete_and_empty_codes(nsq, http):
 @requirement("NSQ-HTTP-008")
 def test_stats_filters(nsq, http):
     """A missing topic gives topics null; a channel filter keeps only that channel; a missing channel gives []
-    (H-STATS-04/05; rec-0225)."""
+    (H-STATS-04, H-STATS-05; rec-0225)."""
     topic = nsq.topic()
     nsq.create_over_http(topic, "c1", "c2")
     missing = http.get(f"/stats?format=json&topic={quote(topic + '-missing')}").json()
@@ -234,7 +236,7 @@ def test_stats_filters(nsq, http):
 @requirement("NSQ-HTTP-008")
 def test_stats_counters(nsq, http):
     """message_count, depth, in_flight_count, requeue_count after PUB x2 and one delivery, then after its REQ 0
-    (H-STATS-07/08/11)."""
+    (H-STATS-07, H-STATS-08, H-STATS-11)."""
     topic = nsq.topic()
     conn = nsq.connect()
     conn.subscribe(topic, "c", ready=1)
@@ -304,7 +306,7 @@ def test_query_string_rules_and_removed_endpoints(nsq, http):
 @requirement("NSQ-HTTP-010")
 def test_config_endpoint(nsq, http):
     """GET values under config names; node_id is not one; PUT log_level WARN -> 3, bad -> 400, empty -> 413;
-    other options are not settable; POST -> 405. The original log level is restored (H-CFG-01..03;
+    other options are not settable; POST -> 405. The original log level is restored (H-CFG-01, H-CFG-02, H-CFG-03;
     rec-0228, rec-0229)."""
     expect(nsq, http.get("/config/max_msg_size"), 200, body=str(nsq.limits["max_msg_size"]).encode())
     expect(nsq, http.get("/config/max_rdy_count"), 200, body=str(nsq.limits["max_rdy_count"]).encode())

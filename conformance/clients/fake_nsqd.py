@@ -4,12 +4,13 @@ connection in the case's transcript (conformance.transcript).
 It answers like nsqd v1.3.0 on its own (IDENTIFY, SUB, PUB, MPUB, DPUB, CLS; FIN, REQ and TOUCH of a message not
 in flight with E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED), delivers a message only while the connection's RDY
 allows it, and leaves everything else to the case: which messages to send, which heartbeats, which errors, when
-to close. Behaviour IDs (C-.., P-.., ID-..) are nsqd-behavior.md's, as in the broker suite.
+to close. The behaviour IDs cited (C-02, P-FIN-04, ID-30, ...) are the catalogue's (conformance/spec/), as in the
+broker suite.
 
-TLS, snappy and deflate are real layers (ID-30..34): the JSON answer to IDENTIFY agrees to the layers the client
-asked for among those the broker ``offers`` (plus those it is told to ``force`` on a client that did not ask),
-then the broker handshakes TLS (the test certificates of conformance/tls) or compresses, and sends one OK through
-each new layer. With an ``auth_secret`` the answer says auth_required and AUTH is answered as nsqd does with an
+TLS, snappy and deflate are real layers (ID-30, ID-31, ID-32, ID-33, ID-34): the JSON answer to IDENTIFY agrees to the
+layers the client asked for among those the broker ``offers`` (plus those it is told to ``force`` on a client that did
+not ask), then the broker handshakes TLS (the test certificates of conformance/tls) or compresses, and sends one OK
+through each new layer. With an ``auth_secret`` the answer says auth_required and AUTH is answered as nsqd does with an
 auth server (P-AUTH-08, P-AUTH-09)."""
 from __future__ import annotations
 

@@ -108,8 +108,9 @@ def violations(events: pa.Table) -> pa.Table:
 
 
 def registrations(events: pa.Table) -> pa.Table:
-    """What a producer told nsqlookupd (R-03..R-07, L-TCP-12..15): each REGISTER and UNREGISTER of a V1 connection
-    with its producer and nsqlookupd's answer (``project`` gives it only a V1 connection's events)."""
+    """What a producer told nsqlookupd (R-03, R-04, R-05, R-06, R-07, L-TCP-12, L-TCP-13, L-TCP-14, L-TCP-15): each
+    REGISTER and UNREGISTER of a V1 connection with its producer and nsqlookupd's answer (``project`` gives it only a
+    V1 connection's events)."""
     return _columns(events, kind_mask(events, Kind.COMMAND, "REGISTER", "UNREGISTER"), **_same("conn_id", "ts_ns"),
                     producer="producer", action="name",
                     **_same("topic", "channel", "status", "code"))

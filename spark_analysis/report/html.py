@@ -180,7 +180,7 @@ def _errors(summary: dict) -> str:
 
 
 def _registrations(lookupd: dict) -> str:
-    """What each producer told nsqlookupd (R-03..R-07) and how it answered."""
+    """What each producer told nsqlookupd (R-03, R-04, R-05, R-06, R-07) and how it answered."""
     if not lookupd["connections"]:
         return "<p>No nsqlookupd connection (TCP protocol V1) in the capture.</p>"
     commands = ", ".join(f"{name} {count:,}" for name, count in lookupd["commands"].items())
