@@ -48,7 +48,9 @@ def test_analyze_ends_with_its_summary_on_hostile_captures(spark, tmp_path_facto
         if row["error"] == "undecodable_bytes":
             counted[port] += row["byte_count"]
         lost |= {port} if row["error"] in DIRECTION_LOST else set()
+    # bytes inside a compression layer are not counted one by one (test_hostile_decode.py)
+    plain = {entry["port"] for entry in summary["connections"] if entry["codec"] == "plain"}
     for index, conn in enumerate(conns):
-        if 40000 + index not in lost:
+        if 40000 + index in plain - lost:
             assert counted[40000 + index] >= conn.undecodable(CLIENT) + conn.undecodable(SERVER), index
     assert sum(summary["errors"].values()) == sum(row["source"] != "nsqd" for row in errors)
