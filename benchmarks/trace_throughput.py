@@ -307,9 +307,9 @@ def _in_a_process_of_its_own(workload: str, size: int, args, workdir: str) -> di
 def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
     """Generate or record, count with the plain-Python baseline, analyse with Spark, parse with dpkt and scapy."""
     from spark_analysis.analysis import run_analysis
+    from spark_analysis.read.storage import LOCAL
+    from spark_analysis.report.summary import message_events
     from spark_analysis.session import spark_session
-    from spark_analysis.storage import LOCAL
-    from spark_analysis.summary import message_events
 
     trace = os.path.join(workdir, f"{workload}.pcap")
     if workload == "captured":
@@ -417,7 +417,7 @@ def _run_watch(args, workdir: str) -> dict:
     """Rotation files of the bench's traffic appear in a directory at ``--watch-rate`` message events/s (each after
     the time its events take at that rate) while ``nsq-trace watch`` (its own process: its memory is measured)
     takes them; its ``latest.json`` is read as each micro-batch publishes."""
-    from spark_analysis.summary import message_events
+    from spark_analysis.report.summary import message_events
 
     trace = os.path.join(workdir, "watch.pcap")
     truth, source = _generate(trace, args.watch_size, args.seed, "bench")

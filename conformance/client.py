@@ -138,7 +138,7 @@ class Verifier:
 class TlsClient:
     """The suite's side of a TLS session (the tls_v1 upgrade, ID-31; HTTPS): the CA that verifies the server's
     certificate (None: the protocol is checked, not the certificate), the certificate the suite presents for
-    the client auth policies (T-12..T-16; None: none), and the newest TLS version it offers (T-17)."""
+    the client auth policies (T-12, T-13, T-14, T-15, T-16; None: none), and the newest TLS version it offers (T-17)."""
     ca: str | None = None
     certificate: str | None = None
     key: str | None = None  # None: the key is in the certificate's file

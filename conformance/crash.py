@@ -1,6 +1,6 @@
-"""The target of the crash cases (D-70..D-76, P-RST-*, R-* in conformance/spec/): one the suite can SIGKILL as well as
-restart, whose data path it may read, registered with a fake nsqlookupd from its start so that what it registers after
-a restart is seen.
+"""The target of the crash cases (D-70, D-71, D-72, D-73, D-74, D-75, D-76, P-RST-*, R-* in conformance/spec/): one the
+suite can SIGKILL as well as restart, whose data path it may read, registered with a fake nsqlookupd from its start so
+that what it registers after a restart is seen.
 
 The embedded broker: one of the case's own (a kill must not cut other cases off), with the profile's flags and
 ``--lookupd-tcp-address`` of a fake nsqlookupd of its own. A target the user started: ``--restart-command``,

@@ -1,4 +1,5 @@
-"""The suite's fake nsqlookupd: what a broker registers is checked here (spec/registration.toml, R-01..R-11).
+"""The suite's fake nsqlookupd: what a broker registers is checked here (spec/registration.toml, R-01, R-02, R-03,
+R-04, R-05, R-06, R-07, R-08, R-09, R-10, R-11).
 
 It accepts the broker's connections, reads the magic and the commands (IDENTIFY with its body), logs each one
 with its arrival time, and answers like nsqlookupd: IDENTIFY with nsqlookupd's JSON (or, when told, with an

@@ -1,4 +1,5 @@
-"""AUTH against an external auth server (internal/auth/authorizations.go; P-AUTH-06..P-AUTH-13).
+"""AUTH against an external auth server (internal/auth/authorizations.go; P-AUTH-06, P-AUTH-07, P-AUTH-08, P-AUTH-09,
+P-AUTH-10, P-AUTH-11, P-AUTH-12, P-AUTH-13).
 
 The auth server answers `{"ttl", "identity", "identity_url", "authorizations": [{"topic", "channels",
 "permissions"}]}`; topic and channel patterns are unanchored regular expressions (P-AUTH-11).

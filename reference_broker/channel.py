@@ -265,7 +265,7 @@ class Channel:
             flushes = self._dispatch()
         _request_flushes(flushes)
 
-    # -- HTTP-driven operations (D-60..D-63) ---------------------------------------------------------
+    # -- HTTP-driven operations (D-60, D-61, D-62, D-63) ---------------------------------------------------------
 
     def set_paused(self, paused: bool) -> None:
         with self.lock:
@@ -295,7 +295,8 @@ class Channel:
             self.memory.clear()
             self.in_flight.clear()
             self.deferred.clear()
-        self._nsqd.lookup.notify(self)  # R-04..R-07: UNREGISTER (only deletion, not shutdown, tells lookupd)
+        # UNREGISTER (only deletion, not shutdown, tells lookupd)
+        self._nsqd.lookup.notify(self)
         if self.backend is not None:
             self.backend.delete()
         return clients

@@ -113,7 +113,8 @@ class ClientV2:
     def __str__(self) -> str:
         return self.remote_address  # nsqd's clientV2.String(): how its log lines name a client
 
-    # -- flow control (D-01..D-05) ----------------------------------------------------------------------
+    # -- flow control (D-01, D-02, D-03, D-04, D-05)
+    # ----------------------------------------------------------------------
 
     def ready_room(self) -> int:
         """RDY minus in flight; none while bytes wait for the socket or after the output failed: nsqd's
@@ -311,7 +312,8 @@ class ClientV2:
             self._flush_tick_scheduled = None
         self.request_flush()
 
-    # -- IDENTIFY (ID-02..ID-07, ID-40) ---------------------------------------------------------------
+    # -- IDENTIFY (ID-02, ID-03, ID-04, ID-05, ID-06, ID-07, ID-40)
+    # ---------------------------------------------------------------
 
     def identify(self, settings: dict) -> None:
         """Apply validated settings; the first IDENTIFY also restarts the pump's tickers (C-30)."""

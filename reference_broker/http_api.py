@@ -1,4 +1,4 @@
-"""The nsqd HTTP API's endpoints (nsqd/http.go): section 6 of the behaviour file, one function per route.
+"""The nsqd HTTP API's endpoints (nsqd/http.go; the H-* items of conformance/spec/http.toml), one function per route.
 
 The transport, the router and the response styles live in http_router.py; each function here takes a
 `Request` and returns what nsqd's handler returns, or raises `HTTPError` with nsqd's status and code.
@@ -108,7 +108,7 @@ def _pub(request: Request) -> str:
         raise HTTPError(413, "MSG_TOO_BIG")
     if not body:
         raise HTTPError(400, "MSG_EMPTY")  # H-PUB-02: before the topic
-    values, topic = _topic_from_query(request)  # H-PUB-03/04
+    values, topic = _topic_from_query(request)  # H-PUB-03, H-PUB-04
     deferred = 0
     if "defer" in values:  # H-PUB-05
         try:

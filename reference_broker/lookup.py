@@ -144,8 +144,8 @@ class LookupLoop:
             self._command(peer, PING)
 
     def _send_notification(self, peers: list[LookupPeer], thing: Topic | Channel) -> None:
-        """R-03..R-07: REGISTER, or UNREGISTER once the topic or channel is exiting. A failed command is not
-        retried (R-10); the reconnection's REGISTERs recover it."""
+        """R-03, R-04, R-05, R-06, R-07: REGISTER, or UNREGISTER once the topic or channel is exiting. A failed command
+        is not retried (R-10); the reconnection's REGISTERs recover it."""
         if isinstance(thing, Channel):
             branch, names = "channel", (thing.topic_name, thing.name)
         else:

@@ -139,7 +139,8 @@ class NSQD:
         with self._lock:
             return sorted(self.topics.values(), key=lambda t: t.name)
 
-    # -- metadata: nsqd.dat (D-65, D-71, P-RST-05..07) --------------------------------------------------
+    # -- metadata: nsqd.dat (D-65, D-71, P-RST-05, P-RST-06, P-RST-07)
+    # --------------------------------------------------
 
     def load_metadata(self) -> None:
         path = os.path.join(self.data_path, METADATA_FILE)

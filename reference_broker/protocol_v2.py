@@ -148,7 +148,7 @@ class ProtocolV2:
         }
         client.send_frame(wire.FRAME_TYPE_RESPONSE, json.dumps(response, separators=(",", ":")).encode())
         # ID-30: each upgrade is followed by an OK sent through the new layer; TLS first, then compression
-        # inside it (T-01..T-03).
+        # inside it (T-01, T-02, T-03).
         if tls:
             log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", client)
             try:
@@ -244,7 +244,8 @@ class ProtocolV2:
                                client.tls.peer_common_name() if client.tls else "", client.auth_secret)
 
     def _check_auth(self, verb: str, topic_name: str, channel_name: str = "") -> None:
-        """P-AUTH-09..12: only SUB and the publish commands ask, and only when auth is enabled."""
+        """P-AUTH-09, P-AUTH-10, P-AUTH-11, P-AUTH-12: only SUB and the publish commands ask, and only when auth is
+        enabled."""
         if not self.options.auth_enabled:
             return
         client = self.client
@@ -296,7 +297,8 @@ class ProtocolV2:
         client.state = STATE_SUBSCRIBED  # P-SUB-08: RDY starts at 0
         return wire.OK
 
-    # -- RDY (P-RDY, D-01..D-05) ------------------------------------------------------------------------
+    # -- RDY (P-RDY, D-01, D-02, D-03, D-04, D-05)
+    # ------------------------------------------------------------------------
 
     def rdy(self, params: list[bytes]) -> bytes | None:
         client = self.client
@@ -336,7 +338,7 @@ class ProtocolV2:
         # Consecutive FINs already buffered are settled under one channel lock: one dispatch, one write.
         message_ids += self.client.reader.parse_buffered(wire.buffered_fins)
         for message_id, reason in self.client.channel.finish(self.client, message_ids):
-            # P-FIN-04/05: non-fatal; later FINs of the batch were settled, so report each failure in order.
+            # P-FIN-04, P-FIN-05: non-fatal; later FINs of the batch were settled, so report each failure in order.
             self.client.send_frame(wire.FRAME_TYPE_ERROR,
                                    f"E_FIN_FAILED FIN {_text(message_id)} failed {reason}".encode(
                                        "utf-8", "surrogateescape"))
@@ -448,7 +450,7 @@ class ProtocolV2:
         return raw.decode()
 
     def _read_message_body(self, verb: str) -> bytes:
-        """P-PUB-02/03: read the size, then "<= 0", then "too big" (inclusive limit), then the body."""
+        """P-PUB-02, P-PUB-03: read the size, then "<= 0", then "too big" (inclusive limit), then the body."""
         size = self._read_size("E_BAD_MESSAGE", f"{verb} failed to read message body size")
         if size <= 0:
             raise FatalClientError("E_BAD_MESSAGE", f"{verb} invalid message body size {size}")

@@ -111,7 +111,7 @@ class TCPServer:
 
     @staticmethod
     def _read_magic(conn: socket.socket) -> bytes | None:
-        """C-01..C-05: exactly 4 bytes, no deadline; anything else gets E_BAD_PROTOCOL and a close."""
+        """C-01, C-02, C-03, C-04, C-05: exactly 4 bytes, no deadline; anything else gets E_BAD_PROTOCOL and a close."""
         magic = b""
         while len(magic) < 4:
             chunk = conn.recv(4 - len(magic))

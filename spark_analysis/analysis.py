@@ -5,15 +5,16 @@ Data flows one way:
     nsqpcap source (one partition per file / byte range, Arrow batches of TCP segment metadata;
                     payload="reference": the bytes stay in the files)
       -> repartition(flow), sorted by flow and capture time, mapInArrow: payload bytes read back by offset,
-         reassembly (reassembly.py) handing out a connection in windows of ``window_bytes``, NSQ decoding
-         (decode.py) and per-connection checks (violations.py) carrying their state from window to window -> the
-         events and the tables each connection makes alone (connection_tables.py), written as Parquet by the task
-         itself, window by window, and its deliveries and publishes into the lifecycles' buckets by body hash
-      -> in the driver, the connections table and the small sums of the decoding tasks' tables (tallies.py); one
-         task per bucket: message lifecycles and their totals (lifecycle.py); summary.json from them (summary.py)
+         reassembly (read/reassembly.py) handing out a connection in windows of ``window_bytes``, NSQ decoding
+         (decode/v2.py) and per-connection checks (judge/violations.py) carrying their state from window to window ->
+         the events and the tables each connection makes alone (derive/connection_tables.py), written as Parquet by the
+         task itself, window by window, and its deliveries and publishes into the lifecycles' buckets by body hash
+      -> in the driver, the connections table and the small sums of the decoding tasks' tables (derive/tallies.py); one
+         task per bucket: message lifecycles and their totals (derive/lifecycle.py); summary.json from them
+         (report/summary.py)
 
 Connections spanning several files meet in the shuffle: the reader keeps no state across files.
-Inputs and outputs are paths or URLs (storage.py): every task opens the captures and writes its tables itself,
+Inputs and outputs are paths or URLs (read/storage.py): every task opens the captures and writes its tables itself,
 through the same filesystem layer, so executors need no disk shared with the driver nor with each other. Only
 local captures shuffle offsets instead of payloads (the decoder reads the bytes back from the files); from object
 storage the payloads travel with the segments, read once by ranged reads.
@@ -35,18 +36,18 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_analysis import lifecycle
-from spark_analysis.connection_tables import SCHEMAS, TableWriter, prepare_directories, project
-from spark_analysis.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
-from spark_analysis.decode import ConnectionDecoder
-from spark_analysis.events import EVENT_SCHEMA
-from spark_analysis.kinds import Direction, Kind
-from spark_analysis.parquet_source import WrittenTables
-from spark_analysis.pcapfile import PACKET_DDL, read_payloads
-from spark_analysis.reassembly import Connection, FlowReassembly
-from spark_analysis.settlements import DELIVERED_SCHEMA
-from spark_analysis.storage import LOCAL, Storage, is_local, join
-from spark_analysis.tallies import SUMMARY_TALLIES, Tallies
+from spark_analysis.decode.events import EVENT_SCHEMA
+from spark_analysis.decode.kinds import Direction, Kind
+from spark_analysis.decode.v2 import ConnectionDecoder
+from spark_analysis.derive import lifecycle
+from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, prepare_directories, project
+from spark_analysis.derive.settlements import DELIVERED_SCHEMA
+from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies
+from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
+from spark_analysis.read.parquet_source import WrittenTables
+from spark_analysis.read.pcapfile import PACKET_DDL, read_payloads
+from spark_analysis.read.reassembly import Connection, FlowReassembly
+from spark_analysis.read.storage import LOCAL, Storage, is_local, join
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
 SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"]
@@ -74,7 +75,7 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
                      nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS, window_bytes: int = DEFAULT_WINDOW_BYTES,
                      storage: Storage = LOCAL, with_payloads: bool = False) -> int:
     """Shuffle segments by flow; each task decodes its flows' connections, ``window_bytes`` of a connection at a
-    time, writes their tables (connection_tables.py) into ``tables_dir`` and what the lifecycles join into
+    time, writes their tables (derive/connection_tables.py) into ``tables_dir`` and what the lifecycles join into
     ``exchange_dir`` (lifecycle.MessageExchange). Walker errors become error events. Returns the exchange's
     bucket count."""
     ports = frozenset(nsq_ports)
@@ -324,10 +325,10 @@ def run_analysis(
     }
     storage.write_text(join(out_dir, "summary.json"), json.dumps(result, indent=1, sort_keys=False))
     if report:
-        from spark_analysis import report as html_report
+        from spark_analysis.report import html
 
         step("writing report")
-        html_report.write(tables, totals, result, out_dir, storage)
+        html.write(tables, totals, result, out_dir, storage)
     return result
 
 
@@ -342,9 +343,9 @@ def derive(spark: SparkSession, tables_dir: str,
            storage: Storage = LOCAL, step: Callable[[str], None] = lambda message: None,
            ) -> tuple[Mapping[str, DataFrame], lifecycle.Totals, dict]:
     """From the decoding tasks' tables: the lifecycle tables and their totals (``lifecycles``), and from the summary's
-    small tables (``tallied``, tallies.py) the connections table written; returns all the tables as DataFrames, the
-    lifecycles' totals and the summary."""
-    from spark_analysis import summary
+    small tables (``tallied``, derive/tallies.py) the connections table written; returns all the tables as DataFrames,
+    the lifecycles' totals and the summary."""
+    from spark_analysis.report import summary
 
     derived, totals = lifecycles()
     step("summarising")

@@ -198,9 +198,9 @@ def _master(args) -> tuple[str | None, bool]:
 
 def _analyze(parser, args) -> int:
     from spark_analysis.analysis import DEFAULT_NSQ_PORTS, DEFAULT_WINDOW_BYTES, run_analysis
-    from spark_analysis.datasource import DEFAULT_SPLIT_BYTES
+    from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES
+    from spark_analysis.read.storage import Storage, StorageError
     from spark_analysis.session import archive_java_options, spark_session
-    from spark_analysis.storage import Storage, StorageError
 
     if args.window_size == 0:
         parser.error("--window-size must be at least 1 byte")
@@ -244,10 +244,10 @@ def _analyze(parser, args) -> int:
 
 def _watch(parser, args) -> int:
     from spark_analysis.analysis import DEFAULT_NSQ_PORTS, DEFAULT_WINDOW_BYTES
-    from spark_analysis.datasource import DEFAULT_SPLIT_BYTES
+    from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES
+    from spark_analysis.read.storage import Storage, StorageError, is_local, local_path
     from spark_analysis.session import spark_session
-    from spark_analysis.storage import Storage, StorageError, is_local, local_path
-    from spark_analysis.watch import WatchError, run_watch
+    from spark_analysis.watch.stream import WatchError, run_watch
 
     if args.window_size == 0:
         parser.error("--window-size must be at least 1 byte")

@@ -1,5 +1,5 @@
-"""Effects of the HTTP administration endpoints on TCP clients (D-60..D-64, H-TOPIC-04, H-CHANNEL-04 in
-conformance/spec/)."""
+"""Effects of the HTTP administration endpoints on TCP clients (D-60, D-61, D-62, D-63, D-64, H-TOPIC-04, H-CHANNEL-04
+in conformance/spec/)."""
 
 import pytest
 

@@ -1,5 +1,6 @@
-"""AUTH against an auth server (P-AUTH-01..P-AUTH-15 in conformance/spec/auth.toml; recordings' `auth` flag set,
-rec-0251..rec-0266).
+"""AUTH against an auth server (P-AUTH-01, P-AUTH-02, P-AUTH-03, P-AUTH-04, P-AUTH-05, P-AUTH-06, P-AUTH-07, P-AUTH-08,
+P-AUTH-09, P-AUTH-10, P-AUTH-11, P-AUTH-12, P-AUTH-13, P-AUTH-14, P-AUTH-15 in conformance/spec/auth.toml; recordings'
+`auth` flag set, rec-0251..rec-0266).
 
 The target's --auth-http-address points at the suite's fake auth server (conformance/authd.py), whose
 replies depend on the secret as the recordings' did. Every connection here skips the suite's automatic

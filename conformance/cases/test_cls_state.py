@@ -1,5 +1,5 @@
-"""CLS, NOP, AUTH without an auth server, and the state machine (P-CLS-01..P-CLS-03, P-NOP-01,
-P-AUTH-01..P-AUTH-05, ST-01 in conformance/spec/)."""
+"""CLS, NOP, AUTH without an auth server, and the state machine (P-CLS-01, P-CLS-02, P-CLS-03, P-NOP-01,
+P-AUTH-01, P-AUTH-02, P-AUTH-03, P-AUTH-04, P-AUTH-05, ST-01 in conformance/spec/)."""
 
 import pytest
 

@@ -1,5 +1,6 @@
-"""Feature upgrades: deflate and snappy (ID-30..ID-35 in conformance/spec/identify.toml). Optional capabilities:
-UNSUPPORTED when the profile or the IDENTIFY response says the target does not offer them (ID-21)."""
+"""Feature upgrades: deflate and snappy (ID-30, ID-31, ID-32, ID-33, ID-34, ID-35 in conformance/spec/identify.toml).
+Optional capabilities: UNSUPPORTED when the profile or the IDENTIFY response says the target does not offer them
+(ID-21)."""
 
 import pytest
 

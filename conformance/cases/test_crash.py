@@ -1,7 +1,7 @@
-"""Crashes and what the disk keeps (D-70..D-76, P-RST-07..P-RST-15 in
-conformance/spec/persistence.toml): SIGKILL, the sync policy (--sync-every,
---sync-timeout), rolled disk queue files and the files a target leaves in its --data-path. Each case runs on a
-broker the suite may kill (conformance/crash.py); without what a case needs it is UNSUPPORTED."""
+"""Crashes and what the disk keeps (D-70, D-71, D-72, D-73, D-74, D-75, D-76, P-RST-07, P-RST-08, P-RST-09, P-RST-10,
+P-RST-11, P-RST-12, P-RST-13, P-RST-14, P-RST-15 in conformance/spec/persistence.toml): SIGKILL, the sync policy
+(--sync-every, --sync-timeout), rolled disk queue files and the files a target leaves in its --data-path. Each case
+runs on a broker the suite may kill (conformance/crash.py); without what a case needs it is UNSUPPORTED."""
 
 import json
 import time

@@ -1,4 +1,4 @@
-"""DPUB (P-DPUB-01..P-DPUB-04, D-30..D-34 in conformance/spec/)."""
+"""DPUB (P-DPUB-01, P-DPUB-02, P-DPUB-03, P-DPUB-04, D-30, D-31, D-32, D-33, D-34 in conformance/spec/)."""
 
 import time
 

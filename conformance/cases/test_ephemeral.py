@@ -1,5 +1,5 @@
-"""Ephemeral topics and channels (D-50..D-54 in conformance/spec/delivery.toml). Observed through /stats: HTTP
-required."""
+"""Ephemeral topics and channels (D-50, D-51, D-52, D-53, D-54 in conformance/spec/delivery.toml). Observed through
+/stats: HTTP required."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Fatal vs non-fatal errors (C-23..C-25 in conformance/spec/connection.toml)."""
+"""Fatal vs non-fatal errors (C-23, C-24, C-25 in conformance/spec/connection.toml)."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""Fan-out, shared channels, topic buffering, output buffering (D-35..D-42 in conformance/spec/delivery.toml)."""
+"""Fan-out, shared channels, topic buffering, output buffering (D-35, D-36, D-37, D-38, D-39, D-40, D-41, D-42 in
+conformance/spec/delivery.toml)."""
 
 import time
 

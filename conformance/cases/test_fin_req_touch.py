@@ -1,5 +1,6 @@
-"""FIN, REQ, TOUCH (P-FIN-01..P-FIN-06, P-REQ-01..P-REQ-07, P-TOUCH-01..P-TOUCH-04,
-D-20..D-23 in conformance/spec/)."""
+"""FIN, REQ, TOUCH (P-FIN-01, P-FIN-02, P-FIN-03, P-FIN-04, P-FIN-05, P-FIN-06, P-REQ-01, P-REQ-02, P-REQ-03, P-REQ-04,
+P-REQ-05, P-REQ-06, P-REQ-07, P-TOUCH-01, P-TOUCH-02, P-TOUCH-03, P-TOUCH-04, D-20, D-21, D-22, D-23 in
+conformance/spec/)."""
 
 import time
 

@@ -1,4 +1,5 @@
-"""Frames and the message frame layout (C-06..C-13 in conformance/spec/connection.toml)."""
+"""Frames and the message frame layout (C-06, C-07, C-08, C-09, C-10, C-11, C-12, C-13 in
+conformance/spec/connection.toml)."""
 
 import re
 import time

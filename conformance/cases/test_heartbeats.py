@@ -1,5 +1,5 @@
-"""Heartbeats and the read deadline (C-26..C-33 in conformance/spec/connection.toml). Intervals are negotiated to 1000
-ms."""
+"""Heartbeats and the read deadline (C-26, C-27, C-28, C-29, C-30, C-31, C-32, C-33 in
+conformance/spec/connection.toml). Intervals are negotiated to 1000 ms."""
 
 import time
 

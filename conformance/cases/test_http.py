@@ -331,7 +331,7 @@ def test_query_string_rules_and_removed_endpoints(nsq, http):
 @requirement("NSQ-HTTP-010")
 def test_config_endpoint(nsq, http):
     """GET values under config names; node_id is not one; PUT log_level WARN -> 3, bad -> 400, empty -> 413;
-    other options are not settable; POST -> 405. The original log level is restored (H-CFG-01..03;
+    other options are not settable; POST -> 405. The original log level is restored (H-CFG-01, H-CFG-02, H-CFG-03;
     rec-0228, rec-0229)."""
     expect(nsq, http.get("/config/max_msg_size"), 200, body=str(nsq.limits["max_msg_size"]).encode())
     expect(nsq, http.get("/config/max_rdy_count"), 200, body=str(nsq.limits["max_rdy_count"]).encode())

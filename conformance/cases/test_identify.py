@@ -1,5 +1,6 @@
-"""IDENTIFY: responses, field ranges, repeated IDENTIFY, metadata (P-ID-01..P-ID-04,
-ID-01..ID-21, ID-40, ID-41 in conformance/spec/)."""
+"""IDENTIFY: responses, field ranges, repeated IDENTIFY, metadata (P-ID-01, P-ID-02, P-ID-03, P-ID-04,
+ID-01, ID-02, ID-03, ID-04, ID-05, ID-06, ID-07, ID-08, ID-09, ID-10, ID-11, ID-12, ID-13, ID-14, ID-20, ID-21, ID-40,
+ID-41 in conformance/spec/)."""
 
 import time
 
@@ -27,7 +28,7 @@ def test_identify_without_negotiation_answers_ok(nsq):
 @requirement("NSQ-ID-001", "NSQ-ID-010", "NSQ-AUTH-002")
 def test_negotiated_response_reports_profile(nsq):
     """feature_negotiation:true -> one JSON document with every ID-20 key; limits match the profile
-    and the defaults are reported (ID-20, §5; rec-0044, rec-0240)."""
+    and the defaults are reported (ID-20, LIM-01; rec-0044, rec-0240)."""
     limits = nsq.limits
     response = negotiate(nsq)
     missing = RESPONSE_KEYS - response.keys()
@@ -104,7 +105,7 @@ def test_identify_null_and_empty_object(nsq):
 
 @requirement("NSQ-ID-005")
 def test_identify_keys_are_case_insensitive(nsq):
-    """Feature_Negotiation and MSG_TIMEOUT work; unknown keys are ignored (§3.1; rec-0057)."""
+    """Feature_Negotiation and MSG_TIMEOUT work; unknown keys are ignored (ID-14; rec-0057)."""
     response = nsq.connect().identify({"Feature_Negotiation": True, "MSG_TIMEOUT": 5000, "no_such_key": 1})
     nsq.verify.equal("msg_timeout set via MSG_TIMEOUT", 5000, (response or {}).get("msg_timeout"), "ID-14")
 
@@ -130,7 +131,8 @@ INVALID_FIELDS = [
 @pytest.mark.parametrize("field, value, text", INVALID_FIELDS,
                          ids=[f"{field}={value}" for field, value, _ in INVALID_FIELDS])
 def test_identify_field_out_of_range(nsq, field, value, text):
-    """Out-of-range values are a fatal E_BAD_BODY naming the field (ID-02..ID-07; rec-0060..0077, rec-0241)."""
+    """Out-of-range values are a fatal E_BAD_BODY naming the field (ID-02, ID-03, ID-04, ID-06, ID-07;
+    rec-0060..0077, rec-0241)."""
     minimum = nsq.limits["min_output_buffer_timeout_ms"]
     limits = {"MAX_HB+1": nsq.limits["max_heartbeat_interval_ms"] + 1,
               "MIN_OBT-1": minimum - 1,

@@ -39,7 +39,7 @@ def test_ping_info_and_lookup_errors(lookupd):
 
 @requirement("NSQLOOKUPD-HTTP-003")
 def test_create_and_delete(lookupd):
-    """(L-HTTP-08..11; rec-0318..rec-0321)"""
+    """(L-HTTP-08, L-HTTP-09, L-HTTP-10, L-HTTP-11; rec-0318..rec-0321)"""
     http, topic = lookupd.http, lookupd.topic()
     expect(lookupd, http.post("/topic/create"), 400, "MISSING_ARG_TOPIC")
     expect(lookupd, http.post("/topic/create?topic=bad!name"), 400, "INVALID_ARG_TOPIC")

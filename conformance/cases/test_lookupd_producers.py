@@ -36,7 +36,7 @@ def node(lookupd, port: int) -> dict | None:
 def test_answers_name_only_the_topic_asked_about(lookupd):
     """Producer A registers X with channel a and Y; B registers Y with channel b: /lookup, /channels, /nodes and
     /debug keep them apart, and a tombstone, an UNREGISTER or a producer leaving one topic leave the other alone
-    (L-TCP-12, L-TCP-14, L-TCP-15, L-HTTP-04..07, L-HTTP-12, L-HTTP-13)."""
+    (L-TCP-12, L-TCP-14, L-TCP-15, L-HTTP-04, L-HTTP-05, L-HTTP-06, L-HTTP-07, L-HTTP-12, L-HTTP-13)."""
     x, y = lookupd.topic(), lookupd.topic()
     a, b = lookupd.connect(), lookupd.connect()
     a.identify()

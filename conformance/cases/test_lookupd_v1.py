@@ -93,7 +93,8 @@ def test_command_errors_are_fatal(lookupd, identified, line, code, text):
 
 @requirement("NSQLOOKUPD-V1-006", "NSQLOOKUPD-HTTP-002")
 def test_register_shows_in_lookup_topics_channels_and_nodes(lookupd):
-    """Two producers register a topic's channel (L-TCP-12, L-TCP-18, L-HTTP-04..07; rec-0307, rec-0313)."""
+    """Two producers register a topic's channel (L-TCP-12, L-TCP-18, L-HTTP-04, L-HTTP-05, L-HTTP-06, L-HTTP-07;
+    rec-0307, rec-0313)."""
     topic = lookupd.topic()
     first, second = lookupd.connect(), lookupd.connect()
     first.identify()
@@ -120,7 +121,7 @@ def test_register_shows_in_lookup_topics_channels_and_nodes(lookupd):
 
 @requirement("NSQLOOKUPD-V1-007")
 def test_unregister(lookupd):
-    """(L-TCP-14..17; rec-0309..rec-0312)"""
+    """(L-TCP-14, L-TCP-15, L-TCP-16, L-TCP-17; rec-0309..rec-0312)"""
     topic, ephemeral_topic = lookupd.topic(), lookupd.topic() + "#ephemeral"
     conn = lookupd.connect()
     conn.identify()

@@ -1,4 +1,4 @@
-"""Magic bytes / protocol selection (C-01..C-05 in conformance/spec/connection.toml)."""
+"""Magic bytes / protocol selection (C-01, C-02, C-03, C-04, C-05 in conformance/spec/connection.toml)."""
 
 import pytest
 

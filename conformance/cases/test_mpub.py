@@ -1,4 +1,4 @@
-"""MPUB (P-MPUB-01..P-MPUB-06 in conformance/spec/commands.toml)."""
+"""MPUB (P-MPUB-01, P-MPUB-02, P-MPUB-03, P-MPUB-04, P-MPUB-05, P-MPUB-06 in conformance/spec/commands.toml)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""PUB (P-PUB-01..P-PUB-05 in conformance/spec/commands.toml)."""
+"""PUB (P-PUB-01, P-PUB-02, P-PUB-03, P-PUB-04, P-PUB-05 in conformance/spec/commands.toml)."""
 
 import pytest
 

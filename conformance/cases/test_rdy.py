@@ -1,4 +1,5 @@
-"""RDY and flow control (P-RDY-01..P-RDY-07, D-01..D-05 in conformance/spec/)."""
+"""RDY and flow control (P-RDY-01, P-RDY-02, P-RDY-03, P-RDY-04, P-RDY-05, P-RDY-06, P-RDY-07, D-01, D-02, D-03, D-04,
+D-05 in conformance/spec/)."""
 
 import pytest
 

@@ -1,7 +1,7 @@
-"""What a broker tells nsqlookupd (R-01..R-15 in conformance/spec/registration.toml), seen by the suite's fake
-nsqlookupd, which the target is pointed at through PUT /config/nsqlookupd_tcp_addresses (or --lookupd-listen). The
-target is shared: only lines naming this case's topics are judged, and one registration case at a time sets its
-lookupd."""
+"""What a broker tells nsqlookupd (R-01, R-02, R-03, R-04, R-05, R-06, R-07, R-08, R-09, R-10, R-11, R-12, R-13, R-14,
+R-15 in conformance/spec/registration.toml), seen by the suite's fake nsqlookupd, which the target is pointed at
+through PUT /config/nsqlookupd_tcp_addresses (or --lookupd-listen). The target is shared: only lines naming this case's
+topics are judged, and one registration case at a time sets its lookupd."""
 
 import contextlib
 import json

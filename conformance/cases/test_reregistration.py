@@ -1,6 +1,7 @@
-"""What a broker registers again (R-01..R-15 in conformance/spec/registration.toml): after its own restart, with a
-lookupd added at run time, and after a lookupd dropped the connection. On a broker of the case's own that registers
-with a fake nsqlookupd from its start (conformance/crash.py), so nothing of other cases' topics gets in the way."""
+"""What a broker registers again (R-01, R-02, R-03, R-04, R-05, R-06, R-07, R-08, R-09, R-10, R-11, R-12, R-13, R-14,
+R-15 in conformance/spec/registration.toml): after its own restart, with a lookupd added at run time, and after a
+lookupd dropped the connection. On a broker of the case's own that registers with a fake nsqlookupd from its start
+(conformance/crash.py), so nothing of other cases' topics gets in the way."""
 
 import json
 import socket

@@ -1,7 +1,7 @@
-"""Restarts (P-RST-01..P-RST-06, D-70..D-72 in conformance/spec/persistence.toml): the target goes down with SIGTERM
-and comes back on the same data path and ports. The embedded broker is restarted by the suite; a target started by the
-user needs --restart-command. Without either, or without the profile's `restart` capability, these cases are
-UNSUPPORTED."""
+"""Restarts (P-RST-01, P-RST-02, P-RST-03, P-RST-04, P-RST-05, P-RST-06, D-70, D-71, D-72 in
+conformance/spec/persistence.toml): the target goes down with SIGTERM and comes back on the same data path and ports.
+The embedded broker is restarted by the suite; a target started by the user needs --restart-command. Without either, or
+without the profile's `restart` capability, these cases are UNSUPPORTED."""
 
 import pytest
 

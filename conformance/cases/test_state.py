@@ -10,7 +10,8 @@ UNKNOWN_ID = "0123456789abcdef"
 STATES = ("init", "subscribed", "closing")
 FATAL, SILENT, OK, FAILED, CLOSE_WAIT, AUTH_DISABLED = "fatal", "silent", "ok", "failed", "close_wait", "auth"
 
-# §2.13 with auth disabled (all shipped profiles but nsqd-auth): AUTH in init is E_AUTH_DISABLED (P-AUTH-05).
+# nsqd's state table (NSQ-STATE-002's items) with auth disabled (all shipped profiles but nsqd-auth): AUTH in init is
+# E_AUTH_DISABLED (P-AUTH-05).
 TABLE = {
     "IDENTIFY": (OK, FATAL, FATAL), "AUTH": (AUTH_DISABLED, FATAL, FATAL), "SUB": (OK, FATAL, FATAL),
     "PUB": (OK, OK, OK), "MPUB": (OK, OK, OK), "DPUB": (OK, OK, OK), "RDY": (FATAL, SILENT, SILENT),
@@ -41,7 +42,7 @@ def command_bytes(command: str, topic: str) -> bytes:
 @pytest.mark.parametrize("command, state, outcome", CELLS, ids=[f"{s}-{c}" for c, s, _ in CELLS])
 def test_state_table(nsq, command, state, outcome):
     """One cell of the table: the command in that state is allowed, ignored, a non-fatal *_FAILED or a
-    fatal 'cannot <CMD> in current state' (§2.13)."""
+    fatal 'cannot <CMD> in current state' (P-ID-01, P-SUB-01, P-RDY-01, P-CLS-01)."""
     if command == "AUTH" and nsq.profile.capabilities["auth"]:
         pytest.skip("the profile says the target has an auth server")  # nsqd-auth: cases/test_auth.py covers AUTH
     topic = nsq.topic()

@@ -1,4 +1,5 @@
-"""SUB (P-SUB-01..P-SUB-08 in conformance/spec/commands.toml)."""
+"""SUB (P-SUB-01, P-SUB-02, P-SUB-03, P-SUB-04, P-SUB-05, P-SUB-06, P-SUB-07, P-SUB-08 in
+conformance/spec/commands.toml)."""
 
 import pytest
 

@@ -1,5 +1,5 @@
-"""Command syntax: line endings, parameter splitting, case, body sizes, line length (C-14..C-22 in
-conformance/spec/connection.toml)."""
+"""Command syntax: line endings, parameter splitting, case, body sizes, line length (C-14, C-15, C-16, C-17, C-18,
+C-19, C-20, C-21, C-22 in conformance/spec/connection.toml)."""
 
 import pytest
 

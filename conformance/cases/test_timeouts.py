@@ -1,5 +1,6 @@
-"""msg_timeout redelivery and disconnects (D-10..D-16 in conformance/spec/delivery.toml). Channels are pre-created
-over HTTP and the suite waits out nsqd's 5 s channel-list refresh (D-14) before timing anything."""
+"""msg_timeout redelivery and disconnects (D-10, D-11, D-12, D-13, D-14, D-15, D-16 in conformance/spec/delivery.toml).
+Channels are pre-created over HTTP and the suite waits out nsqd's 5 s channel-list refresh (D-14) before timing
+anything."""
 
 import time
 

@@ -1,9 +1,10 @@
-"""TLS on a server with a certificate (T-01..T-17 in conformance/spec/tls.toml). Profile nsqd-tls: the embedded broker
-with the suite's test certificates; nsqd-tls-required and nsqd-tls-client-cert add --tls-required, the client auth
-policies and --tls-min-version. For a target started by the user: a profile with the `tls` capability (and
-`tls_required`, `tls_client_auth`, `tls_min_version` as its flags say), --https-target, --tls-ca to verify its
-certificate and --tls-client-cert for the certificate its policy asks for. The refused certificate of NSQ-TLS-011/012
-is the suite's own, from a CA of its own (tls/other-client.pem), unrelated to any CA of the target."""
+"""TLS on a server with a certificate (T-01, T-02, T-03, T-04, T-05, T-06, T-07, T-08, T-09, T-10, T-11, T-12, T-13,
+T-14, T-15, T-16, T-17 in conformance/spec/tls.toml). Profile nsqd-tls: the embedded broker with the suite's test
+certificates; nsqd-tls-required and nsqd-tls-client-cert add --tls-required, the client auth policies and
+--tls-min-version. For a target started by the user: a profile with the `tls` capability (and `tls_required`,
+`tls_client_auth`, `tls_min_version` as its flags say), --https-target, --tls-ca to verify its certificate and
+--tls-client-cert for the certificate its policy asks for. The refused certificate of NSQ-TLS-011, NSQ-TLS-012 is the
+suite's own, from a CA of its own (tls/other-client.pem), unrelated to any CA of the target."""
 
 import dataclasses
 import ssl

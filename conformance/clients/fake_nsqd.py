@@ -4,12 +4,13 @@ connection in the case's transcript (conformance.transcript).
 It answers like nsqd v1.3.0 on its own (IDENTIFY, SUB, PUB, MPUB, DPUB, CLS; FIN, REQ and TOUCH of a message not
 in flight with E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED), delivers a message only while the connection's RDY
 allows it, and leaves everything else to the case: which messages to send, which heartbeats, which errors, when
-to close. Behaviour IDs (C-.., P-.., ID-..) are nsqd-behavior.md's, as in the broker suite.
+to close. The behaviour IDs cited (C-02, P-FIN-04, ID-30, ...) are the catalogue's (conformance/spec/), as in the
+broker suite.
 
-TLS, snappy and deflate are real layers (ID-30..34): the JSON answer to IDENTIFY agrees to the layers the client
-asked for among those the broker ``offers`` (plus those it is told to ``force`` on a client that did not ask),
-then the broker handshakes TLS (the test certificates of conformance/tls) or compresses, and sends one OK through
-each new layer. With an ``auth_secret`` the answer says auth_required and AUTH is answered as nsqd does with an
+TLS, snappy and deflate are real layers (ID-30, ID-31, ID-32, ID-33, ID-34): the JSON answer to IDENTIFY agrees to the
+layers the client asked for among those the broker ``offers`` (plus those it is told to ``force`` on a client that did
+not ask), then the broker handshakes TLS (the test certificates of conformance/tls) or compresses, and sends one OK
+through each new layer. With an ``auth_secret`` the answer says auth_required and AUTH is answered as nsqd does with an
 auth server (P-AUTH-08, P-AUTH-09)."""
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ LAYERS = ("tls_v1", "snappy", "deflate")
 
 MAX_RDY_COUNT = 2500  # --max-rdy-count (P-RDY-04), also the IDENTIFY answer's max_rdy_count
 MAX_MSG_TIMEOUT_MS = 900_000  # --max-msg-timeout (ID-07)
-# ID-02..ID-07: what nsqd v1.3.0 takes for each IDENTIFY value, in its order of validation (ID-08): a value outside
+# ID-02, ID-03, ID-04, ID-05, ID-06, ID-07: what nsqd v1.3.0 takes for each IDENTIFY value, in its order of validation
+# (ID-08): a value outside
 # is refused with E_BAD_BODY and the connection closed. (field, the values taken, the error's words)
 IDENTIFY_BOUNDS = (
     ("heartbeat_interval", lambda n: n in (-1, 0) or 1000 <= n <= 60_000, "heartbeat interval"),  # ID-02
@@ -44,9 +46,9 @@ IDENTIFY_BOUNDS = (
 
 
 def identify_refusal(fields: dict) -> bytes | None:
-    """The E_BAD_BODY text nsqd v1.3.0 refuses this IDENTIFY with, or None when it takes it (ID-02..ID-08; a
-    value of the wrong JSON type, 1000.0 too, fails Go's decode into an int already, while null leaves the field as
-    it was: P-ID-03)."""
+    """The E_BAD_BODY text nsqd v1.3.0 refuses this IDENTIFY with, or None when it takes it (ID-02, ID-03, ID-04,
+    ID-05, ID-06, ID-07, ID-08; a value of the wrong JSON type, 1000.0 too, fails Go's decode into an int already,
+    while null leaves the field as it was: P-ID-03)."""
     for key, takes, words in IDENTIFY_BOUNDS:
         value = 0 if fields.get(key) is None else fields[key]
         if isinstance(value, bool) or not isinstance(value, int):
@@ -268,7 +270,8 @@ class ClientConnection:
         except ValueError:
             await self._fatal(b"E_BAD_BODY", b"IDENTIFY failed to decode JSON body")  # P-ID
             return
-        if refusal := identify_refusal(self.identify):  # ID-02..ID-08: nsqd refuses the connection
+        # ID-02, ID-03, ID-04, ID-05, ID-06, ID-07, ID-08: nsqd refuses the connection
+        if refusal := identify_refusal(self.identify):
             await self._fatal(b"E_BAD_BODY", refusal)
             return
         if self.identify.get("feature_negotiation") is not True:

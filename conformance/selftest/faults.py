@@ -371,7 +371,7 @@ def _req_immediate(command: wire.Command, session):
 
 
 def _dpub_is_pub(command: wire.Command, session):
-    """A valid DPUB (the checks are the broker's, P-DPUB-01..02) published at once."""
+    """A valid DPUB (the checks are the broker's, P-DPUB-01, P-DPUB-02) published at once."""
     if command.name == b"DPUB" and len(command.params) == 2 and VALID_NAME.fullmatch(command.params[0]) \
             and command.params[1].isdigit() and 0 < int(command.params[1]) <= 3600000 and command.body:
         return wire.encode_command("PUB", command.params[0], body=command.body)

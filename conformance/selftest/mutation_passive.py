@@ -3,7 +3,7 @@
 For each fault of ``faults.py`` a reference broker of its own runs behind the fault's proxies, as in
 ``mutation.py``; the suite's traffic to the TCP and HTTP proxies is captured (``nsq-trace capture``: tcpdump, or scapy's
 sniffer) while ``python -m conformance --strict`` runs, and the capture alone goes through the monitors
-(``spark_analysis.monitoring.judge_capture``). A fault is *named* when a broker-side violation cites an item of
+(``spark_analysis.judge.monitoring.judge_capture``). A fault is *named* when a broker-side violation cites an item of
 the fault's requirements (``requirements.toml``'s ``source``), *seen* when the monitors find something else broken,
 *missed* when they find nothing. The control (``none``) must show no broker-side violation: that is the healthy
 broker's capture. The score counts the faults that change TCP traffic (hooks on commands or frames, a connection
@@ -78,7 +78,7 @@ def run_fault(fault: Fault, reports: Path, workers: int, timeout: float, pytest_
 
 def judged(result: dict, capture: Path) -> dict:
     """``result`` with what the monitors found in its run's ``capture``, and its status."""
-    from spark_analysis.monitoring import judge_capture
+    from spark_analysis.judge.monitoring import judge_capture
 
     port, http_port = result["ports"]
     judges = judge_capture(str(capture), frozenset({port}), frozenset({http_port}))

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from conformance.catalogue import requirements
+from conformance.citations import problems_in, prose_problems, unknown_ids
 from conformance.explain import REPO_DIR, TRANSCRIPT_FILES
 from conformance.spec import SpecError, _behaviour, behaviour_ids_of, behaviours, cited_id_pattern
 
-# Labels the recorder put in the fixtures' `catalog` lists that are not behaviour IDs: sections of the old
-# behaviour document, now items of their own, and the names of nsqd's own Go tests (whose behaviour items the
+# Labels the recorder put in the fixtures' `catalog` lists that are not behaviour IDs: section numbers it used
+# before the catalogue had items for them, and the names of nsqd's own Go tests (whose behaviour items the
 # same transcripts also cite).
 FIXTURE_LABELS = {
     "§3.1": "ID-14", "§5": "LIM-01", "H-EP:/info": "H-INFO-01", "H-EP:/debug": "H-DEBUG-01",
@@ -42,29 +43,25 @@ def every_explanation() -> dict[str, dict]:
     return json.loads(answer.stdout)
 
 
-def tracked_texts():
-    names = subprocess.run(["git", "ls-files", "-z"], capture_output=True, check=True, cwd=REPO_DIR).stdout
-    for name in names.decode().split("\0"):
-        path = REPO_DIR / name
-        if name and path.is_file():
-            try:
-                yield name, path.read_text()
-            except UnicodeDecodeError:
-                continue  # pcaps and other binary golden data
-
-
 def test_every_cited_id_is_in_the_catalogue():
-    pattern = cited_id_pattern()
-    known = behaviours().keys() | requirements().keys()
-    cited, unknown = set(), []
-    for name, text in tracked_texts():
-        for number, line in enumerate(text.splitlines(), 1):
-            for identifier in pattern.findall(line):
-                cited.add(identifier)
-                if identifier not in known:
-                    unknown.append(f"{name}:{number}: {identifier}")
+    unknown, cited = unknown_ids()
     assert not unknown, "IDs cited but in neither conformance/spec/ nor requirements.toml:\n" + "\n".join(unknown)
     assert len(cited) > 400  # the tree cites ~330 behaviour items and ~160 requirements: the scan did run
+
+
+def test_the_trees_prose_has_no_id_range_and_cites_no_gone_document():
+    """What ``tox -e lint`` checks (conformance/citations.py), here on the tree and on a file that breaks each rule."""
+    assert prose_problems() == []
+    planted = ('"""Ranges D-01..D-03 and NSQ-HB-001/002, §2.13 of nsqd-behavior.md, ../shared/x."""\n'
+               '# D-01, D-02 and C-14/C-15 are fine\n'
+               'TEXT = "D-01..D-03 in a string is data"\n')
+    assert [problem.split(": ", 1)[1] for problem in problems_in("planted.py", planted)] == [
+        "the range 'D-01..D-03' hides items: list each ID",
+        "the range 'NSQ-HB-001/002' hides items: list each ID",
+        "'§2' cites a section of a document: cite the catalogue's IDs",
+        "'nsqd-behavior.md' is gone: cite the catalogue's IDs",
+        "'../shared' points outside the repository",
+    ]
 
 
 def test_requirements_map_onto_catalogue_items():
@@ -78,7 +75,7 @@ def test_trace_requirements_judge_their_item():
     wrong = [f"{i}: {r}" for i, r in traced.items()
              if r not in requirements() or i not in behaviour_ids_of(requirements()[r])]
     assert not wrong, "trace_requirement that is not a requirement judging the item:\n" + "\n".join(wrong)
-    assert traced  # spark_analysis/violations.py's checks: D-01, P-FIN-04, C-23, C-28, C-29
+    assert traced  # spark_analysis/judge/violations.py's checks: D-01, P-FIN-04, C-23, C-28, C-29
 
 
 def case_functions():

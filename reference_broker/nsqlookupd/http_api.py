@@ -1,5 +1,5 @@
-"""nsqlookupd's HTTP API (nsqlookupd/http.go), section 3 of nsqlookupd-behavior.md, on the same router and
-response styles as nsqd's (http_router.py, Go's internal/http_api): one function per route, each taking a
+"""nsqlookupd's HTTP API (nsqlookupd/http.go; the L-HTTP-* items of conformance/spec/nsqlookupd.toml), on the same
+router and response styles as nsqd's (http_router.py, Go's internal/http_api): one function per route, each taking a
 `Request` and returning what nsqlookupd's handler returns, or raising `HTTPError` with its status and code."""
 from __future__ import annotations
 

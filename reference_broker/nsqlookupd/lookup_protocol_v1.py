@@ -1,7 +1,8 @@
-"""nsqlookupd's TCP protocol "  V1" (nsqlookupd/lookup_protocol_v1.go), section 2 of nsqlookupd-behavior.md:
-lines of a command and space-separated parameters; IDENTIFY followed by a 4-byte size and a JSON body. Every
-reply is a 4-byte big-endian size and the data, with no frame type (L-TCP-02); every error is fatal: its text
-is the reply, then the connection closes (L-TCP-21), and the producer's registrations go with it (L-TCP-13).
+"""nsqlookupd's TCP protocol "  V1" (nsqlookupd/lookup_protocol_v1.go; the L-TCP-* items of
+conformance/spec/nsqlookupd.toml): lines of a command and space-separated parameters; IDENTIFY followed by a 4-byte
+size and a JSON body. Every reply is a 4-byte big-endian size and the data, with no frame type (L-TCP-02); every error
+is fatal: its text is the reply, then the connection closes (L-TCP-21), and the producer's registrations go with it
+(L-TCP-13).
 
 Memory stays bounded whatever a client sends: a line keeps its first _MAX_LINE bytes (the rest is read and
 dropped up to the newline), an IDENTIFY body its first _MAX_BODY. nsqlookupd keeps both whole, and a negative
@@ -178,7 +179,8 @@ class LookupProtocolV1:
         return b"OK"
 
     def unregister(self, client: ClientV1, params: list[str]) -> bytes:
-        """L-TCP-14..17: the names stay registered without this producer, except ephemeral ones left empty."""
+        """L-TCP-14, L-TCP-15, L-TCP-16, L-TCP-17: the names stay registered without this producer, except ephemeral
+        ones left empty."""
         peer_info = self._identified(client)
         topic, channel = _topic_channel("UNREGISTER", params)
         if channel:

@@ -1,6 +1,5 @@
-"""nsqlookupd's flags and defaults (apps/nsqlookupd/main.go, nsqlookupd/options.go), section 1 of
-nsqlookupd-behavior.md: one table, as nsqd's (reference_broker/options.py). Durations take Go's syntax and are
-kept in nanoseconds, as nsqd's options are."""
+"""nsqlookupd's flags and defaults (apps/nsqlookupd/main.go, nsqlookupd/options.go): one table, as nsqd's
+(reference_broker/options.py). Durations take Go's syntax and are kept in nanoseconds, as nsqd's options are."""
 from __future__ import annotations
 
 import dataclasses

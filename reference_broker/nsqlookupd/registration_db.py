@@ -3,8 +3,8 @@
 the producers (nsqd connections) that registered it, by producer id (the connection's remote address).
 
 A registration may have no producer at all: created over HTTP, or left by the last producer's UNREGISTER or
-disconnection; it stays listed until deleted (L-TCP-13..16). Listing order is insertion order here, Go's map
-order there: unspecified (L-HTTP-05)."""
+disconnection; it stays listed until deleted (L-TCP-13, L-TCP-14, L-TCP-15, L-TCP-16). Listing order is insertion order
+here, Go's map order there: unspecified (L-HTTP-05)."""
 from __future__ import annotations
 
 import dataclasses

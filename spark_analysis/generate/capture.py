@@ -113,8 +113,9 @@ class Connection:
         self._segment("s2c", ts_ns + 30_000, 0x11)
         self._segment("c2s", ts_ns + 60_000, 0x10)
 
-    def send(self, direction: str, ts_ns: int, data: bytes, captured: bool = True):
-        encoder = self.encoders.get(direction)
+    def send(self, direction: str, ts_ns: int, data: bytes, captured: bool = True, raw: bool = False):
+        """``raw``: past the negotiated compression, as a broken peer may send it."""
+        encoder = None if raw else self.encoders.get(direction)
         if encoder is not None:
             data = encoder.encode(data)
         for start in range(0, len(data), MAX_SEGMENT):

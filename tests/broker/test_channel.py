@@ -81,7 +81,7 @@ def test_consumers_of_one_channel_share_the_stream():
 
 
 def test_fin_of_another_consumers_message_is_refused_and_unknown_ids_are_not_in_flight():
-    # P-FIN-04/05, D-10
+    # P-FIN-04, P-FIN-05, D-10
     channel, a, b = _channel(), Consumer(1, ready=1), Consumer(2)
     channel.add_client(a)
     channel.add_client(b)

@@ -3,13 +3,13 @@
 broker, with the recordings' own cluster replayer: each transcript starts a fresh broker on a fresh data
 path, SIGTERMs or SIGKILLs it and starts it again on the same path and ports, as it did to nsqd.
 
-The `fake-lookupd` transcripts (R-01..R-11: what nsqd sends to nsqlookupd) run the same way; the replayer
-runs the fake lookupds itself and checks every command the broker sends them, with the recorded timing
-windows of the 15 s PING ticker (about 40 s for the ten).
+The `fake-lookupd` transcripts (R-01, R-02, R-03, R-04, R-05, R-06, R-07, R-08, R-09, R-10, R-11: what nsqd sends to
+nsqlookupd) run the same way; the replayer runs the fake lookupds itself and checks every command the broker sends
+them, with the recorded timing windows of the 15 s PING ticker (about 40 s for the ten).
 
 The `lookupd`, `lookupd-short` and `cluster` transcripts (L-TCP-*, L-HTTP-*: nsqlookupd's V1 protocol and HTTP
-API; R-12..R-15: the reference nsqd registering with it end to end) run against the reference nsqlookupd, and
-the cluster's `exec nsq_tail` step runs tests/lookupd/nsq_tail.py in place of the Go tool.
+API; R-12, R-13, R-14, R-15: the reference nsqd registering with it end to end) run against the reference nsqlookupd,
+and the cluster's `exec nsq_tail` step runs tests/lookupd/nsq_tail.py in place of the Go tool.
 
 They run in one xdist group: the replayer uses a fixed block of ports, found free once per module.
 """

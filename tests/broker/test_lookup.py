@@ -1,7 +1,7 @@
-"""What the broker sends to nsqlookupd (R-01..R-11 in conformance/spec/registration.toml), seen by a fake lookupd: a
-real TCP listener speaking V1 that logs every command and answers as nsqlookupd does, plus an HTTP listener
-for the `/channels` query a new topic makes. With NSQD_BINARY set, the same tests run against nsqd v1.3.0
-(tests/broker/target.py); they were checked that way.
+"""What the broker sends to nsqlookupd (R-01, R-02, R-03, R-04, R-05, R-06, R-07, R-08, R-09, R-10, R-11 in
+conformance/spec/registration.toml), seen by a fake lookupd: a real TCP listener speaking V1 that logs every command
+and answers as nsqlookupd does, plus an HTTP listener for the `/channels` query a new topic makes. With NSQD_BINARY
+set, the same tests run against nsqd v1.3.0 (tests/broker/target.py); they were checked that way.
 
 The 15 s PING ticker (R-08, R-10's reconnection at the next tick) is covered by the recorded transcripts
 (test_cluster_transcripts.py); here a reconnection is triggered by the next notification instead, which is
@@ -287,7 +287,8 @@ def test_a_reply_larger_than_max_body_size_is_not_read(fake):
         assert _pub(target, "big-reply") < 5
 
 
-# -- R-03..R-07: REGISTER and UNREGISTER ------------------------------------------------------------------
+# -- R-03, R-04, R-05, R-06, R-07: REGISTER and UNREGISTER
+# ------------------------------------------------------------------
 
 def test_new_topic_and_channel_are_registered_once(fake):
     with running_target(f"--lookupd-tcp-address={fake.address}") as target:

@@ -1,5 +1,5 @@
-"""Acknowledged messages survive a SIGTERM restart (D-70, P-RST-01..04, D-75): publish, consume some,
-leave some in flight and some deferred (DPUB and REQ with a delay), stop the broker with SIGTERM, start it
+"""Acknowledged messages survive a SIGTERM restart (D-70, P-RST-01, P-RST-02, P-RST-03, P-RST-04, D-75): publish,
+consume some, leave some in flight and some deferred (DPUB and REQ with a delay), stop the broker with SIGTERM, start it
 again on the same data path, drain. The suite's own delivery checker judges the history: nothing lost,
 attempts only grow, RDY never exceeded."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""pynsq 0.9.1 over TLS (T-01..T-03, T-07): the reference broker requires TLS (--tls-required=true), a Writer and
+"""pynsq 0.9.1 over TLS (T-01, T-02, T-03, T-07): the reference broker requires TLS (--tls-required=true), a Writer and
 two Readers (one plain inside TLS, one with deflate inside TLS) upgrade with IDENTIFY's tls_v1, verifying the
 test CA, and every message arrives on both channels once."""
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """A capture of the rest of NSQ's traffic, for the trace decoder: an nsqd registering with an nsqlookupd ("  V1":
 IDENTIFY, REGISTER, UNREGISTER, PING), a client upgrading to TLS, and plain clients beside them. It writes the pcap
-and its truth, which counts what the client below does and what nsqd tells nsqlookupd about it (R-01..R-07).
+and its truth, which counts what the client below does and what nsqd tells nsqlookupd about it (R-01, R-02, R-03, R-04,
+R-05, R-06, R-07).
 
     python tests/trace/cluster_recording.py -o pcaps/cluster.pcap                      # the reference programs
     python tests/trace/cluster_recording.py -o pcaps/cluster.pcap --nsqd BIN --nsqlookupd BIN   # e.g. nsq's own

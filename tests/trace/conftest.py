@@ -8,7 +8,7 @@ import pytest
 from trace_helpers import PCAPS
 
 from spark_analysis.analysis import run_analysis
-from spark_analysis.datasource import NsqPcapDataSource
+from spark_analysis.read.datasource import NsqPcapDataSource
 from spark_analysis.session import spark_session
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pyarrow import fs
 
-from spark_analysis.storage import Storage
+from spark_analysis.read.storage import Storage
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "nsq-trace-test", "AWS_SECRET_ACCESS_KEY": "nsq-trace-test",
                "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}

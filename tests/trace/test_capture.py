@@ -14,8 +14,8 @@ from trace_helpers import REPO, walk
 
 from nsq_protocol import wire
 from spark_analysis.analysis import SEGMENT_COLUMNS
-from spark_analysis.decode import decode_connection
-from spark_analysis.reassembly import reassemble
+from spark_analysis.decode.v2 import decode_connection
+from spark_analysis.read.reassembly import reassemble
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="capturing needs root (raw sockets)")
 

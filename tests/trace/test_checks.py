@@ -1,12 +1,12 @@
-"""The per-connection checks of violations.py on hand-made rows: messages in flight expire at their deadline (D-11),
-a TOUCH moves a deadline (P-TOUCH-04), and a delivery beyond RDY is a finding (D-01)."""
+"""The per-connection checks of judge/violations.py on hand-made rows: messages in flight expire at their deadline
+(D-11), a TOUCH moves a deadline (P-TOUCH-04), and a delivery beyond RDY is a finding (D-01)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from spark_analysis.violations import ConnectionChecks
+from spark_analysis.judge.violations import ConnectionChecks
 
 MS = 1_000_000
 # msg_timeout 2000 ms, less output_buffer_timeout 250 ms and the 100 ms queue scan: in flight for 1650 ms

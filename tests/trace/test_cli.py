@@ -11,7 +11,7 @@ import pytest
 from trace_helpers import PCAPS, REPO
 
 from spark_analysis.analysis import run_analysis
-from spark_analysis.summary import message_events
+from spark_analysis.report.summary import message_events
 
 
 def nsq_trace(*args, timeout=300):

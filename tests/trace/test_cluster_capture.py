@@ -50,7 +50,8 @@ def test_a_live_capture_of_the_reference_cluster_gives_the_same_truth(tmp_path, 
 
 
 def test_v1_decoders_are_split_independent_and_refuse_what_nsqlookupd_refuses():
-    """L-TCP-01/02/04/20: the magic, trimmed lines, IDENTIFY's sized body; replies without a frame type."""
+    """L-TCP-01, L-TCP-02, L-TCP-04, L-TCP-20: the magic, trimmed lines, IDENTIFY's sized body; replies without a frame
+    type."""
     stream = (wire_v1.MAGIC_V1 + wire_v1.encode_command("IDENTIFY", body=b'{"tcp_port":4150}')
               + b"REGISTER t c\r\nUNREGISTER t\nPING\n")
     decoder = wire_v1.V1CommandDecoder()

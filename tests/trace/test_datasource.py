@@ -53,7 +53,7 @@ def test_bad_options_fail_with_a_clear_message(spark, tmp_path, options, message
 
 
 def test_payload_references_point_at_the_same_bytes(spark):
-    from spark_analysis.pcapfile import read_payloads
+    from spark_analysis.read.pcapfile import read_payloads
 
     path = str(PCAPS / "compressed.pcap")
     copied = load(spark, path).orderBy("offset").collect()

@@ -1,4 +1,4 @@
-"""The catalogue's monitors over captures (spark_analysis/monitoring.py): the real nsqd's captures break no
+"""The catalogue's monitors over captures (spark_analysis/judge/monitoring.py): the real nsqd's captures break no
 broker rule, and a broker bug written into a real pcap is named by its item, with the side that broke it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from nsq_protocol import wire
 from spark_analysis.generate.capture import EPOCH_NS, MS, Capture, Connection
-from spark_analysis.monitoring import judge_capture
+from spark_analysis.judge.monitoring import judge_capture
 from tests.trace.trace_helpers import PCAPS
 
 RECORDED = {"workload-small": 24150, "compressed": 24150, "cluster": 24150, "transcripts": 24150}

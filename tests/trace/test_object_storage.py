@@ -16,10 +16,10 @@ from pyarrow import fs
 from trace_helpers import PCAPS, load_truth, truth_mismatches
 
 from spark_analysis.analysis import run_analysis
-from spark_analysis.connection_tables import SCHEMAS
-from spark_analysis.lifecycle import LIFECYCLE_SCHEMAS
-from spark_analysis.pcapfile import RESYNC_CHAIN, pcap_resync, read_range, split_file
-from spark_analysis.storage import Storage, StorageError, endpoint_options
+from spark_analysis.derive.connection_tables import SCHEMAS
+from spark_analysis.derive.lifecycle import LIFECYCLE_SCHEMAS
+from spark_analysis.read.pcapfile import RESYNC_CHAIN, pcap_resync, read_range, split_file
+from spark_analysis.read.storage import Storage, StorageError, endpoint_options
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_a_wrong_resync_is_a_named_error_not_a_silent_loss(store, tmp_path):
     url = "s3://captures/decoy/decoy.pcap"
     with storage.open_input(url) as remote:
         assert pcap_resync(remote, decoy_at - 3, storage.size(url), remote.read_at(40, 0)) == decoy_at
-    from spark_analysis.pcapfile import ByteRange
+    from spark_analysis.read.pcapfile import ByteRange
 
     before = pa.Table.from_batches(list(read_range(ByteRange(url, 0, decoy_at - 3), True, storage)))
     errors = before.filter(pa.compute.is_valid(before["error"]))

@@ -9,7 +9,7 @@ import pytest
 from pcap_variants import records, to_ipv6, to_linux_sll2, write_pcap, write_pcapng
 from trace_helpers import PCAPS, walk
 
-from spark_analysis.pcapfile import split_file
+from spark_analysis.read.pcapfile import split_file
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The latency histograms of quantiles.py: every quantile a value of the data, within the stated accuracy of the
+"""The latency histograms of derive/quantiles.py: every quantile a value of the data, within the stated accuracy of the
 value of its rank, the same whether the histogram was built at once or merged from parts."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_analysis.quantiles import EMPTY, RELATIVE_ACCURACY, SMALLEST, Histogram
+from spark_analysis.derive.quantiles import EMPTY, RELATIVE_ACCURACY, SMALLEST, Histogram
 
 FRACTIONS = [0, 0.001, 0.01, 0.25, 0.5, 0.9, 0.99, 0.999, 1.0]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from nsq_protocol import wire
-from spark_analysis.decode import decode_connection
-from spark_analysis.reassembly import Gap, reassemble
+from spark_analysis.decode.v2 import decode_connection
+from spark_analysis.read.reassembly import Gap, reassemble
 
 CLIENT, SERVER = ("10.0.0.1", 50000), ("10.0.0.2", 4150)
 SYN, SYNACK, PSH = 0x02, 0x12, 0x18
@@ -151,7 +151,7 @@ def test_pairs_answers_in_command_order_and_fin_failures_by_id():
 
 def test_every_violation_names_a_requirement_of_the_catalogue():
     from conformance.catalogue import requirements
-    from spark_analysis import violations
+    from spark_analysis.judge import violations
 
     catalogue = requirements()
     for behaviour, requirement in violations.REQUIREMENT_OF.items():

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from trace_helpers import PCAPS, load_truth, truth_mismatches
 
-from spark_analysis.quantiles import RELATIVE_ACCURACY, SMALLEST
+from spark_analysis.derive.quantiles import RELATIVE_ACCURACY, SMALLEST
 
 PER_CONNECTION_KEYS = (
     "heartbeats",
@@ -99,8 +99,8 @@ def test_deliberate_unknown_id_fins_are_named_violations(analyse):
 
 
 def test_latency_quantiles_are_those_of_the_messages_table(analyse):
-    """summary.json's latencies come from the lifecycle tasks' histograms (quantiles.py), not from the table: each
-    is within the histograms' accuracy of the quantile of the messages table's column, the maximum exact."""
+    """summary.json's latencies come from the lifecycle tasks' histograms (derive/quantiles.py), not from the table:
+    each is within the histograms' accuracy of the quantile of the messages table's column, the maximum exact."""
     summary = analyse("workload-small", [PCAPS / "workload-small.pcap"])
     messages = pq.read_table(os.path.join(summary["out_dir"], "tables", "messages"))
     for name, column in (("publish_to_deliver", "publish_to_first_delivery_ms"),

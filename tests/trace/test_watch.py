@@ -18,7 +18,7 @@ import pytest
 from pcap_variants import records, split_by_time, write_pcap
 from trace_helpers import PCAPS, REPO, load_truth, truth_mismatches
 
-from spark_analysis.increments import OPEN, batch_of
+from spark_analysis.watch.increments import OPEN, batch_of
 
 FILES = 6
 WAIT_SECONDS = 120

@@ -13,8 +13,8 @@ from trace_helpers import PCAPS, walk
 
 from spark_analysis.analysis import DEFAULT_NSQ_PORTS, FlowDecoder, decode_flow, flow_runs
 from spark_analysis.generate import generate
-from spark_analysis.increments import CARRIED_NS
-from spark_analysis.reassembly import reassemble
+from spark_analysis.read.reassembly import reassemble
+from spark_analysis.watch.increments import CARRIED_NS
 
 FILE_SEGMENTS = 200  # a flow's segments in one capture file, for the carried decoding
 SMALL_WINDOW = 4096  # every connection in many windows (dozens, most), each still a horizon for its answers

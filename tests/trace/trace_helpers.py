@@ -8,7 +8,7 @@ import pathlib
 
 import pyarrow as pa
 
-from spark_analysis.pcapfile import PACKET_SCHEMA, ByteRange, read_range
+from spark_analysis.read.pcapfile import PACKET_SCHEMA, ByteRange, read_range
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PCAPS = REPO / "pcaps"

@@ -61,7 +61,8 @@ async def test_sub_topic_and_channel(run):
 
 @pytest.mark.nsqc("NSQC-CONN-006")
 async def test_identify_values_in_bounds(run):
-    """A consumer's and a publisher's IDENTIFY, each value within what nsqd v1.3.0 takes (ID-02..ID-08)."""
+    """A consumer's and a publisher's IDENTIFY, each value within what nsqd v1.3.0 takes (ID-02, ID-03, ID-04,
+    ID-05, ID-06, ID-07, ID-08)."""
     consumer_broker, publisher_broker = await run.nsqd(), await run.nsqd()
     await run.consumer(consumer_broker)
     await run.publisher(publisher_broker, [])

@@ -1,7 +1,8 @@
 """NSQC-NEG: feature negotiation. A client asks in IDENTIFY for the layers it was configured with and only those,
 refuses a layer it did not ask for, and speaks through the layers agreed: the fake nsqd really handshakes TLS (the
 test certificates of conformance/tls) and really compresses (snappy framing, raw deflate) both ways, so a SUB, RDY
-and FIN it decodes came through the layer (ID-30..ID-34). AUTH comes after IDENTIFY and before SUB (P-AUTH-09)."""
+and FIN it decodes came through the layer (ID-30, ID-31, ID-32, ID-33, ID-34). AUTH comes after IDENTIFY and before SUB
+(P-AUTH-09)."""
 import asyncio
 
 import pytest

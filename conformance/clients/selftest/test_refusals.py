@@ -1,5 +1,5 @@
 """The fake nsqd refuses what nsqd v1.3.0 refuses, with nsqd's words: IDENTIFY values out of bounds in nsqd's order
-of validation (ID-02..ID-08), and MPUB bodies it cannot read (P-MPUB-02)."""
+of validation (ID-02, ID-03, ID-04, ID-05, ID-06, ID-07, ID-08), and MPUB bodies it cannot read (P-MPUB-02)."""
 from conformance.clients.fake_nsqd import identify_refusal, mpub_refusal
 from nsq_protocol import wire
 

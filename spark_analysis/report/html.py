@@ -19,10 +19,10 @@ from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from conformance.catalogue import requirements  # noqa: E402
-from spark_analysis.kinds import Status  # noqa: E402
-from spark_analysis.lifecycle import LATENCY_COLUMNS, Totals  # noqa: E402
-from spark_analysis.storage import LOCAL, Storage, join  # noqa: E402
-from spark_analysis.summary import message_events  # noqa: E402
+from spark_analysis.decode.kinds import Status  # noqa: E402
+from spark_analysis.derive.lifecycle import LATENCY_COLUMNS, Totals  # noqa: E402
+from spark_analysis.read.storage import LOCAL, Storage, join  # noqa: E402
+from spark_analysis.report.summary import message_events  # noqa: E402
 
 NS_PER_S = 1_000_000_000
 CDF_POINTS = 200
@@ -180,7 +180,7 @@ def _errors(summary: dict) -> str:
 
 
 def _registrations(lookupd: dict) -> str:
-    """What each producer told nsqlookupd (R-03..R-07) and how it answered."""
+    """What each producer told nsqlookupd (R-03, R-04, R-05, R-06, R-07) and how it answered."""
     if not lookupd["connections"]:
         return "<p>No nsqlookupd connection (TCP protocol V1) in the capture.</p>"
     commands = ", ".join(f"{name} {count:,}" for name, count in lookupd["commands"].items())
@@ -220,6 +220,8 @@ def _flow_control(frame) -> str:
         inflight = group[group["in_flight"].notna()]
         (line,) = axis.plot((inflight["ts_ns"] - start) / NS_PER_S, inflight["in_flight"], linewidth=1, label=label)
         rdy = group[group["rdy"].notna()]
+        if rdy.empty:  # no RDY whose count could be read (a client's "RDY a")
+            continue
         # RDY holds until changed (D-02): draw each value up to the connection's last sample
         times = [*rdy["ts_ns"], group["ts_ns"].max()]
         axis.step(

@@ -1,4 +1,4 @@
-"""The tables that join connections: message lifecycles (the connections' roles: tallies.py).
+"""The tables that join connections: message lifecycles (the connections' roles: derive/tallies.py).
 
 A message on a channel is identified by (topic, channel, msg_id): every channel gets its own copy
 with the same ID (C-11). Its lifecycle is its deliveries in time order, each settled on its own
@@ -17,7 +17,7 @@ outcome, messages delivered and finished, latency histograms): what summary.json
 count over all messages, with no Spark job reading the tables again (~1.5-2 s of 2 cores for the
 bench trace). Like the decoding tasks' tables, the exchange needs the output directory on every
 executor's file system. ``nsq-trace watch`` orders each micro-batch's new deliveries with the messages still open
-instead (lifecycle_increments.py).
+instead (watch/lifecycle_increments.py).
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark_analysis.connection_tables import SCHEMAS, TableWriter, parquet_writer, prepare_directories
-from spark_analysis.kinds import Kind, Status
-from spark_analysis.parquet_source import WrittenTables
-from spark_analysis.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
-from spark_analysis.settlements import DELIVERED_SCHEMA, DELIVERY_FIELDS, codes
-from spark_analysis.storage import LOCAL, Storage, join
+from spark_analysis.decode.kinds import Kind, Status
+from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, parquet_writer, prepare_directories
+from spark_analysis.derive.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
+from spark_analysis.derive.settlements import DELIVERED_SCHEMA, DELIVERY_FIELDS, codes
+from spark_analysis.read.parquet_source import WrittenTables
+from spark_analysis.read.storage import LOCAL, Storage, join
 
 MESSAGE_KEY = ["topic", "channel", "msg_id"]
 NS_PER_MS = 1_000_000
@@ -194,7 +194,7 @@ def read_parts(files: list[str], schema: pa.Schema, storage: Storage = LOCAL, **
 def tables(spark: SparkSession, tables_dir: str, exchange_dir: str, buckets: int, ends: pa.Table,
            fin_failed: pa.Table, storage: Storage = LOCAL) -> tuple[Mapping[str, DataFrame], Totals]:
     """The lifecycle tables, from the exchange the decoding tasks wrote (``exchange_dir``, in ``buckets``), and their
-    totals; ``ends``: how the connections ended, ``fin_failed``: the IDs E_FIN_FAILED named (tallies.py)."""
+    totals; ``ends``: how the connections ended, ``fin_failed``: the IDs E_FIN_FAILED named (derive/tallies.py)."""
     prepare_directories(tables_dir, LIFECYCLE_SCHEMAS, storage)
 
     def lifecycles(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -222,7 +222,7 @@ def connection_ends(ended: pa.Table) -> pa.Table:
 
 
 def connection_ends_of(connections: pa.Table) -> pa.Table:
-    """How each connection ended, from the connections' tally (tallies.py)."""
+    """How each connection ended, from the connections' tally (derive/tallies.py)."""
     return _ends(connections["conn_id"], connections["cls"], connections["last_ts_ns"])
 
 
@@ -425,7 +425,9 @@ def messages(delivery: pa.Table, first_published: pa.Table) -> pa.Table:
     joined = per_message.append_column("publish_command_ts_ns", found["ts_ns"]).append_column(
         "publish_command", found["command"])
     def milliseconds(end: str, start: str):
-        return pc.divide(pc.cast(pc.subtract(joined[end], joined[start]), pa.float64()), NS_PER_MS)
+        # a broker's timestamp (C-09) may be anything: a difference beyond 2**53 ns (104 days) is kept as the nearest
+        # double, not refused
+        return pc.divide(pc.cast(pc.subtract(joined[end], joined[start]), pa.float64(), safe=False), NS_PER_MS)
 
     return joined.append_column(
         "publish_to_first_delivery_ms", milliseconds("first_delivery_ts_ns", "publish_ts_ns")

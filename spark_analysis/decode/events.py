@@ -1,6 +1,6 @@
 """What the decoders of both protocols share: the event schema, the row builder of one connection, the walk over
-a stream's chunks and gaps with resync, and the pairing of commands with their answers. ``decode.py`` decodes nsqd's
-V2 connections with it, ``decode_v1.py`` nsqlookupd's V1 ones."""
+a stream's chunks and gaps with resync, and the pairing of commands with their answers. ``decode/v2.py`` decodes nsqd's
+V2 connections with it, ``decode/v1.py`` nsqlookupd's V1 ones."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsq_protocol import wire
-from spark_analysis.identify import IDENTIFY_RESPONSE_TYPE, IDENTIFY_TYPE
-from spark_analysis.kinds import Close, Direction, Kind, Status
-from spark_analysis.reassembly import Connection, Gap, Stream
-from spark_analysis.violations import ID_ERRORS
+from spark_analysis.decode.identify import IDENTIFY_RESPONSE_TYPE, IDENTIFY_TYPE
+from spark_analysis.decode.kinds import Close, Direction, Kind, Status
+from spark_analysis.judge.violations import ID_ERRORS
+from spark_analysis.read.reassembly import Connection, Gap, Stream
 
 # The connection row's facts (kind connection): what the capture shows of the connection, and the protocol's.
 CONNECTION_TYPE = pa.struct(
@@ -287,7 +287,7 @@ class StreamWalk:
     """One direction of a connection, walked chunk by chunk with its gaps, one window of the stream after another
     (``walk``, then ``finish``): resync after a gap or a protocol violation, or at the start of a capture that missed
     the connection's start; decompression once a subclass has switched it on. Subclasses: ``feed(data)``,
-    ``reset()``, ``find_start(buffer)``."""
+    ``reset()``, ``find_start(buffer, start)`` (the first boundary at or after ``start``)."""
 
     direction = ""
 
@@ -298,6 +298,8 @@ class StreamWalk:
         self.lost = False  # the rest of this direction cannot be decoded
         self.resync_buffer: bytearray | None = None if stream.syn_seen else bytearray()
         self.resync_offset = 0
+        self.resync_from = 0  # the first offset of resync_buffer a boundary may be at
+        self.unread = b""  # held by the decoder when it failed: searched for a resync point next
         self.ts_ns = 0
         self.offset = 0
 
@@ -317,16 +319,24 @@ class StreamWalk:
                 except wire.ProtocolViolation as exc:
                     self._lose("decompression_failed", str(exc))
                     continue
-            elif self.resync_buffer is not None:
+            self._feed_resynchronising(data)
+
+    def _feed_resynchronising(self, data: bytes):
+        """``feed``, and after each protocol violation the bytes from where it failed to a resync point skipped."""
+        while True:
+            if self.resync_buffer is not None:
                 data = self._resynced(data)
                 if data is None:
-                    continue
+                    return
             self.feed(data)
+            data, self.unread = self.unread, b""
+            if not data:
+                return
 
     def finish(self, rows: Rows):
-        """The stream ended: bytes still searched for a resync point are undecodable."""
-        if self.resync_buffer:
-            self._undecodable(rows, len(self.resync_buffer), "no frame or command boundary found")
+        """The stream ended: bytes still searched for a resync point are undecodable, and so are those of a frame or
+        command it ended inside (a capture cut short, a peer that died mid-write)."""
+        self._held_undecodable(rows, "the stream ended")
 
     def _gap(self, gap: Gap):
         self.rows.add(gap.ts_ns, self.direction, Kind.GAP, "gap", byte_count=gap.length, stream_offset=gap.offset)
@@ -335,13 +345,24 @@ class StreamWalk:
         if self.decompressor is not None:
             self._lose("compressed_stream_gap", f"{gap.length} bytes missing inside a compressed stream")
             return
+        self._held_undecodable(self.rows, "a gap came")
         self.reset()
         self.resync_buffer = bytearray()
         self.resync_offset = gap.offset + gap.length
+        self.resync_from = 0
 
     def _lose(self, name: str, explanation: str):
         self.lost = True
         self.rows.add(self.ts_ns, self.direction, Kind.ERROR, name, explanation=explanation, stream_offset=self.offset)
+
+    def _held_undecodable(self, rows: Rows, why: str):
+        """The bytes held are undecodable: those still searched for a resync point, or those of the frame or command
+        the stream was inside (a capture cut short, a peer that died mid-write, a lost segment)."""
+        if self.resync_buffer:
+            self._undecodable(rows, len(self.resync_buffer), f"no frame or command boundary found before {why}")
+        elif not self.lost and self.resync_buffer is None and self.decoder.pending:
+            rows.add(self.ts_ns, self.direction, Kind.ERROR, "undecodable_bytes", byte_count=self.decoder.pending,
+                     stream_offset=self.decoder.offset, explanation=f"{why} inside a frame or command")
 
     def _undecodable(self, rows: Rows, count: int, explanation: str):
         rows.add(self.ts_ns, self.direction, Kind.ERROR, "undecodable_bytes", byte_count=count,
@@ -350,13 +371,14 @@ class StreamWalk:
     def _resynced(self, data: bytes) -> bytes | None:
         buffer = self.resync_buffer
         buffer += data
-        start = self.find_start(buffer)
+        start = self.find_start(buffer, self.resync_from)
         if start < 0:
             if len(buffer) > RESYNC_WINDOW:
                 dropped = len(buffer) - RESYNC_WINDOW // 2
                 self._undecodable(self.rows, dropped, "no frame or command boundary found")
                 del buffer[:dropped]
                 self.resync_offset += dropped
+                self.resync_from = 0
             return None
         if start:
             self._undecodable(self.rows, start, "skipped while resynchronising")
@@ -364,11 +386,15 @@ class StreamWalk:
         return bytes(buffer[start:])
 
     def violation(self, reason: str, exc: wire.ProtocolViolation):
+        """The decoder failed at ``exc.offset``: what it holds from there is searched for a resync point, the bytes
+        before that counted as undecodable."""
         self.rows.add(self.ts_ns, self.direction, Kind.ERROR, "protocol_violation",
                       explanation=f"{reason}: {exc.reason}", stream_offset=exc.offset)
+        self.unread = self.decoder.take_trailing_data()
         self.reset()
         self.resync_buffer = bytearray()
-        self.resync_offset = self.offset
+        self.resync_offset = exc.offset
+        self.resync_from = 1  # where it failed is no boundary: the search starts after it
 
 
 
@@ -384,8 +410,8 @@ class CommandWalk(StreamWalk):
         self.decoder = type(self.decoder)()
         self.decoder.feed(self.decoder.MAGIC)  # resumed mid-stream: the magic was sent long ago
 
-    def find_start(self, buffer) -> int:
-        match = self.command_start.search(buffer)
+    def find_start(self, buffer, start: int) -> int:
+        match = self.command_start.search(buffer, start)
         return match.start() if match else -1
 
     def walk(self, rows: Rows):

@@ -3,7 +3,7 @@
 They are projections of the events (commands, frames, publishes, ...) and per-connection counts (activity): no
 other connection changes a row of them, so they are cut from each connection's Arrow table with pyarrow and
 written as Parquet where the events are, and no Spark job reads the events back to make them. The tables that
-join connections (deliveries, messages, connections) are lifecycle.py's.
+join connections (deliveries, messages, connections) are derive/lifecycle.py's.
 
 A task writes one file per table (``<table>/<part>.parquet``, ``TableWriter``) in row groups of ``ROW_GROUP_ROWS``, so
 that a trace of many small connections does not become many small files. The file's name is the task's
@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from spark_analysis.events import EVENT_SCHEMA, kind_mask
-from spark_analysis.kinds import Direction, Kind
-from spark_analysis.settlements import DELIVERED_SCHEMA
-from spark_analysis.storage import LOCAL, Storage, join
+from spark_analysis.decode.events import EVENT_SCHEMA, kind_mask
+from spark_analysis.decode.kinds import Direction, Kind
+from spark_analysis.derive.settlements import DELIVERED_SCHEMA
+from spark_analysis.read.storage import LOCAL, Storage, join
 
 NS_PER_MS = 1_000_000
 ROW_GROUP_ROWS = 1 << 18
@@ -96,7 +96,7 @@ def heartbeats(events: pa.Table) -> pa.Table:
 
 
 def flow_control(events: pa.Table) -> pa.Table:
-    """RDY as the client set it, and in flight per second (violations.py counts it)."""
+    """RDY as the client set it, and in flight per second (judge/violations.py counts it)."""
 
     return _columns(events, pc.or_kleene(kind_mask(events, Kind.COMMAND, "RDY"), kind_mask(events, Kind.IN_FLIGHT)),
                     **_same("conn_id", "ts_ns", "topic", "channel", "rdy", "in_flight"))
@@ -108,8 +108,9 @@ def violations(events: pa.Table) -> pa.Table:
 
 
 def registrations(events: pa.Table) -> pa.Table:
-    """What a producer told nsqlookupd (R-03..R-07, L-TCP-12..15): each REGISTER and UNREGISTER of a V1 connection
-    with its producer and nsqlookupd's answer (``project`` gives it only a V1 connection's events)."""
+    """What a producer told nsqlookupd (R-03, R-04, R-05, R-06, R-07, L-TCP-12, L-TCP-13, L-TCP-14, L-TCP-15): each
+    REGISTER and UNREGISTER of a V1 connection with its producer and nsqlookupd's answer (``project`` gives it only a
+    V1 connection's events)."""
     return _columns(events, kind_mask(events, Kind.COMMAND, "REGISTER", "UNREGISTER"), **_same("conn_id", "ts_ns"),
                     producer="producer", action="name",
                     **_same("topic", "channel", "status", "code"))
@@ -119,7 +120,7 @@ ACTIVITY_KEYS = ["conn_id", "kind", "name", "status", "code", "topic", "req_dela
 
 
 def activity(events: pa.Table) -> pa.Table:
-    """How many events of each kind, name, status and error code, per connection and topic: what summary.py
+    """How many events of each kind, name, status and error code, per connection and topic: what report/summary.py
     counts. ``req_delay0``: a REQ with delay 0 (D-20's immediate requeue)."""
     counted = [Kind.COMMAND, Kind.FRAME, Kind.PUBLISH, Kind.ERROR, Kind.VIOLATION]
     rows = events.select([*ACTIVITY_KEYS[:-1], "delay_ms"]).filter(pc.is_in(events["kind"], pa.array(counted)))

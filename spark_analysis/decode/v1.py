@@ -3,8 +3,8 @@
 
 Its walks (``walks``) turn a connection's windows into rows of ``EVENT_SCHEMA``: a ``command`` row per IDENTIFY
 (``identify``), REGISTER, UNREGISTER (``topic``, ``channel``, ``producer``: ``broadcast_address:tcp_port`` of the
-IDENTIFY) and PING, a ``frame`` row per reply (``response`` or ``error`` with its code: L-TCP-02); decode.py pairs each
-command with its reply and adds the connection row (``lookupd``, with the producer). A connection is nsqlookupd's
+IDENTIFY) and PING, a ``frame`` row per reply (``response`` or ``error`` with its code: L-TCP-02); decode/v2.py pairs
+each command with its reply and adds the connection row (``lookupd``, with the producer). A connection is nsqlookupd's
 when it starts with the magic "  V1", or, caught mid-stream, when it goes to nsqlookupd's port (4160 by default).
 """
 
@@ -14,10 +14,10 @@ import re
 
 from nsq_protocol import wire_v1
 from nsq_protocol.wire import ProtocolViolation
-from spark_analysis.events import CommandWalk, StreamWalk, first_bytes
-from spark_analysis.identify import identify_struct
-from spark_analysis.kinds import Direction, Kind
-from spark_analysis.reassembly import Connection
+from spark_analysis.decode.events import CommandWalk, StreamWalk, first_bytes
+from spark_analysis.decode.identify import identify_struct
+from spark_analysis.decode.kinds import Direction, Kind
+from spark_analysis.read.reassembly import Connection
 
 LOOKUPD_PORTS = frozenset({4160})  # nsqlookupd's default --tcp-address port
 _COMMAND_START = re.compile(rb"(?:^|(?<=\n))(?:IDENTIFY\n|(?:REGISTER|UNREGISTER) |PING\n)")
@@ -69,8 +69,8 @@ class _Replies(StreamWalk):
     def reset(self):
         self.decoder = wire_v1.V1ReplyDecoder()
 
-    def find_start(self, buffer) -> int:
-        match = _REPLY_START.search(buffer)
+    def find_start(self, buffer, start: int) -> int:
+        match = _REPLY_START.search(buffer, start)
         return match.start() if match else -1
 
     def feed(self, data: bytes):

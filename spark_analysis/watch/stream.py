@@ -5,12 +5,12 @@
          (offsets logged before a micro-batch runs, committed after) hands each file to exactly one micro-batch,
          and a micro-batch replayed after a stop gets the same files again
       -> foreachBatch: the batch's files and their bytes written down under its id (``watch/batches/<id>.json``), its
-         new files decoded with the connections carried from the batch before (increments.py), the lifecycles of its
-         new deliveries ordered with the messages still open (lifecycle_increments.py), the batch's final parts added
-         to the tallies of the final parts before it and its open parts to a copy (tallies.py: the connections table,
-         the summary's counts, the violations by minute), per-minute metrics from the lifecycles' totals and the
-         violations' tally, the batch's state committed, and ``summary.json``, ``minutes.json``, a self-refreshing
-         ``report.html`` and, last, ``latest.json`` replaced
+         new files decoded with the connections carried from the batch before (watch/increments.py), the lifecycles of
+         its new deliveries ordered with the messages still open (watch/lifecycle_increments.py), the batch's final
+         parts added to the tallies of the final parts before it and its open parts to a copy (derive/tallies.py: the
+         connections table, the summary's counts, the violations by minute), per-minute metrics from the lifecycles'
+         totals and the violations' tally, the batch's state committed, and ``summary.json``, ``minutes.json``, a
+         self-refreshing ``report.html`` and, last, ``latest.json`` replaced
 
 Whatever moment the watcher stops at, the published results are those of the batch analysis of a prefix of the
 files, none read twice.
@@ -34,14 +34,14 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes
 
 from spark_analysis.analysis import derive
-from spark_analysis.connection_tables import TableWriter
-from spark_analysis.increments import OPEN, WATCH_BUCKETS, Increments, batch_of, part_prefix
-from spark_analysis.lifecycle import MINUTE_COUNTS, NS_PER_MINUTE, Totals
-from spark_analysis.lifecycle_increments import LifecycleIncrements
-from spark_analysis.quantiles import EMPTY
-from spark_analysis.storage import LOCAL, Storage, join
-from spark_analysis.summary import message_events
-from spark_analysis.tallies import SUMMARY_TALLIES, Tallies, Tally
+from spark_analysis.derive.connection_tables import TableWriter
+from spark_analysis.derive.lifecycle import MINUTE_COUNTS, NS_PER_MINUTE, Totals
+from spark_analysis.derive.quantiles import EMPTY
+from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies, Tally
+from spark_analysis.read.storage import LOCAL, Storage, join
+from spark_analysis.report.summary import message_events
+from spark_analysis.watch.increments import OPEN, WATCH_BUCKETS, Increments, batch_of, part_prefix
+from spark_analysis.watch.lifecycle_increments import LifecycleIncrements
 
 NO_FILE_YET = ""
 # A micro-batch takes files up to this many bytes (at least one file): its decoding workers' memory grows with it
@@ -55,7 +55,7 @@ MINUTES_SCHEMA = pa.schema([
     ("delivered", pa.int64()),
     ("redelivered", pa.int64()),
     ("timeouts", pa.int64()),
-    # publish -> first delivery of the messages first delivered in the minute, within 0.1 % (quantiles.py)
+    # publish -> first delivery of the messages first delivered in the minute, within 0.1 % (derive/quantiles.py)
     ("latency_p50_ms", pa.float64()),
     ("latency_p99_ms", pa.float64()),
     ("violations", pa.map_(pa.string(), pa.int64())),  # requirement ID -> count
@@ -130,7 +130,7 @@ WATCH_TALLIES = {**SUMMARY_TALLIES, "violations": Tally("tables", "violations", 
 
 
 def minutes(totals: Totals, violations: pa.Table) -> pa.Table:
-    """Per-minute metrics (``MINUTES_SCHEMA``): the lifecycle tasks' per-minute totals (lifecycle.py), and the
+    """Per-minute metrics (``MINUTES_SCHEMA``): the lifecycle tasks' per-minute totals (derive/lifecycle.py), and the
     ``violations`` tally (``WATCH_TALLIES``)."""
     found = defaultdict(dict)
     for row in violations.to_pylist():
@@ -147,8 +147,9 @@ def minutes(totals: Totals, violations: pa.Table) -> pa.Table:
 
 class Watcher:
     """The foreachBatch of ``watch``: each micro-batch's files recorded under its id and decoded with the connections
-    carried from the batch before (increments.py), its lifecycles with the messages carried (lifecycle_increments.py),
-    the tallies added up (tallies.py), the batch's state committed and the results published."""
+    carried from the batch before (watch/increments.py), its lifecycles with the messages carried
+    (watch/lifecycle_increments.py), the tallies added up (derive/tallies.py), the batch's state committed and the
+    results published."""
 
     def __init__(self, spark: SparkSession, out_dir: str, analysis_options: dict, storage: Storage = LOCAL,
                  step: Callable[[str], None] = lambda message: None):
@@ -235,9 +236,9 @@ class Watcher:
         self.storage.replace_text(join(self.out_dir, "summary.json"), json.dumps(result, indent=1))
         self.storage.replace_text(join(self.out_dir, "minutes.json"), json.dumps(rows, indent=1))
         if self.report:
-            from spark_analysis import report
+            from spark_analysis.report import html
 
-            report.write(tables, totals, result, self.out_dir, self.storage)
+            html.write(tables, totals, result, self.out_dir, self.storage)
             page = join(self.out_dir, "report.html")
             self.storage.replace_text(page, live_page(self.storage.read_text(page), batch_id, per_minute))
         # latest.json last: the batch it names is whole once it is written
@@ -258,9 +259,9 @@ class _SoFar:
 
 def live_page(page: str, batch_id: int, per_minute: pa.Table) -> str:
     """The snapshot's report, refreshing itself, with the per-minute metrics first."""
-    from spark_analysis import report
+    from spark_analysis.report import html
 
-    section = f"<h2>Per minute (batch {batch_id})</h2>{report.minutes_section(per_minute)}"
+    section = f"<h2>Per minute (batch {batch_id})</h2>{html.minutes_section(per_minute)}"
     refresh = f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
     page = page.replace("<head>", f"<head>{refresh}", 1)
     heading_end = page.find("<h2>")

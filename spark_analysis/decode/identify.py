@@ -56,6 +56,12 @@ def typed_fields(fields: dict, types: dict[str, type]) -> dict:
     return typed
 
 
+def stated(struct: dict) -> dict:
+    """The fields of an IDENTIFY struct the JSON gave, each of its type: what a check may take as negotiated (a
+    broken peer's ``"msg_timeout": "x"`` states nothing)."""
+    return {name: value for name, value in struct.items() if value is not None and name != "body"}
+
+
 def identify_struct(body: bytes | None) -> dict:
     """An IDENTIFY command's body as ``IDENTIFY_TYPE``."""
     return {"body": (body or b"").decode("utf-8", "replace"), **typed_fields(json_object(body), IDENTIFY_FIELDS)}

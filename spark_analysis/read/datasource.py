@@ -9,7 +9,7 @@ Options:
                  "reference": ``payload`` is null and consumers read ``payload_length`` bytes at
                  ``payload_offset`` of ``file`` themselves (``pcapfile.read_payloads``), so that
                  payloads never cross a shuffle; needs the files on every executor's file system
-    storage      ``Storage.options`` as JSON: the options of the files' filesystem (``storage.py``) when they
+    storage      ``Storage.options`` as JSON: the options of the files' filesystem (``read/storage.py``) when they
                  are URLs (``s3://bucket/captures/*.pcap``): every task opens them itself, by ranged reads
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from spark_analysis.pcapfile import PACKET_DDL
-from spark_analysis.storage import Storage
+from spark_analysis.read.pcapfile import PACKET_DDL
+from spark_analysis.read.storage import Storage
 
 DEFAULT_SPLIT_BYTES = 64 << 20  # walking the records of 100 MB of small packets takes seconds: cores share a file
 
@@ -69,13 +69,13 @@ class NsqPcapReader(DataSourceReader):
             raise ValueError(f"nsqpcap: payload must be 'bytes' or 'reference', got {self.payload!r}")
 
     def partitions(self) -> list[PcapRange]:
-        from spark_analysis.pcapfile import split_file
+        from spark_analysis.read.pcapfile import split_file
 
         return [PcapRange(r.path, r.start, r.end) for path in self.paths
                 for r in split_file(path, self.split_bytes, self.storage)]
 
     def read(self, partition: PcapRange):
-        from spark_analysis.pcapfile import ByteRange, read_range
+        from spark_analysis.read.pcapfile import ByteRange, read_range
 
         yield from read_range(
             ByteRange(partition.path, partition.start, partition.end), self.payload == "bytes", self.storage

@@ -1,6 +1,6 @@
 """FIN/REQ pairing: which FIN or REQ settled each delivery on its connection, and the TOUCHes in between, from one
 connection's events, window after window (P-FIN-04: a client settles only what it was sent). The lifecycle across
-connections (lifecycle.py) starts from the rows this makes: the ``delivered`` table."""
+connections (derive/lifecycle.py) starts from the rows this makes: the ``delivered`` table."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_analysis.events import EVENT_SCHEMA, kind_mask
-from spark_analysis.kinds import Direction, Kind, Status
+from spark_analysis.decode.events import EVENT_SCHEMA, kind_mask
+from spark_analysis.decode.kinds import Direction, Kind, Status
 
 DELIVERY_FIELDS = ["topic", "channel", "msg_id", "conn_id", "ts_ns", "attempts", "msg_ts_ns", "body_len", "body_hash"]
 DELIVERED_SCHEMA = pa.schema(
@@ -34,7 +34,7 @@ class Settlements:
     REQ that succeeded for its ID after it and before the ID's next delivery (a client settles only what it was
     sent: P-FIN-04), and the TOUCHes in between. A delivery nothing settled yet is carried to the next window,
     until it is settled, delivered again, the connection ends, or twice its msg_timeout has passed since its
-    delivery or last TOUCH (nsqd fails a FIN after the timeout). The lifecycle across connections (lifecycle.py)
+    delivery or last TOUCH (nsqd fails a FIN after the timeout). The lifecycle across connections (derive/lifecycle.py)
     starts from these rows."""
 
     def __init__(self, msg_timeout_ns: int):

@@ -21,7 +21,7 @@ class Direction(StrEnum):
     CLIENT = "c2s"  # client to server
     SERVER = "s2c"  # server to client
     CONNECTION = "conn"  # the connection's as a whole: its own row, violations, in-flight counts
-    FILE = "file"  # the capture file's (pcapfile.py)
+    FILE = "file"  # the capture file's (read/pcapfile.py)
 
 
 class Status(StrEnum):

@@ -15,7 +15,7 @@ options (``nsq-trace --storage-option key=value``: any keyword of ``S3FileSystem
 instance role), as the driver does.
 
 The Spark JVM reads local tables itself (``read_parquet``); object storage would need Hadoop's S3A jars on every
-JVM, so there the tables are read through ``parquet_source.py``, in Python, with this same layer.
+JVM, so there the tables are read through ``read/parquet_source.py``, in Python, with this same layer.
 """
 
 from __future__ import annotations

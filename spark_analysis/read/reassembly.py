@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from spark_analysis.pcapfile import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
+from spark_analysis.read.pcapfile import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
 
 SEQ_MOD = 1 << 32
 SEQ_HALF = 1 << 31

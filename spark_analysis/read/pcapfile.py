@@ -11,7 +11,7 @@ skipped as a named error (``ip_fragment``): NSQ traffic over TCP is never fragme
 
 Byte ranges: a reader for ``[start, end)`` of a local file walks record headers from the file start (cheap: one
 small unpack per record, no payload reads) and emits the records that *begin* inside its range, so
-adjacent ranges never lose or repeat a record. On object storage (``storage.py``) that walk would read the whole
+adjacent ranges never lose or repeat a record. On object storage (``read/storage.py``) that walk would read the whole
 file before the range: there a reader reads its range and one record's worth beyond (ranged reads), and finds the
 first record boundary at or after ``start`` from the bytes themselves (``pcap_resync``: a chain of plausible
 record headers). The reader of the range before knows the true boundary (its walk reaches it) and checks the
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from spark_analysis.storage import LOCAL, Storage, is_local, local_path
+from spark_analysis.read.storage import LOCAL, Storage, is_local, local_path
 
 PACKET_SCHEMA = pa.schema(
     [

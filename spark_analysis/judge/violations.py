@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.spec import behaviours
-from spark_analysis.kinds import Close, Kind, Status
+from spark_analysis.decode.kinds import Close, Kind, Status
 
 DEFAULT_MSG_TIMEOUT_MS = 60_000  # ID-07
 DEFAULT_HEARTBEAT_MS = 30_000  # C-27

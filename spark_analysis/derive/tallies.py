@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_analysis import lifecycle
-from spark_analysis.connection_tables import ACTIVITY_KEYS, SCHEMAS
-from spark_analysis.events import CONNECTION_TYPE
-from spark_analysis.storage import LOCAL, Storage, join
+from spark_analysis.decode.events import CONNECTION_TYPE
+from spark_analysis.derive import lifecycle
+from spark_analysis.derive.connection_tables import ACTIVITY_KEYS, SCHEMAS
+from spark_analysis.read.storage import LOCAL, Storage, join
 
 COUNT = "count"
 

@@ -10,8 +10,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from spark_analysis.kinds import Kind, Status
-from spark_analysis.lifecycle import LATENCY_COLUMNS, MESSAGE_KEY, Totals
+from spark_analysis.decode.kinds import Kind, Status
+from spark_analysis.derive.lifecycle import LATENCY_COLUMNS, MESSAGE_KEY, Totals
 
 PUBLISH_COMMANDS = ("PUB", "MPUB", "DPUB")
 NS_PER_S = 1e9
@@ -152,7 +152,7 @@ class Summary:
 
 
 def summarise(rows: Mapping[str, list[dict]], lifecycles: Totals) -> Summary:
-    """``rows``: the connections table and the other tallies (tallies.py); ``lifecycles``: what the lifecycle
+    """``rows``: the connections table and the other tallies (derive/tallies.py); ``lifecycles``: what the lifecycle
     tasks counted over every message."""
     conns = rows["connections"]
     nsq_conns = {c["conn_id"]: c for c in conns if c["to_nsqd_port"]}
@@ -287,7 +287,9 @@ def _published(activity: list[dict], nsq_conns: dict) -> dict[str, Published]:
     """Per topic, what its accepted commands published."""
     result: dict[str, Published] = {}
     for a in activity:
-        if a["status"] != Status.OK or a["conn_id"] not in nsq_conns:
+        # A publish that named no topic is refused by nsqd before anything else (P-PUB-02, P-MPUB-02, P-DPUB-02):
+        # whatever a broken broker answered, no topic holds it.
+        if a["status"] != Status.OK or a["conn_id"] not in nsq_conns or a["topic"] is None:
             continue
         if a["kind"] == Kind.PUBLISH:
             entry = result.setdefault(a["topic"], Published())

@@ -17,10 +17,10 @@ from nsq_protocol.http import HttpDecoder
 from nsq_protocol.monitors import BROKER, CLIENT, Observed
 from nsq_protocol.monitors.events import COMMAND, ERROR, HEARTBEAT, JSON, MESSAGE, RESPONSE
 from nsq_protocol.wire import ProtocolViolation
-from spark_analysis.decode import decode_connection
-from spark_analysis.kinds import Close, Kind
-from spark_analysis.pcapfile import ByteRange, read_range
-from spark_analysis.reassembly import reassemble
+from spark_analysis.decode.kinds import Close, Kind
+from spark_analysis.decode.v2 import decode_connection
+from spark_analysis.read.pcapfile import ByteRange, read_range
+from spark_analysis.read.reassembly import reassemble
 
 NS = 1_000_000_000
 _FRAMES = {"message": MESSAGE, "heartbeat": HEARTBEAT, "response": RESPONSE, "error": ERROR}

@@ -4,7 +4,7 @@ before them left open carried over, pickled.
     OUT/watch/state/<batch>/part-NNNNN.pickle  each open flow's FlowDecoder (analysis.py) after the batch: its
                                                reassembly (bytes not handed out yet, holes), its decoder (the held
                                                window's rows, the walks, pairing, checks, settlements and counts)
-    OUT/watch/state/<batch>/lifecycles/        the open messages carried (lifecycle_increments.py)
+    OUT/watch/state/<batch>/lifecycles/        the open messages carried (watch/lifecycle_increments.py)
     OUT/watch/state/<batch>/index.json         flow -> (file, offset, length, payload bytes of the batch), the
                                                latest capture time and the batch carried on from: written last
                                                (``commit``, after the lifecycles' state), it makes the batch's
@@ -12,7 +12,8 @@ before them left open carried over, pickled.
     OUT/tables/<table>/b<batch>-part-NNNNN.parquet       the rows that became final in the batch: appended
     OUT/tables/<table>/open-b<batch>-part-NNNNN.parquet  the open connections' rest, as if they ended with the
                                                          batch's files: replaced by the next batch's
-    OUT/watch/exchange/                        the lifecycles' exchange (lifecycle.py), in the same two kinds of part
+    OUT/watch/exchange/                        the lifecycles' exchange (derive/lifecycle.py), in the same two
+                                               kinds of part
 
 A micro-batch's tasks get its new files' segments and one stand-in row per carried flow, shuffled by flow
 (analysis.placed_by_size: a carried flow weighs its bytes of the batch before, a new one is hashed); each flow's
@@ -39,7 +40,6 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from spark_analysis import lifecycle
 from spark_analysis.analysis import (
     DEFAULT_NSQ_PORTS,
     DEFAULT_WINDOW_BYTES,
@@ -52,9 +52,10 @@ from spark_analysis.analysis import (
     return_freed_memory,
     without_cycle_collection,
 )
-from spark_analysis.connection_tables import SCHEMAS, TableWriter
-from spark_analysis.datasource import DEFAULT_SPLIT_BYTES
-from spark_analysis.storage import LOCAL, Storage, join
+from spark_analysis.derive import lifecycle
+from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter
+from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES
+from spark_analysis.read.storage import LOCAL, Storage, join
 
 NS_PER_S = 1_000_000_000
 # TCP's TIME_WAIT lasts 2 MSL (60-240 s): a flow closed that long before gets no more segments

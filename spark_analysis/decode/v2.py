@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsq_protocol import wire
-from spark_analysis import decode_v1
-from spark_analysis.events import (
+from spark_analysis.decode import v1
+from spark_analysis.decode.events import (
     AnswerPairing,
     CommandWalk,
     Rows,
@@ -33,11 +33,11 @@ from spark_analysis.events import (
     connection_row,
     first_bytes,
 )
-from spark_analysis.identify import identify_struct, json_object, response_struct
-from spark_analysis.kinds import Close, Direction, Kind, Status
-from spark_analysis.reassembly import Connection, Stream
-from spark_analysis.settlements import DELIVERED_SCHEMA, Settlements
-from spark_analysis.violations import ID_ERRORS, NS_PER_S, ConnectionChecks
+from spark_analysis.decode.identify import identify_struct, json_object, response_struct, stated
+from spark_analysis.decode.kinds import Close, Direction, Kind, Status
+from spark_analysis.derive.settlements import DELIVERED_SCHEMA, Settlements
+from spark_analysis.judge.violations import ID_ERRORS, NS_PER_S, ConnectionChecks
+from spark_analysis.read.reassembly import Connection, Stream
 
 # Commands that get exactly one response or error frame in command order (C-13).
 ANSWERED_COMMANDS = frozenset({"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "CLS"})
@@ -110,9 +110,9 @@ class _CarriedDeflate(wire.DeflateStreamDecoder):
 
 
 class ConnectionDecoder:
-    """One connection's events, one window of its streams after another (reassembly.py): ``window()`` after each
+    """One connection's events, one window of its streams after another (read/reassembly.py): ``window()`` after each
     window the reassembly hands out (the last one too), then ``finish()``. Each returns the events that became final
-    and the deliveries they settled (settlements.py): a window's rows are held until the next
+    and the deliveries they settled (derive/settlements.py): a window's rows are held until the next
     window is paired, so that an answer or an ID error there still reaches them, and the checks, settlements and
     the connection's facts carry their state across. Memory is bounded by two windows' rows, the messages in flight
     and 8 bytes per message delivered."""
@@ -158,9 +158,9 @@ class ConnectionDecoder:
     def _begin(self):
         conn = self.conn
         self.magic = first_bytes(conn.c2s, 4)
-        if decode_v1.is_lookupd(conn):
+        if v1.is_lookupd(conn):
             self.protocol = "lookupd"
-            self.walks = decode_v1.walks(conn)
+            self.walks = v1.walks(conn)
             self.pairing = AnswerPairing(None)  # every V1 command gets one reply, in order (L-TCP-02)
             return
         # NSQ: the V2 magic (C-01), a known port, or a server that answers in NSQ frames (E_BAD_PROTOCOL
@@ -180,7 +180,7 @@ class ConnectionDecoder:
         if self.protocol == "nsq":
             client = self.walks[1]
             if self.checks is None:
-                self.checks = ConnectionChecks(client.identify, self.upgrade.identify)
+                self.checks = ConnectionChecks(client.identify, stated(response_struct(self.upgrade.identify)))
                 self.settlements = Settlements(self.checks.msg_timeout_ns)
             checked = rows.is_in("kind", Kind.COMMAND, Kind.FRAME)
             findings, in_flight = self.checks.run(rows.columns, rows.time_order(), checked, last)
@@ -287,7 +287,7 @@ class _V2Walk(StreamWalk):
             except wire.ProtocolViolation as exc:
                 self._lose("decompression_failed", str(exc))
                 return
-        self.feed(rest)
+        self._feed_resynchronising(rest)
 
 
 class _ServerSide(_V2Walk):
@@ -306,8 +306,8 @@ class _ServerSide(_V2Walk):
         self.decoder = wire.FrameDecoder()  # resumed mid-stream: its upgrade point, if any, is long past
         self.identify_pending = False
 
-    def find_start(self, buffer) -> int:
-        return _frame_start(buffer, 0)
+    def find_start(self, buffer, start: int) -> int:
+        return _frame_start(buffer, start)
 
     def feed(self, data: bytes):
         try:
@@ -405,7 +405,7 @@ class _ClientSide(_V2Walk, CommandWalk):
         # first, says whether the bytes after it go through a new layer (ID-30).
         self.decoder = wire.CommandDecoder(pause_at_upgrade=True)
         self.subscription: tuple[str | None, str | None] = (None, None)
-        self.identify: dict = {}  # the first IDENTIFY's fields, for the checks
+        self.identify: dict = {}  # the first IDENTIFY's fields, those of their type (identify.stated), for the checks
         self.identify_struct: dict | None = None  # and as the connection row's identify_request
         # the bytes after the IDENTIFY while the server's answer is in a window still to come
         self.unanswered: bytearray | None = None
@@ -508,7 +508,7 @@ class _ClientSide(_V2Walk, CommandWalk):
         elif name == "IDENTIFY":
             identify = identify_struct(command.body)
             if not self.identify:
-                self.identify, self.identify_struct = json_object(command.body), identify
+                self.identify, self.identify_struct = stated(identify), identify
             add(ts_ns, direction, Kind.COMMAND, name, identify=identify)
         else:
             add(ts_ns, direction, Kind.COMMAND, name, arguments=" ".join(p.decode("latin-1") for p in params) or None)

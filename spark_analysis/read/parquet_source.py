@@ -1,4 +1,4 @@
-"""The ``nsqparquet`` PySpark data source: a table's Parquet files read by Python tasks through ``storage.py``.
+"""The ``nsqparquet`` PySpark data source: a table's Parquet files read by Python tasks through ``read/storage.py``.
 
 The analysis's tables on object storage: the JVM would need Hadoop's S3A (or GCS) connector on every executor to
 read them, the Python workers read them with the pyarrow they already have. One partition per file, its row
@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark_analysis.storage import LOCAL, Storage, is_local, join, local_path
+from spark_analysis.read.storage import LOCAL, Storage, is_local, join, local_path
 
 
 @dataclass

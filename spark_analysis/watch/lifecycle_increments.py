@@ -11,10 +11,10 @@ ones, instead of every message so far; a message's rows are written for good onc
     OUT/tables/{deliveries,messages}/open-b<batch>-part-NNNNN.parquet  the others, as if the capture ended with the
                                                                        batch: replaced by the next batch's
 
-Each lifecycle task (one per body-hash bucket, as in lifecycle.py) takes the bucket's carried rows, the batch's
-final exchange rows and its open ones (increments.py), orders them into deliveries and messages, and splits the
+Each lifecycle task (one per body-hash bucket, as in derive/lifecycle.py) takes the bucket's carried rows, the batch's
+final exchange rows and its open ones (watch/increments.py), orders them into deliveries and messages, and splits the
 messages. How the connections ended for good, and the IDs E_FIN_FAILED named in final parts, it takes from the
-driver's tallies (tallies.py): reading every batch's parts again in every task would grow with the batches.
+driver's tallies (derive/tallies.py): reading every batch's parts again in every task would grow with the batches.
 
 A message is final when nothing the capture may still hold can change its rows:
 
@@ -41,8 +41,8 @@ are otherwise the batch analysis's lifecycle tables, and the kept totals with th
 E_FIN_FAILED (P-FIN-04): which of the IDs it named were delivered is kept with the totals; a new one is looked up
 among the bucket's messages written for good before (their ``messages`` parts, only when the batch has one).
 
-Replays are the decoding's (increments.py): this state is the batch's, deleted with it, and the batch's ``index.json``
-is written after it.
+Replays are the decoding's (watch/increments.py): this state is the batch's, deleted with it, and the batch's
+``index.json`` is written after it.
 """
 
 from __future__ import annotations
@@ -55,11 +55,10 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark_analysis import lifecycle
 from spark_analysis.analysis import return_freed_memory
-from spark_analysis.connection_tables import TableWriter
-from spark_analysis.increments import CARRIED_NS, NS_PER_S, OPEN, batch_of, part_name, part_prefix
-from spark_analysis.lifecycle import (
+from spark_analysis.derive import lifecycle
+from spark_analysis.derive.connection_tables import TableWriter
+from spark_analysis.derive.lifecycle import (
     DELIVERIES_SCHEMA,
     EXCHANGED_SCHEMAS,
     LIFECYCLE_SCHEMAS,
@@ -67,10 +66,11 @@ from spark_analysis.lifecycle import (
     TOTALS_SCHEMA,
     Totals,
 )
-from spark_analysis.parquet_source import WrittenTables
-from spark_analysis.settlements import DELIVERED_SCHEMA
-from spark_analysis.storage import LOCAL, Storage, join
-from spark_analysis.tallies import Tallies
+from spark_analysis.derive.settlements import DELIVERED_SCHEMA
+from spark_analysis.derive.tallies import Tallies
+from spark_analysis.read.parquet_source import WrittenTables
+from spark_analysis.read.storage import LOCAL, Storage, join
+from spark_analysis.watch.increments import CARRIED_NS, NS_PER_S, OPEN, batch_of, part_name, part_prefix
 
 # A FIN's error answer is paired within the window a file's end carries (increments.CARRIED_NS)
 FIN_HORIZON_NS = CARRIED_NS
@@ -89,8 +89,8 @@ class LifecycleIncrements:
         self.tables_dir, self.exchange_dir, self.state_dir = tables_dir, exchange_dir, state_dir
 
     def tables(self, batch_id: int, index: dict, final: Tallies) -> tuple[Mapping[str, DataFrame], Totals]:
-        """Batch ``batch_id``'s lifecycles, its decoding's ``index`` (increments.py) naming the batch it carries on
-        from and the latest capture time, ``final`` the tallies of every batch's final parts through this one (the
+        """Batch ``batch_id``'s lifecycles, its decoding's ``index`` (watch/increments.py) naming the batch it carries
+        on from and the latest capture time, ``final`` the tallies of every batch's final parts through this one (the
         connections that ended for good, the IDs E_FIN_FAILED named): the tables of every message so far, and their
         totals."""
         task = _BucketTask(self, batch_id, index["previous"], index["last_ts_ns"], final)

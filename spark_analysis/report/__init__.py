@@ -1,0 +1,1 @@
+"""Reporting: ``summary.json`` in the truth files' terms (``summary``) and the HTML report (``html``)."""
