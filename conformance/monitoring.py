@@ -9,6 +9,7 @@ from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Tra
 from nsq_protocol import monitors
 
 _SERVER_CLOSED = ("server closed the connection", "connection reset")
+_KILLED = "kill the target"  # case.py's note of a SIGKILL
 
 
 def judge(transcript: Transcript) -> monitors.Judge:
@@ -19,6 +20,8 @@ def judge(transcript: Transcript) -> monitors.Judge:
         if event.direction == NOTE:
             if name in judge.connections and event.lines[0].startswith(_SERVER_CLOSED):
                 judge.close(name, at, monitors.BROKER)
+            elif event.lines[0].startswith(_KILLED):
+                judge.crash(at)
             continue
         if event.direction not in (CLIENT_TO_SERVER, SERVER_TO_CLIENT) or not event.observed and \
                 name not in judge.connections:

@@ -110,10 +110,11 @@ def _graded(item, case: Case | None, excinfo: pytest.ExceptionInfo | None,
     levels = {requirements()[i].level for i in case_requirements(item)}
     requirement_level = "MUST" if levels - {"SHOULD"} else "SHOULD"
     differences = list(case.verify.recorded) if case else []
-    differences += [Mismatch(f"monitor {v.item} on connection {v.connection}", v.expected, v.observed,
-                             f"monitor {v.item}: {v.observed}", judges=v.item) for v in found]
     if excinfo is not None:
         differences.append(_stopped(case, excinfo))
+    # after the case's own, so that at one level the case's own difference leads
+    differences += [Mismatch(f"monitor {v.item} on connection {v.connection}", v.expected, v.observed,
+                             f"monitor {v.item}: {v.observed}", judges=v.item) for v in found]
     graded = [(level_of(difference.judges, difference.unnamed_level or requirement_level), difference)
               for difference in differences]
     return sorted(graded, key=lambda pair: LEVEL_ORDER.index(pair[0]))

@@ -79,7 +79,7 @@ def test_a_case_that_does_not_check_the_identify_answer_fails_by_the_monitor_tha
     code, cases = run_suite(broker, "identify-answer-without-max-msg-timeout", tmp_path,
                             selection="client_counters_add_up")
     assert cases[counters]["verdict"] == "FAIL"
-    assert "monitor: ID-20 broken by the broker on A" in cases[counters]["message"]
+    assert "[MUST ID-20] monitor ID-20 on connection A" in cases[counters]["message"]
     assert "max_msg_timeout missing" in cases[counters]["message"]
     assert [finding["item"] for finding in cases[counters]["monitors"]] == ["ID-20"]
     assert code == 1

@@ -13,6 +13,7 @@ from nsq_protocol.monitors.monitor import Monitor
 RDY_GRACE_S = 1.0  # D-16: messages buffered before a lower RDY reached the broker still arrive
 COMES_BACK_S = 6.0  # D-14: a channel younger than 5 s may see its timeouts and deferrals fire that much late
 TIMED = "the times are when the client read the frames, not when they arrived"
+CRASHED = "the broker crashed: a disk queue whose read position was not synced hands messages on again"
 
 
 class RdyWindow(Monitor):
@@ -64,6 +65,9 @@ class AttemptsGrow(Monitor):
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE or event.attempts is None:
             return
+        if judge.crashed_at is not None:
+            self.skip("C-12", CRASHED)
+            return
         key = judge.message_key(connection, event.msg_id)
         key = key if judge.timing else (connection.name, *key)
         before, stamp = self._last.get(key, (None, None))
@@ -89,6 +93,9 @@ class FinishedStaysFinished(Monitor):
             return
         delivery = judge.messages.get(judge.message_key(connection, event.msg_id))
         if delivery is None or delivery.settled != "FIN" or delivery.settle_failed:
+            return
+        if judge.crashed_at is not None:
+            self.skip("P-FIN-06", CRASHED)
             return
         if not judge.timing:  # a redelivery read after the FIN may have come before it (D-12 allows it then)
             self.skip("P-FIN-06", TIMED)
@@ -185,6 +192,8 @@ class SettledOrTimedOutComesBack(Monitor):
         self.tick(judge, now)
 
     def _judge(self, judge, due, key, delivered_at):
+        if judge.crashed_at is not None:
+            return  # P-RST-11: a crash loses what was in flight
         delivery = judge.messages.get(key)
         if delivery is None or delivery.at != delivered_at:
             return  # delivered again

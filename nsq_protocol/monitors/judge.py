@@ -82,6 +82,9 @@ class Judge:
         self.started_at: float | None = None  # the traffic's first event
         self.all_started = True  # every connection was seen whole: nothing it did is missing
         self.paused: set[tuple] = set()  # (topic,) or (topic, channel)
+        # the broker crashed (SIGKILL) during the traffic: it loses what was in memory or in flight (P-RST-10,
+        # P-RST-11) and a disk queue whose read position was not synced hands messages on again
+        self.crashed_at: float | None = None
         self._due = float("inf")
 
     # ---- feeding ---------------------------------------------------------------------------------------
@@ -122,6 +125,14 @@ class Judge:
             for key, delivery in self.messages.items():
                 if key[0] == action.topic and action.channel in (None, key[1]):
                     delivery.settled, delivery.settled_at = "emptied", action.ts
+
+    def crash(self, ts: float) -> None:
+        """The broker was killed and started again: its connections are gone; what the rules knew of its messages
+        no longer holds."""
+        for name, connection in self.connections.items():
+            if connection.open:
+                self.close(name, ts, None)
+        self.crashed_at = ts
 
     def close(self, name: str, ts: float, by: str | None) -> None:
         self._tick(ts)

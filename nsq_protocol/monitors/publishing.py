@@ -146,6 +146,8 @@ class PublishedIsDelivered(Monitor):
         self.tick(judge, now)
 
     def _judge(self, judge, now, topic, channel, item):
+        if judge.crashed_at is not None:
+            return  # P-RST-10: a crash loses what was in memory
         if not (judge.all_started and judge.http_seen):
             self.skip(item, "some connection, or the HTTP requests, of this nsqd are not in the traffic")
             return

@@ -209,6 +209,17 @@ def test_attempts_that_do_not_grow_are_c12():
     assert traffic.violations(2.1) == []
 
 
+def test_after_a_crash_a_message_may_come_again_as_it_was_written():
+    """A disk queue whose read position was not synced at a SIGKILL hands its messages on again, attempts 1."""
+    traffic = Traffic(timing=False).connect().send(0.0, b"SUB", "t", "c").ok(0.01).send(0.02, b"RDY", 5)
+    traffic.judge.crash(T0 + 0.5)
+    traffic.connect("B", 1.0).send(1.0, b"SUB", "t", "c", conn="B").ok(1.01, conn="B").send(1.02, b"RDY", 5, conn="B")
+    traffic.message(1.1, ID1, conn="B").send(1.2, b"FIN", ID1.decode(), conn="B").message(1.3, ID1, conn="B")
+    assert traffic.violations(2.0) == []
+    assert ("C-12", "the broker crashed: a disk queue whose read position was not synced hands messages on again") \
+        in traffic.judge.not_judged
+
+
 def test_a_finished_message_delivered_again_is_p_fin_06_unless_its_fin_failed():
     traffic = consumer(timeout_ms=1000).message(0.1, ID1).send(0.2, b"FIN", ID1.decode())
     assert traffic.message(2.0, ID1, attempts=2).violations(2.1) == [("P-FIN-06", BROKER)]
