@@ -171,7 +171,9 @@ def connections(draw) -> HostileConnection:
         pieces = opening + pieces
     for direction in (CLIENT, SERVER):
         last = [p for p in pieces if p.direction == direction and p.captured]
-        if last and not last[-1].undecodable and draw(st.integers(0, 3)) == 0 and not compressed:
+        # an MPUB is framed by its count and message sizes (P-MPUB-04): a cut one may still be a whole command
+        if last and not last[-1].undecodable and draw(st.integers(0, 3)) == 0 and not compressed \
+                and not last[-1].data.startswith(b"MPUB"):
             piece = last[-1]
             piece.data = piece.data[:-draw(st.integers(1, len(piece.data)))]
             piece.undecodable = len(piece.data)  # a frame or command the stream ended inside
