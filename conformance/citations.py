@@ -1,7 +1,8 @@
 """The tree's citations, checked (``python -m conformance.citations``, run by ``tox -e lint``): every behaviour item
 or requirement ID cited resolves to the catalogue; no ID range hides items (``D-01..D-05``, ``NSQ-HB-001/002``:
 one grep for ``D-03`` would miss it, and so would ``nsq-conformance explain``); no comment cites a section of a
-document that is gone (``§2.13``, ``nsqd-behavior.md``) or points outside the repository (``../shared/``).
+document that is gone (``§2.13``, ``nsqd-behavior.md``) or points outside the repository (a relative path that
+climbs above the repository's root from the file that names it: a user's clone has nothing there).
 
 IDs are looked for in every tracked text file (the fixtures' recordings cite them too); ranges and documents in the
 prose: comments and docstrings of Python files, and Markdown, TOML and INI files whole. A plain module: the lint
@@ -29,7 +30,7 @@ PROSE_SUFFIXES = (".md", ".toml", ".ini")
 SECTION = re.compile(r"§\s*\d")
 # the behaviour documents the catalogue replaced (nsqd-behavior.md, nsqlookupd-behavior.md): gone from the tree
 GONE_DOCUMENT = re.compile(r"[\w-]*behaviou?r\.md\b|\bbehaviou?r (?:file|document)\b", re.IGNORECASE)
-OUTSIDE = re.compile(r"\.\./shared\b|/work/shared\b")
+CLIMB = re.compile(r"(?<![\w./])((?:\.\./)+)[\w.-]+")  # ../x, ../../x: a path relative to its file
 
 
 def tracked_files() -> list[str]:
@@ -105,7 +106,8 @@ def problems_in(name: str, text: str) -> list[str]:
                      for match in SECTION.finditer(line)]
         problems += [f"{where}: {match.group(0)!r} is gone: cite the catalogue's IDs"
                      for match in GONE_DOCUMENT.finditer(line)]
-        problems += [f"{where}: {match.group(0)!r} points outside the repository" for match in OUTSIDE.finditer(line)]
+        problems += [f"{where}: {match.group(0)!r} points outside the repository" for match in CLIMB.finditer(line)
+                     if match.group(1).count("../") > name.count("/")]
     return problems
 
 

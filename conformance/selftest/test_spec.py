@@ -52,7 +52,7 @@ def test_every_cited_id_is_in_the_catalogue():
 def test_the_trees_prose_has_no_id_range_and_cites_no_gone_document():
     """What ``tox -e lint`` checks (conformance/citations.py), here on the tree and on a file that breaks each rule."""
     assert prose_problems() == []
-    planted = ('"""Ranges D-01..D-03 and NSQ-HB-001/002, §2.13 of nsqd-behavior.md, ../shared/x."""\n'
+    planted = ('"""Ranges D-01..D-03 and NSQ-HB-001/002, §2.13 of nsqd-behavior.md, ../elsewhere/x."""\n'
                '# D-01, D-02 and C-14/C-15 are fine\n'
                'TEXT = "D-01..D-03 in a string is data"\n')
     assert [problem.split(": ", 1)[1] for problem in problems_in("planted.py", planted)] == [
@@ -60,8 +60,12 @@ def test_the_trees_prose_has_no_id_range_and_cites_no_gone_document():
         "the range 'NSQ-HB-001/002' hides items: list each ID",
         "'§2' cites a section of a document: cite the catalogue's IDs",
         "'nsqd-behavior.md' is gone: cite the catalogue's IDs",
-        "'../shared' points outside the repository",
+        "'../elsewhere' points outside the repository",
     ]
+    # from a folder one level down, one climb stays inside the repository; two leave it
+    assert problems_in("docs/planted.md", "See ../README.md.") == []
+    assert problems_in("docs/planted.md", "See ../../elsewhere/x.") == [
+        "docs/planted.md:1: '../../elsewhere' points outside the repository"]
 
 
 def test_requirements_map_onto_catalogue_items():
