@@ -4,9 +4,9 @@ show it) or say what they could not judge and why. They never assume what the tr
 that starts mid-connection, a msg_timeout left to the broker's flag, or times that are when a client read frames
 rather than when they arrived, leave a rule "not judged".
 
-The same monitors run over a suite case's transcript (``conformance``), inside the trace analysis' tasks
-(``spark_analysis``) and in the tests. ``new_judge()`` gives a judge with all of them; ``MONITORS`` maps each
-monitor to its items, which ``nsq-conformance explain`` lists and the catalogue's selftest checks.
+The same monitors run over a suite case's transcript (``conformance``), over a capture's connections
+(``spark_analysis``) and in the tests. ``new_judge()`` gives a judge with all of them; each of ``MONITORS`` names
+its items (``ITEMS``), which ``nsq-conformance explain`` lists and the tests check against the catalogue.
 """
 
 from __future__ import annotations
@@ -44,10 +44,5 @@ def new_judge(*, timing: bool, http_seen: bool) -> Judge:
     return Judge([monitor() for monitor in MONITORS], timing=timing, http_seen=http_seen)
 
 
-def monitors_of(item: str) -> list[str]:
-    """The monitors that judge a catalogue item, by name."""
-    return [monitor.__name__ for monitor in MONITORS if item in monitor.ITEMS]
-
-
 __all__ = ["BROKER", "CLIENT", "HttpAction", "Judge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash",
-           "from_command", "from_frame", "http_action", "monitors_of", "new_judge"]
+           "from_command", "from_frame", "http_action", "new_judge"]

@@ -56,11 +56,6 @@ class Connection:
         return (self.topic, self.channel) if self.topic is not None else None
 
     @property
-    def subscription_known(self) -> bool:
-        """Whether ``subscription`` is the whole truth: a connection caught mid-way may have subscribed unseen."""
-        return self.started or self.subscription is not None
-
-    @property
     def heartbeat_ms(self) -> int | None:
         """The heartbeat interval in force (C-27, ID-02): 0 when disabled, None when the traffic does not tell."""
         if self.identify is not None:
@@ -93,6 +88,15 @@ class Connection:
     @property
     def open(self) -> bool:
         return self.closed_at is None
+
+    def has_room(self, now: float) -> bool:
+        """Subscribed, open and ready, with fewer messages in flight at ``now`` than its RDY, counting each until
+        the latest its timeout can fire (D-01): the broker could deliver to it."""
+        if not (self.open and not self.closing and self.rdy):
+            return False
+        in_flight = sum(1 for delivery in self.in_flight.values()
+                        if delivery.latest_timeout is None or delivery.latest_timeout > now)
+        return in_flight < self.rdy
 
     def observe(self, event: Observed, answered_command: Observed | None = None) -> Observed | None:
         """Takes ``event`` in; returns the command a response or error frame answers (C-13), if any."""

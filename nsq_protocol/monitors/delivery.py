@@ -141,11 +141,10 @@ class FinOfUndelivered(Monitor):
     def observe(self, judge, connection, event, answered):
         if event.kind == MESSAGE and event.msg_id is not None:
             self._delivered.setdefault(connection.name, set()).add(event.msg_id)
-        elif event.kind == ERROR and event.name == "E_FIN_FAILED" and connection.started:
-            msg_id = event.text.split(" ")[1] if event.text.count(" ") >= 2 else None
-            if msg_id is not None and msg_id not in self._delivered.get(connection.name, ()):
-                self.report("P-FIN-04", CLIENT, event.ts, connection.name, "FIN of a message delivered here",
-                            f"FIN of {msg_id}, never delivered on this connection", event)
+        elif event.kind == ERROR and event.name == "E_FIN_FAILED" and connection.started and event.msg_id is not None \
+                and event.msg_id not in self._delivered.get(connection.name, ()):
+            self.report("P-FIN-04", CLIENT, event.ts, connection.name, "FIN of a message delivered here",
+                        f"FIN of {event.msg_id}, never delivered on this connection", event)
 
 
 class SettledOrTimedOutComesBack(Monitor):
@@ -213,8 +212,7 @@ class SettledOrTimedOutComesBack(Monitor):
             return
         if judge.is_paused(topic, channel):
             return
-        ready = [c for c in consumers if c.open and not c.closing and c.rdy and
-                 sum(1 for d in c.in_flight.values() if d.latest_timeout is None or d.latest_timeout > due) < c.rdy]
+        ready = [c for c in consumers if c.has_room(due)]
         if not ready:
             return  # no consumer had room: the broker could not deliver it
         what = (f"REQ with {delivery.requeue_delay_ms} ms" if requeued else "its msg_timeout passed unsettled")

@@ -28,7 +28,7 @@ class Observed(NamedTuple):
     kind: str
     name: str = ""  # the verb; a response's text (or JSON); an error's code
     text: str = ""  # an error's description; an unparsable parameter as sent
-    msg_id: str | None = None  # message frames; FIN, REQ, TOUCH
+    msg_id: str | None = None  # message frames; FIN, REQ, TOUCH; the ID an E_FIN_FAILED, ... names
     attempts: int | None = None  # message frames (C-12)
     number: int | None = None  # RDY's count (P-RDY-05), REQ's and DPUB's delay in ms, MPUB's message count
     topic: str | None = None  # SUB, PUB, MPUB, DPUB
@@ -53,6 +53,13 @@ class Observed(NamedTuple):
         if self.text:
             parts.append(self.text[:80])
         return f"{'>' if self.kind == COMMAND else '<'} " + " ".join(str(part) for part in parts)
+
+
+def failed_id(text: str) -> str | None:
+    """The message ID an E_FIN_FAILED, E_REQ_FAILED or E_TOUCH_FAILED names: '<VERB> <id> failed ...' (P-FIN-04,
+    P-REQ-06, P-TOUCH-03)."""
+    parts = text.split(" ")
+    return parts[1] if len(parts) > 2 else None
 
 
 def body_hash(body: bytes) -> int:
@@ -114,7 +121,8 @@ def from_frame(ts: float, frame: wire.Frame) -> Observed:
         return Observed(ts, MESSAGE, msg_id=frame.id_text, attempts=frame.attempts, msg_ts_ns=frame.timestamp,
                         bodies=(body_hash(frame.body),))
     if frame.frame_type == wire.FRAME_ERROR:
-        return Observed(ts, ERROR, frame.error_code or "", frame.error_text or "")
+        code, text = frame.error_code or "", frame.error_text or ""
+        return Observed(ts, ERROR, code, text, msg_id=failed_id(text) if code in NON_FATAL_ERRORS else None)
     if frame.is_heartbeat:
         return Observed(ts, HEARTBEAT)
     fields = _json_object(frame.data) if frame.data[:1] == b"{" else None

@@ -220,9 +220,8 @@ class Judge:
             del connection.in_flight[event.msg_id]
             delivery.settled, delivery.settled_at = event.name, event.ts
             delivery.requeue_delay_ms = event.number
-        elif kind == ERROR and event.name in ("E_FIN_FAILED", "E_REQ_FAILED"):
-            msg_id = _failed_id(event.text)
-            delivery = self.messages.get(self.message_key(connection, msg_id)) if msg_id else None
+        elif kind == ERROR and event.name in ("E_FIN_FAILED", "E_REQ_FAILED") and event.msg_id is not None:
+            delivery = self.messages.get(self.message_key(connection, event.msg_id))
             if delivery is not None and delivery.settled and delivery.connection == connection.name:
                 delivery.settle_failed = True
 
@@ -234,8 +233,3 @@ def _buffered_margin(connection: Connection) -> float:
     buffered = answer.get("output_buffer_timeout")
     return (buffered if isinstance(buffered, int) and buffered >= 0 else 1000) / 1000 + SCAN_S
 
-
-def _failed_id(text: str) -> str | None:
-    """The ID an E_FIN_FAILED or E_REQ_FAILED names: 'FIN <id> failed ...' (P-FIN-04)."""
-    parts = text.split(" ")
-    return parts[1] if len(parts) > 2 and parts[0] in ("FIN", "REQ") else None

@@ -153,8 +153,7 @@ class PublishedIsDelivered(Monitor):
             return
         if judge.is_paused(topic, channel):
             return
-        idle = [c for c in judge.consumers((topic, channel)) if c.open and not c.closing and c.rdy
-                and sum(1 for d in c.in_flight.values() if d.latest_timeout is None or d.latest_timeout > now) < c.rdy
+        idle = [c for c in judge.consumers((topic, channel)) if c.has_room(now)
                 and now - max(self._last_delivery.get(c.name, 0.0), c.subscribed_at or 0.0) >= IDLE_S]
         if idle:
             self.report(item, BROKER, now, idle[0].name, f"every message accepted for {topic} delivered on "

@@ -183,8 +183,8 @@ def _frame(row: dict) -> Observed:
     if kind == MESSAGE:
         return Observed(ts, MESSAGE, msg_id=row["msg_id"], attempts=row["attempts"], msg_ts_ns=row["msg_ts_ns"],
                         bodies=(row["body_hash"],))
-    if kind == ERROR:
-        return Observed(ts, ERROR, row["code"] or "", row["text"] or "")
+    if kind == ERROR:  # the decoder read the ID an E_FIN_FAILED, ... names (msg_id), as from_frame does
+        return Observed(ts, ERROR, row["code"] or "", row["text"] or "", msg_id=row["msg_id"])
     text = row["text"] or ""
     if kind == RESPONSE and text.startswith("{"):
         try:

@@ -134,3 +134,12 @@ def test_a_channel_emptied_over_http_is_no_lost_redelivery(tmp_path):
 
 def named_with_http(path) -> set[tuple[str, str]]:
     return {(v.item, v.side) for judge in judged(path, 4150, 4151).values() for v in judge.violations}
+
+
+def test_the_monitors_body_hash_is_the_decoders_bulk_one():
+    """A publish joins its deliveries by body hash, in the monitors as in the decoder's tables: one hash."""
+    from nsq_protocol.monitors import body_hash
+    from spark_analysis.decode.v2 import body_hashes
+
+    bodies = [b"", b"x", b"hello world", bytes(range(256)) * 40]
+    assert body_hashes(bodies) == [body_hash(body) for body in bodies]
