@@ -39,15 +39,17 @@ def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[in
         for row in batch.to_pylist():
             if row["error"] is None:
                 flows.setdefault(row["flow"], []).append(tuple(row[name] for name in _SEGMENT))
-    tables, http = [], {}
+    tables, http, unreadable = [], {}, set()
     for flow, segments in flows.items():
         for conn in reassemble(flow, sorted(segments, key=lambda row: row[0]), nsq_ports | http_ports):
-            if conn.server[1] in http_ports:
-                actions = _http_actions(conn)
-                http[conn.server[0]] = None if actions is None or http.get(conn.server[0], []) is None else \
-                    [*http.get(conn.server[0], []), *actions]
-            else:
+            if conn.server[1] not in http_ports:
                 tables.append(decode_connection(conn, nsq_ports))
+            elif (actions := _http_actions(conn)) is None:
+                unreadable.add(conn.server[0])  # a host whose HTTP requests are not all known
+            else:
+                http.setdefault(conn.server[0], []).extend(actions)
+    for host in unreadable:
+        http[host] = None
     return judge_connections(tables, http if http_ports else None)
 
 
@@ -65,14 +67,11 @@ def _http_actions(conn) -> list[monitors.HttpAction] | None:
             answers += responses.feed(data)
     except ProtocolViolation:
         return None
-    actions = []
-    for index, (ts, request) in enumerate(asked):
-        action = monitors.http_action(ts, request, answers[index].status if index < len(answers) else 0)
-        if action is not None and index >= len(answers):
-            return None
-        if action is not None:
-            actions.append(action)
-    return actions
+    actions = [monitors.http_action(ts, request, answers[index].status if index < len(answers) else 0)
+               for index, (ts, request) in enumerate(asked)]
+    if any(action is not None for action in actions[len(answers):]):
+        return None
+    return [action for action in actions if action is not None]
 
 
 def judge_connections(tables: Iterable[pa.Table], http: dict[str, list | None] | None = None
