@@ -43,6 +43,8 @@ from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, prepare_directories, project
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA
 from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies
+from spark_analysis.judge.job import Judged, judge_traffic
+from spark_analysis.judge.monitoring import OBSERVED, observed_rows, openings
 from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
 from spark_analysis.read.parquet_source import WrittenTables
 from spark_analysis.read.pcapfile import PACKET_DDL, read_payloads
@@ -97,7 +99,8 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
               lifecycle.MessageExchange(exchange_dir, part, buckets, storage) as exchange):
             for flow, runs in flow_runs(batches):
                 for name, table in decode_flow(flow, runs, ports, window_bytes):
-                    writer.add(name, table)
+                    if name != OBSERVED:
+                        writer.add(name, table)
                     exchange.add(name, table)
         return_freed_memory()
         yield from ()  # the task's output is its files
@@ -201,6 +204,7 @@ class FlowDecoder:
         self.reassembly = FlowReassembly(flow, ports, window_bytes)
         self.ports, self.carried = ports, carried
         self.decoder: ConnectionDecoder | None = None
+        self.released_rows = 0  # of the connection being decoded
 
     def feed(self, runs: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, pa.Table]]:
         """The tables these segments (the flow's next ones, in capture-time order) make final."""
@@ -228,13 +232,19 @@ class FlowDecoder:
 
     def _decoded(self, conn: Connection) -> Iterator[tuple[str, pa.Table]]:
         if self.decoder is None or self.decoder.conn is not conn:
-            self.decoder = ConnectionDecoder(conn, self.ports, self.carried)
+            self.decoder, self.released_rows = ConnectionDecoder(conn, self.ports, self.carried), 0
         released = self.decoder.window()
-        lookupd = self.decoder.protocol == "lookupd"
         if released is not None:
-            yield from project(*released, lookupd=lookupd)
+            yield from self._tables(*released)
         if conn.complete:
-            yield from project(*self.decoder.finish(), lookupd=lookupd)
+            yield from self._tables(*self.decoder.finish())
+
+    def _tables(self, events: pa.Table, delivered: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+        """A released window's tables, and for a V2 connection what the monitors read of it (``OBSERVED``)."""
+        yield from project(events, delivered, lookupd=self.decoder.protocol == "lookupd")
+        if self.decoder.protocol == "nsq":
+            yield OBSERVED, observed_rows(events, self.released_rows)
+        self.released_rows += events.num_rows
 
 
 def _segments(runs: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
@@ -314,9 +324,12 @@ def run_analysis(
     step("deriving tables")
     # before the lifecycles' job: its tasks take how connections ended, and the IDs E_FIN_FAILED named, from them
     tallied = Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage)
+    step("judging (the catalogue's monitors, one task per nsqd)")
+    judged = judge_traffic(spark, exchange_dir, tables_dir, openings(tallied.connections(), tallied.undecoded()),
+                           storage)
     tables, totals, result = derive(spark, tables_dir, lambda: lifecycle.tables(
         spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(), tallied.fin_failed_ids(), storage),
-        tallied, storage, step)
+        tallied, judged, storage, step)
     storage.delete_directory(exchange_dir)
     result["input"] = {
         "files": paths,
@@ -340,11 +353,11 @@ def payload_kind(files: list[str]) -> str:
 
 def derive(spark: SparkSession, tables_dir: str,
            lifecycles: Callable[[], tuple[Mapping[str, DataFrame], lifecycle.Totals]], tallied: Tallies,
-           storage: Storage = LOCAL, step: Callable[[str], None] = lambda message: None,
+           judged: Judged, storage: Storage = LOCAL, step: Callable[[str], None] = lambda message: None,
            ) -> tuple[Mapping[str, DataFrame], lifecycle.Totals, dict]:
     """From the decoding tasks' tables: the lifecycle tables and their totals (``lifecycles``), and from the summary's
-    small tables (``tallied``, derive/tallies.py) the connections table written; returns all the tables as DataFrames,
-    the lifecycles' totals and the summary."""
+    small tables (``tallied``, derive/tallies.py) the connections table written; with the monitors' counts
+    (``judged``), returns all the tables as DataFrames, the lifecycles' totals and the summary."""
     from spark_analysis.report import summary
 
     derived, totals = lifecycles()
@@ -356,4 +369,4 @@ def derive(spark: SparkSession, tables_dir: str,
     rows = {name: table.to_pylist() for name, table in tallied.tables.items() if name != "connections"}
     rows["connections"] = connections.to_pylist()
     tables = ChainMap(derived, WrittenTables(spark, tables_dir, SCHEMAS, storage))
-    return tables, totals, summary.summarise(rows, totals).as_json()
+    return tables, totals, summary.summarise(rows, totals, judged).as_json()

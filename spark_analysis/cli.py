@@ -200,6 +200,7 @@ def _analyze(parser, args) -> int:
     from spark_analysis.analysis import DEFAULT_NSQ_PORTS, DEFAULT_WINDOW_BYTES, run_analysis
     from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES
     from spark_analysis.read.storage import Storage, StorageError
+    from spark_analysis.report.summary import violations_line
     from spark_analysis.session import archive_java_options, spark_session
 
     if args.window_size == 0:
@@ -236,7 +237,7 @@ def _analyze(parser, args) -> int:
     totals = result["totals"]
     step(
         f"done: {totals['tcp_connections_nsqd_tcp_port']} NSQ connections, {totals['messages_published']:,} "
-        f"published, {totals['deliveries']:,} deliveries, {sum(result['violations'].values())} violations, "
+        f"published, {totals['deliveries']:,} deliveries, {violations_line(result)}, "
         f"{sum(result['errors'].values())} capture/decode errors -> {args.out}/summary.json"
     )
     return 0

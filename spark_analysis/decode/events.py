@@ -14,7 +14,6 @@ import pyarrow.compute as pc
 from nsq_protocol import wire
 from spark_analysis.decode.identify import IDENTIFY_RESPONSE_TYPE, IDENTIFY_TYPE
 from spark_analysis.decode.kinds import Close, Direction, Kind, Status
-from spark_analysis.judge.violations import ID_ERRORS
 from spark_analysis.read.reassembly import Connection, Gap, Stream
 
 # The connection row's facts (kind connection): what the capture shows of the connection, and the protocol's.
@@ -84,6 +83,8 @@ def kind_mask(events: pa.Table, kind: str, *names: str) -> pa.Array:
     return pc.and_kleene(mask, pc.is_in(events["name"], pa.array(names))) if names else mask
 
 
+# Non-fatal errors answer FIN/REQ/TOUCH by message ID, outside the response order (C-23, P-FIN-04).
+ID_ERRORS = {"E_FIN_FAILED": "FIN", "E_REQ_FAILED": "REQ", "E_TOUCH_FAILED": "TOUCH"}
 RESYNC_WINDOW = 1 << 20  # bytes kept while searching for a resync point
 TEXT_LIMIT = 300  # characters kept of a row's text, arguments and explanation: a peer may send megabytes
 

@@ -12,7 +12,6 @@ class Kind(StrEnum):
     PUBLISH = "publish"  # one message a PUB, MPUB or DPUB published; name: the verb
     GAP = "gap"  # bytes the capture lacks
     ERROR = "error"  # what could not be decoded, or the capture's own problems; name: what went wrong
-    VIOLATION = "violation"  # a behaviour the checks saw broken; name: the requirement's ID
     IN_FLIGHT = "inflight"  # the most messages in flight in one second of a subscription
     CONNECTION = "connection"  # the connection's own row; name: nsq | lookupd | other
 

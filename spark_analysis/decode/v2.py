@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from nsq_protocol import wire
 from spark_analysis.decode import v1
 from spark_analysis.decode.events import (
+    ID_ERRORS,
     AnswerPairing,
     CommandWalk,
     Rows,
@@ -35,8 +36,8 @@ from spark_analysis.decode.events import (
 )
 from spark_analysis.decode.identify import identify_struct, json_object, response_struct, stated
 from spark_analysis.decode.kinds import Close, Direction, Kind, Status
+from spark_analysis.derive.in_flight import NS_PER_S, InFlight
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA, Settlements
-from spark_analysis.judge.violations import ID_ERRORS, NS_PER_S, ConnectionChecks
 from spark_analysis.read.reassembly import Connection, Stream
 
 # Commands that get exactly one response or error frame in command order (C-13).
@@ -124,7 +125,7 @@ class ConnectionDecoder:
         self.walks: list[StreamWalk] = []
         self.pairing: AnswerPairing | None = None
         self.upgrade = _Upgrade(carried)
-        self.checks: ConnectionChecks | None = None
+        self.in_flight: InFlight | None = None
         self.settlements: Settlements | None = None
         self.held: Rows | None = None
         self.activity: Counter = Counter()
@@ -148,12 +149,7 @@ class ConnectionDecoder:
         rows = self.held
         for walk in self.walks:
             walk.finish(rows)
-        close = close_kind(self.conn)
-        if self.checks is not None:
-            for finding in self.checks.finish(close):
-                rows.add(finding.ts_ns, Direction.CONNECTION, Kind.VIOLATION, finding.requirement,
-                         explanation=finding.explanation)
-        return self._release(rows, last=True, close=close)
+        return self._release(rows, last=True, close=close_kind(self.conn))
 
     def _begin(self):
         conn = self.conn
@@ -173,21 +169,16 @@ class ConnectionDecoder:
             self.protocol = "other"
 
     def _release(self, rows: Rows, last: bool, close: Close | None = None) -> tuple[pa.Table, pa.Table]:
-        """``rows`` are final: their outcomes, the checks' findings, the subscription's labels, and with the ``last``
-        window the connection's own row."""
+        """``rows`` are final: their outcomes, the messages in flight per second, the subscription's labels, and with
+        the ``last`` window the connection's own row."""
         if self.pairing is not None:
             self.pairing.release(rows)
         if self.protocol == "nsq":
-            client = self.walks[1]
-            if self.checks is None:
-                self.checks = ConnectionChecks(client.identify, stated(response_struct(self.upgrade.identify)))
-                self.settlements = Settlements(self.checks.msg_timeout_ns)
-            checked = rows.is_in("kind", Kind.COMMAND, Kind.FRAME)
-            findings, in_flight = self.checks.run(rows.columns, rows.time_order(), checked, last)
-            for finding in findings:
-                rows.add(finding.ts_ns, Direction.CONNECTION, Kind.VIOLATION, finding.requirement,
-                         explanation=finding.explanation)
-            for second, count in sorted(in_flight.items()):
+            if self.in_flight is None:
+                self.in_flight = InFlight(stated(response_struct(self.upgrade.identify)))
+                self.settlements = Settlements(self.in_flight.msg_timeout_ns)
+            counted = rows.is_in("kind", Kind.COMMAND, Kind.FRAME)
+            for second, count in sorted(self.in_flight.run(rows.columns, rows.time_order(), counted, last).items()):
                 rows.add(second * NS_PER_S, Direction.CONNECTION, Kind.IN_FLIGHT, "in_flight", in_flight=count)
         self.activity.update(zip(rows.columns["kind"], rows.columns["name"], strict=True))
         if last:
@@ -525,7 +516,7 @@ def _integer(params, empty=None):
 
 def _subscription_rows(rows: Rows) -> np.ndarray:
     """What happens on a subscribed connection is its subscription's: its frames, the commands that act on them."""
-    return rows.is_in("kind", Kind.FRAME, Kind.GAP, Kind.VIOLATION, Kind.IN_FLIGHT) | (
+    return rows.is_in("kind", Kind.FRAME, Kind.GAP, Kind.IN_FLIGHT) | (
         rows.is_in("kind", Kind.COMMAND) & ~rows.is_in("name", "PUB", "MPUB", "DPUB", "SUB"))
 
 

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from spark_analysis.decode.events import EVENT_SCHEMA, kind_mask
 from spark_analysis.decode.kinds import Direction, Kind
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA
+from spark_analysis.judge.monitoring import VIOLATIONS, VIOLATIONS_SCHEMA
 from spark_analysis.read.storage import LOCAL, Storage, join
 
 NS_PER_MS = 1_000_000
@@ -96,15 +97,10 @@ def heartbeats(events: pa.Table) -> pa.Table:
 
 
 def flow_control(events: pa.Table) -> pa.Table:
-    """RDY as the client set it, and in flight per second (judge/violations.py counts it)."""
+    """RDY as the client set it, and in flight per second (derive/in_flight.py counts it)."""
 
     return _columns(events, pc.or_kleene(kind_mask(events, Kind.COMMAND, "RDY"), kind_mask(events, Kind.IN_FLIGHT)),
                     **_same("conn_id", "ts_ns", "topic", "channel", "rdy", "in_flight"))
-
-
-def violations(events: pa.Table) -> pa.Table:
-    return _columns(events, kind_mask(events, Kind.VIOLATION), **_same("conn_id", "ts_ns"), requirement="name",
-                    **_same("topic", "channel", "explanation"))
 
 
 def registrations(events: pa.Table) -> pa.Table:
@@ -122,7 +118,7 @@ ACTIVITY_KEYS = ["conn_id", "kind", "name", "status", "code", "topic", "req_dela
 def activity(events: pa.Table) -> pa.Table:
     """How many events of each kind, name, status and error code, per connection and topic: what report/summary.py
     counts. ``req_delay0``: a REQ with delay 0 (D-20's immediate requeue)."""
-    counted = [Kind.COMMAND, Kind.FRAME, Kind.PUBLISH, Kind.ERROR, Kind.VIOLATION]
+    counted = [Kind.COMMAND, Kind.FRAME, Kind.PUBLISH, Kind.ERROR]
     rows = events.select([*ACTIVITY_KEYS[:-1], "delay_ms"]).filter(pc.is_in(events["kind"], pa.array(counted)))
     is_req = pc.equal(rows["name"], "REQ")
     rows = rows.append_column("req_delay0", pc.if_else(is_req, pc.equal(rows["delay_ms"], 0),
@@ -138,7 +134,6 @@ PROJECTIONS: dict[str, Projection] = {
     "errors": errors,
     "heartbeats": heartbeats,
     "flow_control": flow_control,
-    "violations": violations,
     "registrations": registrations,
     "activity": activity,
 }
@@ -146,6 +141,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "events": EVENT_SCHEMA,
     **{name: project(EVENT_SCHEMA.empty_table()).schema for name, project in PROJECTIONS.items()},
     "delivered": DELIVERED_SCHEMA,
+    VIOLATIONS: VIOLATIONS_SCHEMA,  # the monitors' findings: written by the judging (judge/job.py), not by ``project``
 }
 
 

@@ -38,6 +38,7 @@ from spark_analysis.decode.kinds import Kind, Status
 from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, parquet_writer, prepare_directories
 from spark_analysis.derive.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA, DELIVERY_FIELDS, codes
+from spark_analysis.judge.monitoring import OBSERVED, OBSERVED_SCHEMA
 from spark_analysis.read.parquet_source import WrittenTables
 from spark_analysis.read.storage import LOCAL, Storage, join
 
@@ -87,8 +88,10 @@ EXCHANGED_SCHEMAS = {
     "connections": SCHEMAS["events"],
     # the messages each E_FIN_FAILED named (P-FIN-04): whether the channel ever delivered them is the buckets' to say
     "fin_failed": pa.schema([SCHEMAS["frames"].field(name) for name in MESSAGE_KEY]),
+    # what the monitors read of each V2 connection, for the judging job (judge/job.py)
+    OBSERVED: OBSERVED_SCHEMA,
 }
-UNBUCKETED = ("connections", "fin_failed")
+UNBUCKETED = ("connections", "fin_failed", OBSERVED)
 EXCHANGE_ROWS = 1 << 18  # rows a decoding task gathers before it writes them into the buckets
 
 
@@ -114,6 +117,9 @@ class MessageExchange:
     def add(self, name: str, table: pa.Table) -> None:
         if name == "events":
             self._unbucketed.add("connections", table.filter(pc.equal(table["kind"], Kind.CONNECTION)))
+            return
+        if name == OBSERVED:
+            self._unbucketed.add(OBSERVED, table)
             return
         if name == "frames":
             failed = table.filter(pc.and_(pc.equal(table["name"], "error"), pc.equal(table["code"], "E_FIN_FAILED")))

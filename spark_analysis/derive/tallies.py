@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_analysis.decode.events import CONNECTION_TYPE
+from spark_analysis.decode.kinds import Kind
 from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import ACTIVITY_KEYS, SCHEMAS
 from spark_analysis.read.storage import LOCAL, Storage, join
@@ -87,6 +88,13 @@ class Tallies:
             tables[name] = kind.counted(kind.prepare(lifecycle.read_parts(files, kind.schema(), storage)))
         return Tallies(self.kinds, tables)
 
+    def plus(self, name: str, directories: Mapping[str, str], storage: Storage = LOCAL,
+             chosen: Callable[[str], bool] = lambda file_name: True) -> Tallies:
+        """These tallies with kind ``name`` of the parts ``chosen`` picks added (parts written since they were read)."""
+        kind = self.kinds[name]
+        added = Tallies({name: kind}).read(directories, storage, chosen).tables[name]
+        return Tallies(self.kinds, {**self.tables, name: kind.counted(pa.concat_tables([self.tables[name], added]))})
+
     def __add__(self, other: Tallies) -> Tallies:
         return Tallies(self.kinds, {name: kind.counted(pa.concat_tables([self.tables[name], other.tables[name]]))
                                     for name, kind in self.kinds.items()})
@@ -114,6 +122,11 @@ class Tallies:
     def connection_ends(self) -> pa.Table:
         """How each connection ended (the lifecycles' ``ends``)."""
         return lifecycle.connection_ends_of(self.tables["connections"])
+
+    def undecoded(self) -> set[str]:
+        """The connections with bytes the decoder could not read (or the capture lost)."""
+        activity = self.tables["activity"]
+        return set(activity.filter(pc.equal(activity["kind"], Kind.ERROR))["conn_id"].to_pylist())
 
     def fin_failed_ids(self) -> pa.Table:
         """The IDs E_FIN_FAILED named."""

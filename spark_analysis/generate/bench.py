@@ -128,10 +128,15 @@ class BenchSimulation:
         response = {
             "max_rdy_count": BENCH_RDY,
             "version": "1.3.0",
+            "max_msg_timeout": 900000,
             "msg_timeout": 60000,
             "tls_v1": False,
             "deflate": False,
+            "deflate_level": 6,
+            "max_deflate_level": 6,
             "snappy": False,
+            "sample_rate": 0,
+            "auth_required": False,
             "output_buffer_size": 16384,
             "output_buffer_timeout": 250,
         }

@@ -1,23 +1,31 @@
-"""A capture's decoded connections through the catalogue's monitors (nsq_protocol.monitors): the decoded rows of
-each V2 connection become the monitors' events, and one judge per nsqd takes its connections' events in capture
-time. Captures time frames as they crossed the wire, so every rule judges (``timing``). The brokers' HTTP API is
-read where the caller names its ports (``judge_capture``); without it, and where a connection was caught mid-way,
-lost bytes or is in TLS, the judge cannot see the traffic whole, and the rules that need every publish, every
-consumer of a channel or every HTTP request that changes delivery say "not judged"."""
+"""A capture's decoded connections through the catalogue's monitors (nsq_protocol.monitors): one judge per nsqd,
+fed its V2 connections' commands and frames in capture time, the connections opened and closed where the capture
+saw them start and end, and the HTTP requests that change delivery where the caller names the brokers' HTTP ports.
+
+Each decoding task cuts a connection's rows for the monitors (``observed_rows``, with their order within it:
+``seq``); the judging (judge/job.py in Spark, ``judge_capture`` here without it) sorts one nsqd's rows by time and
+streams them through a ``ServerJudging``. Captures time frames as they crossed the wire, so every rule judges
+(``timing``). Where a connection was caught mid-way, lost bytes or is in TLS, or the HTTP API is not read, the judge
+cannot see the traffic whole, and the rules that need every publish, every consumer of a channel or every HTTP
+request that changes delivery say "not judged"."""
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from nsq_protocol import monitors
 from nsq_protocol.http import HttpDecoder
 from nsq_protocol.monitors import BROKER, CLIENT, Observed
 from nsq_protocol.monitors.events import COMMAND, ERROR, HEARTBEAT, JSON, MESSAGE, RESPONSE
 from nsq_protocol.wire import ProtocolViolation
-from spark_analysis.decode.kinds import Close, Kind
+from spark_analysis.decode.kinds import Close, Direction, Kind
 from spark_analysis.decode.v2 import decode_connection
 from spark_analysis.read.pcapfile import ByteRange, read_range
 from spark_analysis.read.reassembly import reassemble
@@ -28,29 +36,282 @@ _CLOSED_BY = {Close.SERVER_FIN: BROKER, Close.CLIENT_FIN: CLIENT, Close.RST: Non
 _NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message_count"}
 _SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload")
 
+VIOLATIONS = "violations"
+VIOLATIONS_SCHEMA = pa.schema([
+    ("server", pa.string()),  # the nsqd
+    ("conn_id", pa.string()),
+    ("ts_ns", pa.int64()),
+    ("item", pa.string()),  # the catalogue's behaviour ID: nsq-conformance explain ITEM
+    ("side", pa.string()),  # broker | client: who broke it
+    ("expected", pa.string()),
+    ("observed", pa.string()),
+    ("evidence", pa.list_(pa.string())),  # the events that show it, in order
+])
+OBSERVED = "observed"  # the exchange's table of them
+# What the monitors read of a V2 connection's rows: its commands (with the bodies each publish carried: its publish
+# rows), the broker's frames.
+OBSERVED_SCHEMA = pa.schema([
+    ("server", pa.string()),
+    ("conn_id", pa.string()),
+    ("ts_ns", pa.int64()),
+    ("seq", pa.int64()),  # the row's place in its connection's time order (decode/events.py Rows.time_order)
+    ("kind", pa.string()),
+    ("name", pa.string()),
+    ("topic", pa.string()),
+    ("channel", pa.string()),
+    ("msg_id", pa.string()),
+    ("attempts", pa.int32()),
+    ("msg_ts_ns", pa.int64()),
+    ("body_hash", pa.int64()),
+    ("number", pa.int64()),  # RDY's count, REQ's and DPUB's delay, MPUB's message count
+    ("code", pa.string()),
+    ("text", pa.string()),
+    ("identify", pa.string()),  # an IDENTIFY's JSON as sent
+])
 
+
+def observed_rows(events: pa.Table, first_seq: int) -> pa.Table:
+    """A released window of a V2 connection's events as the monitors' rows; ``first_seq``: how many of its rows the
+    windows before held."""
+    from_server = pc.equal(events["direction"], Direction.SERVER).to_numpy(zero_copy_only=False)
+    ranks = np.empty(events.num_rows, np.int64)
+    # at the same instant a client's row before the server's (an answer follows its command), then in decode order
+    ranks[np.lexsort((from_server, events["ts_ns"].to_numpy()))] = np.arange(events.num_rows)
+    kind = events["kind"]
+    wanted = pc.or_kleene(pc.or_kleene(pc.equal(kind, Kind.COMMAND), pc.equal(kind, Kind.PUBLISH)),
+                          pc.and_kleene(pc.equal(kind, Kind.FRAME), pc.equal(events["direction"], Direction.SERVER)))
+    rows = events.filter(wanted)
+    name = rows["name"]
+    number = pc.case_when(
+        pa.StructArray.from_arrays([pc.fill_null(pc.equal(name, verb), False).combine_chunks()
+                                    for verb in _NUMBER],
+                                   list(_NUMBER)),
+        *(pc.cast(rows[column], pa.int64()) for column in _NUMBER.values()))
+    identify = pc.struct_field(rows["identify"], "body") if rows.num_rows else pa.nulls(0, pa.string())
+    return pa.table({
+        "server": rows["server"], "conn_id": rows["conn_id"], "ts_ns": rows["ts_ns"],
+        "seq": pa.array(ranks[pc.filter(pa.array(np.arange(events.num_rows)), wanted).to_numpy()] + first_seq),
+        "kind": rows["kind"], "name": name, "topic": rows["topic"], "channel": rows["channel"],
+        "msg_id": rows["msg_id"], "attempts": rows["attempts"], "msg_ts_ns": rows["msg_ts_ns"],
+        "body_hash": rows["body_hash"], "number": number, "code": rows["code"], "text": rows["text"],
+        "identify": identify,
+    }, schema=OBSERVED_SCHEMA)
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What the monitors must know of a connection before its first row: when and how it started, whether the
+    capture holds all of it, and how it ended."""
+
+    conn_id: str
+    ts: float
+    started: bool  # its V2 start (the magic) is in the capture: its defaults are known
+    whole: bool  # nothing it did can be missing from the capture
+    ended_at: float | None  # None: still open where the capture ends
+    closed_by: str | None
+    identify_answer: dict | None  # nsqd's JSON answer to IDENTIFY, as the decoder read it whole
+
+
+def openings(connections: pa.Table, undecoded: set[str]) -> dict[str, list[Opening]]:
+    """Each nsqd's connections (by its ``server``), from the connections table (derive/tallies.py): those that spoke
+    NSQ; ``undecoded``: the connections with bytes the decoder could not read."""
+    by_server: dict[str, list[Opening]] = {}
+    for row in connections.filter(pc.fill_null(connections["is_nsq"], False)).to_pylist():
+        # after bytes it cannot decode, nsqd ends the connection too (C-19, C-21): only its end can be missing
+        bad = row["conn_id"] in undecoded
+        whole = bool(row["syn_seen"]) and row["codec"] != "tls" and not row["gaps"] and (
+            not bad or row["close"] != Close.OPEN)
+        answer = {key: value for key, value in (row["identify_response"] or {}).items() if value is not None}
+        ended = row["close"] != Close.OPEN
+        by_server.setdefault(row["server"], []).append(Opening(
+            row["conn_id"], row["first_ts_ns"] / NS, whole and row["magic"] == "  V2" and not bad, whole,
+            row["last_ts_ns"] / NS if ended else None, _CLOSED_BY.get(row["close"]), answer or None))
+    return by_server
+
+
+class ServerJudging:
+    """One nsqd's judge, fed its connections' observed rows sorted by (ts_ns, conn_id, seq) in as many parts as
+    come (``feed``), then ``finish``. Connections open and close at the times their ``Opening`` gives, the HTTP
+    ``actions`` (None: the broker's HTTP requests are not known) come in time order among the rows."""
+
+    def __init__(self, connections: Iterable[Opening], actions: list[monitors.HttpAction] | None):
+        self.judge = monitors.new_judge(timing=True, http_seen=actions is not None)
+        self.openings: dict[str, Opening] = {}
+        self._answers: dict[str, dict | None] = {}
+        # (ts, order, n, what): order 0 opens, 1 an HTTP request, 2 closes: at one instant a connection opens before
+        # its rows and closes after them
+        self._scheduled: list[tuple] = [(action.ts, 1, n, action) for n, action in enumerate(actions or ())]
+        heapq.heapify(self._scheduled)
+        self.add(connections)
+        self._pending: tuple[str, dict, list] | None = None  # a publish command, until its publish rows are taken
+        self._reported: dict[int, int] = {}  # monitor -> how many of its violations new_violations gave
+        self.last_ts = 0.0
+
+    def add(self, connections: Iterable[Opening]) -> None:
+        """Connections to open (and close where they ended); one already known only closes, once it has ended."""
+        for opening in connections:
+            known = self.openings.get(opening.conn_id)
+            if known is not None and (known.ended_at is not None or opening.ended_at is None):
+                continue
+            n = len(self._answers) + len(self._scheduled)  # unique: a tie-break, never compared further
+            self.openings[opening.conn_id] = opening
+            if known is None:
+                self._answers[opening.conn_id] = opening.identify_answer
+                heapq.heappush(self._scheduled, (opening.ts, 0, n, opening))
+            if opening.ended_at is not None:  # it ended since (watch: a later batch tells)
+                heapq.heappush(self._scheduled, (opening.ended_at, 2, n, opening))
+
+    def new_violations(self) -> list[monitors.Violation]:
+        """The violations found since the last call."""
+        found = []
+        for index, monitor in enumerate(self.judge.monitors):
+            found += monitor.violations[self._reported.get(index, 0):]
+            self._reported[index] = len(monitor.violations)
+        return sorted(found, key=lambda violation: violation.ts)
+
+    def feed(self, rows: Iterable[dict]) -> None:
+        judge, scheduled = self.judge, self._scheduled
+        for row in rows:
+            ts = row["ts_ns"] / NS
+            kind, conn_id = row["kind"], row["conn_id"]
+            pending = self._pending
+            if pending is not None:
+                if kind == Kind.PUBLISH and pending[0] == conn_id:
+                    pending[2].append(row["body_hash"])
+                    continue
+                self._pending = None
+                judge.observe(pending[0], _command(pending[1], pending[2]))
+            while scheduled and (scheduled[0][0], scheduled[0][1]) < (ts, 1):
+                self._run(heapq.heappop(scheduled))
+            self.last_ts = ts
+            if conn_id not in judge.connections or not self.openings[conn_id].started:
+                continue
+            if kind == Kind.COMMAND:
+                if row["name"] in ("PUB", "MPUB", "DPUB"):
+                    self._pending = (conn_id, row, [])
+                else:
+                    judge.observe(conn_id, _command(row, []))
+            elif kind == Kind.FRAME:
+                event = _frame(row)
+                answer = self._answers.get(conn_id)
+                if event.name == JSON and answer is not None:  # the first JSON answer: its fields read whole
+                    event, self._answers[conn_id] = event._replace(fields=answer), None
+                judge.observe(conn_id, event)
+
+    def finish(self) -> monitors.Judge:
+        if self._pending is not None:
+            self.judge.observe(self._pending[0], _command(self._pending[1], self._pending[2]))
+            self._pending = None
+        while self._scheduled:
+            self._run(heapq.heappop(self._scheduled))
+        self.judge.finish(self.last_ts)
+        return self.judge
+
+    def _run(self, entry: tuple) -> None:
+        ts, order, _, what = entry
+        self.last_ts = max(self.last_ts, ts)
+        if order == 0:
+            self.judge.open(what.conn_id, ts, what.started, what.whole)
+        elif order == 1:
+            self.judge.http(what)
+        else:
+            self.judge.close(what.conn_id, ts, what.closed_by)
+
+
+def _command(row: dict, bodies: list) -> Observed:
+    verb = row["name"]
+    fields = _identify_body(row["identify"]) if verb == "IDENTIFY" else None
+    return Observed(row["ts_ns"] / NS, COMMAND, verb, msg_id=row["msg_id"],
+                    number=row["number"] if verb in _NUMBER else None, topic=row["topic"],
+                    channel=row["channel"] if verb == "SUB" else None, bodies=tuple(bodies), fields=fields)
+
+
+def _identify_body(body: str | None) -> dict | None:
+    """The IDENTIFY's JSON as sent (its keys in any case, ID-14)."""
+    try:
+        fields = json.loads(body or "")
+    except ValueError:
+        return None
+    return fields if isinstance(fields, dict) else None
+
+
+def _frame(row: dict) -> Observed:
+    ts, kind = row["ts_ns"] / NS, _FRAMES[row["name"]]
+    if kind == MESSAGE:
+        return Observed(ts, MESSAGE, msg_id=row["msg_id"], attempts=row["attempts"], msg_ts_ns=row["msg_ts_ns"],
+                        bodies=(row["body_hash"],))
+    if kind == ERROR:  # the decoder read the ID an E_FIN_FAILED, ... names (msg_id), as from_frame does
+        return Observed(ts, ERROR, row["code"] or "", row["text"] or "", msg_id=row["msg_id"])
+    text = row["text"] or ""
+    if kind == RESPONSE and text.startswith("{"):
+        try:
+            fields = json.loads(text)
+        except ValueError:
+            fields = None
+        return Observed(ts, RESPONSE, JSON, fields=fields if isinstance(fields, dict) else None)
+    return Observed(ts, kind, text if kind == RESPONSE else "")
+
+
+def sorted_rows(observed: pa.Table) -> Iterator[dict]:
+    """One nsqd's observed rows in the order the judge takes them."""
+    ordered = observed.sort_by([("ts_ns", "ascending"), ("conn_id", "ascending"), ("seq", "ascending")])
+    for batch in ordered.to_batches(1 << 16):
+        yield from batch.to_pylist()
+
+
+# ---- a small capture, in this process ---------------------------------------------------------------------------
 def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[int] = frozenset()
                   ) -> dict[str, monitors.Judge]:
-    """A small capture judged in this process, without Spark: its segments by flow, each connection reassembled
-    whole; the V2 ones decoded, the HTTP ones (to ``http_ports``, the brokers' HTTP APIs) read for the requests that
-    change delivery; then ``judge_connections``."""
+    """A small capture judged without Spark: its segments by flow, each connection reassembled whole; the V2 ones
+    decoded, the HTTP ones (to ``http_ports``, the brokers' HTTP APIs) read for the requests that change delivery;
+    then each nsqd's rows through a ``ServerJudging``."""
+    from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies
+
     flows: dict[str, list] = {}
     for batch in read_range(ByteRange(str(path), 0, 1 << 62)):
         for row in batch.to_pylist():
             if row["error"] is None:
                 flows.setdefault(row["flow"], []).append(tuple(row[name] for name in _SEGMENT))
-    tables, http, unreadable = [], {}, set()
+    events, http, unreadable = [], {}, set()
     for flow, segments in flows.items():
         for conn in reassemble(flow, sorted(segments, key=lambda row: row[0]), nsq_ports | http_ports):
             if conn.server[1] not in http_ports:
-                tables.append(decode_connection(conn, nsq_ports))
+                events.append(decode_connection(conn, nsq_ports))
             elif (actions := _http_actions(conn)) is None:
                 unreadable.add(conn.server[0])  # a host whose HTTP requests are not all known
             else:
                 http.setdefault(conn.server[0], []).extend(actions)
+    if not events:
+        return {}
     for host in unreadable:
         http[host] = None
-    return judge_connections(tables, http if http_ports else None)
+    events = pa.concat_tables(events)
+    connections = Tallies({"connections": SUMMARY_TALLIES["connections"]}, {
+        "connections": SUMMARY_TALLIES["connections"].prepare(events.filter(pc.equal(events["kind"],
+                                                                                     Kind.CONNECTION)))}).connections()
+    undecoded = set(events.filter(pc.equal(events["kind"], Kind.ERROR))["conn_id"].to_pylist())
+    observed = observed_rows(events, 0)
+    return judge_servers(openings(connections, undecoded), http if http_ports else None,
+                         lambda server: sorted_rows(observed.filter(pc.equal(observed["server"], server))))
+
+
+def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | None] | None, rows_of
+                  ) -> dict[str, monitors.Judge]:
+    """Each nsqd's judge: ``rows_of(server)`` its observed rows in order; ``http``: the HTTP requests that change
+    delivery by the broker's host (None: not read; a host without any had none)."""
+    hosts = [server.split(" ")[0] for server in by_server]
+    judges = {}
+    for server, connections in by_server.items():
+        judging = ServerJudging(connections, http_actions_of(server, hosts, http))
+        judging.feed(rows_of(server))
+        judges[server] = judging.finish()
+    return judges
+
+
+def http_actions_of(server: str, hosts: list[str], http: dict[str, list | None] | None) -> list | None:
+    """A host's HTTP requests are this nsqd's only where it is the one nsqd on that host."""
+    host = server.split(" ")[0]
+    return http.get(host, []) if http is not None and hosts.count(host) == 1 else None
 
 
 def _http_actions(conn) -> list[monitors.HttpAction] | None:
@@ -72,123 +333,3 @@ def _http_actions(conn) -> list[monitors.HttpAction] | None:
     if any(action is not None for action in actions[len(answers):]):
         return None
     return [action for action in actions if action is not None]
-
-
-def judge_connections(tables: Iterable[pa.Table], http: dict[str, list | None] | None = None
-                      ) -> dict[str, monitors.Judge]:
-    """Each nsqd's judge (by server address), run over the decoded events of its V2 connections and, where ``http``
-    has them whole (by the broker's host; a host without any had none), the HTTP requests that change delivery."""
-    timelines: dict[str, list] = {}
-    for events in tables:
-        rows = events.to_pylist()
-        connection = next((row for row in rows if row["kind"] == Kind.CONNECTION), None)
-        if connection is None or connection["name"] != "nsq":
-            continue
-        timelines.setdefault(connection["server"], []).extend(_timeline(rows, connection))
-    judges = {}
-    hosts = [server.split(" ")[0] for server in timelines]
-    for server, timeline in timelines.items():
-        host = server.split(" ")[0]
-        # a host's HTTP requests are this nsqd's only where it is the one nsqd on that host
-        actions = http.get(host, []) if http is not None and hosts.count(host) == 1 else None
-        judge = judges[server] = monitors.new_judge(timing=True, http_seen=actions is not None)
-        timeline += [(action.ts, 1, None, action) for action in actions or ()]
-        timeline.sort(key=lambda entry: entry[0])
-        for ts, order, name, what in timeline:
-            if order == 0:
-                judge.open(name, ts, *what)
-            elif order == 2:
-                judge.close(name, ts, what)
-            elif name is None:
-                judge.http(what)
-            else:
-                judge.observe(name, what)
-        judge.finish(timeline[-1][0])
-    return judges
-
-
-def _timeline(rows: list[dict], connection: dict) -> list[tuple]:
-    """(ts, order, connection, what): its opening, its events, its end, sortable with other connections'."""
-    facts = connection["connection"]
-    name, first = connection["conn_id"], min(row["ts_ns"] for row in rows) / NS
-    lost = any(row["kind"] == Kind.GAP for row in rows)
-    # after bytes it cannot decode, nsqd ends the connection too (C-19, C-21): only its end can be missing
-    undecoded = any(row["kind"] == Kind.ERROR for row in rows)
-    whole = facts["syn_seen"] and facts["codec"] != "tls" and not lost and (not undecoded or
-                                                                             facts["close"] != Close.OPEN)
-    started = whole and facts["magic"] == "  V2" and not undecoded
-    timeline = [(first, 0, name, (started, whole))]
-    if started:
-        answer = {key: value for key, value in (facts["identify_response"] or {}).items() if value is not None}
-        observed = list(_observed(rows, answer or None))
-        timeline += [(event.ts, 1, name, event) for event in observed]
-    if facts["close"] != Close.OPEN:
-        timeline.append((facts["last_ts_ns"] / NS, 2, name, _CLOSED_BY[facts["close"]]))
-    return timeline
-
-
-def _observed(rows: list[dict], identify_answer: dict | None) -> Iterable[Observed]:
-    """The rows as the monitors' events: a publish command takes the body hashes of its publish rows; the first JSON
-    answer the fields the decoder read from it whole (a row's text is cut short)."""
-    ordered = sorted(range(len(rows)), key=lambda index: rows[index]["ts_ns"])
-    pending = None  # a publish command, until its publish rows are taken
-    for index in ordered:
-        row = rows[index]
-        kind = row["kind"]
-        if kind == Kind.PUBLISH and pending is not None:
-            pending["bodies"].append(row["body_hash"])
-            continue
-        if pending is not None:
-            yield _event(pending)
-            pending = None
-        if kind == Kind.COMMAND:
-            pending = {"row": row, "bodies": []}
-            if row["name"] not in ("PUB", "MPUB", "DPUB"):
-                yield _event(pending)
-                pending = None
-        elif kind == Kind.FRAME and row["direction"] == "s2c":
-            event = _frame(row)
-            if event.name == JSON and identify_answer is not None:
-                event, identify_answer = event._replace(fields=identify_answer), None
-            yield event
-    if pending is not None:
-        yield _event(pending)
-
-
-def _event(pending: dict) -> Observed:
-    row = pending["row"]
-    verb = row["name"]
-    fields = _identify_body(row["identify"]) if verb == "IDENTIFY" else None
-    number = row[_NUMBER[verb]] if verb in _NUMBER else None
-    return Observed(row["ts_ns"] / NS, COMMAND, verb, msg_id=row["msg_id"], number=number, topic=row["topic"],
-                    channel=row["channel"] if verb == "SUB" else None, bodies=tuple(pending["bodies"]),
-                    fields=fields)
-
-
-def _identify_body(identify: dict | None) -> dict:
-    """The IDENTIFY's JSON as sent (its keys in any case, ID-14), else the fields the decoder typed."""
-    identify = identify or {}
-    try:
-        body = json.loads(identify.get("body") or "")
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        return body
-    return {key: value for key, value in identify.items() if value is not None and key != "body"}
-
-
-def _frame(row: dict) -> Observed:
-    ts, kind = row["ts_ns"] / NS, _FRAMES[row["name"]]
-    if kind == MESSAGE:
-        return Observed(ts, MESSAGE, msg_id=row["msg_id"], attempts=row["attempts"], msg_ts_ns=row["msg_ts_ns"],
-                        bodies=(row["body_hash"],))
-    if kind == ERROR:  # the decoder read the ID an E_FIN_FAILED, ... names (msg_id), as from_frame does
-        return Observed(ts, ERROR, row["code"] or "", row["text"] or "", msg_id=row["msg_id"])
-    text = row["text"] or ""
-    if kind == RESPONSE and text.startswith("{"):
-        try:
-            fields = json.loads(text)
-        except ValueError:
-            fields = None
-        return Observed(ts, RESPONSE, JSON, fields=fields if isinstance(fields, dict) else None)
-    return Observed(ts, kind, text if kind == RESPONSE else "")

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from conformance.catalogue import requirements  # noqa: E402
+from conformance.spec import behaviours  # noqa: E402
 from spark_analysis.decode.kinds import Status  # noqa: E402
 from spark_analysis.derive.lifecycle import LATENCY_COLUMNS, Totals  # noqa: E402
 from spark_analysis.read.storage import LOCAL, Storage, join  # noqa: E402
@@ -29,6 +29,7 @@ CDF_POINTS = 200
 LATENCY_TITLES = ("publish -> first delivery", "last delivery -> FIN")
 # Spark jobs in flight at once for the plots' queries; enough to hide per-job latency on a few cores.
 CONCURRENT_JOBS = 4
+EXAMPLES = 20  # violations shown with their evidence
 
 
 def write(tables: Mapping[str, DataFrame], totals: Totals, summary: dict, out_dir: str,
@@ -45,7 +46,7 @@ def write(tables: Mapping[str, DataFrame], totals: Totals, summary: dict, out_di
         ("Registrations with nsqlookupd", _registrations(summary["lookupd"])),
     ]
     path = join(out_dir, "report.html")
-    storage.write_text(path, _page(summary, sections))
+    storage.write_text(path, _page(summary, sections, data["violations"]))
     return path
 
 
@@ -64,6 +65,7 @@ def _fetch(tables: Mapping[str, DataFrame]) -> dict:
         "heartbeat_gaps": lambda: tables["heartbeats"].where("gap_ms IS NOT NULL").groupBy(
             F.round("gap_ms", -1).alias("gap_ms")).count().orderBy("gap_ms").toPandas(),
         "flow_control": lambda: tables["flow_control"].where("channel IS NOT NULL").limit(20001).toPandas(),
+        "violations": lambda: [row.asDict() for row in tables["violations"].orderBy("ts_ns").limit(EXAMPLES).collect()],
     }
     with ThreadPoolExecutor(CONCURRENT_JOBS) as pool:
         futures = {name: pool.submit(query) for name, query in queries.items()}
@@ -238,9 +240,33 @@ def _flow_control(frame) -> str:
     return _figure_html(figure)
 
 
-def _requirement_text(requirement_id: str) -> str:
-    requirement = requirements().get(requirement_id)
-    return f"{requirement.level}: {requirement.text} ({requirement.source})" if requirement else ""
+def _item_text(item_id: str) -> str:
+    item = behaviours().get(item_id)
+    return f"{item.level}: {item.text}" if item else ""
+
+
+def _violations(summary: dict, examples: list[dict]) -> str:
+    """The monitors' findings by item and side, what each item says (``nsq-conformance explain ITEM`` says more),
+    the first ones with the frames that show them, and what the traffic left unjudged."""
+    counts = "".join(
+        f"<tr><td><b>{html.escape(item)}</b></td><td>{html.escape(side)}</td><td>{count:,}</td>"
+        f"<td>{html.escape(_item_text(item))}<br><code>nsq-conformance explain {html.escape(item)}</code></td></tr>"
+        for item, sides in summary["violations"].items() for side, count in sides.items()
+    ) or "<tr><td colspan=4>none found</td></tr>"
+    shown = "".join(
+        f"<tr><td>{html.escape(row['item'])}</td><td>{html.escape(row['side'])}</td>"
+        f"<td><code>{html.escape(row['conn_id'])}</code></td><td>{html.escape(row['expected'])}</td>"
+        f"<td>{html.escape(row['observed'])}</td>"
+        f"<td><pre>{html.escape(chr(10).join(row['evidence']))}</pre></td></tr>" for row in examples)
+    unjudged = "".join(
+        f"<tr><td>{html.escape(item)}</td><td>{html.escape(why)}</td><td>{count:,}</td></tr>"
+        for item, reasons in summary["not_judged"].items() for why, count in reasons.items())
+    return (f"<table><tr><th>item</th><th>broken by</th><th>count</th><th>the rule</th></tr>{counts}</table>"
+            + (f"<h3>The first {len(examples)}, with the frames that show them</h3><table><tr><th>item</th>"
+               f"<th>by</th><th>connection</th><th>expected</th><th>observed</th><th>evidence</th></tr>{shown}</table>"
+               if examples else "")
+            + (f"<h3>Not judged: what the capture does not show</h3><table><tr><th>item</th><th>why</th>"
+               f"<th>times</th></tr>{unjudged}</table>" if unjudged else ""))
 
 
 def _inputs(summary: dict) -> str:
@@ -263,15 +289,9 @@ def _inputs(summary: dict) -> str:
     return "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in rows)
 
 
-def _page(summary: dict, sections) -> str:
+def _page(summary: dict, sections, examples: list[dict]) -> str:
     totals = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:,}</td></tr>" for k, v in summary["totals"].items())
-    violations = (
-        "".join(
-            f"<tr><td>{html.escape(rid)}</td><td>{count:,}</td><td>{html.escape(_requirement_text(rid))}</td></tr>"
-            for rid, count in summary["violations"].items()
-        )
-        or "<tr><td colspan=3>none found</td></tr>"
-    )
+    violations = _violations(summary, examples)
     body = "".join(f"<h2>{html.escape(title)}</h2>{content}" for title, content in sections)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>NSQ trace report</title>
 <style>body{{font-family:sans-serif;max-width:1150px;margin:auto}}
@@ -279,8 +299,7 @@ td,th{{padding:2px 8px;text-align:left}} table{{border-collapse:collapse}}
 tr:nth-child(even){{background:#f3f3f3}} img{{max-width:100%}}</style></head>
 <body><h1>NSQ trace report</h1><table>{_inputs(summary)}</table>
 <h2>Totals (truth-file terms)</h2><table>{totals}</table>
-<h2>Protocol violations (catalogue IDs)</h2>
-<table><tr><th>requirement</th><th>count</th><th>rule</th></tr>{violations}</table>
+<h2>Rules broken (the catalogue's monitors)</h2>{violations}
 {body}</body></html>"""
 
 

@@ -141,7 +141,8 @@ class Summary:
     connections: list[ConnectionEntry]
     error_frames: dict[str, int]  # nsqd's error frames by code
     errors: dict[str, int]  # capture and decode errors by name
-    violations: dict[str, int]  # by requirement ID
+    violations: dict[str, dict[str, int]]  # the monitors': by catalogue item, then side (broker, client)
+    not_judged: dict[str, dict[str, int]]  # the rules the traffic could not feed: by item, then why
     latency_ms: dict[str, Latency]  # publish_to_deliver, deliver_to_fin
     tls_connections: int
     lookupd: Lookupd
@@ -151,9 +152,9 @@ class Summary:
         return asdict(self)
 
 
-def summarise(rows: Mapping[str, list[dict]], lifecycles: Totals) -> Summary:
+def summarise(rows: Mapping[str, list[dict]], lifecycles: Totals, judged) -> Summary:
     """``rows``: the connections table and the other tallies (derive/tallies.py); ``lifecycles``: what the lifecycle
-    tasks counted over every message."""
+    tasks counted over every message; ``judged``: the monitors' counts (judge/job.py)."""
     conns = rows["connections"]
     nsq_conns = {c["conn_id"]: c for c in conns if c["to_nsqd_port"]}
     lookupd_conns = {c["conn_id"]: c for c in conns if c["is_lookupd"]}
@@ -244,7 +245,8 @@ def summarise(rows: Mapping[str, list[dict]], lifecycles: Totals) -> Summary:
         ],
         error_frames=dict(sorted(error_frames.items())),
         errors=_named_counts(activity, Kind.ERROR),
-        violations=_named_counts(activity, Kind.VIOLATION),
+        violations=_sorted(judged.violations),
+        not_judged=_sorted(judged.not_judged),
         latency_ms={
             name: Latency(*lifecycles.latency(column).quantiles([0.5, 0.9, 0.99, 1.0]))
             for name, column in zip(("publish_to_deliver", "deliver_to_fin"), LATENCY_COLUMNS, strict=True)
@@ -332,9 +334,25 @@ def _connection_entry(conn: dict, c: Counter) -> ConnectionEntry:
 
 
 def _named_counts(activity: list[dict], kind: Kind) -> dict[str, int]:
-    """Capture/decode errors or violations by name."""
+    """Capture/decode errors by name."""
     counts = Counter()
     for a in activity:
         if a["kind"] == kind:
             counts[a["name"]] += a["count"]
     return dict(sorted(counts.items()))
+
+
+def _sorted(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    return {item: dict(sorted(counts[item].items())) for item in sorted(counts)}
+
+
+def violations_line(summary: dict) -> str:
+    """The monitors' findings in a few words: how many, by whom, which items."""
+    by_side: dict[str, Counter] = {}
+    for item, sides in summary["violations"].items():
+        for side, count in sides.items():
+            by_side.setdefault(side, Counter())[item] += count
+    if not by_side:
+        return "no rule broken"
+    return "; ".join(f"{sum(items.values()):,} violations by the {side} ({', '.join(sorted(items))})"
+                     for side, items in sorted(by_side.items()))

@@ -38,9 +38,11 @@ from spark_analysis.derive.connection_tables import TableWriter
 from spark_analysis.derive.lifecycle import MINUTE_COUNTS, NS_PER_MINUTE, Totals
 from spark_analysis.derive.quantiles import EMPTY
 from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies, Tally
+from spark_analysis.judge.monitoring import VIOLATIONS
 from spark_analysis.read.storage import LOCAL, Storage, join
-from spark_analysis.report.summary import message_events
+from spark_analysis.report.summary import message_events, violations_line
 from spark_analysis.watch.increments import OPEN, WATCH_BUCKETS, Increments, batch_of, part_prefix
+from spark_analysis.watch.judging import judge_batch
 from spark_analysis.watch.lifecycle_increments import LifecycleIncrements
 
 NO_FILE_YET = ""
@@ -58,7 +60,7 @@ MINUTES_SCHEMA = pa.schema([
     # publish -> first delivery of the messages first delivered in the minute, within 0.1 % (derive/quantiles.py)
     ("latency_p50_ms", pa.float64()),
     ("latency_p99_ms", pa.float64()),
-    ("violations", pa.map_(pa.string(), pa.int64())),  # requirement ID -> count
+    ("violations", pa.map_(pa.string(), pa.int64())),  # the monitors': catalogue item -> count
 ])
 
 
@@ -122,11 +124,11 @@ class CaptureFilesReader(DataSourceStreamReader):
 
 
 def _by_minute(violations: pa.Table) -> pa.Table:
-    return pa.table({"minute": pc.divide(violations["ts_ns"], NS_PER_MINUTE), "requirement": violations["requirement"]})
+    return pa.table({"minute": pc.divide(violations["ts_ns"], NS_PER_MINUTE), "item": violations["item"]})
 
 
-# the summary's, and the violations counted by minute and requirement ID
-WATCH_TALLIES = {**SUMMARY_TALLIES, "violations": Tally("tables", "violations", ("minute", "requirement"), _by_minute)}
+# the summary's, and the monitors' violations counted by minute and item (added once the batch is judged)
+WATCH_TALLIES = {**SUMMARY_TALLIES, VIOLATIONS: Tally("tables", VIOLATIONS, ("minute", "item"), _by_minute)}
 
 
 def minutes(totals: Totals, violations: pa.Table) -> pa.Table:
@@ -134,7 +136,7 @@ def minutes(totals: Totals, violations: pa.Table) -> pa.Table:
     ``violations`` tally (``WATCH_TALLIES``)."""
     found = defaultdict(dict)
     for row in violations.to_pylist():
-        found[row["minute"]][row["requirement"]] = row["count"]
+        found[row["minute"]][row["item"]] = row["count"]
     rows = []
     for number in sorted(set(totals.minutes) | set(found)):
         counts = totals.minutes.get(number, {})
@@ -182,9 +184,16 @@ class Watcher:
         tables_dir = self.increments.tables_dir
         self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
         final, tallied = self._tallies(batch_id, before.tallies)
+        self.step(f"batch {batch_id}: judging (the catalogue's monitors)")
+        judged = judge_batch(self.spark, batch_id, carried["previous"], tallied, self.increments.exchange_dir,
+                             tables_dir, self.increments.state_dir, self.storage)
+        this_batch = part_prefix(batch_id)
+        judged_part = functools.partial(Tallies.plus, name=VIOLATIONS, directories=self.directories,
+                                        storage=self.storage, chosen=lambda name: name.startswith(this_batch))
+        final, tallied = judged_part(final), judged_part(tallied)
         tables, totals, result = derive(
-            self.spark, tables_dir, lambda: self.lifecycles.tables(batch_id, carried, final), tallied, self.storage,
-            lambda message: self.step(f"batch {batch_id}: {message}"))
+            self.spark, tables_dir, lambda: self.lifecycles.tables(batch_id, carried, final), tallied, judged,
+            self.storage, lambda message: self.step(f"batch {batch_id}: {message}"))
         derived = time.monotonic()
         self.increments.commit(batch_id, carried)
         self.so_far = _SoFar(batch_id, files, before.bytes + record["bytes"], final)
@@ -203,7 +212,7 @@ class Watcher:
         self.last_active = time.monotonic()
         totals = result["totals"]
         self.step(f"batch {batch_id}: {totals['messages_published']:,} published, {totals['deliveries']:,} "
-                  f"deliveries, {sum(result['violations'].values())} violations in {len(files)} file(s)")
+                  f"deliveries, {violations_line(result)} in {len(files)} file(s)")
 
     def _before(self, batch_id: int) -> _SoFar:
         """What the batches before ``batch_id`` add up to: carried from the batch before, or at a run's first batch

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 from trace_helpers import PCAPS, REPO
 
@@ -63,15 +64,21 @@ def test_analyze_end_to_end_with_a_corrupt_file_among_good_ones(tmp_path):
     assert '"pcap_truncated_record": 1' in summary
     html = (out / "report.html").read_text()
     assert html.count('<img src="data:image/png;base64,') == 7
-    assert "<td>NSQ-FIN-003</td>" in html
+    assert "<td><b>P-FIN-04</b></td><td>client</td>" in html
     events = message_events(json.loads(summary)["totals"])
     header = html[html.index("<h1>"):html.index("<h2>")]  # the inputs and figures, as a table
     assert f"<code>{cut}</code><br><code>{PCAPS / 'workload-small.pcap'}</code>" in header
     assert f"<tr><th>message events</th><td>{events:,} (" in header and events > 0
 
 
-def test_report_names_violations_by_requirement_id(spark, tmp_path):
+def test_report_names_violations_by_item_and_side(spark, tmp_path):
+    """The workload FINs two IDs it never got, on purpose: the monitors name the client, with the frames."""
     summary = run_analysis(spark, [str(PCAPS / "compressed.pcap")], str(tmp_path), report=True)
     html = (tmp_path / "report.html").read_text()
-    assert summary["violations"] == {"NSQ-FIN-003": 2}
-    assert re.search(r"<td>NSQ-FIN-003</td><td>2</td><td>MUST: FIN settles silently.*P-FIN-04", html)
+    assert summary["violations"] == {"P-FIN-04": {"client": 2}}
+    assert re.search(r"<td><b>P-FIN-04</b></td><td>client</td><td>2</td><td>MUST: FIN of an ID that is not in "
+                     r"flight.*nsq-conformance explain P-FIN-04", html)
+    examples = html[html.index("with the frames that show them"):]
+    assert examples.count("<pre>&lt; E_FIN_FAILED id=") == 2, examples[:2000]
+    violations = pq.read_table(tmp_path / "tables" / "violations")
+    assert violations.num_rows == 2 and set(violations["item"].to_pylist()) == {"P-FIN-04"}

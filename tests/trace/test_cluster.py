@@ -51,7 +51,7 @@ def test_analysis_on_a_standalone_cluster_sharing_no_disk(tmp_path):
             summary = json.loads(store.storage.read_text("s3://nsq-analysis/run1/summary.json"))
             written = store.listing("s3://nsq-analysis/run1")
     assert truth_mismatches(summary, load_truth("compressed")) == []
-    assert summary["violations"] == {"NSQ-FIN-003": 2}
+    assert summary["violations"] == {"P-FIN-04": {"client": 2}}
     assert summary["input"]["files"] == ["s3://nsq-captures/minutes/compressed.pcap"]
     assert {"nsq-analysis/run1/report.html", "nsq-analysis/run1/tables/messages/part-00000.parquet"} <= set(written)
     lines = log.read_text().splitlines()

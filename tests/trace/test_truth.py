@@ -94,7 +94,7 @@ def test_messages_table_has_one_row_per_message_and_channel(spark, analyse):
 def test_deliberate_unknown_id_fins_are_named_violations(analyse):
     summary = analyse("workload-small", [PCAPS / "workload-small.pcap"])
     # each consumer FINs a made-up ID after its 100th and 1000th delivery (P-FIN-04)
-    assert summary["violations"] == {"NSQ-FIN-003": load_truth("workload-small")["totals"]["e_fin_failed"]}
+    assert summary["violations"] == {"P-FIN-04": {"client": load_truth("workload-small")["totals"]["e_fin_failed"]}}
     assert summary["errors"] == {}
 
 

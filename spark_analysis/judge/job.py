@@ -1,0 +1,113 @@
+"""The judging job: every nsqd's traffic through the catalogue's monitors, inside Spark tasks.
+
+The decoding tasks left each V2 connection's observed rows in the exchange (judge/monitoring.py ``observed_rows``).
+Spark shuffles them by nsqd and sorts them by time (spilling to disk, so a long capture's rows need not fit in
+memory); one task per nsqd streams them through a ``ServerJudging``, writes the violations it finds into the
+``violations`` table (item, side, connection, time, expected vs observed, the frames that show it) and hands the
+driver their counts, and what the rules could not judge and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from spark_analysis.derive.connection_tables import TableWriter, prepare_directories
+from spark_analysis.judge.monitoring import (
+    NS,
+    OBSERVED,
+    OBSERVED_SCHEMA,
+    VIOLATIONS,
+    VIOLATIONS_SCHEMA,
+    Opening,
+    ServerJudging,
+)
+from spark_analysis.read.parquet_source import read_table
+from spark_analysis.read.storage import LOCAL, Storage, join
+
+# what a judging task tells the driver: per nsqd, violations counted by item and side, rules not judged by item and why
+COUNTS_SCHEMA = pa.schema([("server", pa.string()), ("what", pa.string()), ("item", pa.string()),
+                           ("detail", pa.string()), ("count", pa.int64())])
+
+
+@dataclass
+class Judged:
+    """The judging's counts: ``violations`` item -> side -> count, ``not_judged`` item -> why -> count."""
+
+    violations: dict[str, dict[str, int]] = field(default_factory=dict)
+    not_judged: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, rows: list) -> Judged:
+        for row in rows:
+            counted = self.violations if row["what"] == "violation" else self.not_judged
+            by_detail = counted.setdefault(row["item"], {})
+            by_detail[row["detail"]] = by_detail.get(row["detail"], 0) + row["count"]
+        return self
+
+
+def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_server: dict[str, list[Opening]],
+                  storage: Storage = LOCAL) -> Judged:
+    """Judges every nsqd of ``by_server`` (judge/monitoring.py ``openings``) over the observed rows in
+    ``exchange_dir``; writes ``tables_dir/violations``."""
+    prepare_directories(tables_dir, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage)
+    if not by_server:
+        return Judged()
+
+    def judge_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        part = f"part-{TaskContext.get().partitionId():05d}"
+        counts: list[dict] = []
+        judging: ServerJudging | None = None
+        server = None
+        with TableWriter(tables_dir, part, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
+            for batch in batches:
+                servers = batch.column("server").to_pylist()
+                start = 0
+                # rows are sorted by server first: each server's run in the batch goes to its judging
+                for end in range(1, batch.num_rows + 1):
+                    if end < batch.num_rows and servers[end] == servers[start]:
+                        continue
+                    name = servers[start]
+                    if name != server:
+                        if judging is not None:
+                            counts += _finished(server, judging, writer)
+                        server, judging = name, ServerJudging(by_server.get(name, ()), None)
+                    judging.feed(batch.slice(start, end - start).to_pylist())
+                    start = end
+            if judging is not None:
+                counts += _finished(server, judging, writer)
+        yield pa.RecordBatch.from_pylist(counts, schema=COUNTS_SCHEMA)
+
+    observed = read_table(spark, join(exchange_dir, OBSERVED), OBSERVED_SCHEMA, storage)
+    rows = (observed.repartition(len(by_server), "server")
+            .sortWithinPartitions("server", "ts_ns", "conn_id", "seq")
+            .mapInArrow(judge_partition, from_arrow_schema(COUNTS_SCHEMA))
+            .collect())
+    return Judged().add([row.asDict() for row in rows])
+
+
+def _finished(server: str, judging: ServerJudging, writer: TableWriter) -> list[dict]:
+    judging.finish()
+    return written_counts(server, judging, writer)
+
+
+def written_counts(server: str, judging: ServerJudging, writer: TableWriter) -> list[dict]:
+    """The violations found since the last call written into ``writer``; the counts of all found so far, and of
+    what was not judged."""
+    writer.add(VIOLATIONS, pa.Table.from_pylist([
+        {"server": server, "conn_id": v.connection, "ts_ns": round(v.ts * NS), "item": v.item, "side": v.side,
+         "expected": v.expected, "observed": v.observed, "evidence": list(v.evidence)}
+        for v in judging.new_violations()], schema=VIOLATIONS_SCHEMA))
+    judge = judging.judge
+    counts: dict[tuple, int] = {}
+    for v in judge.violations:
+        counts["violation", v.item, v.side] = counts.get(("violation", v.item, v.side), 0) + 1
+    for (item, why), count in judge.not_judged.items():
+        counts["not_judged", item, why] = count
+    return [{"server": server, "what": what, "item": item, "detail": detail, "count": count}
+            for (what, item, detail), count in counts.items()]

@@ -1,0 +1,72 @@
+"""``nsq-trace watch``'s judging: each micro-batch's final observed rows (judge/monitoring.py) through every nsqd's
+judge, carried from the batch before.
+
+The judges are pickled into the batch's state (``OUT/watch/state/<batch>/judges.pickle``, before ``index.json``
+makes the state whole), so a replayed batch starts again from the judges of the batch it carried on from. A batch's
+open parts (the last moments of the connections still open) are not judged: they come again, final, in the next
+batch. The connections are opened from the connections table so far; a rule that needs a connection's whole
+traffic takes it as whole when the capture so far shows no gap in it. The violations a batch finds are appended to
+the ``violations`` table as the batch's part; the counts are of every violation so far.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from spark_analysis.derive import lifecycle
+from spark_analysis.derive.connection_tables import TableWriter
+from spark_analysis.derive.tallies import Tallies
+from spark_analysis.judge.job import COUNTS_SCHEMA, Judged, written_counts
+from spark_analysis.judge.monitoring import (
+    OBSERVED,
+    OBSERVED_SCHEMA,
+    VIOLATIONS,
+    VIOLATIONS_SCHEMA,
+    ServerJudging,
+    openings,
+    sorted_rows,
+)
+from spark_analysis.read.storage import LOCAL, Storage, join
+from spark_analysis.watch.increments import part_name, part_prefix
+
+JUDGES = "judges.pickle"
+
+
+def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, tallied: Tallies, exchange_dir: str,
+                tables_dir: str, state_dir: str, storage: Storage = LOCAL) -> Judged:
+    """Batch ``batch_id``'s final observed rows judged, by the judges of batch ``previous`` (None: new ones);
+    ``tallied``: the tallies with the batch's open parts (every connection seen so far)."""
+    by_server = openings(tallied.connections(), tallied.undecoded())
+    files = [url for url in storage.files(join(exchange_dir, OBSERVED), ".parquet")
+             if url.rsplit("/", 1)[-1].startswith(part_prefix(batch_id))]
+    carried = None if previous is None else join(state_dir, f"{previous:010d}", JUDGES)
+    kept = join(state_dir, f"{batch_id:010d}", JUDGES)
+
+    def judge(_: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        judgings: dict[str, ServerJudging] = {}
+        if carried is not None and storage.is_file(carried):
+            with storage.open_input(carried) as source:
+                judgings = pickle.loads(source.read())
+        observed = lifecycle.read_parts(files, OBSERVED_SCHEMA, storage)
+        counts = []
+        with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
+            for server, connections in by_server.items():
+                judging = judgings.get(server)
+                if judging is None:
+                    judging = judgings[server] = ServerJudging(connections, None)
+                judging.add(connections)
+                judging.feed(sorted_rows(observed.filter(pc.equal(observed["server"], server))))
+                counts += written_counts(server, judging, writer)
+        storage.make_directory(join(state_dir, f"{batch_id:010d}"))
+        with storage.open_output(kept) as sink:
+            sink.write(pickle.dumps(judgings, protocol=pickle.HIGHEST_PROTOCOL))
+        yield pa.RecordBatch.from_pylist(counts, schema=COUNTS_SCHEMA)
+
+    rows = spark.range(1, numPartitions=1).mapInArrow(judge, from_arrow_schema(COUNTS_SCHEMA)).collect()
+    return Judged().add([row.asDict() for row in rows])
