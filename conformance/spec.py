@@ -7,9 +7,9 @@ Two kinds of ID live in this project. Behaviour items (``C-01``, ``P-TOUCH-04``,
 
 An item's fields: ``id``, ``level``, ``text``, ``observable`` (what a client sees), ``capture`` (below),
 ``recordings`` (``rec-NNNN`` transcripts in ``fixtures/``) and ``source`` (the nsqd or nsqlookupd Go code it comes
-from); optionally
-``not_checkable`` (a MUST or SHOULD item no black-box case can judge, and why) and ``trace_requirement`` (``nsq-trace``
-watches the item in captures, and its violation rows name this requirement, one whose ``source`` names the item).
+from); optionally ``not_checkable`` (a MUST or SHOULD item no black-box case can judge, and why) and
+``trace_requirement`` (``nsq-trace`` watches the item in captures, and its violation rows name this requirement, one
+whose ``source`` names the item).
 
 The client requirements (``NSQC-CONN-001``, ``clients.toml``) are items here too, each judged by the client case
 of conformance/clients/cases/ marked with it.
@@ -19,8 +19,8 @@ client's) can judge the item, in one of four forms:
 
 - ``"monitor"``: a monitor of ``nsq_protocol.monitors.MONITORS`` lists the item in its ``ITEMS`` (and only then);
 - ``"needs a monitor: <what it would take>"``: the traffic shows it, no monitor judges it yet;
-- ``"not on the wire: <why>"``: no capture shows it: the broker's disk, its process (flags, signals, restarts,
-  exit), its memory or clock, or what TLS encrypts;
+- ``"not on the wire: <why>"``: no capture shows it: the broker's disk, its process (signals, restarts, its exit,
+  its log), its memory or clock, or what TLS encrypts;
 - ``"as <IDs>"``: a deviation restating those items, whose capture it shares.
 
 A flag a capture does not carry (``--max-rdy-count``) does not make an item "not on the wire": what the broker does
@@ -38,9 +38,8 @@ from pathlib import Path
 from conformance.catalogue import LEVELS, Requirement, requirements
 
 SPEC_DIR = Path(__file__).parent / "spec"
-FIELDS = frozenset({"id", "level", "text", "observable", "capture", "recordings", "source", "not_checkable",
-                    "trace_requirement"})
 REQUIRED = frozenset({"id", "level", "text", "observable", "capture", "recordings", "source"})
+FIELDS = REQUIRED | {"not_checkable", "trace_requirement"}
 MONITOR, NEEDS_MONITOR, NOT_ON_THE_WIRE, RESTATES = "monitor", "needs a monitor", "not on the wire", "as"
 CAPTURE_KINDS = (MONITOR, NEEDS_MONITOR, NOT_ON_THE_WIRE, RESTATES)
 BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}|NSQC-[A-Z]+-\d{3}")
