@@ -1,6 +1,8 @@
 """``nsq-conformance explain ID [ID ...]``: what a behaviour item (``D-12``) or a suite requirement
 (``NSQ-FIN-004``) means, the cases that check it, the reference broker's lines that implement it, the trace
-checks that watch it and the recordings of the real nsqd that show it.
+checks and monitors that watch it, whether a capture can judge it, and the recordings of the real nsqd that show it.
+``nsq-conformance explain --capture``: how many items of each catalogue section a capture can judge (the tables
+docs/monitors.md holds).
 
 Exit status: 0; 2 for an unknown ID or a bad option (one line on stderr).
 """
@@ -16,7 +18,16 @@ from functools import cache
 from pathlib import Path
 
 from conformance.catalogue import requirements
-from conformance.spec import SpecError, behaviour_ids_of, behaviours, cited_id_pattern, requirements_of
+from conformance.spec import (
+    CAPTURE_KINDS,
+    MONITOR,
+    NEEDS_MONITOR,
+    SpecError,
+    behaviour_ids_of,
+    behaviours,
+    cited_id_pattern,
+    requirements_of,
+)
 
 PACKAGE_DIR = Path(__file__).parent
 REPO_DIR = PACKAGE_DIR.parent
@@ -117,8 +128,9 @@ def explain(identifier: str, cases: dict[str, list[str]]) -> Explanation:
     if identifier in behaviours():
         item = behaviours()[identifier]
         mapped = requirements_of(identifier)
-        details = [("observable", item.observable), ("source", item.source),
-                   ("catalogue", f"conformance/spec/{item.section}.toml")]
+        details = [("observable", item.observable), ("capture", item.capture),
+                   *((f"capture of {restated}", behaviours()[restated].capture) for restated in item.restates),
+                   ("source", item.source), ("catalogue", f"conformance/spec/{item.section}.toml")]
         if item.not_checkable:
             details.append(("not checkable black-box", item.not_checkable))
         if item.trace_requirement:
@@ -150,6 +162,30 @@ def _monitors(*items: str) -> list[str]:
             if set(monitor.ITEMS) & set(items)]
 
 
+def capture_tables() -> str:
+    """Per catalogue section, how many items a capture can judge (each ``capture`` kind), then the items a monitor
+    judges and which monitors: Markdown, as docs/monitors.md holds it."""
+    from nsq_protocol.monitors import MONITORS
+
+    sections: dict[str, list] = {}
+    for item in behaviours().values():
+        sections.setdefault(item.section, []).append(item)
+    sections["all"] = list(behaviours().values())
+    counts = ["| catalogue section | items | on the wire | with a monitor | needs a monitor | not on the wire | "
+              "as other items |", "|---|---|---|---|---|---|---|"]
+    for section, items in sorted(sections.items(), key=lambda entry: (entry[0] == "all", entry[0])):
+        kinds = {kind: sum(item.capture_kind == kind for item in items) for kind in CAPTURE_KINDS}
+        counts.append(f"| {section} | {len(items)} | {kinds[MONITOR] + kinds[NEEDS_MONITOR]} | "
+                      + " | ".join(str(kinds[kind]) for kind in CAPTURE_KINDS) + " |")
+    judged = ["| catalogue section | items judged by a monitor | monitors |", "|---|---|---|"]
+    for section, items in sorted(sections.items()):
+        monitored = sorted(item.id for item in items if item.capture_kind == MONITOR)
+        if monitored and section != "all":
+            names = sorted({monitor.__name__ for monitor in MONITORS if set(monitor.ITEMS) & set(monitored)})
+            judged.append(f"| {section} ({len(items)} items) | {', '.join(monitored)} | {', '.join(names)} |")
+    return "\n".join(counts) + "\n\n" + "\n".join(judged)
+
+
 def _summary(behaviour_id: str) -> str:
     item = behaviours().get(behaviour_id)
     return f"{behaviour_id} {item.level} {item.text}" if item else f"{behaviour_id} (not in the catalogue)"
@@ -171,10 +207,17 @@ def render(explanation: Explanation) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="nsq-conformance explain", description=__doc__.split("\n\n")[0])
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")
-    parser.add_argument("ids", nargs="+", metavar="ID", help="a behaviour item (D-12) or a requirement (NSQ-FIN-004)")
+    parser.add_argument("ids", nargs="*", metavar="ID", help="a behaviour item (D-12) or a requirement (NSQ-FIN-004)")
     parser.add_argument("--json", action="store_true", help="one JSON object per ID, keyed by ID")
+    parser.add_argument("--capture", action="store_true",
+                        help="instead of IDs: per catalogue section, the items a capture can judge (Markdown tables)")
     args = parser.parse_args(argv)
+    if bool(args.ids) == args.capture:
+        parser.error("give IDs or --capture")
     try:
+        if args.capture:
+            print(capture_tables())
+            return 0
         unknown = [i for i in args.ids if i not in behaviours() and i not in requirements()]
     except SpecError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)

@@ -5,13 +5,26 @@ Two kinds of ID live in this project. Behaviour items (``C-01``, ``P-TOUCH-04``,
 ``L-HTTP-06``, ...) are facts about the real brokers, one per item here. Suite requirements (``NSQ-PUB-003``,
 ``NSQLOOKUPD-HTTP-002``) live in ``requirements.toml`` and name the behaviour items they judge in ``source``.
 
-An item's fields: ``id``, ``level``, ``text``, ``observable`` (what a client sees), ``recordings`` (``rec-NNNN``
-transcripts in ``fixtures/``) and ``source`` (the nsqd or nsqlookupd Go code it comes from); optionally
-``not_checkable`` (a MUST or SHOULD item no black-box case can judge, and why) and ``trace_requirement`` (``nsq-trace``
-watches the item in captures, and its violation rows name this requirement, one whose ``source`` names the item).
+An item's fields: ``id``, ``level``, ``text``, ``observable`` (what a client sees), ``capture`` (below),
+``recordings`` (``rec-NNNN`` transcripts in ``fixtures/``) and ``source`` (the nsqd or nsqlookupd Go code it comes
+from); optionally ``not_checkable`` (a MUST or SHOULD item no black-box case can judge, and why) and
+``trace_requirement`` (``nsq-trace`` watches the item in captures, and its violation rows name this requirement, one
+whose ``source`` names the item).
 
 The client requirements (``NSQC-CONN-001``, ``clients.toml``) are items here too, each judged by the client case
 of conformance/clients/cases/ marked with it.
+
+``capture`` says whether a capture of the traffic (the broker's TCP and HTTP, both ways; for the client items, the
+client's) can judge the item, in one of four forms:
+
+- ``"monitor"``: a monitor of ``nsq_protocol.monitors.MONITORS`` lists the item in its ``ITEMS`` (and only then);
+- ``"needs a monitor: <what it would take>"``: the traffic shows it, no monitor judges it yet;
+- ``"not on the wire: <why>"``: no capture shows it: the broker's disk, its process (signals, restarts, its exit,
+  its log), its memory or clock, or what TLS encrypts;
+- ``"as <IDs>"``: a deviation restating those items, whose capture it shares.
+
+A flag a capture does not carry (``--max-rdy-count``) does not make an item "not on the wire": what the broker does
+with it is on the wire, and a monitor can be told the flag.
 """
 
 from __future__ import annotations
@@ -25,7 +38,10 @@ from pathlib import Path
 from conformance.catalogue import LEVELS, Requirement, requirements
 
 SPEC_DIR = Path(__file__).parent / "spec"
-FIELDS = frozenset({"id", "level", "text", "observable", "recordings", "source", "not_checkable", "trace_requirement"})
+REQUIRED = frozenset({"id", "level", "text", "observable", "capture", "recordings", "source"})
+FIELDS = REQUIRED | {"not_checkable", "trace_requirement"}
+MONITOR, NEEDS_MONITOR, NOT_ON_THE_WIRE, RESTATES = "monitor", "needs a monitor", "not on the wire", "as"
+CAPTURE_KINDS = (MONITOR, NEEDS_MONITOR, NOT_ON_THE_WIRE, RESTATES)
 BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}|NSQC-[A-Z]+-\d{3}")
 RECORDING_ID = re.compile(r"rec-\d{4}")
 REQUIREMENT_ID = re.compile(r"NSQ(?:LOOKUPD)?-[A-Z0-9]+-\d{3}")
@@ -41,6 +57,7 @@ class Behaviour:
     level: str
     text: str
     observable: str
+    capture: str
     recordings: tuple[str, ...]
     source: str
     not_checkable: str | None
@@ -52,6 +69,36 @@ class Behaviour:
         """``P-TOUCH-04`` -> ``P-TOUCH``."""
         return self.id.rsplit("-", 1)[0]
 
+    @property
+    def capture_kind(self) -> str:
+        """One of ``CAPTURE_KINDS``."""
+        return capture_parts(self.capture)[0]
+
+    @property
+    def restates(self) -> tuple[str, ...]:
+        """The items an ``"as D-02, D-03"`` item restates; none for the other kinds."""
+        kind, detail = capture_parts(self.capture)
+        return tuple(detail.split(", ")) if kind == RESTATES else ()
+
+
+def capture_parts(value: str) -> tuple[str, str]:
+    """``"needs a monitor: why"`` -> ``("needs a monitor", "why")``; ``"as D-02"`` -> ``("as", "D-02")``;
+    ``"monitor"`` -> ``("monitor", "")``. ValueError for anything else, or a kind without its reason or IDs."""
+    if value == MONITOR:
+        return MONITOR, ""
+    if value.startswith(f"{RESTATES} "):
+        identifiers = [part.strip() for part in value[len(RESTATES) + 1:].split(",")]
+        if not all(BEHAVIOUR_ID.fullmatch(identifier) for identifier in identifiers):
+            raise ValueError(f"capture {value!r}: 'as' takes behaviour IDs separated by commas")
+        return RESTATES, ", ".join(identifiers)
+    kind, _, detail = value.partition(": ")
+    if kind not in (NEEDS_MONITOR, NOT_ON_THE_WIRE):
+        raise ValueError(f"capture {value!r} is none of 'monitor', 'needs a monitor: <what it would take>', "
+                         "'not on the wire: <why>', 'as <IDs>'")
+    if not detail.strip():
+        raise ValueError(f"capture {value!r} gives no reason")
+    return kind, detail
+
 
 @cache
 def behaviours() -> dict[str, Behaviour]:
@@ -62,12 +109,17 @@ def behaviours() -> dict[str, Behaviour]:
             if item.id in catalogue:
                 raise SpecError(f"{path.name}: {item.id} is already in {catalogue[item.id].section}.toml")
             catalogue[item.id] = item
+    for item in catalogue.values():
+        for restated in item.restates:
+            if restated not in catalogue or catalogue[restated].restates:
+                raise SpecError(f"{item.section}.toml: {item.id}: capture restates {restated}, which is not an item "
+                                "with a capture of its own")
     return catalogue
 
 
 def _behaviour(path: Path, entry: dict) -> Behaviour:
     name = f"{path.name}: {entry.get('id', '<no id>')}"
-    missing = {"id", "level", "text", "observable", "recordings", "source"} - entry.keys()
+    missing = REQUIRED - entry.keys()
     if missing:
         raise SpecError(f"{name}: missing {', '.join(sorted(missing))}")
     if entry.keys() - FIELDS:
@@ -82,8 +134,13 @@ def _behaviour(path: Path, entry: dict) -> Behaviour:
         raise SpecError(f"{name}: not_checkable is for MUST and SHOULD items only")
     if "trace_requirement" in entry and not REQUIREMENT_ID.fullmatch(entry["trace_requirement"]):
         raise SpecError(f"{name}: trace_requirement must be a requirement ID (like NSQ-FIN-003)")
-    return Behaviour(entry["id"], entry["level"], entry["text"], entry["observable"], tuple(entry["recordings"]),
-                     entry["source"], entry.get("not_checkable"), path.stem, entry.get("trace_requirement"))
+    try:
+        capture_parts(entry["capture"])
+    except ValueError as exc:
+        raise SpecError(f"{name}: {exc}") from None
+    return Behaviour(entry["id"], entry["level"], entry["text"], entry["observable"], entry["capture"],
+                     tuple(entry["recordings"]), entry["source"], entry.get("not_checkable"), path.stem,
+                     entry.get("trace_requirement"))
 
 
 def behaviour_ids_of(requirement: Requirement) -> tuple[str, ...]:

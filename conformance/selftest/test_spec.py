@@ -1,6 +1,7 @@
 """The behaviour catalogue (conformance/spec/) against the rest of the tree: every ID the project cites is in it,
 every requirement maps onto it, every MUST and SHOULD item is judged by a case (or says why no black-box case can), the
-recordings it names are the fixtures' own, and ``nsq-conformance explain`` answers for every ID."""
+recordings it names are the fixtures' own, an item's ``capture`` says ``monitor`` exactly when a monitor judges it, and
+``nsq-conformance explain`` answers for every ID."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from conformance import spec
 from conformance.catalogue import requirements
 from conformance.citations import problems_in, prose_problems, unknown_ids
-from conformance.explain import REPO_DIR, TRANSCRIPT_FILES
-from conformance.spec import SpecError, _behaviour, behaviour_ids_of, behaviours, cited_id_pattern
+from conformance.explain import REPO_DIR, TRANSCRIPT_FILES, capture_tables
+from conformance.spec import MONITOR, SpecError, _behaviour, behaviour_ids_of, behaviours, cited_id_pattern
+from nsq_protocol.monitors import MONITORS
 
 # Labels the recorder put in the fixtures' `catalog` lists that are not behaviour IDs: section numbers it used
 # before the catalogue had items for them, and the names of nsqd's own Go tests (whose behaviour items the
@@ -164,6 +167,48 @@ def test_recordings_are_the_fixtures_own():
     assert not differing, "\n".join(differing)
 
 
+def capture_mismatches(catalogue, monitors) -> list[str]:
+    """Where ``capture = "monitor"`` and the monitors' ``ITEMS`` disagree, one line each."""
+    judged = {item: monitor.__name__ for monitor in monitors for item in monitor.ITEMS}
+    marked = {item.id for item in catalogue.values() if item.capture_kind == MONITOR}
+    return ([f"{item}: {judged[item]} judges it; mark it capture = \"monitor\""
+             for item in sorted(judged.keys() - marked)]
+            + [f"{item}: capture = \"monitor\" but no monitor of nsq_protocol.monitors.MONITORS lists it in ITEMS (say "
+               "what it would take: \"needs a monitor: ...\")" for item in sorted(marked - judged.keys())])
+
+
+def test_capture_says_monitor_exactly_for_the_items_a_monitor_judges():
+    assert capture_mismatches(behaviours(), MONITORS) == []
+
+
+def test_a_monitor_item_unmarked_or_a_marked_item_without_monitor_is_named():
+    class Planted:
+        ITEMS = ("D-02",)  # needs a monitor in the catalogue
+    unmarked = capture_mismatches(behaviours(), (*MONITORS, Planted))
+    assert unmarked == ['D-02: Planted judges it; mark it capture = "monitor"']
+    without = capture_mismatches(behaviours(), [monitor for monitor in MONITORS if monitor.ITEMS != ("ID-09", "ID-20")])
+    assert [line.split(":")[0] for line in without] == ["ID-09", "ID-20"]
+
+
+def test_docs_monitors_md_holds_the_capture_tables():
+    assert capture_tables() in (REPO_DIR / "docs" / "monitors.md").read_text(), (
+        "docs/monitors.md is stale: paste `python -m conformance explain --capture` in place of its tables")
+
+
+def test_an_item_restating_a_missing_or_restating_item_is_named(tmp_path, monkeypatch):
+    fields = 'level = "SHOULD"\ntext = "t"\nobservable = "o"\nrecordings = []\nsource = "s"\n'
+    monkeypatch.setattr(spec, "SPEC_DIR", tmp_path)
+    (tmp_path / "x.toml").write_text(f'[[behaviour]]\nid = "Q-01"\ncapture = "as Q-02"\n{fields}'
+                                     f'[[behaviour]]\nid = "Q-02"\ncapture = "monitor"\n{fields}')
+    assert behaviours.__wrapped__().keys() == {"Q-01", "Q-02"}
+    (tmp_path / "y.toml").write_text(f'[[behaviour]]\nid = "Q-03"\ncapture = "as Q-01"\n{fields}')
+    with pytest.raises(SpecError, match="Q-03: capture restates Q-01"):
+        behaviours.__wrapped__()
+    (tmp_path / "y.toml").write_text(f'[[behaviour]]\nid = "Q-03"\ncapture = "as Q-99"\n{fields}')
+    with pytest.raises(SpecError, match="Q-03: capture restates Q-99"):
+        behaviours.__wrapped__()
+
+
 def test_explain_answers_every_id(every_explanation):
     assert every_explanation.keys() == behaviours().keys() | requirements().keys()
 
@@ -184,6 +229,8 @@ def test_explain_prints_the_text_and_transcripts_of_random_ids(explained, identi
     entry = behaviours().get(identifier) or requirements()[identifier]
     assert f"{identifier}  {entry.level}" in explained
     assert entry.text in explained
+    if identifier in behaviours():
+        assert f"  capture: {entry.capture}\n" in explained
     for recording in entry.recordings:
         assert recording in explained
 
@@ -203,6 +250,21 @@ def test_explain_of_an_unknown_id_is_one_line_and_exit_2(arguments):
     assert answer.stderr.count("\n") == 1 and "unknown ID" in answer.stderr
 
 
+@pytest.mark.parametrize("arguments", [(), ("--capture", "D-12")])
+def test_explain_without_ids_or_with_both_is_one_line_and_exit_2(arguments):
+    answer = explain(*arguments)
+    assert answer.returncode == 2
+    assert answer.stderr.count("\n") == 1 and "give IDs or --capture" in answer.stderr
+
+
+def test_explain_capture_prints_the_tables_without_collecting_cases():
+    answer = explain("--capture")
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout == capture_tables() + "\n"
+    total = answer.stdout.splitlines()[len({item.section for item in behaviours().values()}) + 2]
+    assert total.startswith(f"| all | {len(behaviours())} | ")
+
+
 def test_a_missing_suite_dependency_is_one_line_and_exit_2():
     """Installed without the [conformance] extra: the command names what is missing, not a traceback."""
     answer = subprocess.run([sys.executable, "-c", "import sys; sys.modules['pytest'] = None; "
@@ -213,19 +275,28 @@ def test_a_missing_suite_dependency_is_one_line_and_exit_2():
     assert "pytest not installed" in answer.stderr and "[conformance]" in answer.stderr
 
 
-@pytest.mark.parametrize("entry, complaint", [
-    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": []}, "missing source"),
-    ({"id": "Q-99", "level": "MAYBE", "text": "t", "observable": "o", "recordings": [], "source": "s"}, "level"),
-    ({"id": "d99", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s"},
-     "not a behaviour"),
-    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": ["r1"], "source": "s"}, "rec-NNNN"),
-    ({"id": "Q-99", "level": "MAY", "text": "t", "observable": "o", "recordings": [], "source": "s",
-      "not_checkable": "why"}, "MUST and SHOULD items only"),
-    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s", "txt": "x"},
-     "unknown field"),
-    ({"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s",
-      "trace_requirement": "D-01"}, "requirement ID"),
+GOOD_ENTRY = {"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "capture": "monitor", "recordings": [],
+              "source": "s"}
+
+
+@pytest.mark.parametrize("changes, complaint", [
+    ({"source": None}, "missing source"),
+    ({"capture": None}, "missing capture"),
+    ({"level": "MAYBE"}, "level"),
+    ({"id": "d99"}, "not a behaviour"),
+    ({"recordings": ["r1"]}, "rec-NNNN"),
+    ({"level": "MAY", "not_checkable": "why"}, "MUST and SHOULD items only"),
+    ({"txt": "x"}, "unknown field"),
+    ({"trace_requirement": "D-01"}, "requirement ID"),
+    ({"capture": "monitored"}, "none of 'monitor'"),
+    ({"capture": "needs a monitor"}, "gives no reason"),
+    ({"capture": "maybe: on the disk"}, "none of 'monitor'"),
+    ({"capture": "needs a monitor:  "}, "gives no reason"),
+    ({"capture": "not on the wire: "}, "gives no reason"),
+    ({"capture": "as d-12"}, "behaviour IDs"),
+    ({"capture": "as D-12 D-13"}, "behaviour IDs"),
 ])
-def test_a_bad_catalogue_entry_is_named(entry, complaint):
+def test_a_bad_catalogue_entry_is_named(changes, complaint):
+    entry = {key: value for key, value in {**GOOD_ENTRY, **changes}.items() if value is not None}
     with pytest.raises(SpecError, match=complaint):
         _behaviour(Path("example.toml"), entry)
