@@ -133,8 +133,6 @@ def explain(identifier: str, cases: dict[str, list[str]]) -> Explanation:
                    ("source", item.source), ("catalogue", f"conformance/spec/{item.section}.toml")]
         if item.not_checkable:
             details.append(("not checkable black-box", item.not_checkable))
-        if item.trace_requirement:
-            details.append(("nsq-trace violations named", item.trace_requirement))
         return Explanation(
             item.id, "behaviour", item.level, item.text, details,
             [f"{r.id} {r.level} {r.text}" for r in mapped],

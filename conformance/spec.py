@@ -7,9 +7,7 @@ Two kinds of ID live in this project. Behaviour items (``C-01``, ``P-TOUCH-04``,
 
 An item's fields: ``id``, ``level``, ``text``, ``observable`` (what a client sees), ``capture`` (below),
 ``recordings`` (``rec-NNNN`` transcripts in ``fixtures/``) and ``source`` (the nsqd or nsqlookupd Go code it comes
-from); optionally ``not_checkable`` (a MUST or SHOULD item no black-box case can judge, and why) and
-``trace_requirement`` (``nsq-trace`` watches the item in captures, and its violation rows name this requirement, one
-whose ``source`` names the item).
+from); optionally ``not_checkable`` (a MUST or SHOULD item no black-box case can judge, and why).
 
 The client requirements (``NSQC-CONN-001``, ``clients.toml``) are items here too, each judged by the client case
 of conformance/clients/cases/ marked with it.
@@ -39,7 +37,7 @@ from conformance.catalogue import LEVELS, Requirement, requirements
 
 SPEC_DIR = Path(__file__).parent / "spec"
 REQUIRED = frozenset({"id", "level", "text", "observable", "capture", "recordings", "source"})
-FIELDS = REQUIRED | {"not_checkable", "trace_requirement"}
+FIELDS = REQUIRED | {"not_checkable"}
 MONITOR, NEEDS_MONITOR, NOT_ON_THE_WIRE, RESTATES = "monitor", "needs a monitor", "not on the wire", "as"
 CAPTURE_KINDS = (MONITOR, NEEDS_MONITOR, NOT_ON_THE_WIRE, RESTATES)
 BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}|NSQC-[A-Z]+-\d{3}")
@@ -62,7 +60,6 @@ class Behaviour:
     source: str
     not_checkable: str | None
     section: str
-    trace_requirement: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -132,15 +129,12 @@ def _behaviour(path: Path, entry: dict) -> Behaviour:
         raise SpecError(f"{name}: recordings must be rec-NNNN")
     if "not_checkable" in entry and entry["level"] not in ("MUST", "SHOULD"):
         raise SpecError(f"{name}: not_checkable is for MUST and SHOULD items only")
-    if "trace_requirement" in entry and not REQUIREMENT_ID.fullmatch(entry["trace_requirement"]):
-        raise SpecError(f"{name}: trace_requirement must be a requirement ID (like NSQ-FIN-003)")
     try:
         capture_parts(entry["capture"])
     except ValueError as exc:
         raise SpecError(f"{name}: {exc}") from None
     return Behaviour(entry["id"], entry["level"], entry["text"], entry["observable"], entry["capture"],
-                     tuple(entry["recordings"]), entry["source"], entry.get("not_checkable"), path.stem,
-                     entry.get("trace_requirement"))
+                     tuple(entry["recordings"]), entry["source"], entry.get("not_checkable"), path.stem)
 
 
 def behaviour_ids_of(requirement: Requirement) -> tuple[str, ...]:
