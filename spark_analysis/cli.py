@@ -123,6 +123,15 @@ def _analysis_options(parser: argparse.ArgumentParser) -> None:
         "default 4150; connections that send the V2 magic are found on any port)",
     )
     parser.add_argument(
+        "--http-port",
+        type=parse_port,
+        action="append",
+        dest="http_ports",
+        default=[],
+        help="nsqd HTTP API port whose traffic the capture holds (repeatable; none by default): its publishes, "
+        "pauses and empties are read, so that the rules about every publish and every consumer judge",
+    )
+    parser.add_argument(
         "--split-size",
         type=parse_size,
         default=None,
@@ -233,6 +242,7 @@ def _analyze(parser, args) -> int:
             report=not args.no_report,
             step=step,
             storage=storage,
+            http_ports=frozenset(args.http_ports),
         )
     totals = result["totals"]
     step(
@@ -268,6 +278,7 @@ def _watch(parser, args) -> int:
     step(f"starting Spark ({master or 'from spark-submit'}), watching {args.source}")
     options = {
         "nsq_ports": frozenset(args.nsq_ports or DEFAULT_NSQ_PORTS),
+        "http_ports": frozenset(args.http_ports),
         "split_bytes": DEFAULT_SPLIT_BYTES if args.split_size is None else args.split_size,
         "window_bytes": DEFAULT_WINDOW_BYTES if args.window_size is None else args.window_size,
         "report": not args.no_report,

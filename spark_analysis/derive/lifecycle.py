@@ -38,7 +38,7 @@ from spark_analysis.decode.kinds import Kind, Status
 from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, parquet_writer, prepare_directories
 from spark_analysis.derive.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA, DELIVERY_FIELDS, codes
-from spark_analysis.judge.monitoring import OBSERVED, OBSERVED_SCHEMA
+from spark_analysis.judge.monitoring import HTTP, HTTP_SCHEMA, OBSERVED, OBSERVED_SCHEMA
 from spark_analysis.read.parquet_source import WrittenTables
 from spark_analysis.read.storage import LOCAL, Storage, join
 
@@ -90,8 +90,9 @@ EXCHANGED_SCHEMAS = {
     "fin_failed": pa.schema([SCHEMAS["frames"].field(name) for name in MESSAGE_KEY]),
     # what the monitors read of each V2 connection, for the judging job (judge/job.py)
     OBSERVED: OBSERVED_SCHEMA,
+    HTTP: HTTP_SCHEMA,  # the requests to the brokers' HTTP APIs that change delivery (judge/monitoring.py)
 }
-UNBUCKETED = ("connections", "fin_failed", OBSERVED)
+UNBUCKETED = ("connections", "fin_failed", OBSERVED, HTTP)
 EXCHANGE_ROWS = 1 << 18  # rows a decoding task gathers before it writes them into the buckets
 
 
@@ -118,8 +119,8 @@ class MessageExchange:
         if name == "events":
             self._unbucketed.add("connections", table.filter(pc.equal(table["kind"], Kind.CONNECTION)))
             return
-        if name == OBSERVED:
-            self._unbucketed.add(OBSERVED, table)
+        if name in (OBSERVED, HTTP):
+            self._unbucketed.add(name, table)
             return
         if name == "frames":
             failed = table.filter(pc.and_(pc.equal(table["name"], "error"), pc.equal(table["code"], "E_FIN_FAILED")))

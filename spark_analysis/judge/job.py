@@ -16,8 +16,10 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import TableWriter, prepare_directories
 from spark_analysis.judge.monitoring import (
+    HTTP,
     NS,
     OBSERVED,
     OBSERVED_SCHEMA,
@@ -25,6 +27,8 @@ from spark_analysis.judge.monitoring import (
     VIOLATIONS_SCHEMA,
     Opening,
     ServerJudging,
+    http_actions,
+    http_actions_of,
 )
 from spark_analysis.read.parquet_source import read_table
 from spark_analysis.read.storage import LOCAL, Storage, join
@@ -50,9 +54,10 @@ class Judged:
 
 
 def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_server: dict[str, list[Opening]],
-                  storage: Storage = LOCAL) -> Judged:
+                  http_read: bool, storage: Storage = LOCAL) -> Judged:
     """Judges every nsqd of ``by_server`` (judge/monitoring.py ``openings``) over the observed rows in
-    ``exchange_dir``; writes ``tables_dir/violations``."""
+    ``exchange_dir``, and the HTTP requests there where the capture's HTTP traffic was read (``http_read``); writes
+    ``tables_dir/violations``."""
     prepare_directories(tables_dir, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage)
     if not by_server:
         return Judged()
@@ -61,6 +66,8 @@ def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_se
         from pyspark import TaskContext
 
         part = f"part-{TaskContext.get().partitionId():05d}"
+        http = http_actions(lifecycle.exchanged(exchange_dir, HTTP, storage=storage)) if http_read else None
+        hosts = [name.split(" ")[0] for name in by_server]
         counts: list[dict] = []
         judging: ServerJudging | None = None
         server = None
@@ -76,7 +83,8 @@ def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_se
                     if name != server:
                         if judging is not None:
                             counts += _finished(server, judging, writer)
-                        server, judging = name, ServerJudging(by_server.get(name, ()), None)
+                        server = name
+                        judging = ServerJudging(by_server.get(name, ()), http_actions_of(name, hosts, http))
                     judging.feed(batch.slice(start, end - start).to_pylist())
                     start = end
             if judging is not None:

@@ -48,6 +48,19 @@ VIOLATIONS_SCHEMA = pa.schema([
     ("evidence", pa.list_(pa.string())),  # the events that show it, in order
 ])
 OBSERVED = "observed"  # the exchange's table of them
+HTTP = "http"  # the exchange's table of the requests to the brokers' HTTP APIs that change delivery
+HTTP_SCHEMA = pa.schema([
+    ("host", pa.string()),
+    ("ts_ns", pa.int64()),
+    ("path", pa.string()),
+    ("topic", pa.string()),
+    ("channel", pa.string()),
+    ("status", pa.int32()),
+    ("bodies", pa.list_(pa.int64())),  # their body hashes; null: not known (/mpub of newline-separated bodies)
+    ("defer_ms", pa.int64()),
+    ("unreadable", pa.bool_()),  # the capture lost some of a connection to this host's HTTP API: its requests are
+    # not all known
+])
 # What the monitors read of a V2 connection's rows: its commands (with the bodies each publish carried: its publish
 # rows), the broker's frames.
 OBSERVED_SCHEMA = pa.schema([
@@ -139,10 +152,11 @@ class ServerJudging:
         self.openings: dict[str, Opening] = {}
         self._answers: dict[str, dict | None] = {}
         # (ts, order, n, what): order 0 opens, 1 an HTTP request, 2 closes: at one instant a connection opens before
-        # its rows and closes after them
-        self._scheduled: list[tuple] = [(action.ts, 1, n, action) for n, action in enumerate(actions or ())]
-        heapq.heapify(self._scheduled)
+        # its rows and closes after them; n, unique, keeps the heap from comparing what
+        self._scheduled: list[tuple] = []
+        self._entries = 0
         self.add(connections)
+        self.add_actions(actions or [])
         self._pending: tuple[str, dict, list] | None = None  # a publish command, until its publish rows are taken
         self._reported: dict[int, int] = {}  # monitor -> how many of its violations new_violations gave
         self.last_ts = 0.0
@@ -153,13 +167,25 @@ class ServerJudging:
             known = self.openings.get(opening.conn_id)
             if known is not None and (known.ended_at is not None or opening.ended_at is None):
                 continue
-            n = len(self._answers) + len(self._scheduled)  # unique: a tie-break, never compared further
             self.openings[opening.conn_id] = opening
             if known is None:
                 self._answers[opening.conn_id] = opening.identify_answer
-                heapq.heappush(self._scheduled, (opening.ts, 0, n, opening))
+                self._schedule(opening.ts, 0, opening)
             if opening.ended_at is not None:  # it ended since (watch: a later batch tells)
-                heapq.heappush(self._scheduled, (opening.ended_at, 2, n, opening))
+                self._schedule(opening.ended_at, 2, opening)
+
+    def add_actions(self, actions: list[monitors.HttpAction] | None) -> None:
+        """More of the broker's HTTP requests that change delivery (watch: a batch's); None: from here on some are
+        not known."""
+        if actions is None:
+            self.judge.http_seen = False
+            return
+        for action in actions:
+            self._schedule(action.ts, 1, action)
+
+    def _schedule(self, ts: float, order: int, what) -> None:
+        self._entries += 1
+        heapq.heappush(self._scheduled, (ts, order, self._entries, what))
 
     def new_violations(self) -> list[monitors.Violation]:
         """The violations found since the last call."""
@@ -272,26 +298,24 @@ def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[in
         for row in batch.to_pylist():
             if row["error"] is None:
                 flows.setdefault(row["flow"], []).append(tuple(row[name] for name in _SEGMENT))
-    events, http, unreadable = [], {}, set()
+    events, http_rows = [], []
     for flow, segments in flows.items():
         for conn in reassemble(flow, sorted(segments, key=lambda row: row[0]), nsq_ports | http_ports):
-            if conn.server[1] not in http_ports:
-                events.append(decode_connection(conn, nsq_ports))
-            elif (actions := _http_actions(conn)) is None:
-                unreadable.add(conn.server[0])  # a host whose HTTP requests are not all known
+            if conn.server[1] in http_ports:
+                reading = HttpReading(conn.server[0])
+                http_rows += reading.feed(conn) + reading.end()
             else:
-                http.setdefault(conn.server[0], []).extend(actions)
+                events.append(decode_connection(conn, nsq_ports))
     if not events:
         return {}
-    for host in unreadable:
-        http[host] = None
     events = pa.concat_tables(events)
     connections = Tallies({"connections": SUMMARY_TALLIES["connections"]}, {
         "connections": SUMMARY_TALLIES["connections"].prepare(events.filter(pc.equal(events["kind"],
                                                                                      Kind.CONNECTION)))}).connections()
     undecoded = set(events.filter(pc.equal(events["kind"], Kind.ERROR))["conn_id"].to_pylist())
     observed = observed_rows(events, 0)
-    return judge_servers(openings(connections, undecoded), http if http_ports else None,
+    http = http_actions(pa.Table.from_pylist(http_rows, schema=HTTP_SCHEMA)) if http_ports else None
+    return judge_servers(openings(connections, undecoded), http,
                          lambda server: sorted_rows(observed.filter(pc.equal(observed["server"], server))))
 
 
@@ -314,22 +338,63 @@ def http_actions_of(server: str, hosts: list[str], http: dict[str, list | None] 
     return http.get(host, []) if http is not None and hosts.count(host) == 1 else None
 
 
-def _http_actions(conn) -> list[monitors.HttpAction] | None:
-    """The requests of one connection to a broker's HTTP API that change delivery, with their answers' status; None
-    when the capture lost some of it, or a request that changes delivery got no answer."""
-    if conn.c2s.gap_count or conn.s2c.gap_count:
-        return None
-    asked, answers = [], []
-    try:
-        requests, responses = HttpDecoder(requests=True), HttpDecoder(requests=False)
-        for _, data, ts_ns in conn.c2s.chunks:
-            asked += [(ts_ns / NS, request) for request in requests.feed(data)]
-        for _, data, _ in conn.s2c.chunks:
-            answers += responses.feed(data)
-    except ProtocolViolation:
-        return None
-    actions = [monitors.http_action(ts, request, answers[index].status if index < len(answers) else 0)
-               for index, (ts, request) in enumerate(asked)]
-    if any(action is not None for action in actions[len(answers):]):
-        return None
-    return [action for action in actions if action is not None]
+class HttpReading:
+    """One connection to a broker's HTTP API, window after window (``feed``, then ``end``): the requests that change
+    delivery (judge.http_action), each once its answer is read, as ``HTTP_SCHEMA`` rows; a capture that lost any of
+    the connection (its start, a gap, an answer to such a request) makes one ``unreadable`` row, and no more."""
+
+    def __init__(self, host: str):
+        self.host = host
+        self.requests, self.responses = HttpDecoder(requests=True), HttpDecoder(requests=False)
+        self.asked: list[tuple[float, object]] = []  # (ts, request) awaiting their answers
+        self.unreadable = False
+
+    def feed(self, conn) -> list[dict]:
+        if self.unreadable:
+            return []
+        if conn.c2s.gap_count or conn.s2c.gap_count or not conn.c2s.syn_seen:
+            return self._lost()
+        answers = []
+        try:
+            for _, data, ts_ns in conn.c2s.chunks:
+                self.asked += [(ts_ns / NS, request) for request in self.requests.feed(data)]
+            for _, data, _ in conn.s2c.chunks:
+                answers += self.responses.feed(data)
+        except ProtocolViolation:
+            return self._lost()
+        answered, self.asked = self.asked[:len(answers)], self.asked[len(answers):]
+        return [row for (ts, request), answer in zip(answered, answers, strict=False)
+                if (row := self._row(monitors.http_action(ts, request, answer.status))) is not None]
+
+    def end(self) -> list[dict]:
+        """The connection ended: a request that changes delivery still unanswered leaves its outcome unknown."""
+        if not self.unreadable and any(monitors.http_action(ts, request, 0) is not None for ts, request in self.asked):
+            return self._lost()
+        return []
+
+    def _lost(self) -> list[dict]:
+        self.unreadable = True
+        return [{"host": self.host, "ts_ns": 0, "unreadable": True}]
+
+    def _row(self, action: monitors.HttpAction | None) -> dict | None:
+        if action is None:
+            return None
+        return {"host": self.host, "ts_ns": round(action.ts * NS), "path": action.path, "topic": action.topic,
+                "channel": action.channel, "status": action.status,
+                "bodies": list(action.bodies) if action.bodies is not None else None, "defer_ms": action.defer_ms,
+                "unreadable": False}
+
+
+def http_actions(rows: pa.Table) -> dict[str, list[monitors.HttpAction] | None]:
+    """The HTTP rows (``HTTP_SCHEMA``) as each host's actions in time order; None for a host with an unreadable
+    connection."""
+    by_host: dict[str, list | None] = {}
+    for row in rows.sort_by("ts_ns").to_pylist():
+        host = row["host"]
+        if row["unreadable"]:
+            by_host[host] = None
+        elif by_host.setdefault(host, []) is not None:
+            by_host[host].append(monitors.HttpAction(
+                row["ts_ns"] / NS, row["path"], row["topic"], row["channel"], row["status"],
+                tuple(row["bodies"]) if row["bodies"] is not None else None, row["defer_ms"]))
+    return by_host

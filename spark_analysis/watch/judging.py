@@ -24,11 +24,15 @@ from spark_analysis.derive.connection_tables import TableWriter
 from spark_analysis.derive.tallies import Tallies
 from spark_analysis.judge.job import COUNTS_SCHEMA, Judged, written_counts
 from spark_analysis.judge.monitoring import (
+    HTTP,
+    HTTP_SCHEMA,
     OBSERVED,
     OBSERVED_SCHEMA,
     VIOLATIONS,
     VIOLATIONS_SCHEMA,
     ServerJudging,
+    http_actions,
+    http_actions_of,
     openings,
     sorted_rows,
 )
@@ -39,12 +43,17 @@ JUDGES = "judges.pickle"
 
 
 def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, tallied: Tallies, exchange_dir: str,
-                tables_dir: str, state_dir: str, storage: Storage = LOCAL) -> Judged:
-    """Batch ``batch_id``'s final observed rows judged, by the judges of batch ``previous`` (None: new ones);
-    ``tallied``: the tallies with the batch's open parts (every connection seen so far)."""
+                tables_dir: str, state_dir: str, http_read: bool, storage: Storage = LOCAL) -> Judged:
+    """Batch ``batch_id``'s final observed rows (and HTTP requests, where the capture's HTTP traffic is read:
+    ``http_read``) judged, by the judges of batch ``previous`` (None: new ones); ``tallied``: the tallies with the
+    batch's open parts (every connection seen so far)."""
     by_server = openings(tallied.connections(), tallied.undecoded())
-    files = [url for url in storage.files(join(exchange_dir, OBSERVED), ".parquet")
-             if url.rsplit("/", 1)[-1].startswith(part_prefix(batch_id))]
+    def batch_parts(table: str) -> list[str]:
+        return [url for url in storage.files(join(exchange_dir, table), ".parquet")
+                if url.rsplit("/", 1)[-1].startswith(part_prefix(batch_id))]
+
+    files, http_files = batch_parts(OBSERVED), batch_parts(HTTP)
+    hosts = [server.split(" ")[0] for server in by_server]
     carried = None if previous is None else join(state_dir, f"{previous:010d}", JUDGES)
     kept = join(state_dir, f"{batch_id:010d}", JUDGES)
 
@@ -54,13 +63,16 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, tallie
             with storage.open_input(carried) as source:
                 judgings = pickle.loads(source.read())
         observed = lifecycle.read_parts(files, OBSERVED_SCHEMA, storage)
+        http = http_actions(lifecycle.read_parts(http_files, HTTP_SCHEMA, storage)) if http_read else None
         counts = []
         with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
             for server, connections in by_server.items():
                 judging = judgings.get(server)
                 if judging is None:
-                    judging = judgings[server] = ServerJudging(connections, None)
+                    judging = judgings[server] = ServerJudging(connections, [] if http_read else None)
                 judging.add(connections)
+                if http_read:
+                    judging.add_actions(http_actions_of(server, hosts, http))
                 judging.feed(sorted_rows(observed.filter(pc.equal(observed["server"], server))))
                 counts += written_counts(server, judging, writer)
         storage.make_directory(join(state_dir, f"{batch_id:010d}"))

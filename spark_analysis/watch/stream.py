@@ -186,7 +186,7 @@ class Watcher:
         final, tallied = self._tallies(batch_id, before.tallies)
         self.step(f"batch {batch_id}: judging (the catalogue's monitors)")
         judged = judge_batch(self.spark, batch_id, carried["previous"], tallied, self.increments.exchange_dir,
-                             tables_dir, self.increments.state_dir, self.storage)
+                             tables_dir, self.increments.state_dir, bool(self.increments.http_ports), self.storage)
         this_batch = part_prefix(batch_id)
         judged_part = functools.partial(Tallies.plus, name=VIOLATIONS, directories=self.directories,
                                         storage=self.storage, chosen=lambda name: name.startswith(this_batch))

@@ -123,7 +123,7 @@ ONE_MEANING = {
     "heartbeat_interval_ns": ("frame", {"heartbeat"}),
     "in_flight": ("inflight", {"in_flight"}),
     "text": ("frame", {"response", "error"}),
-    "explanation": (None, None),  # errors and violations: checked by kind below
+    "explanation": (None, None),  # errors: checked by kind below
     "identify": ("command", {"IDENTIFY"}),
     "producer": ("command", {"REGISTER", "UNREGISTER"}),
 }
@@ -138,14 +138,14 @@ def test_each_event_column_has_one_meaning(analyse, name):
     for column, (kind, names) in ONE_MEANING.items():
         held = events[events[column].notna()]
         if column == "explanation":
-            assert set(held["kind"]) <= {"error", "violation"}, column
+            assert set(held["kind"]) <= {"error"}, column
         else:
             assert kind is None or set(held["kind"]) <= {kind}, column
             assert set(held["name"]) <= names, (column, set(held["name"]))
         if len(held):
             seen.add(column)
-    expected = {"rdy", "message_count", "heartbeat_interval_ns", "in_flight", "text", "identify", "delay_ms",
-                "explanation"} if name == "workload-small" else {"rdy", "text", "identify", "producer"}
+    expected = {"rdy", "message_count", "heartbeat_interval_ns", "in_flight", "text", "identify", "delay_ms"} \
+        if name == "workload-small" else {"rdy", "text", "identify", "producer"}
     assert expected <= seen, expected - seen
     assert events["status"].dropna().isin(["ok", "failed", "error", "unanswered", "upgrade"]).all()
     assert events.loc[events["kind"] == "connection", "status"].isna().all()

@@ -13,6 +13,7 @@ from trace_helpers import PCAPS, walk
 
 from spark_analysis.analysis import DEFAULT_NSQ_PORTS, FlowDecoder, decode_flow, flow_runs
 from spark_analysis.generate import generate
+from spark_analysis.judge.monitoring import OBSERVED
 from spark_analysis.read.reassembly import reassemble
 from spark_analysis.watch.increments import CARRIED_NS
 
@@ -33,7 +34,19 @@ def tables_of(path, window_bytes, decode=decode_flow) -> dict[str, list[dict]]:
     for row in written.pop("activity", []):
         activity[tuple((key, value) for key, value in row.items() if key != "count")] += row["count"]
     written["activity"] = [{**dict(key), "count": count} for key, count in activity.items()]
+    written[OBSERVED] = in_judging_order(written.get(OBSERVED, []))
     return {name: sorted(rows, key=repr) for name, rows in written.items()}
+
+
+def in_judging_order(observed: list[dict]) -> list[dict]:
+    """The monitors' rows with ``seq`` their place in their connection's order (the judge's sort): windows number
+    them from their own start, and only the order counts."""
+    ordered = sorted(observed, key=lambda row: (row["conn_id"], row["ts_ns"], row["seq"]))
+    places = Counter()
+    for row in ordered:
+        row["seq"] = places[row["conn_id"]]
+        places[row["conn_id"]] += 1
+    return ordered
 
 
 def carried_across_files(flow, runs, ports, window_bytes, carried_ns=CARRIED_NS):

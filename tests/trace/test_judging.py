@@ -1,0 +1,62 @@
+"""One judge: `nsq-trace analyze` runs the catalogue's monitors inside its Spark tasks (spark_analysis/judge/job.py)
+and finds what the same monitors find over the capture without Spark (judge_capture), violation for violation; a
+broker bug written into a real pcap is named in the violations table with the frames that show it; the brokers'
+HTTP API is read where its port is named."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from test_monitoring import Exchange
+from trace_helpers import PCAPS
+
+from spark_analysis.analysis import run_analysis
+from spark_analysis.generate.capture import EPOCH_NS, MS, Connection
+from spark_analysis.judge.monitoring import judge_capture
+
+PORT = 24150  # the recordings' nsqd; its HTTP API one above
+
+
+def found_by_spark(out) -> list[tuple]:
+    table = pq.read_table(out / "tables" / "violations")
+    return sorted(zip(*(table[name].to_pylist() for name in ("item", "side", "conn_id", "ts_ns")), strict=True))
+
+
+def found_in_process(path, http_ports) -> list[tuple]:
+    return sorted((v.item, v.side, v.connection, round(v.ts * 1e9)) for judge in
+                  judge_capture(path, frozenset({PORT}), frozenset(http_ports)).values() for v in judge.violations)
+
+
+@pytest.mark.parametrize(("capture", "http_ports"), [("workload-small", ()), ("transcripts", (PORT + 1,))])
+def test_analyze_finds_what_the_monitors_find_without_spark(spark, tmp_path, capture, http_ports):
+    summary = run_analysis(spark, [str(PCAPS / f"{capture}.pcap")], str(tmp_path), frozenset({PORT}), report=False,
+                           http_ports=frozenset(http_ports))
+    in_process = found_in_process(PCAPS / f"{capture}.pcap", http_ports)
+    assert found_by_spark(tmp_path) == in_process
+    assert all(side == "client" for _, side, _, _ in in_process)  # the real nsqd breaks no rule
+    counted = {}
+    for item, side, _, _ in in_process:
+        counted.setdefault(item, {}).setdefault(side, 0)
+        counted[item][side] += 1
+    assert summary["violations"] == counted
+
+
+def test_a_planted_broker_bug_is_named_with_its_frames(spark, tmp_path):
+    """Attempts stuck at 1 on a redelivery (C-12), and the broker's HTTP API in the capture, read."""
+    exchange = Exchange(tmp_path / "a.pcap").subscribed().message(10, 1).heartbeats(3000).message(1600, 1)
+    http = Connection(exchange.capture, "H", 40001, 5000)
+    http.ports = {"c2s": (40001, 4151), "s2c": (4151, 40001)}
+    http.open(EPOCH_NS + 20 * MS)
+    http.send("c2s", EPOCH_NS + 20 * MS, b"POST /pub?topic=other HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
+    http.send("s2c", EPOCH_NS + 21 * MS, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK")
+    http.close(EPOCH_NS + 22 * MS)
+    exchange.end(3000)
+    summary = run_analysis(spark, [str(tmp_path / "a.pcap")], str(tmp_path / "out"), report=False,
+                           http_ports=frozenset({4151}))
+    assert summary["violations"] == {"C-12": {"broker": 1}}
+    [row] = pq.read_table(tmp_path / "out" / "tables" / "violations").to_pylist()
+    assert row["conn_id"].endswith(":4150#0")  # the consumer's connection, not the HTTP one
+    assert [line.split()[:2] for line in row["evidence"]] == [["<", "message"], ["<", "message"]]
+    assert "attempts=1" in row["evidence"][1] and row["side"] == "broker"
+    # the HTTP API read: the rules about every publish judged (the /pub went to a topic nobody consumes)
+    assert "some publishes to this nsqd may not be in the traffic" not in summary["not_judged"].get("C-09", {})
