@@ -8,7 +8,8 @@ Two kinds of ID live in this project. Behaviour items (``C-01``, ``P-TOUCH-04``,
 An item's fields: ``id``, ``level``, ``text``, ``observable`` (what a client sees), ``recordings`` (``rec-NNNN``
 transcripts in ``fixtures/``) and ``source`` (the nsqd or nsqlookupd Go code it comes from); optionally
 ``not_checkable`` (a MUST or SHOULD item no black-box case can judge, and why) and ``trace_requirement`` (``nsq-trace``
-watches the item in captures, and its violation rows name this requirement, one whose ``source`` names the item).
+watches the item in captures, and its violation rows name this requirement, one whose ``source`` names the item),
+``since`` and ``until`` (the first nsqd release that has the item, the first that no longer does: ``versions.py``).
 
 The client requirements (``NSQC-CONN-001``, ``clients.toml``) are items here too, each judged by the client case
 of conformance/clients/cases/ marked with it.
@@ -23,9 +24,11 @@ from functools import cache
 from pathlib import Path
 
 from conformance.catalogue import LEVELS, Requirement, requirements
+from conformance.versions import NsqVersion, Span, VersionError
 
 SPEC_DIR = Path(__file__).parent / "spec"
-FIELDS = frozenset({"id", "level", "text", "observable", "recordings", "source", "not_checkable", "trace_requirement"})
+FIELDS = frozenset({"id", "level", "text", "observable", "recordings", "source", "not_checkable", "trace_requirement",
+                    "since", "until"})
 BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}|NSQC-[A-Z]+-\d{3}")
 RECORDING_ID = re.compile(r"rec-\d{4}")
 REQUIREMENT_ID = re.compile(r"NSQ(?:LOOKUPD)?-[A-Z0-9]+-\d{3}")
@@ -46,6 +49,7 @@ class Behaviour:
     not_checkable: str | None
     section: str
     trace_requirement: str | None = None
+    releases: Span = Span()  # the nsqd releases that have it
 
     @property
     def prefix(self) -> str:
@@ -82,8 +86,12 @@ def _behaviour(path: Path, entry: dict) -> Behaviour:
         raise SpecError(f"{name}: not_checkable is for MUST and SHOULD items only")
     if "trace_requirement" in entry and not REQUIREMENT_ID.fullmatch(entry["trace_requirement"]):
         raise SpecError(f"{name}: trace_requirement must be a requirement ID (like NSQ-FIN-003)")
+    try:
+        releases = Span.of(entry.get("since"), entry.get("until"))
+    except VersionError as exc:
+        raise SpecError(f"{name}: {exc}") from None
     return Behaviour(entry["id"], entry["level"], entry["text"], entry["observable"], tuple(entry["recordings"]),
-                     entry["source"], entry.get("not_checkable"), path.stem, entry.get("trace_requirement"))
+                     entry["source"], entry.get("not_checkable"), path.stem, entry.get("trace_requirement"), releases)
 
 
 def behaviour_ids_of(requirement: Requirement) -> tuple[str, ...]:
@@ -106,3 +114,13 @@ def cited_id_pattern() -> re.Pattern:
     alternatives = "|".join(re.escape(prefix) for prefix in prefixes)
     return re.compile(rf"(?<![\w-])(?:(?:{alternatives})-\d{{2}}|{REQUIREMENT_ID.pattern}|NSQC-[A-Z0-9]+-\d{{3}})"
                       r"(?![\w-])")
+
+
+def not_in_version(requirement_ids: list[str], version: NsqVersion) -> str | None:
+    """Why a case of these requirements is not judged against ``version`` (UNSUPPORTED): that release has none of
+    the items they judge. None: it has some."""
+    items = [behaviours()[item_id] for requirement_id in requirement_ids
+             for item_id in behaviour_ids_of(requirements()[requirement_id])]
+    if not items or any(item.releases.has(version) for item in items):
+        return None
+    return f"not in {version.label}: " + ", ".join(f"{item.id} is {item.releases}" for item in items)
