@@ -27,7 +27,7 @@ from conformance.client import (
 from conformance.connection import Connection
 from conformance.liveness import TargetHealth
 from conformance.lookupd_client import V1Connection
-from conformance.spec import behaviours
+from conformance.spec import behaviours, not_in_version
 from conformance.target import Profile, TargetError, run_setup_command
 from conformance.transcript import Transcript
 from conformance.versions import DEFAULT, NsqVersion
@@ -193,6 +193,12 @@ class Case:
         """Whether the release the target follows has behaviour ``item``: a case whose expectation differs by
         release checks the one of its version (conformance/versions.py)."""
         return behaviours()[item].releases.has(self.version)
+
+    def require_behaviour(self, item: str) -> None:
+        """UNSUPPORTED unless the release the target follows has ``item`` ("not in nsqd v1.3.0: ...")."""
+        why = not_in_version([item], self.version)
+        if why:
+            raise Unsupported(why)
 
     def wait(self, seconds: float, why: str) -> None:
         self.transcript.note(f"wait {self.seconds(seconds):.2f} s: {why}")

@@ -116,11 +116,10 @@ def cited_id_pattern() -> re.Pattern:
                       r"(?![\w-])")
 
 
-def not_in_version(requirement_ids: list[str], version: NsqVersion) -> str | None:
-    """Why a case of these requirements is not judged against ``version`` (UNSUPPORTED): that release has none of
-    the items they judge. None: it has some."""
-    items = [behaviours()[item_id] for requirement_id in requirement_ids
-             for item_id in behaviour_ids_of(requirements()[requirement_id])]
+def not_in_version(item_ids: list[str], version: NsqVersion) -> str | None:
+    """Why what judges these behaviour items is not judged against ``version`` (UNSUPPORTED): that release has
+    none of them. None: it has some."""
+    items = [behaviours()[item_id] for item_id in item_ids]
     if not items or any(item.releases.has(version) for item in items):
         return None
     return f"not in {version.label}: " + ", ".join(f"{item.id} is {item.releases}" for item in items)

@@ -286,8 +286,21 @@ def test_stats_counters(nsq, http):
     nsq.verify.equal("topic message_count", 2, stats["message_count"])
     nsq.verify.equal("channel (message_count, depth, in_flight_count, requeue_count, client_count)",
                      (2, 2, 0, 1, 1), channel_counters)
-    nsq.verify.soft_equal("channel global_msg_count: the one delivery (H-STATS-08, the recorded build's topology "
-                          "counter; the v1.3.0 tag has none)", 1, stats["channels"][0].get("global_msg_count"))
+
+
+@requirement("NSQ-HTTP-022")
+def test_stats_count_deliveries_by_locality(nsq, http):
+    """Two deliveries to a consumer with no topology: global_msg_count 2, no local count (H-STATS-12)."""
+    topic = nsq.topic()
+    conn = nsq.connect()
+    conn.subscribe(topic, "c", ready=2)
+    for body in (b"g1", b"g2"):
+        conn.publish(topic, body)
+        conn.expect_message(body)
+    keys = ("global_msg_count", "zone_local_msg_count", "region_local_msg_count")
+    nsq.until(lambda: http.stats(topic)["channels"][0].get(keys[0]) == 2, 1.0, "both deliveries are counted")
+    nsq.verify.equal("channel (global_msg_count, zone_local_msg_count, region_local_msg_count)", (2, None, None),
+                     tuple(http.stats(topic)["channels"][0].get(key) for key in keys), "H-STATS-12")
 
 
 @requirement("NSQ-HTTP-008")

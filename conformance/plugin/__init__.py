@@ -21,7 +21,7 @@ from conformance.catalogue import requirements
 from conformance.client import Unsupported
 from conformance.options import Settings
 from conformance.report.fresh import SHARED_BROKER_LOG, start_fresh
-from conformance.spec import not_in_version
+from conformance.spec import behaviour_ids_of, not_in_version
 from conformance.target import TargetError
 
 pytest_plugins = ("conformance.plugin.fixtures", "conformance.plugin.verdicts")
@@ -159,7 +159,9 @@ def pytest_runtest_setup(item):
     """A case whose items the chosen release lacks (--nsq-version) is UNSUPPORTED before it starts anything."""
     settings = settings_of(item.config)
     if settings is not None and is_case(item):
-        why = not_in_version(case_requirements(item), settings.nsq_version)
+        judged = [behaviour for requirement_id in case_requirements(item)
+                  for behaviour in behaviour_ids_of(requirements()[requirement_id])]
+        why = not_in_version(judged, settings.nsq_version)
         if why:
             raise Unsupported(why)
 
