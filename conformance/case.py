@@ -27,8 +27,10 @@ from conformance.client import (
 from conformance.connection import Connection
 from conformance.liveness import TargetHealth
 from conformance.lookupd_client import V1Connection
+from conformance.spec import behaviours, not_in_version
 from conformance.target import Profile, TargetError, run_setup_command
 from conformance.transcript import Transcript
+from conformance.versions import DEFAULT, NsqVersion
 from nsq_protocol import wire
 
 
@@ -80,6 +82,7 @@ class Case:
     """What a case works with: connections, HTTP, unique names, scaled waits, the verifier. ``sections`` are the
     requirement sections the case checks: a PUB, SUB, IDENTIFY, AUTH or topic creation of any other section is a
     setup step, whose failure is the case's PRECONDITION (None: every step is checked)."""
+    version = NsqVersion.parse(DEFAULT)  # the release the target follows (--nsq-version): the fixtures set it
 
     def __init__(self, target: Target, name: str, sections: frozenset[str] | None = None):
         self.target = target
@@ -185,6 +188,17 @@ class Case:
 
     def seconds(self, seconds: float) -> float:
         return seconds * self.time_scale
+
+    def has(self, item: str) -> bool:
+        """Whether the release the target follows has behaviour ``item``: a case whose expectation differs by
+        release checks the one of its version (conformance/versions.py)."""
+        return behaviours()[item].releases.has(self.version)
+
+    def require_behaviour(self, item: str) -> None:
+        """UNSUPPORTED unless the release the target follows has ``item`` ("not in nsqd v1.3.0: ...")."""
+        why = not_in_version([item], self.version)
+        if why:
+            raise Unsupported(why)
 
     def wait(self, seconds: float, why: str) -> None:
         self.transcript.note(f"wait {self.seconds(seconds):.2f} s: {why}")
@@ -322,6 +336,8 @@ class LookupdCase:
 
     until = Case.until
     seconds = Case.seconds
+    version = Case.version
+    has = Case.has
 
     def close(self) -> None:
         for connection in self._connections:

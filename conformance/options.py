@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance import versions
 from conformance.client import TlsClient
 from conformance.target import TLS_DIR, Profile, TargetError, parse_address
 
@@ -24,10 +25,14 @@ class Option:
     default: object = None
     flag: bool = False
     repeatable: bool = False
+    prefixed: bool = False  # the name starts with the prefix already: `--nsq-version` for both
 
     @property
     def dest(self) -> str:
-        return "nsq_" + self.name.replace("-", "_")
+        return ("" if self.prefixed else "nsq_") + self.name.replace("-", "_")
+
+    def spelled(self, prefix: str) -> str:
+        return f"--{'' if self.prefixed else prefix}{self.name}"
 
     def add_to(self, add: Callable, prefix: str) -> None:
         """``add`` is argparse's ``add_argument`` or pytest's ``addoption``: the same keywords."""
@@ -38,7 +43,7 @@ class Option:
             keywords.update(metavar=self.metavar, type=self.type,
                             action="append" if self.repeatable else "store",
                             default=[] if self.repeatable else self.default)
-        add(f"--{prefix}{self.name}", **keywords)
+        add(self.spelled(prefix), **keywords)
 
 
 OPTIONS = (
@@ -54,6 +59,9 @@ OPTIONS = (
     Option("tls-client-key", "its private key (PEM; default: in the --tls-client-cert file)", "FILE"),
     Option("profile", "nsqd-defaults, nsqd-tight, nsqd-auth, nsqd-tls, or a .toml path: the target's limits and "
            "capabilities", "NAME", default="nsqd-defaults"),
+    Option("nsq-version", "the nsqd and nsqlookupd release the target follows (X.Y.Z, or master: the source after the "
+           "newest release): items of the catalogue that release lacks are not judged (UNSUPPORTED)", "X.Y.Z",
+           default=versions.DEFAULT, prefixed=True),
     Option("strict", "count NON-STRICT verdicts as FAIL", flag=True),
     Option("baseline", "expected failures, one case id per line ('#' comments)", "FILE"),
     Option("time-scale", "stretch every wait and deadline by X for slow targets", "X", type=float, default=1.0),
@@ -101,12 +109,12 @@ def as_pytest_arguments(values: dict) -> list[str]:
     for option in (*OPTIONS, EMBEDDED):
         value = values.get(option.dest)
         if option.flag:
-            arguments += [f"--{PYTEST_PREFIX}{option.name}"] if value else []
+            arguments += [option.spelled(PYTEST_PREFIX)] if value else []
         elif option.repeatable:
             for item in value or []:
-                arguments += [f"--{PYTEST_PREFIX}{option.name}", str(item)]
+                arguments += [option.spelled(PYTEST_PREFIX), str(item)]
         elif value is not None:
-            arguments += [f"--{PYTEST_PREFIX}{option.name}", str(value)]
+            arguments += [option.spelled(PYTEST_PREFIX), str(value)]
     return arguments
 
 
@@ -136,6 +144,7 @@ class Settings:
     kill_command: str | None = None
     data_path: Path | None = None
     lookupd_profile: Profile | None = None
+    nsq_version: versions.NsqVersion = versions.NsqVersion.parse(versions.DEFAULT)
 
 
 def settings(value: Callable[[str], object]) -> Settings:
@@ -165,11 +174,15 @@ def settings(value: Callable[[str], object]) -> Settings:
         raise TargetError("--time-scale must be > 0")
     baseline = value("nsq_baseline")
     crash = crash_settings(value, tcp)
+    try:
+        nsq_version = versions.NsqVersion.parse(value("nsq_version"))
+    except versions.VersionError as exc:
+        raise TargetError(f"--nsq-version: {exc}") from None
     return Settings(profile, tcp, http, address("https-target"), tls_client(value), authd,
                     address("lookupd-listen"), lookupd_tcp, lookupd_http, value("nsq_restart_command"),
                     compare_tcp, address("compare-http"), embedded, bool(value("nsq_strict")), time_scale,
                     Path(value("nsq_reports_dir")), load_baseline(Path(baseline)) if baseline else {},
-                    list(value("nsq_requirement") or []), *crash)
+                    list(value("nsq_requirement") or []), *crash, nsq_version)
 
 
 def crash_settings(value: Callable[[str], object], tcp: Address | None) -> tuple:

@@ -7,7 +7,8 @@ Two kinds of ID live in this project. Behaviour items (``C-01``, ``P-TOUCH-04``,
 
 An item's fields: ``id``, ``level``, ``text``, ``observable`` (what a client sees), ``capture`` (below),
 ``recordings`` (``rec-NNNN`` transcripts in ``fixtures/``) and ``source`` (the nsqd or nsqlookupd Go code it comes
-from); optionally ``not_checkable`` (a MUST or SHOULD item no black-box case can judge, and why).
+from); optionally ``not_checkable`` (a MUST or SHOULD item no black-box case can judge, and why), ``since`` and
+``until`` (the first nsqd release that has the item, the first that no longer does: ``versions.py``).
 
 The client requirements (``NSQC-CONN-001``, ``clients.toml``) are items here too, each judged by the client case
 of conformance/clients/cases/ marked with it.
@@ -34,10 +35,11 @@ from functools import cache
 from pathlib import Path
 
 from conformance.catalogue import LEVELS, Requirement, requirements
+from conformance.versions import NsqVersion, Span, VersionError
 
 SPEC_DIR = Path(__file__).parent / "spec"
 REQUIRED = frozenset({"id", "level", "text", "observable", "capture", "recordings", "source"})
-FIELDS = REQUIRED | {"not_checkable"}
+FIELDS = REQUIRED | {"not_checkable", "since", "until"}
 MONITOR, NEEDS_MONITOR, NOT_ON_THE_WIRE, RESTATES = "monitor", "needs a monitor", "not on the wire", "as"
 CAPTURE_KINDS = (MONITOR, NEEDS_MONITOR, NOT_ON_THE_WIRE, RESTATES)
 BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}|NSQC-[A-Z]+-\d{3}")
@@ -60,6 +62,7 @@ class Behaviour:
     source: str
     not_checkable: str | None
     section: str
+    releases: Span = Span()  # the nsqd releases that have it
 
     @property
     def prefix(self) -> str:
@@ -131,10 +134,11 @@ def _behaviour(path: Path, entry: dict) -> Behaviour:
         raise SpecError(f"{name}: not_checkable is for MUST and SHOULD items only")
     try:
         capture_parts(entry["capture"])
-    except ValueError as exc:
+        releases = Span.of(entry.get("since"), entry.get("until"))
+    except (ValueError, VersionError) as exc:
         raise SpecError(f"{name}: {exc}") from None
     return Behaviour(entry["id"], entry["level"], entry["text"], entry["observable"], entry["capture"],
-                     tuple(entry["recordings"]), entry["source"], entry.get("not_checkable"), path.stem)
+                     tuple(entry["recordings"]), entry["source"], entry.get("not_checkable"), path.stem, releases)
 
 
 def behaviour_ids_of(requirement: Requirement) -> tuple[str, ...]:
@@ -157,3 +161,12 @@ def cited_id_pattern() -> re.Pattern:
     alternatives = "|".join(re.escape(prefix) for prefix in prefixes)
     return re.compile(rf"(?<![\w-])(?:(?:{alternatives})-\d{{2}}|{REQUIREMENT_ID.pattern}|NSQC-[A-Z0-9]+-\d{{3}})"
                       r"(?![\w-])")
+
+
+def not_in_version(item_ids: list[str], version: NsqVersion) -> str | None:
+    """Why what judges these behaviour items is not judged against ``version`` (UNSUPPORTED): that release has
+    none of them. None: it has some."""
+    items = [behaviours()[item_id] for item_id in item_ids]
+    if not items or any(item.releases.has(version) for item in items):
+        return None
+    return f"not in {version.label}: " + ", ".join(f"{item.id} is {item.releases}" for item in items)

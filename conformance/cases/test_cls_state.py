@@ -92,6 +92,11 @@ def test_nop_is_silent_in_every_state(nsq):
     conn.publish(topic, b"x")
 
 
+def auth_disabled_text(nsq) -> str:
+    """nsqd's text for AUTH without an auth server: 1.2.0 lower-cased it (P-AUTH-17, P-AUTH-18)."""
+    return "AUTH disabled" if nsq.has("P-AUTH-17") else "AUTH Disabled"
+
+
 @requirement("NSQ-AUTH-001")
 def test_auth_disabled(nsq):
     """AUTH on a server without an auth server: E_AUTH_DISABLED after reading the body (P-AUTH-05; rec-0089)."""
@@ -99,7 +104,7 @@ def test_auth_disabled(nsq):
         pytest.skip("the profile says the target has an auth server")  # nsqd-auth: cases/test_auth.py covers AUTH
     conn = nsq.connect()
     conn.command("AUTH", body=b"secret")
-    conn.expect_error("E_AUTH_DISABLED", "AUTH disabled")
+    conn.expect_error("E_AUTH_DISABLED", auth_disabled_text(nsq))
 
 
 @requirement("NSQ-AUTH-001")

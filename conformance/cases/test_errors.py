@@ -2,6 +2,8 @@
 
 import pytest
 
+from conformance.cases.test_fin_req_touch import invalid_id_text
+
 requirement = pytest.mark.requirement
 UNKNOWN_ID = "0123456789abcdef"
 
@@ -25,7 +27,7 @@ def test_short_message_id_is_fatal(nsq):
     conn = nsq.connect()
     conn.subscribe(nsq.topic(), "c")
     conn.send(b"FIN 0123456789abcde\n")  # 15 bytes
-    conn.expect_error("E_INVALID", "invalid message ID")
+    conn.expect_error("E_INVALID", invalid_id_text(nsq))
 
 
 @requirement("NSQ-ERR-003", "NSQ-REQ-003")

@@ -31,18 +31,27 @@ def test_settlement_before_sub_is_fatal(nsq, line, verb):
     conn.expect_error("E_INVALID", f"cannot {verb} in current state")
 
 
+def invalid_id_text(nsq) -> str:
+    """nsqd's text for a message ID that is not 16 bytes: v1.3.0 lower-cased it (C-34, C-35)."""
+    return "invalid message ID" if nsq.has("C-34") else "Invalid Message ID"
+
+
+BAD_ID = None  # a parameter's text: the version's invalid_id_text
+
+
 @requirement("NSQ-FIN-002")
 @pytest.mark.parametrize("line, text", [
     ("FIN", "FIN insufficient number of params"), (f"REQ {UNKNOWN_ID}", "REQ insufficient number of params"),
-    ("REQ 0123 0", "invalid message ID"), ("TOUCH", "TOUCH insufficient number of params"),
-    ("TOUCH 0123", "invalid message ID"), ("FIN 0123456789abcdef0", "invalid message ID")],
+    ("REQ 0123 0", BAD_ID), ("TOUCH", "TOUCH insufficient number of params"),
+    ("TOUCH 0123", BAD_ID), ("FIN 0123456789abcdef0", BAD_ID)],
     ids=["fin-no-id", "req-no-timeout", "req-short-id", "touch-no-id", "touch-short-id", "fin-17-bytes"])
 def test_malformed_settlement_is_fatal(nsq, line, text):
-    """(P-FIN-02, P-FIN-03, P-REQ-02, P-REQ-03, P-TOUCH-02; rec-0146, rec-0152, rec-0153, rec-0159, rec-0160)"""
+    """(P-FIN-02, P-FIN-03, P-REQ-02, P-REQ-03, P-TOUCH-02, C-34, C-35; rec-0146, rec-0152, rec-0153, rec-0159,
+    rec-0160)"""
     conn = nsq.connect()
     conn.subscribe(nsq.topic(), "c")
     conn.send(line.encode() + b"\n")
-    conn.expect_error("E_INVALID", text)
+    conn.expect_error("E_INVALID", invalid_id_text(nsq) if text is BAD_ID else text)
 
 
 @requirement("NSQ-FIN-003")

@@ -131,9 +131,9 @@ INVALID_FIELDS = [
 @pytest.mark.parametrize("field, value, text", INVALID_FIELDS,
                          ids=[f"{field}={value}" for field, value, _ in INVALID_FIELDS])
 def test_identify_field_out_of_range(nsq, field, value, text):
-    """Out-of-range values are a fatal E_BAD_BODY naming the field (ID-02, ID-03, ID-04, ID-06, ID-07;
+    """Out-of-range values are a fatal E_BAD_BODY naming the field (ID-02, ID-03, ID-04, ID-06, ID-07, ID-42;
     rec-0060..0077, rec-0241)."""
-    minimum = nsq.limits["min_output_buffer_timeout_ms"]
+    minimum = smallest_output_buffer_timeout(nsq)
     limits = {"MAX_HB+1": nsq.limits["max_heartbeat_interval_ms"] + 1,
               "MIN_OBT-1": minimum - 1,
               "MAX_OBT+1": nsq.limits["max_output_buffer_timeout_ms"] + 1,
@@ -146,6 +146,11 @@ def test_identify_field_out_of_range(nsq, field, value, text):
     conn = nsq.connect()
     conn.command("IDENTIFY", body=wire.identify_body({field: number}))
     conn.expect_error("E_BAD_BODY", "IDENTIFY " + text.replace(str(value), str(number)))
+
+
+def smallest_output_buffer_timeout(nsq) -> int:
+    """The smallest output_buffer_timeout the target accepts: the profile's minimum, since 1.2.0 (ID-42), else 1."""
+    return nsq.limits["min_output_buffer_timeout_ms"] if nsq.has("ID-42") else 1
 
 
 @requirement("NSQ-ID-006")
@@ -163,11 +168,13 @@ def test_heartbeat_interval_accepted_values(nsq):
     ("output_buffer_size", -1, 1, 0), ("output_buffer_size", 0, "default", "default")])
 def test_output_buffer_effective_values(nsq, field, requested, reported_size, reported_timeout):
     """Each value on a fresh connection; the response reports the effective size/timeout
-    (ID-03, ID-04: -1 size forces timeout 0; rec-0067, rec-0070)."""
-    minimum = nsq.limits["min_output_buffer_timeout_ms"]  # the smallest timeout accepted (ID-04)
+    (ID-03, ID-04, ID-43: -1 size forces timeout 0; rec-0067, rec-0070)."""
+    minimum = smallest_output_buffer_timeout(nsq)
     requested, reported_timeout = (minimum if value == "MIN_OBT" else value for value in (requested, reported_timeout))
     response = negotiate(nsq, **{field: requested})
     defaults = {"size": nsq.limits["output_buffer_size"], "timeout": nsq.limits["output_buffer_timeout_ms"]}
+    if field == "output_buffer_size" and requested == -1 and not nsq.has("ID-43"):
+        reported_timeout = "default"  # before 1.2.0 size -1 left the timeout as it was
     expected = (defaults["size"] if reported_size == "default" else reported_size,
                 defaults["timeout"] if reported_timeout == "default" else reported_timeout)
     nsq.verify.equal(f"effective (output_buffer_size, output_buffer_timeout) for {field}={requested}",
@@ -187,7 +194,8 @@ def test_sample_rate_and_msg_timeout_accepted_values(nsq):
 @requirement("NSQ-ID-009")
 def test_validation_order_timeout_before_size(nsq):
     """Both buffer values invalid: the timeout error wins (ID-05; rec-0071)."""
-    timeout = nsq.limits["min_output_buffer_timeout_ms"] - 1  # below the minimum: invalid (ID-03)
+    nsq.require_behaviour("ID-05")
+    timeout = smallest_output_buffer_timeout(nsq) - 1  # below the minimum: invalid (ID-03)
     if timeout < 1:
         pytest.skip(f"profile {nsq.profile.name}: min_output_buffer_timeout_ms {timeout + 1} leaves no invalid "
                     "timeout below it")

@@ -88,7 +88,8 @@ def test_unknown_paths_and_methods(lookupd):
     expect(lookupd, lookupd.http.get("/nope"), 404, "NOT_FOUND")
     wrong = lookupd.http.get("/topic/create")
     expect(lookupd, wrong, 405, "METHOD_NOT_ALLOWED")
-    lookupd.verify.equal("Allow of /topic/create", "OPTIONS, POST", wrong.headers.get("allow"))
+    if lookupd.has("L-HTTP-20"):
+        lookupd.verify.equal("Allow of /topic/create", "OPTIONS, POST", wrong.headers.get("allow"), "L-HTTP-20")
     for path in ("/create_topic", "/delete_topic"):
         expect(lookupd, lookupd.http.get(f"{path}?topic=x"), 404, "NOT_FOUND")
 

@@ -13,9 +13,8 @@ from conformance.client import as_read
 requirement = pytest.mark.requirement
 OBSERVABLE_MS = 5000  # longer timeouts than this are not waited out
 PEER_KEYS = ["broadcast_address", "hostname", "http_port", "remote_address", "tcp_port", "version"]  # L-HTTP-04
-TOPOLOGY_KEYS = ["topology_region", "topology_zone"]  # the recorded build's, not the v1.3.0 tag's
 DEBUG_KEYS = ["broadcast_address", "hostname", "http_port", "id", "last_update", "tcp_port", "tombstoned",
-              "tombstoned_at", "topology_region", "topology_zone", "version"]  # L-HTTP-13
+              "tombstoned_at", "version"]  # L-HTTP-13
 GO_ZERO_TIME_NS = -6795364578871345152  # time.Time{}.UnixNano(): "tombstoned_at" of a producer never tombstoned
 
 
@@ -98,10 +97,31 @@ def test_answers_name_only_the_topic_asked_about(lookupd):
     with soft():
         lookupd.verify.equal("after B left: /lookup of Y still names A", [a.tcp_port],
                              producer_ports(lookup(lookupd, y)))
-    # The least of what can differ, last: the v1.3.0 tag leaves the topology pair out (PR #1301 came after it)
-    lookupd.verify.soft_equal("/lookup producers' topology_region and topology_zone: the recorded build sends both, "
-                              "the v1.3.0 tag neither", [TOPOLOGY_KEYS] * len(producers),
-                              [sorted(set(TOPOLOGY_KEYS) & set(producer)) for producer in producers])
+
+
+@requirement("NSQLOOKUPD-HTTP-010")
+def test_names_each_producers_topology(lookupd):
+    """A producer that IDENTIFYs with a region and a zone is named with them in /lookup, /nodes and /debug
+    (L-HTTP-19)."""
+    topic, conn = lookupd.topic(), lookupd.connect()
+    conn.identify(topology_region="region-a", topology_zone="zone-1")
+    lookupd.verify.equal(f"REGISTER {topic} c", b"OK", conn.command(f"REGISTER {topic} c\n".encode()))
+    expected = ("region-a", "zone-1")
+
+    def topology(entry: dict | None) -> tuple:
+        return (entry or {}).get("topology_region"), (entry or {}).get("topology_zone")
+
+    with lookupd.verify.soft("L-HTTP-19"):
+        producers = lookup(lookupd, topic)["producers"]
+        lookupd.verify.equal("/lookup producer's (topology_region, topology_zone)", [expected],
+                             [topology(producer) for producer in producers])
+    with lookupd.verify.soft("L-HTTP-19"):
+        lookupd.verify.equal("/nodes producer's (topology_region, topology_zone)", expected,
+                             topology(node(lookupd, conn.tcp_port)))
+    with lookupd.verify.soft("L-HTTP-19"):
+        debug = lookupd.http.get("/debug").json()
+        lookupd.verify.equal(f"/debug channel:{topic}:c producer's (topology_region, topology_zone)", [expected],
+                             [topology(entry) for entry in debug.get(f"channel:{topic}:c", [])])
 
 
 @requirement("NSQLOOKUPD-HTTP-006")

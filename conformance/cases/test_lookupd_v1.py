@@ -140,8 +140,9 @@ def test_unregister(lookupd):
                          as_read(left, lookup(lookupd, topic)))
     lookupd.verify.equal("UNREGISTER of the ephemeral topic", b"OK",
                          conn.command(f"UNREGISTER {ephemeral_topic}\n".encode()))
-    gone = lookupd.http.get(f"/lookup?topic={ephemeral_topic.replace('#', '%23')}")
-    lookupd.verify.equal("/lookup of the unregistered ephemeral topic (L-TCP-16)", 404, gone.status)
+    if lookupd.has("L-TCP-16"):
+        gone = lookupd.http.get(f"/lookup?topic={ephemeral_topic.replace('#', '%23')}")
+        lookupd.verify.equal("/lookup of the unregistered ephemeral topic (L-TCP-16)", 404, gone.status, "L-TCP-16")
     lookupd.verify.equal("UNREGISTER of something never registered (L-TCP-17)", b"OK",
                          conn.command(f"UNREGISTER {lookupd.topic()} never\n".encode()))
 

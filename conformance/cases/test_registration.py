@@ -15,8 +15,7 @@ requirement = pytest.mark.requirement
 # What nsqlookupd needs of a broker's IDENTIFY (it refuses the body without them: E_BAD_BODY IDENTIFY missing
 # fields, L-TCP), and what nsqd also sends; nsqlookupd ignores any other key.
 REQUIRED_IDENTIFY = {"broadcast_address": str, "tcp_port": int, "http_port": int, "version": str}
-# Sent by the recorded build (nsq master after v1.3.0, topology-aware consumption, PR #1301), not by the v1.3.0 tag.
-TOPOLOGY_KEYS = ["topology_region", "topology_zone"]
+TOPOLOGY_KEYS = ["topology_region", "topology_zone"]  # R-16: master after v1.3.0
 
 
 def lines_for(nsq, start: int, topic: str) -> list[str]:
@@ -61,14 +60,23 @@ def test_the_broker_identifies_itself(registration):
                         "1..65535" if kind is int else "a non-empty string", repr(value))
     nsq.verify.soft_equal("IDENTIFY hostname, a string (R-02: nsqd sends its host name)", str,
                           type(body.get("hostname")))
-    nsq.verify.soft_equal("IDENTIFY topology_region and topology_zone (R-02: the recorded nsqd sends both; the "
-                          "v1.3.0 tag, before PR #1301, neither)", TOPOLOGY_KEYS,
-                          sorted(set(body) & set(TOPOLOGY_KEYS)))
     nsq.verify.soft_equal("IDENTIFY tcp_port: the broker's TCP port unless --broadcast-tcp-port says otherwise",
                           nsq.target.tcp[1], body["tcp_port"])
     if nsq.target.http:
         nsq.verify.soft_equal("IDENTIFY http_port: the broker's HTTP port unless --broadcast-http-port says "
                               "otherwise", nsq.target.http[1], body["http_port"])
+
+
+@requirement("NSQ-REG-015")
+def test_the_broker_identifies_its_topology(registration):
+    """(R-16; rec-0328) the topology pair, empty without --topology-region and --topology-zone."""
+    nsq = registration
+    nsq.until(lambda: any(event.line == "IDENTIFY" for event in nsq.lookupd.since(0)), 3.0,
+              "the broker connected and IDENTIFYed")
+    identify = next(event for event in nsq.lookupd.since(0) if event.line == "IDENTIFY")
+    body = identify.body if isinstance(identify.body, dict) else {}
+    nsq.verify.equal("IDENTIFY topology_region and topology_zone, strings (R-16)", TOPOLOGY_KEYS,
+                     sorted(key for key in TOPOLOGY_KEYS if isinstance(body.get(key), str)), "R-16")
 
 
 @requirement("NSQ-REG-002")

@@ -3,6 +3,7 @@ closing."""
 
 import pytest
 
+from conformance.cases.test_cls_state import auth_disabled_text
 from nsq_protocol import wire
 
 requirement = pytest.mark.requirement
@@ -62,6 +63,6 @@ def test_state_table(nsq, command, state, outcome):
     elif outcome == FAILED:
         conn.expect_error(f"E_{command}_FAILED", f"{command} {UNKNOWN_ID} failed ID not in flight", fatal=False)
     elif outcome == AUTH_DISABLED:
-        conn.expect_error("E_AUTH_DISABLED", "AUTH disabled")
+        conn.expect_error("E_AUTH_DISABLED", auth_disabled_text(nsq))
     else:
         conn.expect_error("E_INVALID", f"cannot {command} in current state")

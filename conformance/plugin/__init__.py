@@ -18,8 +18,10 @@ from conformance import options
 from conformance.authd import AuthServer
 from conformance.case import Case, LookupdCase
 from conformance.catalogue import requirements
+from conformance.client import Unsupported
 from conformance.options import Settings
 from conformance.report.fresh import SHARED_BROKER_LOG, start_fresh
+from conformance.spec import behaviour_ids_of, not_in_version
 from conformance.target import TargetError
 
 pytest_plugins = ("conformance.plugin.fixtures", "conformance.plugin.verdicts")
@@ -108,7 +110,8 @@ def pytest_report_header(config):
     authd = config.stash[AUTHD_ADDRESS]
     return [f"nsq target: {where}  http: {http}",
             f"nsq profile: {settings.profile.name} ({settings.profile.description}); time scale "
-            f"{settings.time_scale:g}; strict {settings.strict}" + (f"; fake auth server {authd}" if authd else "")]
+            f"{settings.time_scale:g}; strict {settings.strict}; judged as {settings.nsq_version.label}"
+            + (f"; fake auth server {authd}" if authd else "")]
 
 
 def case_requirements(item) -> list[str]:
@@ -149,6 +152,18 @@ def pytest_collection_modifyitems(config, items):
                       if not any(i.startswith(p) for i in case_requirements(item) for p in prefixes)]
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if item not in deselected]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A case whose items the chosen release lacks (--nsq-version) is UNSUPPORTED before it starts anything."""
+    settings = settings_of(item.config)
+    if settings is not None and is_case(item):
+        judged = [behaviour for requirement_id in case_requirements(item)
+                  for behaviour in behaviour_ids_of(requirements()[requirement_id])]
+        why = not_in_version(judged, settings.nsq_version)
+        if why:
+            raise Unsupported(why)
 
 
 def _long_waits_first(items: list) -> list:

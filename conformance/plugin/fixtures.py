@@ -176,6 +176,7 @@ def _sections(item) -> frozenset[str]:
 
 def _serving(request, case: Case | LookupdCase, *needs: str):
     """The case, once the target offers what it ``needs`` (else UNSUPPORTED), kept for its verdict; closed after."""
+    case.version = request.config.stash[SETTINGS].nsq_version
     for need in needs:
         case.require(need)
     request.node.stash[CASE] = case
@@ -187,6 +188,7 @@ def _serving(request, case: Case | LookupdCase, *needs: str):
 def nsq(nsq_target, request):
     nsq_target.health.ensure_alive()
     case = request.node.stash[CASE] = Case(nsq_target, case_name(request.node), _sections(request.node))
+    case.version = request.config.stash[SETTINGS].nsq_version
     nsq_target.health.case_started(request.node.nodeid)
     yield case
     nsq_target.health.case_finished()

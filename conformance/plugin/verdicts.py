@@ -193,6 +193,7 @@ def _run_on_compare_target(item, settings) -> dict:
                 "why": "restart, registration and nsqlookupd cases run against the target only"}
     other = Case(Target(settings.profile, settings.compare_tcp, settings.compare_http, settings.time_scale),
                  case_name(item))
+    other.version = case.version
     # the case fixtures, and the cases' own fixtures made of them (`auth` is the case, `http` its HTTP client)
     counterpart = {id(case): other, id(case.http): other.http}
     arguments = {name: counterpart.get(id(item.funcargs[name]), item.funcargs[name])

@@ -165,6 +165,7 @@ class ResultCollector:
                         "limits": self.settings.profile.limits,
                         "capabilities": self.settings.profile.capabilities},
             "strict": self.settings.strict,
+            "nsq_version": str(self.settings.nsq_version),  # the release judged against (--nsq-version)
             "time_scale": self.settings.time_scale,
             "started": self.started,
             "wall_time_s": round(time.time() - self.started, 1),

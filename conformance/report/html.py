@@ -7,6 +7,8 @@ import time
 from collections import Counter, defaultdict
 from html import escape
 
+from conformance.versions import NsqVersion
+
 COLOURS = {"PASS": "#2e7d32", "FAIL": "#c62828", "NON-STRICT": "#ef6c00", "PRECONDITION": "#ad1457",
            "UNSUPPORTED": "#1565c0", "NOT RUN": "#616161", "ERROR": "#6a1b9a", "exercised": "#2e7d32",
            "skipped": "#1565c0", "not covered": "#757575"}
@@ -82,6 +84,7 @@ def render_html(document: dict, catalogue: dict) -> str:
              "<h1>NSQ conformance report</h1>",
              f"<div class='meta'>target <b>{escape(document['target'])}</b> · profile "
              f"<b>{escape(document['profile']['name'])}</b> ({escape(document['profile']['description'])}) · "
+             f"judged as <b>{escape(NsqVersion.parse(document['nsq_version']).label)}</b> · "
              f"{'strict' if document['strict'] else 'non-strict'} · time scale {document['time_scale']:g} · "
              f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(document['started']))} · "
              f"{document['wall_time_s']} s wall</div>",

@@ -196,8 +196,9 @@ FOREIGN_LOOKUPD = Fault(  # not in the catalogue: a broker like the foreign nsql
 
 def test_a_case_reports_every_difference_strongest_first(tmp_path):
     """Issue 34 item 2: NSQLOOKUPD-V1-009 against an nsqlookupd without /topic/tombstone (L-HTTP-12, MUST) and /debug
-    (L-HTTP-13, SHOULD) whose /lookup leaves out the topology pair (what the v1.3.0 tag does): the case goes on past
-    each and lists them all, the MUST first, the topology pair a named SHOULD, last; alone it is NON-STRICT."""
+    (L-HTTP-13, SHOULD): the case goes on past each and lists them all, the MUST first. Issue 34 item 3: the
+    topology pair its /lookup leaves out (what the v1.3.0 tag does) is master's (L-HTTP-19): not judged as v1.3.0,
+    where its case is UNSUPPORTED saying so, never PASS; a named SHOULD, NON-STRICT, with --nsq-version master."""
     case_id = "cases/test_lookupd_producers.py::test_answers_name_only_the_topic_asked_about"
     with EmbeddedLookupd() as lookupd:
         proxy = FaultyProxy(lookupd.http_address, FOREIGN_LOOKUPD).start()
@@ -212,18 +213,27 @@ def test_a_case_reports_every_difference_strongest_first(tmp_path):
     headlines = [line for line in case["message"].splitlines() if line.startswith("[")]
     assert headlines[0].startswith("[MUST L-HTTP-12] POST /topic/tombstone"), headlines
     assert any(line.startswith("[SHOULD L-HTTP-13] the HTTP body is JSON") for line in headlines), headlines
-    assert "topology_region and topology_zone" in headlines[-1] and "v1.3.0 tag" in headlines[-1], headlines
+    assert not any("topology" in line for line in headlines), headlines
     assert case["broken"][0] == "L-HTTP-12 MUST" and "L-HTTP-13 SHOULD" in case["broken"], case["broken"]
     only_topology = replace(FOREIGN_LOOKUPD, request=None)
+    topology_id = "cases/test_lookupd_producers.py::test_names_each_producers_topology"
+    verdicts = {}
     with EmbeddedLookupd() as lookupd:
         proxy = FaultyProxy(lookupd.http_address, only_topology).start()
         try:
-            _, cases, _ = run_cases(tmp_path / "tag", "--lookupd-target", "%s:%d" % lookupd.tcp_address,
-                                    "--lookupd-http-target", "%s:%d" % proxy.address,
-                                    selection="answers_name_only_the_topic_asked_about")
+            for version in ("1.3.0", "master"):
+                _, cases, report = run_cases(
+                    tmp_path / version, "--lookupd-target", "%s:%d" % lookupd.tcp_address, "--lookupd-http-target",
+                    "%s:%d" % proxy.address, "--nsq-version", version,
+                    selection="answers_name_only_the_topic_asked_about or names_each_producers_topology")
+                verdicts[version] = (cases[case_id]["verdict"], cases[topology_id], report["nsq_version"])
         finally:
             proxy.stop()
-    assert cases[case_id]["verdict"] == "NON-STRICT", cases[case_id]
+    assert verdicts["1.3.0"][0] == verdicts["master"][0] == "PASS", verdicts
+    tag, master = verdicts["1.3.0"][1], verdicts["master"][1]
+    assert tag["verdict"] == "UNSUPPORTED" and tag["message"].startswith("not in nsqd v1.3.0: L-HTTP-19"), tag
+    assert master["verdict"] == "NON-STRICT" and master["broken"] == ["L-HTTP-19 SHOULD"], master
+    assert (verdicts["1.3.0"][2], verdicts["master"][2]) == ("1.3.0", "master")
 
 
 def run_cases(reports: Path, *options: str, selection: str) -> tuple[int, dict, dict]:

@@ -1,0 +1,92 @@
+"""--nsq-version and the catalogue's since/until (conformance/versions.py, issue 34 item 3): the releases order, an
+item outside the chosen release is not judged (its case UNSUPPORTED, saying so, never PASS), and a case whose
+expectation differs by release checks the chosen one's."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.spec import SpecError, _behaviour, behaviours, not_in_version
+from conformance.versions import NsqVersion, Span, VersionError
+
+ROOT = Path(__file__).parents[2]
+RELEASES = ("1.0.0-compat", "1.1.0", "1.2.0", "1.2.1", "1.3.0", "master")
+
+
+def test_releases_order_and_master_comes_after_every_release():
+    versions = [NsqVersion.parse(text) for text in RELEASES]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)
+    assert NsqVersion.parse("v1.2.1") == NsqVersion.parse("1.2.1") and str(NsqVersion.parse("v1.2.1")) == "1.2.1"
+    assert NsqVersion.parse("99.0.0") < NsqVersion.parse("master")
+    assert NsqVersion.parse("1.3.0").label == "nsqd v1.3.0" and NsqVersion.parse("master").label == "nsqd master"
+    for bad in ("1.3", "latest", "1.3.0.1", ""):
+        with pytest.raises(VersionError):
+            NsqVersion.parse(bad)
+
+
+def test_a_span_has_since_and_not_until():
+    span = Span.of("1.2.0", "1.3.0")
+    assert [span.has(NsqVersion.parse(text)) for text in RELEASES] == [False, False, True, True, False, False]
+    assert Span.of("master", None).has(NsqVersion.parse("master"))
+    assert not Span.of("master", None).has(NsqVersion.parse("1.3.0"))
+    with pytest.raises(VersionError):
+        Span.of("1.3.0", "1.2.0")
+
+
+def test_the_catalogue_loads_its_spans_and_refuses_a_bad_one():
+    spans = {item.id: item.releases for item in behaviours().values() if item.releases != Span()}
+    assert spans["R-16"] == Span.of("master", None) and spans["C-35"] == Span.of(None, "1.3.0"), spans
+    entry = {"id": "R-16", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s"}
+    with pytest.raises(SpecError, match="R-16: .*not an nsqd version"):
+        _behaviour(Path("x.toml"), {**entry, "since": "one"})
+    with pytest.raises(SpecError, match="R-16: since 1.3.0 is not before until 1.2.0"):
+        _behaviour(Path("x.toml"), {**entry, "since": "1.3.0", "until": "1.2.0"})
+
+
+def test_an_item_the_release_lacks_is_named_in_the_reason():
+    assert not_in_version(["R-16"], NsqVersion.parse("1.3.0")) == "not in nsqd v1.3.0: R-16 is since master"
+    assert not_in_version(["R-16"], NsqVersion.parse("master")) is None
+    assert not_in_version(["R-16", "R-02"], NsqVersion.parse("1.3.0")) is None  # R-02 is in every release
+
+
+def run(tmp_path: Path, *options: str, selection: str) -> tuple[int, dict, dict]:
+    completed = subprocess.run(
+        [sys.executable, "-m", "conformance", "--workers", "0", "--reports-dir", str(tmp_path), "--strict", *options,
+         "--", "-k", selection, "-q"], capture_output=True, text=True, timeout=180, cwd=ROOT)
+    report = json.loads((tmp_path / "report.json").read_text())
+    return completed.returncode, {case["id"]: case for case in report["cases"]}, report
+
+
+def test_a_case_of_a_later_release_is_unsupported_saying_so_and_judged_when_asked(tmp_path):
+    """The embedded reference broker counts deliveries by locality (H-STATS-12, master): as v1.3.0 the case is
+    UNSUPPORTED with the reason, not PASS; as master it PASSes. The report and its banner name the version."""
+    case_id = "cases/test_http.py::test_stats_count_deliveries_by_locality"
+    code, cases, report = run(tmp_path / "tag", selection="stats_count_deliveries_by_locality")
+    assert cases[case_id]["verdict"] == "UNSUPPORTED", cases[case_id]
+    assert cases[case_id]["message"] == "not in nsqd v1.3.0: H-STATS-12 is since master"
+    assert report["nsq_version"] == "1.3.0" and "judged as <b>nsqd v1.3.0</b>" in (
+        tmp_path / "tag" / "report.html").read_text()
+    code, cases, report = run(tmp_path / "master", "--nsq-version", "master",
+                              selection="stats_count_deliveries_by_locality")
+    assert cases[case_id]["verdict"] == "PASS" and code == 0 and report["nsq_version"] == "master", cases[case_id]
+
+
+def test_a_case_checks_the_chosen_releases_expectation(tmp_path):
+    """The reference broker words a short message ID as v1.3.0 does ('invalid message ID', C-34): judged as 1.2.1,
+    whose text was 'Invalid Message ID' (C-35), the same answer is a wording FAIL under --strict."""
+    case_id = "cases/test_errors.py::test_short_message_id_is_fatal"
+    _, cases, _ = run(tmp_path / "tag", selection="short_message_id_is_fatal")
+    assert cases[case_id]["verdict"] == "PASS", cases[case_id]
+    code, cases, _ = run(tmp_path / "old", "--nsq-version", "1.2.1", selection="short_message_id_is_fatal")
+    assert cases[case_id]["verdict"] == "FAIL" and code == 1, cases[case_id]
+    assert "Invalid Message ID" in cases[case_id]["message"], cases[case_id]["message"]
+
+
+def test_a_version_that_is_none_is_one_line_and_exit_2():
+    completed = subprocess.run([sys.executable, "-m", "conformance", "--nsq-version", "newest"],
+                               capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert completed.returncode == 2 and completed.stderr.count("\n") == 1, completed.stderr
+    assert "--nsq-version: 'newest' is not an nsqd version" in completed.stderr
