@@ -11,6 +11,7 @@ its items (``ITEMS``), which ``nsq-conformance explain`` lists and the tests che
 
 from __future__ import annotations
 
+from nsq_protocol.monitors.answers import AnswersAsNsqd
 from nsq_protocol.monitors.delivery import (
     AttemptsGrow,
     FinishedStaysFinished,
@@ -33,7 +34,7 @@ from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
 
 MONITORS: tuple[type[Monitor], ...] = (
-    ErrorsAreErrorFrames, FatalErrorsClose, MessageFields, AnswersOnlyToCommands,
+    ErrorsAreErrorFrames, FatalErrorsClose, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered,

@@ -342,3 +342,80 @@ def test_a_violation_is_valid_utf8_whatever_bytes_the_broker_sent():
     strings = [violation.connection, violation.expected, violation.observed, *violation.evidence]
     assert all(text.encode("utf-8") for text in strings), "a lone surrogate does not encode"
     assert "\ufffd" in violation.evidence[0]
+
+
+# ---- answers as nsqd gives them --------------------------------------------------------------------------
+
+def subscribed(timing: bool = True) -> Traffic:
+    return Traffic(timing).connect().send(0.0, b"SUB", "t", "c").ok(0.01)
+
+
+def test_a_command_refused_in_its_state_but_answered_ok_is_named_by_the_state_rule():
+    assert subscribed().send(0.1, b"SUB", "t", "d").ok(0.11).violations(0.2) == [("P-SUB-01", BROKER)]
+    assert subscribed().send(0.1, b"IDENTIFY", body=b"{}").ok(0.11).violations(0.2) == [("P-ID-01", BROKER)]
+    closing = subscribed().send(0.1, b"CLS").receive(0.11, wire.FRAME_RESPONSE, b"CLOSE_WAIT")
+    assert closing.send(0.2, b"CLS").receive(0.21, wire.FRAME_RESPONSE, b"CLOSE_WAIT").violations(0.3) == [
+        ("P-CLS-01", BROKER)]
+    refused = subscribed().send(0.1, b"SUB", "t", "d").error(0.11, b"E_INVALID cannot SUB in current state")
+    assert refused.close(0.12, BROKER).violations(0.2) == []
+
+
+def test_a_refusal_that_never_comes_is_named_when_a_later_answer_or_the_close_shows_it():
+    ignored = Traffic().connect().send(0.0, b"RDY", 1).send(0.1, b"SUB", "t", "c").ok(0.11)
+    assert ignored.violations(0.2) == [("P-RDY-02", BROKER)]
+    left_open = Traffic().connect().send(0.0, b"RDY", 1).close(2.0, CLIENT)
+    assert left_open.violations(2.0) == [("P-RDY-02", BROKER)]
+    unflushed = Traffic().connect().send(0.0, b"nop").close(0.5, BROKER)
+    assert unflushed.violations(0.5) == [("C-23", BROKER)]
+    assert Traffic().connect().send(0.0, b"nop").close(0.05, BROKER).violations(0.1) == [], "a race with a shutdown"
+    assert Traffic().connect().send(0.0, b"RDY", 1).close(0.5, CLIENT).violations(0.5) == [], "closed before it came"
+
+
+def test_the_error_code_is_nsqds_for_what_was_asked():
+    def answer(command: tuple, error: bytes) -> list:
+        traffic = subscribed().send(0.1, *command[:-1], body=command[-1]).error(0.11, error)
+        return traffic.close(0.12, BROKER).violations(0.2)
+    assert answer((b"PUB", "a!b", b"x"), b'E_INVALID PUB topic name "a!b" is not valid') == [("P-PUB-02", BROKER)]
+    assert answer((b"PUB", "a!b", b"x"), b'E_BAD_TOPIC PUB topic name "a!b" is not valid') == []
+    assert answer((b"PUB", "t", b""), b"E_BAD_BODY PUB invalid message body size 0") == [("P-PUB-03", BROKER)]
+    assert answer((b"PUB", "t", b""), b"E_BAD_MESSAGE PUB invalid message body size 0") == []
+    assert answer((b"MPUB", "a!b", wire.mpub_body([b"x"])), b'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "a!b" is not '
+                  b'valid') == [], "X-11: MPUB's code twice"
+    failed = subscribed().send(0.1, b"FIN", ID1.decode())
+    assert failed.error(0.11, b"E_INVALID FIN 0000000000000001 failed ID not in flight").violations(0.2) == [
+        ("P-FIN-04", BROKER)]
+
+
+def test_an_error_not_worded_as_nsqd_words_it_is_c08():
+    reworded = Traffic().connect().send(0.0, b"ASDF").error(0.01, b"E_INVALID reworded: invalid command ASDF")
+    assert reworded.close(0.02, BROKER).violations(0.1) == [("C-08", BROKER)]
+    exact = Traffic().connect().send(0.0, b"ASDF").error(0.01, b"E_INVALID invalid command ASDF")
+    assert exact.close(0.02, BROKER).violations(0.1) == []
+    tls = Traffic().connect().send(0.0, b"NOP").error(0.01, b"E_INVALID cannot NOP in current state (TLS required)")
+    assert tls.close(0.02, BROKER).violations(0.1) == [], "a TLS-required policy the traffic does not show (P-G-01)"
+
+
+def test_an_error_that_overtakes_an_earlier_answer_is_c13():
+    traffic = Traffic().connect().send(0.0, b"SUB", "t", "c").send(0.0, b"FIN", ID1.decode())
+    traffic.send(0.0, b"PUB", "t", body=b"x").error(0.01, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+    assert ("C-13", BROKER) in traffic.ok(0.02).ok(0.02).violations(0.1)
+    in_order = Traffic().connect().send(0.0, b"SUB", "t", "c").send(0.0, b"FIN", ID1.decode())
+    in_order.send(0.0, b"PUB", "t", body=b"x").ok(0.01)
+    in_order.error(0.01, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+    assert in_order.ok(0.02).violations(0.1) == [("P-FIN-04", CLIENT)], "a FIN of what it never got"
+
+
+def test_an_identify_never_answered_is_id11_when_it_asked_for_a_level_nsqd_never_refuses():
+    def run(level: int, close_by: str | None = None) -> list:
+        traffic = Traffic().connect()
+        traffic.identify(0.0, {"feature_negotiation": True, "deflate": True, "deflate_level": level})
+        if close_by:
+            traffic.close(0.3, close_by)
+        return traffic.connect("B", 3.0).send(3.0, b"NOP", conn="B").violations(3.0)
+    assert run(-5) == [("ID-11", BROKER)]
+    assert run(-5, close_by=BROKER) == [("ID-11", BROKER)]
+    assert run(3) == [("P-ID-04", BROKER)]
+    answered = Traffic().connect().identify(0.0, {"deflate_level": -5}).ok(0.01)
+    assert answered.connect("B", 3.0).send(3.0, b"NOP", conn="B").violations(3.0) == []
+    assert Traffic(timing=False).connect().identify(0.0, {"deflate_level": -5}).violations(9.0) == [], \
+        "a suite reads its answers when it wants them"
