@@ -17,7 +17,6 @@ from nsq_protocol.monitors.delivery import (
     FinishedStaysFinished,
     FinOfUndelivered,
     NotTimedOutEarly,
-    RdyWindow,
     SettledOrTimedOutComesBack,
 )
 from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
@@ -26,16 +25,18 @@ from nsq_protocol.monitors.framing import (
     ErrorsAreErrorFrames,
     FatalErrorsClose,
     MessageFields,
+    NonFatalErrorsKeepOpen,
 )
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
-from nsq_protocol.monitors.identify import IdentifyAnswer
+from nsq_protocol.monitors.identify import IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
+from nsq_protocol.monitors.window import RdyWindow
 
 MONITORS: tuple[type[Monitor], ...] = (
-    ErrorsAreErrorFrames, FatalErrorsClose, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
-    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer,
+    ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
+    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered,
 )

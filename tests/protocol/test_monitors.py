@@ -419,3 +419,66 @@ def test_an_identify_never_answered_is_id11_when_it_asked_for_a_level_nsqd_never
     assert answered.connect("B", 3.0).send(3.0, b"NOP", conn="B").violations(3.0) == []
     assert Traffic(timing=False).connect().identify(0.0, {"deflate_level": -5}).violations(9.0) == [], \
         "a suite reads its answers when it wants them"
+
+
+def test_a_close_right_after_a_non_fatal_error_is_c23_unless_a_shutdown_or_a_delete_explains_it():
+    def run(then_alive: bool = True, deleted: bool = False) -> list:
+        traffic = subscribed().connect("B", 0.0).send(0.1, b"FIN", ID1.decode())
+        traffic.error(0.11, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+        if deleted:
+            traffic.judge.http(HttpAction(T0 + 0.2, "/channel/delete", "t", "c", 200))
+        traffic.close(0.4, BROKER)
+        if then_alive:
+            traffic.heartbeat(0.5, conn="B")
+        return [found for found in traffic.violations(1.0) if found[1] == BROKER]
+    assert run() == [("C-23", BROKER)]
+    assert run(then_alive=False) == [], "the broker may have shut down"
+    assert run(deleted=True) == [], "D-62: a deleted channel's subscribers are closed"
+
+
+# ---- IDENTIFY's numbers and upgrades --------------------------------------------------------------------
+
+def negotiated(asked: dict, **answered) -> Traffic:
+    answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
+        "tls_v1": False, "snappy": False, "deflate": False, "deflate_level": 6, "max_deflate_level": 6} | answered
+    return Traffic().connect().identify(0.0, {"feature_negotiation": True, **asked}).receive(
+        0.01, wire.FRAME_RESPONSE, json.dumps(answer).encode())
+
+
+def test_a_deflate_level_other_than_nsqd_picks_is_id11():
+    assert negotiated({"deflate": True, "deflate_level": 1}, deflate=True).ok(0.02).violations(0.1) == [
+        ("ID-11", BROKER)]
+    assert negotiated({"deflate": True, "deflate_level": 1}, deflate=True, deflate_level=1).ok(0.02).violations(
+        0.1) == []
+    assert negotiated({"deflate": True, "deflate_level": 9}, deflate=True).ok(0.02).violations(0.1) == [], "capped"
+    assert negotiated({"deflate": True, "deflate_level": -5}, deflate=True).ok(0.02).violations(0.1) == []
+    assert negotiated({"deflate_level": 3}).violations(0.1) == [], "without deflate: 6"
+
+
+def test_a_compression_agreed_without_its_ok_is_id30():
+    silent = negotiated({"snappy": True}, snappy=True).connect("B", 2.0).send(2.0, b"NOP", conn="B")
+    assert silent.violations(2.0) == [("ID-30", BROKER)]
+    upgraded = negotiated({"snappy": True}, snappy=True).ok(0.02).connect("B", 2.0).send(2.0, b"NOP", conn="B")
+    assert upgraded.violations(2.0) == []
+
+
+# ---- the RDY window ---------------------------------------------------------------------------------------
+
+def test_a_delivery_after_rdy_0_and_the_fin_that_freed_the_slot_is_d03_once_the_fin_proved_settled():
+    """Unknown msg_timeout: the first message might have timed out, unless its later FIN succeeded."""
+    def run(fin_failed: bool) -> list:
+        traffic = Traffic().connect().send(0.0, b"SUB", "t", "c").ok(0.01).send(0.02, b"RDY", 1).message(0.03, ID1)
+        traffic.send(0.04, b"RDY", 0).send(0.04, b"FIN", ID1.decode()).message(0.05, ID2)
+        if fin_failed:
+            traffic.error(0.06, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+        return traffic.close(1.0, CLIENT).violations(1.0)
+    assert run(fin_failed=False) == [("D-03", BROKER)]
+    assert run(fin_failed=True) == [], "the first had timed out: the window had room before RDY 0 was taken"
+    lowered_later = consumer(rdy=1).message(0.1, ID1).send(0.2, b"FIN", ID1.decode()).message(0.21, ID2)
+    assert lowered_later.send(0.21, b"RDY", 0).violations(0.3) == [], "the RDY 0 came after it on the wire"
+
+
+def test_a_delivery_after_cls_was_answered_is_p_cls_02():
+    traffic = Traffic().connect().send(0.0, b"SUB", "t", "c").ok(0.01).send(0.02, b"CLS")
+    traffic.receive(0.03, wire.FRAME_RESPONSE, b"CLOSE_WAIT").send(0.04, b"RDY", 5).message(0.3, ID1)
+    assert traffic.violations(0.4) == [("P-CLS-02", BROKER)]
