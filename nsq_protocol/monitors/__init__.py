@@ -12,6 +12,7 @@ its items (``ITEMS``), which ``nsq-conformance explain`` lists and the tests che
 from __future__ import annotations
 
 from nsq_protocol.monitors.answers import AnswersAsNsqd
+from nsq_protocol.monitors.buffering import FlushedAtOnce
 from nsq_protocol.monitors.delivery import (
     AttemptsGrow,
     FinishedStaysFinished,
@@ -32,13 +33,14 @@ from nsq_protocol.monitors.identify import IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
+from nsq_protocol.monitors.sampling import SampledShare
 from nsq_protocol.monitors.window import RdyWindow
 
 MONITORS: tuple[type[Monitor], ...] = (
     ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
-    DeferredWaits, DeliveredAsPublished, PublishedIsDelivered,
+    DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare,
 )
 
 

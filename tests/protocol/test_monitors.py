@@ -482,3 +482,34 @@ def test_a_delivery_after_cls_was_answered_is_p_cls_02():
     traffic = Traffic().connect().send(0.0, b"SUB", "t", "c").ok(0.01).send(0.02, b"CLS")
     traffic.receive(0.03, wire.FRAME_RESPONSE, b"CLOSE_WAIT").send(0.04, b"RDY", 5).message(0.3, ID1)
     assert traffic.violations(0.4) == [("P-CLS-02", BROKER)]
+
+
+# ---- output buffering and sampling -----------------------------------------------------------------------
+
+def test_a_message_filling_the_window_or_unbuffered_late_on_the_wire_is_d40_or_id04():
+    def run(delivered_at: float, rdy: int = 1, asked: dict | None = None, second_consumer: bool = False) -> list:
+        traffic = Traffic().connect()
+        if asked is not None:
+            traffic.identify(0.0, asked).ok(0.005)
+        traffic.send(0.01, b"SUB", "t", "c").ok(0.02).send(0.03, b"RDY", rdy)
+        if second_consumer:
+            traffic.connect("B", 0.0).send(0.01, b"SUB", "t", "c", conn="B").ok(0.02, conn="B")
+        traffic.connect("P", 0.0).send(0.1, b"PUB", "t", body=b"x", conn="P").ok(0.11, conn="P")
+        return traffic.message(delivered_at, ID1, body=b"x").violations(delivered_at + 0.1)
+    assert run(0.36) == [("D-40", BROKER)]
+    assert run(0.15) == []
+    assert run(0.36, rdy=5) == [], "a lone message below RDY waits for the buffer's ticker (D-41)"
+    assert run(0.36, rdy=5, asked={"output_buffer_size": -1}) == [("ID-04", BROKER)]
+    assert run(0.36, second_consumer=True) == [], "another consumer of the channel may have held it first"
+
+
+def test_a_sampling_client_sent_a_long_run_of_consecutive_ids_is_d45():
+    def run(ids: list[int], rate: int = 10) -> list:
+        traffic = Traffic().connect().identify(0.0, {"sample_rate": rate}).ok(0.01).send(0.02, b"SUB", "t", "c")
+        traffic.ok(0.03).send(0.04, b"RDY", 100)
+        for index, number in enumerate(ids):
+            traffic.message(0.1 + index / 1000, b"%016x" % number)
+        return traffic.close(1.0, CLIENT).violations(1.0)
+    assert run(list(range(100, 130))) == [("D-45", BROKER)]
+    assert run(list(range(100, 400, 9))) == [], "about one in nine kept"
+    assert run(list(range(100, 130)), rate=0) == [], "no sampling"
