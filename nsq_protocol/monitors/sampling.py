@@ -41,7 +41,7 @@ class SampledShare(Monitor):
         if not ids:
             return
         longest = run = 1
-        for previous, current in zip(ids, ids[1:]):
+        for previous, current in zip(ids, ids[1:], strict=False):
             run = run + 1 if current == previous + 1 else 1
             longest = max(longest, run)
         share = _kept_share(connection)
