@@ -44,8 +44,8 @@ MONITORS: tuple[type[Monitor], ...] = (
 )
 
 
-def new_judge(*, timing: bool, http_seen: bool) -> Judge:
-    return Judge([monitor() for monitor in MONITORS], timing=timing, http_seen=http_seen)
+def new_judge(*, timing: bool, http_seen: bool, wording: bool = True) -> Judge:
+    return Judge([monitor() for monitor in MONITORS], timing=timing, http_seen=http_seen, wording=wording)
 
 
 __all__ = ["BROKER", "CLIENT", "HttpAction", "Judge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash",

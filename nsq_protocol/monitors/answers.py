@@ -67,11 +67,11 @@ class AnswersAsNsqd(Monitor):
         if (event.kind == ERROR) != bool(_ERROR_CODE.match(event.name.split(" ", 1)[0])):
             self._done.add(name)  # an error without its code, or one in a response frame: C-07, C-08
             return
-        self._match(connection, session, pending, event)
+        self._match(judge, connection, session, pending, event)
 
-    def _match(self, connection, session, pending, event):
+    def _match(self, judge, connection, session, pending, event):
         for index, (command, expected) in enumerate(pending):
-            answer = expected.fitting(event)
+            answer = expected.fitting(event, judge.wording)
             if answer is not None:
                 for _ in range(index):  # nsqd handles commands in order: those before it were silent
                     session.answered(pending.popleft()[0], None)

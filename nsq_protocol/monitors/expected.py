@@ -34,8 +34,9 @@ class Answer:
     text: str = ANY_TEXT
     item: str = ""
 
-    def fits(self, event: Observed) -> bool:
-        return event.kind == self.kind and event.name == self.name and self.worded(event)
+    def fits(self, event: Observed, wording: bool = True) -> bool:
+        """``event`` is this answer: its kind, name or code, and (``wording``) its description as nsqd words it."""
+        return event.kind == self.kind and event.name == self.name and (not wording or self.worded(event))
 
     def worded(self, event: Observed) -> bool:
         if self.kind != ERROR or len(event.text) >= TEXT_KEPT:  # a description cut short by the decoder
@@ -61,8 +62,8 @@ class Expected:
         """nsqd refuses the command whatever the traffic does not show: a fatal error, then the close (C-23)."""
         return not self.silent and all(answer.fatal for answer in self.answers)
 
-    def fitting(self, event: Observed) -> Answer | None:
-        return next((answer for answer in self.answers if answer.fits(event)), None)
+    def fitting(self, event: Observed, wording: bool = True) -> Answer | None:
+        return next((answer for answer in self.answers if answer.fits(event, wording)), None)
 
 
 @dataclass

@@ -391,6 +391,10 @@ def test_an_error_not_worded_as_nsqd_words_it_is_c08():
     assert reworded.close(0.02, BROKER).violations(0.1) == [("C-08", BROKER)]
     exact = Traffic().connect().send(0.0, b"ASDF").error(0.01, b"E_INVALID invalid command ASDF")
     assert exact.close(0.02, BROKER).violations(0.1) == []
+    suite = Traffic()
+    suite.judge = monitors.new_judge(timing=False, http_seen=False, wording=False)
+    suite.connect().send(0.0, b"ASDF").error(0.01, b"E_INVALID reworded: invalid command ASDF")
+    assert suite.close(0.02, BROKER).violations(0.1) == [], "the suite's cases judge the wording, as a SHOULD"
     tls = Traffic().connect().send(0.0, b"NOP").error(0.01, b"E_INVALID cannot NOP in current state (TLS required)")
     assert tls.close(0.02, BROKER).violations(0.1) == [], "a TLS-required policy the traffic does not show (P-G-01)"
 
