@@ -16,6 +16,8 @@ from nsq_protocol.monitors.monitor import Monitor
 UNANSWERED_S = 0.2  # nsqd answers a command it has read at once: a close this much later without the answer is no race
 STILL_OPEN_S = 1.0  # after a command nsqd refuses, the error and the close; the capture's slack
 IDENTIFY_ANSWER_S = 2.0  # nsqd answers IDENTIFY without waiting on anything (its TLS handshake comes after the JSON)
+SILENT_AFTER_S = 5.0  # a FIN, REQ or TOUCH unrefused this long was silent: a consumer's commands are not kept forever
+MOST_PENDING = 100_000  # without the wire's times, a connection with more commands awaiting their fate is let go
 _ERROR_CODE = re.compile(r"E_[A-Z_]+\Z")
 
 
@@ -54,6 +56,12 @@ class AnswersAsNsqd(Monitor):
         if event.kind == COMMAND:
             expected = session.expect(event)
             pending.append((event, expected))
+            while judge.timing and pending[0][1].silent and pending[0][0].ts < event.ts - SILENT_AFTER_S:
+                session.answered(pending.popleft()[0], None)
+            if len(pending) > MOST_PENDING:
+                self.skip("C-13", "too many commands awaiting their answer")
+                self._forget(name)
+                return
             if not expected.only_errors:
                 session.taken(event)
             if event.name == "IDENTIFY" and judge.timing:
@@ -107,7 +115,8 @@ class AnswersAsNsqd(Monitor):
                                 command, event)
                     return
         for command, expected in candidates:
-            if any(answer.name == event.name and answer.kind == event.kind for answer in expected.answers):
+            if any(answer.name == event.name and answer.kind == event.kind for answer in expected.answers) and \
+                    event.msg_id in (None, command.msg_id):  # an E_FIN_FAILED, ... is its own command's
                 self.report("C-08", BROKER, event.ts, connection.name, f"{event.name} {_described(expected, event)}",
                             f"{event.name} {event.text[:80]}", command, event)
                 return
@@ -116,12 +125,15 @@ class AnswersAsNsqd(Monitor):
             self.report(expected.item, BROKER, event.ts, connection.name, _described_all(expected),
                         event.describe()[2:], command, event)
 
+    def _forget(self, name):
+        self._done.add(name)
+        self._sessions.pop(name, None)
+        self._pending.pop(name, None)
+
     def closed(self, judge, connection):
         name = connection.name
-        if name in self._done:
-            return
-        self._done.add(name)
-        first = _first_due(self._pending.get(name, ()))
+        first = _first_due(self._pending.get(name, ())) if name not in self._done else None
+        self._forget(name)
         if first is None:
             return
         command, expected = first
