@@ -14,7 +14,7 @@ _KILLED = "kill the target"  # case.py's note of a SIGKILL
 
 def judge(transcript: Transcript) -> monitors.Judge:
     """The monitors' judge over one case's V2 connections (its HTTP requests are not fed: ``http_seen`` False)."""
-    judge = monitors.new_judge(timing=False, http_seen=False)
+    judge = monitors.new_judge(timing=False, http_seen=False, wording=False)  # the cases judge nsqd's wording
     for event in transcript.events:
         name, at = event.connection, transcript.wall_time(event)
         if event.direction == NOTE:

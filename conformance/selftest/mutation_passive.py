@@ -91,6 +91,12 @@ def judged(result: dict, capture: Path) -> dict:
     return {**result, "status": "named" if named else "seen" if found else "missed", "named_by": named}
 
 
+def current(result: dict) -> dict:
+    """A run's result with what the fault's requirements cite today: the catalogue may have moved since the run."""
+    fault = BY_NAME[result["fault"]]
+    return {**result, "expected_items": sorted(expected_items(fault)), "tcp_visible": tcp_visible(fault)}
+
+
 def summarize(results: list[dict], seconds: float) -> dict:
     scored = [r for r in results if r["fault"] != "none" and r["tcp_visible"] and r["status"] != "error"]
     named = [r["fault"] for r in scored if r["status"] == "named"]
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.rejudge:
         before = json.loads((args.reports_dir / "mutation-passive.json").read_text())["faults"]
-        results = [judged(result, args.reports_dir / "runs" / result["fault"] / "suite.pcap")
+        results = [judged(current(result), args.reports_dir / "runs" / result["fault"] / "suite.pcap")
                    if result["status"] != "error" else result for result in before]
     else:
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:

@@ -11,12 +11,13 @@ its items (``ITEMS``), which ``nsq-conformance explain`` lists and the tests che
 
 from __future__ import annotations
 
+from nsq_protocol.monitors.answers import AnswersAsNsqd
+from nsq_protocol.monitors.buffering import FlushedAtOnce
 from nsq_protocol.monitors.delivery import (
     AttemptsGrow,
     FinishedStaysFinished,
     FinOfUndelivered,
     NotTimedOutEarly,
-    RdyWindow,
     SettledOrTimedOutComesBack,
 )
 from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
@@ -25,23 +26,26 @@ from nsq_protocol.monitors.framing import (
     ErrorsAreErrorFrames,
     FatalErrorsClose,
     MessageFields,
+    NonFatalErrorsKeepOpen,
 )
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
-from nsq_protocol.monitors.identify import IdentifyAnswer
+from nsq_protocol.monitors.identify import IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
+from nsq_protocol.monitors.sampling import SampledShare
+from nsq_protocol.monitors.window import RdyWindow
 
 MONITORS: tuple[type[Monitor], ...] = (
-    ErrorsAreErrorFrames, FatalErrorsClose, MessageFields, AnswersOnlyToCommands,
-    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer,
+    ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
+    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
-    DeferredWaits, DeliveredAsPublished, PublishedIsDelivered,
+    DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare,
 )
 
 
-def new_judge(*, timing: bool, http_seen: bool) -> Judge:
-    return Judge([monitor() for monitor in MONITORS], timing=timing, http_seen=http_seen)
+def new_judge(*, timing: bool, http_seen: bool, wording: bool = True) -> Judge:
+    return Judge([monitor() for monitor in MONITORS], timing=timing, http_seen=http_seen, wording=wording)
 
 
 __all__ = ["BROKER", "CLIENT", "HttpAction", "Judge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash",

@@ -52,6 +52,11 @@ class Connection:
         return event is self._upgrade_ok
 
     @property
+    def upgrades_pending(self) -> bool:
+        """An upgrade the JSON answer agreed to has not sent its OK yet (ID-30)."""
+        return self._upgrade_oks > 0
+
+    @property
     def subscription(self) -> tuple[str, str] | None:
         return (self.topic, self.channel) if self.topic is not None else None
 

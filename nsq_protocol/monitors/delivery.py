@@ -1,55 +1,17 @@
-"""Delivery: the RDY window (D-01), attempts (C-12), what FIN, REQ, TOUCH and a timeout do to a message (P-FIN-06,
+"""Delivery: attempts (C-12), what FIN, REQ, TOUCH and a timeout do to a message (P-FIN-06,
 P-REQ-07, P-TOUCH-04, D-11), and the client's FIN of a message it never got (P-FIN-04). The judge's ledger
 (judge.py) follows each message across its channel's consumers."""
 
 from __future__ import annotations
 
-from collections import deque
 from heapq import heappop, heappush
 
 from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, MESSAGE
 from nsq_protocol.monitors.monitor import Monitor
 
-RDY_GRACE_S = 1.0  # D-16: messages buffered before a lower RDY reached the broker still arrive
 COMES_BACK_S = 6.0  # D-14: a channel younger than 5 s may see its timeouts and deferrals fire that much late
 TIMED = "the times are when the client read the frames, not when they arrived"
 CRASHED = "the broker crashed: a disk queue whose read position was not synced hands messages on again"
-
-
-class RdyWindow(Monitor):
-    """D-01: a message goes out only while the client's in-flight count is below its RDY. Counted from the
-    subscription on (D-04: RDY starts at 0); a message leaves the count when settled or, at the earliest, when the
-    broker may have timed it out."""
-
-    ITEMS = ("D-01",)
-
-    def __init__(self):
-        super().__init__()
-        self._rdy: dict[str, deque] = {}  # connection -> (since, count) of the RDYs within the grace
-
-    def observe(self, judge, connection, event, answered):
-        if event.kind == COMMAND and event.name in ("RDY", "CLS", "SUB") and connection.rdy is not None:
-            history = self._rdy.setdefault(connection.name, deque())
-            history.append((event.ts, connection.rdy))
-            return
-        if event.kind != MESSAGE:
-            return
-        if not judge.timing:
-            self.skip("D-01", TIMED)
-            return
-        history = self._rdy.get(connection.name)
-        if history is None:
-            self.skip("D-01", "the subscription's start (its RDY) is not in the traffic")
-            return
-        while len(history) > 1 and history[1][0] < event.ts - RDY_GRACE_S:
-            history.popleft()
-        rdy = max(count for _, count in history)
-        # the message itself, delivered again, is no longer in flight to the broker
-        in_flight = sum(1 for msg_id, delivery in connection.in_flight.items()
-                        if delivery.earliest_timeout > event.ts and msg_id != event.msg_id)
-        if rdy is not None and in_flight >= rdy:
-            self.report("D-01", BROKER, event.ts, connection.name, f"fewer than RDY {rdy} in flight before a "
-                        "delivery", f"a delivery with {in_flight} in flight", event)
 
 
 class AttemptsGrow(Monitor):

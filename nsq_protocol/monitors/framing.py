@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from nsq_protocol.monitors.events import BROKER, CLIENT, ERROR, HEARTBEAT, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, CLIENT, ERROR, HEARTBEAT, MESSAGE, NON_FATAL_ERRORS, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
 _ERROR_CODE = re.compile(r"E_[A-Z_]+\Z")
@@ -13,6 +13,8 @@ _MESSAGE_ID = re.compile(r"[0-9a-f]{16}\Z")
 NSQ_EPOCH_NS = 1_325_376_000 * 10**9  # 2012-01-01: no nsqd stamped a message before it
 STAMP_SLACK_NS = 2 * 10**9  # between the broker's clock and the traffic's
 FATAL_CLOSE_S = 1.0  # nsqd closes right after writing a fatal error; this is the capture's slack
+KEEP_OPEN_S = 1.0  # a broker's close this soon after a non-fatal error is that error's doing
+ALIVE_S = 0.5  # a broker that answers on another connection this soon after a close did not shut down
 
 
 class ErrorsAreErrorFrames(Monitor):
@@ -75,6 +77,50 @@ class FatalErrorsClose(Monitor):
                 self.report("C-23", BROKER, now, name, "the broker closes the connection after the fatal error",
                             f"still open {now - connection.fatal_error.ts:.1f} s later, when the traffic ends",
                             connection.fatal_error)
+
+
+class NonFatalErrorsKeepOpen(Monitor):
+    """C-23: after E_FIN_FAILED, E_REQ_FAILED or E_TOUCH_FAILED the connection stays usable. A close by the broker
+    within a second of one is judged where nothing else explains it (C-25): no fatal error, a command from the client
+    within two heartbeat intervals (C-29), no HTTP delete of a channel or topic (D-62), and the broker sending on
+    another connection right afterwards (no shutdown)."""
+
+    ITEMS = ("C-23",)
+
+    def __init__(self):
+        super().__init__()
+        self._failed: dict[str, object] = {}  # connection -> its latest non-fatal error
+        self._closes: list = []  # (close time, connection, error): closes still to be told from a shutdown
+        self._deleted_at: list[float] = []
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind == ERROR and event.name in NON_FATAL_ERRORS:
+            self._failed[connection.name] = event
+        elif event.sender == BROKER and self._closes:
+            for close in [close for close in self._closes if close[1] != connection.name]:
+                self._closes.remove(close)
+                closed_at, name, error = close
+                if closed_at < event.ts <= closed_at + ALIVE_S:
+                    self.report("C-23", BROKER, closed_at, name, "the connection open after a non-fatal error",
+                                f"closed by the broker {closed_at - error.ts:.2f} s after it", error)
+
+    def http(self, judge, action):
+        if action.path in ("/channel/delete", "/topic/delete") and action.status == 200:
+            self._deleted_at.append(action.ts)
+
+    def closed(self, judge, connection):
+        error = self._failed.pop(connection.name, None)
+        if error is None or not judge.timing or connection.closed_by != BROKER or connection.fatal_error is not None \
+                or connection.closed_at - error.ts > KEEP_OPEN_S:
+            return
+        interval, last = connection.heartbeat_ms, connection.last_command_at
+        if not judge.http_seen or interval is None or last is None:
+            self.skip("C-23", "the HTTP requests or the heartbeat interval of this connection are not in the traffic")
+            return
+        if (interval and connection.closed_at - last >= 2 * interval / 1000) or \
+                any(error.ts <= deleted <= connection.closed_at for deleted in self._deleted_at):
+            return
+        self._closes.append((connection.closed_at, connection.name, error))
 
 
 class MessageFields(Monitor):

@@ -1,17 +1,24 @@
-"""The IDENTIFY answer: JSON exactly when feature negotiation is asked for (ID-09), with every field (ID-20)."""
+"""The IDENTIFY answer: JSON exactly when feature negotiation is asked for (ID-09), with every field (ID-20), the
+deflate level nsqd picks (ID-11), and each upgrade's OK through its new layer right after it (ID-30)."""
 
 from __future__ import annotations
+
+from heapq import heappop, heappush
 
 from nsq_protocol.monitors.connection import IDENTIFY_ANSWER_FIELDS
 from nsq_protocol.monitors.events import BROKER, JSON, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
+DEFAULT_DEFLATE_LEVEL = 6
+UPGRADE_OK_S = 1.0  # nsqd writes the OK of a compression layer right after the JSON; the capture's slack
+
 
 class IdentifyAnswer(Monitor):
     """ID-09: the answer to IDENTIFY is JSON when feature_negotiation is true, OK otherwise; ID-20: the JSON has
-    every field of the server's limits and the client's settings."""
+    every field of the server's limits and the client's settings; ID-11: its deflate_level is the one asked when
+    deflate is on and the level positive, 6 otherwise, capped at its max_deflate_level."""
 
-    ITEMS = ("ID-09", "ID-20")
+    ITEMS = ("ID-09", "ID-11", "ID-20")
 
     def observe(self, judge, connection, event, answered):
         if answered is None or answered.name != "IDENTIFY" or event.kind != RESPONSE:
@@ -31,3 +38,52 @@ class IdentifyAnswer(Monitor):
             if missing:
                 self.report("ID-20", BROKER, event.ts, connection.name, "every field of the negotiated answer",
                             f"{', '.join(missing)} missing", answered, event)
+            level = _deflate_level(asked, event.fields)
+            if level is not None and event.fields.get("deflate_level") != level:
+                self.report("ID-11", BROKER, event.ts, connection.name, f"deflate_level {level}",
+                            f"deflate_level {event.fields.get('deflate_level')}", answered, event)
+
+
+def _deflate_level(asked: dict, answer: dict) -> int | None:
+    """ID-11: the level nsqd answers with, where the answer shows whether deflate is on and the cap; None when the
+    IDENTIFY's level is not one nsqd reads (the JSON would not have decoded)."""
+    deflate, cap, level = answer.get("deflate"), answer.get("max_deflate_level"), asked.get("deflate_level", 0)
+    if not isinstance(deflate, bool) or not _integer(cap) or not _integer(level):
+        return None
+    return min(level if deflate and level > 0 else DEFAULT_DEFLATE_LEVEL, cap)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class UpgradeOks(Monitor):
+    """ID-30: after a JSON answer that switches on snappy or deflate (without TLS, whose OK waits for the client's
+    handshake), the OK through the new layer follows at once. Judged where the times are the wire's, once the
+    traffic went on a second past the answer without it (the judge ticks before it closes a connection)."""
+
+    ITEMS = ("ID-30",)
+
+    def __init__(self):
+        super().__init__()
+        self._waiting: list = []  # heap of (due, sequence, connection, the JSON answer)
+        self._sequence = 0
+
+    def observe(self, judge, connection, event, answered):
+        if not judge.timing or answered is None or answered.name != "IDENTIFY" or event.name != JSON \
+                or not event.fields or event.fields.get("tls_v1") is not False \
+                or not (event.fields.get("snappy") is True or event.fields.get("deflate") is True):
+            return
+        self._sequence += 1
+        heappush(self._waiting, (event.ts + UPGRADE_OK_S, self._sequence, connection.name, event))
+        self.due = self._waiting[0][0]
+        judge.want_tick(self.due)
+
+    def tick(self, judge, now):
+        while self._waiting and self._waiting[0][0] <= now:
+            _, _, name, answer = heappop(self._waiting)
+            if judge.connections[name].open and judge.connections[name].upgrades_pending:  # the judge ticks
+                self.report("ID-30", BROKER, now, name, "the upgrade's OK right after the JSON answer",
+                            f"none {now - answer.ts:.1f} s later", answer)
+        self.due = self._waiting[0][0] if self._waiting else float("inf")
+        judge.want_tick(self.due)

@@ -71,12 +71,15 @@ def http_action(ts: float, request: Request, status: int) -> HttpAction | None:
 
 
 class Judge:
-    def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool):
+    def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True):
         self.monitors = monitors
         # the events' times are when they crossed the wire (a capture), not when a client read them (the suite):
         # only then do the rules about time judge
         self.timing = timing
         self.http_seen = http_seen  # the nsqd's HTTP requests are in the traffic (publishes, empties, pauses)
+        # nsqd's wording of an error's description is judged (C-08); the suite judges it itself, as a SHOULD and by
+        # the version it targets (conformance.client.Verifier.wording)
+        self.wording = wording
         self.connections: dict[str, Connection] = {}
         self.messages: dict[tuple, Delivery] = {}  # message key -> its latest delivery
         self.started_at: float | None = None  # the traffic's first event

@@ -342,3 +342,178 @@ def test_a_violation_is_valid_utf8_whatever_bytes_the_broker_sent():
     strings = [violation.connection, violation.expected, violation.observed, *violation.evidence]
     assert all(text.encode("utf-8") for text in strings), "a lone surrogate does not encode"
     assert "\ufffd" in violation.evidence[0]
+
+
+# ---- answers as nsqd gives them --------------------------------------------------------------------------
+
+def subscribed(timing: bool = True) -> Traffic:
+    return Traffic(timing).connect().send(0.0, b"SUB", "t", "c").ok(0.01)
+
+
+def test_a_command_refused_in_its_state_but_answered_ok_is_named_by_the_state_rule():
+    assert subscribed().send(0.1, b"SUB", "t", "d").ok(0.11).violations(0.2) == [("P-SUB-01", BROKER)]
+    assert subscribed().send(0.1, b"IDENTIFY", body=b"{}").ok(0.11).violations(0.2) == [("P-ID-01", BROKER)]
+    closing = subscribed().send(0.1, b"CLS").receive(0.11, wire.FRAME_RESPONSE, b"CLOSE_WAIT")
+    assert closing.send(0.2, b"CLS").receive(0.21, wire.FRAME_RESPONSE, b"CLOSE_WAIT").violations(0.3) == [
+        ("P-CLS-01", BROKER)]
+    refused = subscribed().send(0.1, b"SUB", "t", "d").error(0.11, b"E_INVALID cannot SUB in current state")
+    assert refused.close(0.12, BROKER).violations(0.2) == []
+
+
+def test_a_refusal_that_never_comes_is_named_when_a_later_answer_or_the_close_shows_it():
+    ignored = Traffic().connect().send(0.0, b"RDY", 1).send(0.1, b"SUB", "t", "c").ok(0.11)
+    assert ignored.violations(0.2) == [("P-RDY-02", BROKER)]
+    left_open = Traffic().connect().send(0.0, b"RDY", 1).close(2.0, CLIENT)
+    assert left_open.violations(2.0) == [("P-RDY-02", BROKER)]
+    unflushed = Traffic().connect().send(0.0, b"nop").close(0.5, BROKER)
+    assert unflushed.violations(0.5) == [("C-23", BROKER)]
+    assert Traffic().connect().send(0.0, b"nop").close(0.05, BROKER).violations(0.1) == [], "a race with a shutdown"
+    assert Traffic().connect().send(0.0, b"RDY", 1).close(0.5, CLIENT).violations(0.5) == [], "closed before it came"
+
+
+def test_the_error_code_is_nsqds_for_what_was_asked():
+    def answer(command: tuple, error: bytes) -> list:
+        traffic = subscribed().send(0.1, *command[:-1], body=command[-1]).error(0.11, error)
+        return traffic.close(0.12, BROKER).violations(0.2)
+    assert answer((b"PUB", "a!b", b"x"), b'E_INVALID PUB topic name "a!b" is not valid') == [("P-PUB-02", BROKER)]
+    assert answer((b"PUB", "a!b", b"x"), b'E_BAD_TOPIC PUB topic name "a!b" is not valid') == []
+    assert answer((b"PUB", "t", b""), b"E_BAD_BODY PUB invalid message body size 0") == [("P-PUB-03", BROKER)]
+    assert answer((b"PUB", "t", b""), b"E_BAD_MESSAGE PUB invalid message body size 0") == []
+    assert answer((b"MPUB", "a!b", wire.mpub_body([b"x"])), b'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "a!b" is not '
+                  b'valid') == [], "X-11: MPUB's code twice"
+    failed = subscribed().send(0.1, b"FIN", ID1.decode())
+    assert failed.error(0.11, b"E_INVALID FIN 0000000000000001 failed ID not in flight").violations(0.2) == [
+        ("P-FIN-04", BROKER)]
+
+
+def test_an_error_not_worded_as_nsqd_words_it_is_c08():
+    reworded = Traffic().connect().send(0.0, b"ASDF").error(0.01, b"E_INVALID reworded: invalid command ASDF")
+    assert reworded.close(0.02, BROKER).violations(0.1) == [("C-08", BROKER)]
+    exact = Traffic().connect().send(0.0, b"ASDF").error(0.01, b"E_INVALID invalid command ASDF")
+    assert exact.close(0.02, BROKER).violations(0.1) == []
+    suite = Traffic()
+    suite.judge = monitors.new_judge(timing=False, http_seen=False, wording=False)
+    suite.connect().send(0.0, b"ASDF").error(0.01, b"E_INVALID reworded: invalid command ASDF")
+    assert suite.close(0.02, BROKER).violations(0.1) == [], "the suite's cases judge the wording, as a SHOULD"
+    tls = Traffic().connect().send(0.0, b"NOP").error(0.01, b"E_INVALID cannot NOP in current state (TLS required)")
+    assert tls.close(0.02, BROKER).violations(0.1) == [], "a TLS-required policy the traffic does not show (P-G-01)"
+
+
+def test_an_error_that_overtakes_an_earlier_answer_is_c13():
+    traffic = Traffic().connect().send(0.0, b"SUB", "t", "c").send(0.0, b"FIN", ID1.decode())
+    traffic.send(0.0, b"PUB", "t", body=b"x").error(0.01, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+    assert ("C-13", BROKER) in traffic.ok(0.02).ok(0.02).violations(0.1)
+    in_order = Traffic().connect().send(0.0, b"SUB", "t", "c").send(0.0, b"FIN", ID1.decode())
+    in_order.send(0.0, b"PUB", "t", body=b"x").ok(0.01)
+    in_order.error(0.01, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+    assert in_order.ok(0.02).violations(0.1) == [("P-FIN-04", CLIENT)], "a FIN of what it never got"
+
+
+def test_an_identify_never_answered_is_id11_when_it_asked_for_a_level_nsqd_never_refuses():
+    def run(level: int, close_by: str | None = None) -> list:
+        traffic = Traffic().connect()
+        traffic.identify(0.0, {"feature_negotiation": True, "deflate": True, "deflate_level": level})
+        if close_by:
+            traffic.close(0.3, close_by)
+        return traffic.connect("B", 3.0).send(3.0, b"NOP", conn="B").violations(3.0)
+    assert run(-5) == [("ID-11", BROKER)]
+    assert run(-5, close_by=BROKER) == [("ID-11", BROKER)]
+    assert run(3) == [("P-ID-04", BROKER)]
+    answered = Traffic().connect().identify(0.0, {"deflate_level": -5}).ok(0.01)
+    assert answered.connect("B", 3.0).send(3.0, b"NOP", conn="B").violations(3.0) == []
+    assert Traffic(timing=False).connect().identify(0.0, {"deflate_level": -5}).violations(9.0) == [], \
+        "a suite reads its answers when it wants them"
+
+
+def test_a_close_right_after_a_non_fatal_error_is_c23_unless_a_shutdown_or_a_delete_explains_it():
+    def run(then_alive: bool = True, deleted: bool = False) -> list:
+        traffic = subscribed().connect("B", 0.0).send(0.1, b"FIN", ID1.decode())
+        traffic.error(0.11, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+        if deleted:
+            traffic.judge.http(HttpAction(T0 + 0.2, "/channel/delete", "t", "c", 200))
+        traffic.close(0.4, BROKER)
+        if then_alive:
+            traffic.heartbeat(0.5, conn="B")
+        return [found for found in traffic.violations(1.0) if found[1] == BROKER]
+    assert run() == [("C-23", BROKER)]
+    assert run(then_alive=False) == [], "the broker may have shut down"
+    assert run(deleted=True) == [], "D-62: a deleted channel's subscribers are closed"
+
+
+# ---- IDENTIFY's numbers and upgrades --------------------------------------------------------------------
+
+def negotiated(asked: dict, **answered) -> Traffic:
+    answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
+        "tls_v1": False, "snappy": False, "deflate": False, "deflate_level": 6, "max_deflate_level": 6} | answered
+    return Traffic().connect().identify(0.0, {"feature_negotiation": True, **asked}).receive(
+        0.01, wire.FRAME_RESPONSE, json.dumps(answer).encode())
+
+
+def test_a_deflate_level_other_than_nsqd_picks_is_id11():
+    assert negotiated({"deflate": True, "deflate_level": 1}, deflate=True).ok(0.02).violations(0.1) == [
+        ("ID-11", BROKER)]
+    assert negotiated({"deflate": True, "deflate_level": 1}, deflate=True, deflate_level=1).ok(0.02).violations(
+        0.1) == []
+    assert negotiated({"deflate": True, "deflate_level": 9}, deflate=True).ok(0.02).violations(0.1) == [], "capped"
+    assert negotiated({"deflate": True, "deflate_level": -5}, deflate=True).ok(0.02).violations(0.1) == []
+    assert negotiated({"deflate_level": 3}).violations(0.1) == [], "without deflate: 6"
+
+
+def test_a_compression_agreed_without_its_ok_is_id30():
+    silent = negotiated({"snappy": True}, snappy=True).connect("B", 2.0).send(2.0, b"NOP", conn="B")
+    assert silent.violations(2.0) == [("ID-30", BROKER)]
+    upgraded = negotiated({"snappy": True}, snappy=True).ok(0.02).connect("B", 2.0).send(2.0, b"NOP", conn="B")
+    assert upgraded.violations(2.0) == []
+
+
+# ---- the RDY window ---------------------------------------------------------------------------------------
+
+def test_a_delivery_after_rdy_0_and_the_fin_that_freed_the_slot_is_d03_once_the_fin_proved_settled():
+    """Unknown msg_timeout: the first message might have timed out, unless its later FIN succeeded."""
+    def run(fin_failed: bool) -> list:
+        traffic = Traffic().connect().send(0.0, b"SUB", "t", "c").ok(0.01).send(0.02, b"RDY", 1).message(0.03, ID1)
+        traffic.send(0.04, b"RDY", 0).send(0.04, b"FIN", ID1.decode()).message(0.05, ID2)
+        if fin_failed:
+            traffic.error(0.06, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+        return traffic.close(1.0, CLIENT).violations(1.0)
+    assert run(fin_failed=False) == [("D-03", BROKER)]
+    assert run(fin_failed=True) == [], "the first had timed out: the window had room before RDY 0 was taken"
+    lowered_later = consumer(rdy=1).message(0.1, ID1).send(0.2, b"FIN", ID1.decode()).message(0.21, ID2)
+    assert lowered_later.send(0.21, b"RDY", 0).violations(0.3) == [], "the RDY 0 came after it on the wire"
+
+
+def test_a_delivery_after_cls_was_answered_is_p_cls_02():
+    traffic = Traffic().connect().send(0.0, b"SUB", "t", "c").ok(0.01).send(0.02, b"CLS")
+    traffic.receive(0.03, wire.FRAME_RESPONSE, b"CLOSE_WAIT").send(0.04, b"RDY", 5).message(0.3, ID1)
+    assert traffic.violations(0.4) == [("P-CLS-02", BROKER)]
+
+
+# ---- output buffering and sampling -----------------------------------------------------------------------
+
+def test_a_message_filling_the_window_or_unbuffered_late_on_the_wire_is_d40_or_id04():
+    def run(delivered_at: float, rdy: int = 1, asked: dict | None = None, second_consumer: bool = False) -> list:
+        traffic = Traffic().connect()
+        if asked is not None:
+            traffic.identify(0.0, asked).ok(0.005)
+        traffic.send(0.01, b"SUB", "t", "c").ok(0.02).send(0.03, b"RDY", rdy)
+        if second_consumer:
+            traffic.connect("B", 0.0).send(0.01, b"SUB", "t", "c", conn="B").ok(0.02, conn="B")
+        traffic.connect("P", 0.0).send(0.1, b"PUB", "t", body=b"x", conn="P").ok(0.11, conn="P")
+        return traffic.message(delivered_at, ID1, body=b"x").violations(delivered_at + 0.1)
+    assert run(0.36) == [("D-40", BROKER)]
+    assert run(0.15) == []
+    assert run(0.36, rdy=5) == [], "a lone message below RDY waits for the buffer's ticker (D-41)"
+    assert run(0.36, rdy=5, asked={"output_buffer_size": -1}) == [("ID-04", BROKER)]
+    assert run(0.36, second_consumer=True) == [], "another consumer of the channel may have held it first"
+
+
+def test_a_sampling_client_sent_a_long_run_of_consecutive_ids_is_d45():
+    def run(ids: list[int], rate: int = 10) -> list:
+        traffic = Traffic().connect().identify(0.0, {"sample_rate": rate}).ok(0.01).send(0.02, b"SUB", "t", "c")
+        traffic.ok(0.03).send(0.04, b"RDY", 100)
+        for index, number in enumerate(ids):
+            traffic.message(0.1 + index / 1000, b"%016x" % number)
+        return traffic.close(1.0, CLIENT).violations(1.0)
+    assert run(list(range(100, 130))) == [("D-45", BROKER)]
+    assert run(list(range(100, 400, 9))) == [], "about one in nine kept"
+    assert run(list(range(100, 130)), rate=0) == [], "no sampling"

@@ -1,0 +1,188 @@
+"""Each command answered as nsqd answers it (expected.py), in command order (C-13): the code and wording of a refusal,
+no answer to a silent command, a fatal state error where nsqd refuses the command in that state, and that error
+before the close (C-23). Judged from the connection's start; after the first wrong answer, or a fatal error, the
+connection is judged no further: what the broker then believes is not known."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from heapq import heappop, heappush
+
+from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, JSON, RESPONSE
+from nsq_protocol.monitors.expected import Answer, Expected, Session
+from nsq_protocol.monitors.monitor import Monitor
+
+UNANSWERED_S = 0.2  # nsqd answers a command it has read at once: a close this much later without the answer is no race
+STILL_OPEN_S = 1.0  # after a command nsqd refuses, the error and the close; the capture's slack
+IDENTIFY_ANSWER_S = 2.0  # nsqd answers IDENTIFY without waiting on anything (its TLS handshake comes after the JSON)
+SILENT_AFTER_S = 5.0  # a FIN, REQ or TOUCH unrefused this long was silent: a consumer's commands are not kept forever
+MOST_PENDING = 100_000  # without the wire's times, a connection with more commands awaiting their fate is let go
+_ERROR_CODE = re.compile(r"E_[A-Z_]+\Z")
+
+
+class AnswersAsNsqd(Monitor):
+    """C-13: answers in command order; C-08: an error's description as nsqd words it; C-21, P-ID-01, P-SUB-01,
+    P-RDY-02, P-CLS-01, ...: a command refused in the state where nsqd refuses it; P-PUB-02, P-PUB-03, P-FIN-04, ...:
+    the error code nsqd gives; C-23: the fatal error frame comes before the close; ID-11, P-ID-04: IDENTIFY is
+    answered, whatever its deflate_level."""
+
+    ITEMS = ("C-08", "C-13", "C-21", "C-23", "ID-11", "ID-12", "P-G-01",
+             "P-ID-01", "P-ID-03", "P-ID-04", "P-AUTH-01", "P-AUTH-08", "P-AUTH-09", "P-AUTH-10", "P-AUTH-12",
+             "P-SUB-01", "P-SUB-02", "P-SUB-03", "P-SUB-04", "P-SUB-06", "P-SUB-08",
+             "P-RDY-01", "P-RDY-02", "P-RDY-04", "P-RDY-07", "P-FIN-01", "P-FIN-02", "P-FIN-03", "P-FIN-04",
+             "P-REQ-01", "P-REQ-02", "P-REQ-03", "P-REQ-04", "P-REQ-06", "P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-03",
+             "P-CLS-01", "P-CLS-02", "P-NOP-01", "P-PUB-02", "P-PUB-03", "P-PUB-04",
+             "P-DPUB-01", "P-DPUB-02", "P-DPUB-04", "P-MPUB-02", "P-MPUB-06")
+
+    def __init__(self):
+        super().__init__()
+        self._sessions: dict[str, Session] = {}
+        self._pending: dict[str, deque] = {}  # connection -> (command, Expected) not yet answered, in order
+        self._done: set[str] = set()  # connections judged no further
+        self._identifies: list = []  # heap of (due, sequence, connection, command): an IDENTIFY awaiting its answer
+        self._sequence = 0
+
+    def observe(self, judge, connection, event, answered):
+        name = connection.name
+        if name in self._done:
+            return
+        if not connection.started:
+            self.skip("C-13", "the connection's start (its state) is not in the traffic")
+            self._done.add(name)
+            return
+        session = self._sessions.setdefault(name, Session())
+        pending = self._pending.setdefault(name, deque())
+        if event.kind == COMMAND:
+            expected = session.expect(event)
+            pending.append((event, expected))
+            while judge.timing and pending[0][1].silent and pending[0][0].ts < event.ts - SILENT_AFTER_S:
+                session.answered(pending.popleft()[0], None)
+            if len(pending) > MOST_PENDING:
+                self.skip("C-13", "too many commands awaiting their answer")
+                self._forget(name)
+                return
+            if not expected.only_errors:
+                session.taken(event)
+            if event.name == "IDENTIFY" and judge.timing:
+                self._sequence += 1
+                heappush(self._identifies, (event.ts + IDENTIFY_ANSWER_S, self._sequence, name, event))
+                self.due = min(self.due, self._identifies[0][0])
+                judge.want_tick(self.due)
+            return
+        if event.kind not in (RESPONSE, ERROR) or connection.upgrade_ok_taken(event):
+            return
+        if (event.kind == ERROR) != bool(_ERROR_CODE.match(event.name.split(" ", 1)[0])):
+            self._done.add(name)  # an error without its code, or one in a response frame: C-07, C-08
+            return
+        self._match(judge, connection, session, pending, event)
+
+    def _match(self, judge, connection, session, pending, event):
+        for index, (command, expected) in enumerate(pending):
+            answer = expected.fitting(event, judge.wording)
+            if answer is not None:
+                for _ in range(index):  # nsqd handles commands in order: those before it were silent
+                    session.answered(pending.popleft()[0], None)
+                pending.popleft()
+                session.answered(command, answer)
+                if command.name == "IDENTIFY" and event.name == JSON and event.fields:
+                    session.told(event.fields)
+                if answer.fatal:
+                    self._done.add(connection.name)
+                return
+            if not expected.silent:
+                self._wrong(connection, event, list(pending), index)
+                return
+        self._wrong(connection, event, list(pending), None)
+
+    def _wrong(self, connection, event, pending, due):
+        """``event`` fits no command it could answer; ``due``: the first command that must be answered, if any."""
+        self._done.add(connection.name)
+        candidates = pending[:due + 1] if due is not None else pending
+        # after a command nsqd refuses, it reads no further: a later command's answer is not one out of order
+        later = next((command for command, expected in pending[due + 1:] if expected.fitting(event)), None) \
+            if due is not None and not pending[due][1].only_errors else None
+        if later is not None:
+            command = pending[due][0]
+            self.report("C-13", BROKER, event.ts, connection.name, f"the answer to {command.name} first",
+                        f"the answer to a later {later.name}", command, later, event)
+            return
+        for command, expected in candidates:
+            for answer in expected.answers:
+                if answer.kind == event.kind == ERROR and answer.name != event.name and answer.worded(event):
+                    self.report(answer.item, BROKER, event.ts, connection.name,
+                                f"{answer.name} {_readable(answer.text)}", f"{event.name} {event.text[:80]}",
+                                command, event)
+                    return
+        for command, expected in candidates:
+            if any(answer.name == event.name and answer.kind == event.kind for answer in expected.answers) and \
+                    event.msg_id in (None, command.msg_id):  # an E_FIN_FAILED, ... is its own command's
+                self.report("C-08", BROKER, event.ts, connection.name, f"{event.name} {_described(expected, event)}",
+                            f"{event.name} {event.text[:80]}", command, event)
+                return
+        if due is not None:
+            command, expected = pending[due]
+            self.report(expected.item, BROKER, event.ts, connection.name, _described_all(expected),
+                        event.describe()[2:], command, event)
+
+    def _forget(self, name):
+        self._done.add(name)
+        self._sessions.pop(name, None)
+        self._pending.pop(name, None)
+
+    def closed(self, judge, connection):
+        name = connection.name
+        first = _first_due(self._pending.get(name, ())) if name not in self._done else None
+        self._forget(name)
+        if first is None:
+            return
+        command, expected = first
+        late = connection.closed_at - command.ts
+        if connection.closed_by == BROKER and (expected.only_errors or command.name == "IDENTIFY") and \
+                (not judge.timing or late >= UNANSWERED_S):
+            item = "C-23" if expected.only_errors else expected.item
+            self.report(item, BROKER, connection.closed_at, connection.name,
+                        f"{_described_all(expected)} before the close", f"closed by the broker {late:.2f} s after "
+                        f"{command.name} without an answer", command)
+        elif connection.closed_by == CLIENT and expected.only_errors and judge.timing and late > STILL_OPEN_S:
+            self.report(expected.item, BROKER, connection.closed_at, connection.name,
+                        f"{_described_all(expected)}, then the close", f"no answer, still open {late:.1f} s later, "
+                        "then closed by the client", command)
+
+    def tick(self, judge, now):
+        while self._identifies and self._identifies[0][0] <= now:
+            _, _, name, command = heappop(self._identifies)
+            pending = self._pending.get(name, ())
+            if name in self._done or not judge.connections[name].open or \
+                    not any(waiting is command for waiting, _ in pending):
+                continue
+            self._done.add(name)
+            expected = next(expected for waiting, expected in pending if waiting is command)
+            self.report(expected.item, BROKER, now, name, "an answer to IDENTIFY",
+                        f"none {now - command.ts:.1f} s later, the connection open", command)
+        self.due = self._identifies[0][0] if self._identifies else float("inf")
+        judge.want_tick(self.due)
+
+    def finish(self, judge, now):
+        self.tick(judge, now)
+
+
+def _first_due(pending) -> tuple | None:
+    """The first pending command that must be answered, if the ones before it may have been silent."""
+    return next(((command, expected) for command, expected in pending if not expected.silent), None)
+
+
+def _readable(pattern: str) -> str:
+    return re.sub(r"\\(.)", r"\1", pattern)
+
+
+def _described(expected: Expected, event) -> str:
+    return " or ".join(_readable(answer.text) for answer in expected.answers if answer.name == event.name)
+
+
+def _described_all(expected: Expected) -> str:
+    return " or ".join(_answer(answer) for answer in expected.answers[:3])
+
+
+def _answer(answer: Answer) -> str:
+    return answer.name if answer.kind == RESPONSE else f"{answer.name} {_readable(answer.text)}"

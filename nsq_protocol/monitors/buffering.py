@@ -1,0 +1,82 @@
+"""Output buffering (D-40, ID-04): nsqd buffers message frames, but flushes at once when a message fills the client's
+RDY window (its pump stops being ready) and writes straight through with output_buffer_size -1. Such a message is on
+the wire as soon as the broker could send it: once it was published (its PUB or MPUB answered OK) and the client had
+room for it (its last command or frame before it)."""
+
+from __future__ import annotations
+
+from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE
+from nsq_protocol.monitors.monitor import Monitor
+
+FLUSH_S = 0.2  # the broker's own latency between a message ready to go and the wire; its buffer ticker is 250 ms
+UNBUFFERED = -1  # ID-04: a 1-byte buffer, every write straight to the socket
+
+
+class FlushedAtOnce(Monitor):
+    """D-40: a message that fills the RDY window is flushed at once; ID-04: with output_buffer_size -1 every message
+    is. Judged for a first delivery of a body published once, by PUB or MPUB answered OK, to the only consumer of
+    its channel, with no compression layer (which buffers on its own) and every connection and HTTP request of the
+    nsqd in the traffic (no publish, consumer or pause unseen)."""
+
+    ITEMS = ("D-40", "ID-04")
+
+    def __init__(self):
+        super().__init__()
+        self._published: dict[tuple, list] = {}  # (topic, body hash) -> the times its publishes were answered OK
+        self._elsewhere: set[tuple] = set()  # (topic, body hash) also published by DPUB or over HTTP
+        self._paused_until: dict[tuple, float] = {}  # (topic,) or (topic, channel) -> its last pause or unpause
+        self._last_event: dict[str, float] = {}  # connection -> its latest event
+
+    def observe(self, judge, connection, event, answered):
+        before = self._last_event.get(connection.name)
+        self._last_event[connection.name] = event.ts
+        if event.kind == COMMAND and event.name == "DPUB":
+            self._elsewhere.update((event.topic, body) for body in event.bodies)
+        elif answered is not None and answered.name in ("PUB", "MPUB") and event.name == "OK":
+            for body in answered.bodies:
+                self._published.setdefault((answered.topic, body), []).append(event.ts)
+        elif event.kind == MESSAGE and event.attempts == 1 and event.bodies and judge.timing and before is not None:
+            self._delivered(judge, connection, event, before)
+
+    def http(self, judge, action):
+        if action.path in ("/pub", "/mpub"):
+            self._elsewhere.update((action.topic, body) for body in action.bodies or ())
+            if action.bodies is None:
+                self._elsewhere.add((action.topic, None))
+        elif action.path.endswith("pause"):
+            where = (action.topic,) if action.channel is None else (action.topic, action.channel)
+            self._paused_until[where] = action.ts
+
+    def _delivered(self, judge, connection, event, before):
+        topic, channel = connection.topic, connection.channel
+        published = self._published.get((topic, event.bodies[0]), [])
+        if len(published) != 1 or {(topic, event.bodies[0]), (topic, None)} & self._elsewhere:
+            return
+        unbuffered = _asked_unbuffered(connection)
+        in_flight = [delivery for msg_id, delivery in connection.in_flight.items() if msg_id != event.msg_id]
+        rdy = connection.rdy or 0
+        # the window fills only if none of the messages in flight may have timed out meanwhile
+        fills = len(in_flight) + 1 == rdy and all(delivery.earliest_timeout is not None
+                                                  and delivery.earliest_timeout > event.ts for delivery in in_flight)
+        if not (unbuffered or fills) or len(in_flight) >= rdy:
+            return  # buffered, or no room for it since its last event: it waited for a timeout
+        if not (judge.all_started and judge.http_seen) or judge.consumers(connection.subscription) != [connection] \
+                or judge.is_paused(topic, channel) or _compressed(connection):
+            self.skip("D-40", "another consumer, publish, pause or a compression layer may have held it")
+            return
+        ready_at = max(published[0], before, self._paused_until.get((topic,), 0.0),
+                       self._paused_until.get((topic, channel), 0.0))
+        late = event.ts - ready_at
+        if late > FLUSH_S:
+            item, why = ("ID-04", "with output_buffer_size -1") if unbuffered else ("D-40", f"filling RDY {rdy}")
+            self.report(item, BROKER, event.ts, connection.name, f"a message {why} on the wire at once",
+                        f"{late * 1000:.0f} ms after it could go", event)
+
+
+def _asked_unbuffered(connection) -> bool:
+    return (connection.identify or {}).get("output_buffer_size") == UNBUFFERED
+
+
+def _compressed(connection) -> bool:
+    answer = connection.identify_answer or {}
+    return answer.get("snappy") is True or answer.get("deflate") is True

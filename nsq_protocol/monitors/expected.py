@@ -1,0 +1,279 @@
+"""What nsqd answers to one command (nsqd/protocol_v2.go, v1.3.0): from what the traffic shows of the command and
+the connection's state, the answers it may give, whether it may give none, and the catalogue item that says so.
+Where the answer hangs on what the traffic does not show (a flag such as --max-msg-size or --max-rdy-count, the
+auth server, the TLS policy, a message's fate in the channel), every answer nsqd could give is allowed; an error's
+description is matched as nsqd words it (C-08)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from nsq_protocol.monitors.events import ERROR, JSON, NON_FATAL_ERRORS, RESPONSE, Observed, body_hash
+
+INIT, SUBSCRIBED, CLOSING = "init", "subscribed", "closing"
+VERBS = frozenset({"IDENTIFY", "AUTH", "SUB", "RDY", "FIN", "REQ", "TOUCH", "PUB", "MPUB", "DPUB", "NOP", "CLS"})
+SETTLING_ITEMS = {  # verb -> (state, parameters, ID length, not in flight) items
+    "FIN": ("P-FIN-01", "P-FIN-02", "P-FIN-03", "P-FIN-04"),
+    "REQ": ("P-REQ-01", "P-REQ-02", "P-REQ-03", "P-REQ-06"),
+    "TOUCH": ("P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-02", "P-TOUCH-03"),
+}
+EMPTY_BODY = body_hash(b"")
+TEXT_KEPT = 300  # characters of an error's description a capture's decoder keeps (spark_analysis decode)
+_NAME = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?\Z")  # D-39
+ANY_TEXT = ".*"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answer nsqd may give: a response frame (``name`` its text, or ``JSON``) or an error frame (``name`` its
+    code, ``text`` a pattern its description matches whole)."""
+
+    kind: str
+    name: str
+    text: str = ANY_TEXT
+    item: str = ""
+
+    def fits(self, event: Observed, wording: bool = True) -> bool:
+        """``event`` is this answer: its kind, name or code, and (``wording``) its description as nsqd words it."""
+        return event.kind == self.kind and event.name == self.name and (not wording or self.worded(event))
+
+    def worded(self, event: Observed) -> bool:
+        if self.kind != ERROR or len(event.text) >= TEXT_KEPT:  # a description cut short by the decoder
+            return True
+        return re.fullmatch(self.text, event.text, re.DOTALL) is not None
+
+    @property
+    def fatal(self) -> bool:
+        return self.kind == ERROR and self.name not in NON_FATAL_ERRORS
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What nsqd may answer to one command; ``item``: the rule the command breaks when its answer is none of
+    these, or when it gets none though it must."""
+
+    answers: tuple[Answer, ...]
+    silent: bool  # nsqd may answer nothing
+    item: str
+
+    @property
+    def only_errors(self) -> bool:
+        """nsqd refuses the command whatever the traffic does not show: a fatal error, then the close (C-23)."""
+        return not self.silent and all(answer.fatal for answer in self.answers)
+
+    def fitting(self, event: Observed, wording: bool = True) -> Answer | None:
+        return next((answer for answer in self.answers if answer.fits(event, wording)), None)
+
+
+@dataclass
+class Session:
+    """The connection as nsqd sees it, taken forward command by command (C-22: in arrival order). A command nsqd
+    may accept is taken as accepted: had it failed, the connection would have ended there."""
+
+    state: str = INIT
+    heartbeats: bool = True  # C-32: heartbeat_interval -1 turns them off, and SUB is then refused (P-SUB-02)
+    tls_possible: bool = True  # a TLS-required policy may still refuse every command but IDENTIFY (P-G-01)
+    auth_possible: bool = True  # an auth server may still refuse a publish or SUB (P-AUTH-09)
+
+    def expect(self, command: Observed) -> Expected:
+        verb = command.name
+        if verb == "IDENTIFY":
+            return self._identify(command)
+        tls = (_error("E_INVALID", f"cannot {re.escape(verb)} in current state \\(TLS required\\)", "P-G-01"),) \
+            if self.tls_possible else ()
+        if verb not in VERBS:
+            return Expected((_error("E_INVALID", f"invalid command {re.escape(verb)}", "C-21"), *tls), False, "C-21")
+        expected = getattr(self, "_" + verb.lower())(command)
+        return Expected((*expected.answers, *tls), expected.silent, expected.item)
+
+    def answered(self, command: Observed, answer: Answer | None) -> None:
+        """``command`` got ``answer`` (None: none, it was silent): what that changes."""
+        if answer is not None and answer.kind == RESPONSE and command.name != "IDENTIFY":
+            self.tls_possible = False
+        elif answer is None and command.name not in ("IDENTIFY", "AUTH") and command.name in VERBS:
+            self.tls_possible = False
+
+    def taken(self, command: Observed) -> None:
+        """``command`` accepted: the state it leaves (P-SUB-08, P-CLS-02, C-32)."""
+        verb = command.name
+        if verb == "SUB" and self.state == INIT:
+            self.state = SUBSCRIBED
+        elif verb == "CLS" and self.state == SUBSCRIBED:
+            self.state = CLOSING
+        elif verb == "IDENTIFY" and self.state == INIT:
+            fields = {key.lower(): value for key, value in (command.fields or {}).items()}
+            interval = fields.get("heartbeat_interval")
+            if isinstance(interval, int) and not isinstance(interval, bool) and interval != 0:
+                self.heartbeats = interval > 0  # ID-02: 0 or absent keeps the current value
+
+    def told(self, answer: dict) -> None:
+        """A JSON answer to IDENTIFY says whether the server has an auth address (P-AUTH-14)."""
+        if answer.get("auth_required") is False:
+            self.auth_possible = False
+
+    def _permission(self, verb: str) -> tuple[Answer, ...]:
+        """P-AUTH-09, P-AUTH-10, P-AUTH-12: what an auth server may refuse, where nsqd asks it."""
+        if not self.auth_possible:
+            return ()
+        return (_error("E_AUTH_FIRST", f"AUTH required before {verb}", "P-AUTH-09"),
+                _error("E_AUTH_FAILED", "AUTH failed", "P-AUTH-12"),
+                _error("E_UNAUTHORIZED", f"AUTH failed for {verb} on .*", "P-AUTH-10"))
+
+    # ---- one method per verb, in nsqd's order of checks ----------------------------------------------------
+    def _identify(self, command: Observed) -> Expected:
+        if self.state != INIT:
+            return Expected((_error("E_INVALID", "cannot IDENTIFY in current state", "P-ID-01"),), False, "P-ID-01")
+        fields = {key.lower(): value for key, value in (command.fields or {}).items()}
+        level = fields.get("deflate_level")
+        # ID-11: nsqd never refuses a deflate level, it answers with 6 or the cap
+        item = "ID-11" if isinstance(level, int) and not isinstance(level, bool) and level <= 0 else "P-ID-04"
+        return Expected((Answer(RESPONSE, "OK", item=item), Answer(RESPONSE, JSON, item=item),
+                         _error("E_BAD_BODY", "IDENTIFY .+", "P-ID-03"),
+                         _error("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression|IDENTIFY "
+                                "failed .+", "ID-12")), False, item)
+
+    def _auth(self, command: Observed) -> Expected:
+        if self.state != INIT:
+            return Expected((_error("E_INVALID", "cannot AUTH in current state", "P-AUTH-01"),), False, "P-AUTH-01")
+        errors = tuple(_error(code, ANY_TEXT, "P-AUTH-08") for code in (
+            "E_INVALID", "E_BAD_BODY", "E_AUTH_DISABLED", "E_AUTH_FAILED", "E_UNAUTHORIZED", "E_AUTH_ERROR"))
+        return Expected((Answer(RESPONSE, JSON, item="P-AUTH-08"), *errors), False, "P-AUTH-08")
+
+    def _sub(self, command: Observed) -> Expected:
+        if self.state != INIT:
+            return _refused("cannot SUB in current state", "P-SUB-01")
+        if not self.heartbeats:
+            return _refused("cannot SUB with heartbeats disabled", "P-SUB-02")
+        if command.topic is None or command.channel is None:
+            return _refused("SUB insufficient number of parameters", "P-SUB-03")
+        for code, what, name in (("E_BAD_TOPIC", "topic", command.topic), ("E_BAD_CHANNEL", "channel",
+                                                                          command.channel)):
+            if not valid_name(name):
+                return Expected((_error(code, f"SUB {what} name {_quoted(name)} is not valid", "P-SUB-04"),), False,
+                                "P-SUB-04")
+        return Expected((Answer(RESPONSE, "OK", item="P-SUB-08"), _error("E_SUB_FAILED", "SUB failed .+", "P-SUB-06"),
+                         *self._permission("SUB")), False, "P-SUB-08")
+
+    def _rdy(self, command: Observed) -> Expected:
+        if self.state == CLOSING:
+            return Expected((), True, "P-RDY-01")
+        if self.state != SUBSCRIBED:
+            return _refused("cannot RDY in current state", "P-RDY-02")
+        # P-RDY-03, P-RDY-04, P-RDY-06: the count's parse and its range against --max-rdy-count
+        refused = _error("E_INVALID", "RDY could not parse count .*|RDY count -?[0-9]+ out of range 0-[0-9]+",
+                         "P-RDY-04")
+        return Expected((refused,), True, "P-RDY-07")
+
+    def _settle(self, command: Observed) -> Expected:
+        verb = command.name
+        state_item, params_item, id_item, failed_item = SETTLING_ITEMS[verb]
+        if self.state not in (SUBSCRIBED, CLOSING):
+            return _refused(f"cannot {verb} in current state", state_item)
+        if command.msg_id is None:
+            return _refused(f"{verb} insufficient number of params", params_item)
+        unsure = ()
+        if verb == "REQ" and command.number is None:  # no timeout, or one that does not parse (P-REQ-04)
+            unsure = (_error("E_INVALID", "REQ insufficient number of params|REQ could not parse timeout .*",
+                             "P-REQ-04"),)
+        size = id_size(command.msg_id)
+        if size is not None and size != 16:
+            return Expected((_error("E_INVALID", "invalid message ID", id_item), *unsure), False, id_item)
+        named = re.escape(command.msg_id) if size is not None else ".+"
+        failed = _error(f"E_{verb}_FAILED", f"{verb} {named} failed .+", failed_item)
+        invalid_id = (_error("E_INVALID", "invalid message ID", id_item),) if size is None else ()
+        return Expected((failed, *unsure, *invalid_id), True, failed_item)
+
+    _fin = _req = _touch = _settle
+
+    def _cls(self, command: Observed) -> Expected:
+        if self.state != SUBSCRIBED:
+            return _refused("cannot CLS in current state", "P-CLS-01")
+        return Expected((Answer(RESPONSE, "CLOSE_WAIT", item="P-CLS-02"),), False, "P-CLS-02")
+
+    def _nop(self, command: Observed) -> Expected:
+        return Expected((), True, "P-NOP-01")
+
+    def _pub(self, command: Observed) -> Expected:
+        if command.topic is None:
+            return _refused("PUB insufficient number of parameters", "P-PUB-02")
+        if not valid_name(command.topic):
+            return Expected((_error("E_BAD_TOPIC", f"PUB topic name {_quoted(command.topic)} is not valid",
+                                    "P-PUB-02"),), False, "P-PUB-02")
+        if command.bodies == (EMPTY_BODY,):
+            return Expected((_error("E_BAD_MESSAGE", "PUB invalid message body size 0", "P-PUB-03"),), False,
+                            "P-PUB-03")
+        return Expected((Answer(RESPONSE, "OK", item="P-PUB-04"),
+                         _error("E_BAD_MESSAGE", "PUB message too big [0-9]+ > [0-9]+", "P-PUB-03"),
+                         _error("E_PUB_FAILED", "PUB failed .+", "P-PUB-02"), *self._permission("PUB")), False,
+                        "P-PUB-04")
+
+    def _dpub(self, command: Observed) -> Expected:
+        if command.topic is None:
+            return _refused("DPUB insufficient number of parameters", "P-DPUB-01")
+        if command.number is None:  # no delay, an empty one (P-DPUB-03) or one that does not parse
+            return Expected((Answer(RESPONSE, "OK", item="P-DPUB-01"),
+                             *(_error(code, "(E_BAD_TOPIC )?DPUB .+", "P-DPUB-01") for code in (
+                                 "E_INVALID", "E_BAD_TOPIC", "E_BAD_MESSAGE", "E_DPUB_FAILED")),
+                             *self._permission("DPUB")), False, "P-DPUB-01")
+        if not valid_name(command.topic):
+            return Expected((_error("E_BAD_TOPIC", f"DPUB topic name {_quoted(command.topic)} is not valid",
+                                    "P-DPUB-01"),), False, "P-DPUB-01")
+        # P-DPUB-02: the delay's range is --max-req-timeout's
+        beyond = _error("E_INVALID", f"DPUB timeout {command.number} out of range 0-[0-9]+", "P-DPUB-02")
+        if command.bodies == (EMPTY_BODY,):
+            return Expected((beyond, _error("E_BAD_MESSAGE", "DPUB invalid message body size 0", "P-DPUB-01")),
+                            False, "P-DPUB-01")
+        return Expected((Answer(RESPONSE, "OK", item="P-DPUB-04"), beyond,
+                         _error("E_BAD_MESSAGE", "DPUB message too big [0-9]+ > [0-9]+", "P-DPUB-01"),
+                         _error("E_DPUB_FAILED", "DPUB failed .+", "P-DPUB-01"), *self._permission("DPUB")), False,
+                        "P-DPUB-04")
+
+    def _mpub(self, command: Observed) -> Expected:
+        if command.topic is None:
+            return _refused("MPUB insufficient number of parameters", "P-MPUB-02")
+        if not valid_name(command.topic):  # X-11: the code twice
+            return Expected((_error("E_BAD_TOPIC", f"E_BAD_TOPIC MPUB topic name {_quoted(command.topic)} is not "
+                                    "valid", "P-MPUB-02"),), False, "P-MPUB-02")
+        # the permission first (P-AUTH-09), then sizes and counts against --max-body-size and --max-msg-size, which
+        # the traffic does not show
+        refusable = (*self._permission("MPUB"),
+                   _error("E_BAD_BODY", "MPUB body too big [0-9]+ > [0-9]+|MPUB invalid message count [0-9]+",
+                          "P-MPUB-02"),
+                   _error("E_BAD_MESSAGE", "MPUB message too big [0-9]+ > [0-9]+", "P-MPUB-02"))
+        if not command.bodies:  # the batch did not parse
+            return Expected((Answer(RESPONSE, "OK", item="P-MPUB-06"), *self._permission("MPUB"),
+                             *(_error(code, "MPUB .+", "P-MPUB-02") for code in ("E_BAD_BODY", "E_BAD_MESSAGE"))),
+                            False, "P-MPUB-02")
+        if EMPTY_BODY in command.bodies:
+            empty = _error("E_BAD_MESSAGE", f"MPUB invalid message\\({command.bodies.index(EMPTY_BODY)}\\) body "
+                           "size 0", "P-MPUB-02")
+            return Expected((empty, *refusable), False, "P-MPUB-02")
+        return Expected((Answer(RESPONSE, "OK", item="P-MPUB-06"), *refusable,
+                         _error("E_MPUB_FAILED", "MPUB failed .+", "P-MPUB-02")), False, "P-MPUB-06")
+
+
+def valid_name(name: str) -> bool:
+    """D-39: 1 to 64 characters of letters, digits, '.', '_' and '-', optionally ending in '#ephemeral'."""
+    return 1 <= len(name.encode("utf-8", "surrogateescape")) <= 64 and _NAME.match(name) is not None
+
+
+def id_size(msg_id: str) -> int | None:
+    """The ID's length in bytes as sent, where the traffic's text shows it (ASCII); None otherwise."""
+    return len(msg_id) if msg_id.isascii() else None
+
+
+def _quoted(name: str) -> str:
+    """The pattern of Go's %q of ``name``: exact for printable ASCII, any quoted text otherwise."""
+    if not all(" " <= character <= "~" for character in name):
+        return '".*"'
+    return re.escape('"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"')
+
+
+def _error(code: str, text: str, item: str) -> Answer:
+    return Answer(ERROR, code, text, item)
+
+
+def _refused(text: str, item: str) -> Expected:
+    return Expected((_error("E_INVALID", re.escape(text), item),), False, item)
+
