@@ -177,8 +177,10 @@ def test_a_monitor_item_unmarked_or_a_marked_item_without_monitor_is_named():
         ITEMS = ("D-02",)  # needs a monitor in the catalogue
     unmarked = capture_mismatches(behaviours(), (*MONITORS, Planted))
     assert unmarked == ['D-02: Planted judges it; mark it capture = "monitor"']
-    without = capture_mismatches(behaviours(), [monitor for monitor in MONITORS if monitor.ITEMS != ("ID-09", "ID-20")])
-    assert [line.split(":")[0] for line in without] == ["ID-09", "ID-20"]
+    dropped = next(monitor for monitor in MONITORS if monitor.__name__ == "IdentifyAnswer")
+    alone = sorted(set(dropped.ITEMS) - {item for monitor in MONITORS if monitor is not dropped for item in monitor.ITEMS})
+    without = capture_mismatches(behaviours(), [monitor for monitor in MONITORS if monitor is not dropped])
+    assert alone and [line.split(":")[0] for line in without] == alone
 
 
 def test_docs_monitors_md_holds_the_capture_tables():
