@@ -4,8 +4,10 @@ judge, carried from the batch before.
 The judges are pickled into the batch's state (``OUT/watch/state/<batch>/judges.pickle``, before ``index.json``
 makes the state whole), so a replayed batch starts again from the judges of the batch it carried on from. A batch's
 open parts (the last moments of the connections still open) are not judged: they come again, final, in the next
-batch. The connections are opened from the connections table so far; a rule that needs a connection's whole
-traffic takes it as whole when the capture so far shows no gap in it. The violations a batch finds are appended to
+batch. So that the judges take every nsqd's rows in time order, a batch's final rows from the earliest of its open
+rows on wait, with the judges, for the next batch: a connection still open may yet add rows from that time. The
+connections are opened from the connections table so far; a rule that needs a connection's whole traffic takes it
+as whole when the capture so far shows no gap in it. The violations a batch finds are appended to
 the ``violations`` table as the batch's part; the counts are of every violation so far.
 """
 
@@ -37,7 +39,7 @@ from spark_analysis.judge.monitoring import (
     sorted_rows,
 )
 from spark_analysis.read.storage import LOCAL, Storage, join
-from spark_analysis.watch.increments import part_name, part_prefix
+from spark_analysis.watch.increments import OPEN, part_name, part_prefix
 
 JUDGES = "judges.pickle"
 
@@ -48,21 +50,29 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, tallie
     ``http_read``) judged, by the judges of batch ``previous`` (None: new ones); ``tallied``: the tallies with the
     batch's open parts (every connection seen so far)."""
     by_server = openings(tallied.connections(), tallied.undecoded())
-    def batch_parts(table: str) -> list[str]:
-        return [url for url in storage.files(join(exchange_dir, table), ".parquet")
-                if url.rsplit("/", 1)[-1].startswith(part_prefix(batch_id))]
 
-    files, http_files = batch_parts(OBSERVED), batch_parts(HTTP)
+    def batch_parts(table: str, prefix: str = "") -> list[str]:
+        return [url for url in storage.files(join(exchange_dir, table), ".parquet")
+                if url.rsplit("/", 1)[-1].startswith(prefix + part_prefix(batch_id))]
+
+    files, open_files, http_files = batch_parts(OBSERVED), batch_parts(OBSERVED, OPEN), batch_parts(HTTP)
     hosts = [server.split(" ")[0] for server in by_server]
     carried = None if previous is None else join(state_dir, f"{previous:010d}", JUDGES)
     kept = join(state_dir, f"{batch_id:010d}", JUDGES)
 
     def judge(_: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         judgings: dict[str, ServerJudging] = {}
+        waiting = OBSERVED_SCHEMA.empty_table()
         if carried is not None and storage.is_file(carried):
             with storage.open_input(carried) as source:
-                judgings = pickle.loads(source.read())
-        observed = lifecycle.read_parts(files, OBSERVED_SCHEMA, storage)
+                judgings, waiting = pickle.loads(source.read())
+        observed = pa.concat_tables([waiting, lifecycle.read_parts(files, OBSERVED_SCHEMA, storage)])
+        from_then = pc.min(lifecycle.read_parts(open_files, OBSERVED_SCHEMA, storage)["ts_ns"]).as_py()
+        if from_then is not None:
+            ready = pc.less(observed["ts_ns"], from_then)
+            observed, waiting = observed.filter(ready), observed.filter(pc.invert(ready))
+        else:
+            waiting = OBSERVED_SCHEMA.empty_table()
         http = http_actions(lifecycle.read_parts(http_files, HTTP_SCHEMA, storage)) if http_read else None
         counts = []
         with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
@@ -77,7 +87,7 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, tallie
                 counts += written_counts(server, judging, writer)
         storage.make_directory(join(state_dir, f"{batch_id:010d}"))
         with storage.open_output(kept) as sink:
-            sink.write(pickle.dumps(judgings, protocol=pickle.HIGHEST_PROTOCOL))
+            sink.write(pickle.dumps((judgings, waiting), protocol=pickle.HIGHEST_PROTOCOL))
         yield pa.RecordBatch.from_pylist(counts, schema=COUNTS_SCHEMA)
 
     rows = spark.range(1, numPartitions=1).mapInArrow(judge, from_arrow_schema(COUNTS_SCHEMA)).collect()
