@@ -178,8 +178,9 @@ def test_a_monitor_item_unmarked_or_a_marked_item_without_monitor_is_named():
     unmarked = capture_mismatches(behaviours(), (*MONITORS, Planted))
     assert unmarked == ['D-02: Planted judges it; mark it capture = "monitor"']
     dropped = next(monitor for monitor in MONITORS if monitor.__name__ == "IdentifyAnswer")
-    alone = sorted(set(dropped.ITEMS) - {item for monitor in MONITORS if monitor is not dropped for item in monitor.ITEMS})
-    without = capture_mismatches(behaviours(), [monitor for monitor in MONITORS if monitor is not dropped])
+    others = [monitor for monitor in MONITORS if monitor is not dropped]
+    alone = sorted(set(dropped.ITEMS) - {item for monitor in others for item in monitor.ITEMS})
+    without = capture_mismatches(behaviours(), others)
     assert alone and [line.split(":")[0] for line in without] == alone
 
 
