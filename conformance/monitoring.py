@@ -37,4 +37,10 @@ def judge(transcript: Transcript) -> monitors.Judge:
         if connection.open:
             judge.close(name, end, None)  # the client stopped reading: whether the broker closed is not known
     judge.finish(end)
+    if judge.failures:  # the toolkit's own bug, on traffic of its own making: loud, never a quiet "not judged"
+        raise MonitorFailed("; ".join(judge.failures))
     return judge
+
+
+class MonitorFailed(RuntimeError):
+    """A monitor raised on a case's transcript."""

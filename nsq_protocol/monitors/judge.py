@@ -73,6 +73,8 @@ def http_action(ts: float, request: Request, status: int) -> HttpAction | None:
 class Judge:
     def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True):
         self.monitors = monitors
+        self._active = list(monitors)  # all but those that failed
+        self.failures: list[str] = []  # "<monitor>: <exception>", of the monitors that failed on this traffic
         # the events' times are when they crossed the wire (a capture), not when a client read them (the suite):
         # only then do the rules about time judge
         self.timing = timing
@@ -104,15 +106,21 @@ class Judge:
         self._tick(event.ts)
         connection = self.connections[name]
         answered = connection.observe(event)
-        for monitor in self.monitors:
-            monitor.observe(self, connection, event, answered)
+        for monitor in self._active:
+            try:
+                monitor.observe(self, connection, event, answered)
+            except Exception as exc:  # noqa: BLE001 (a monitor's own bug on traffic it did not foresee)
+                self._failed(monitor, exc)
         self._ledger(connection, event)
 
     def http(self, action: HttpAction) -> None:
         self._begin(action.ts)
         self._tick(action.ts)
-        for monitor in self.monitors:
-            monitor.http(self, action)
+        for monitor in self._active:
+            try:
+                monitor.http(self, action)
+            except Exception as exc:  # noqa: BLE001
+                self._failed(monitor, exc)
         if action.status != 200:
             return
         where = (action.topic,) if action.channel is None else (action.topic, action.channel)
@@ -141,13 +149,19 @@ class Judge:
         self._tick(ts)
         connection = self.connections[name]
         connection.close(ts, by)
-        for monitor in self.monitors:
-            monitor.closed(self, connection)
+        for monitor in self._active:
+            try:
+                monitor.closed(self, connection)
+            except Exception as exc:  # noqa: BLE001
+                self._failed(monitor, exc)
 
     def finish(self, ts: float) -> list[Violation]:
         self._tick(ts)
-        for monitor in self.monitors:
-            monitor.finish(self, ts)
+        for monitor in self._active:
+            try:
+                monitor.finish(self, ts)
+            except Exception as exc:  # noqa: BLE001
+                self._failed(monitor, exc)
         return self.violations
 
     @property
@@ -179,6 +193,18 @@ class Judge:
     def want_tick(self, at: float) -> None:
         self._due = min(self._due, at)
 
+    def _failed(self, monitor: Monitor, exc: Exception) -> None:
+        """A monitor that failed stops judging and says so for each of its items; the others go on, and whoever
+        runs the judge shows ``failures`` (the suite as its own error, a capture's analysis as an error row)."""
+        if monitor not in self._active:
+            return
+        self._active = [active for active in self._active if active is not monitor]
+        monitor.due = float("inf")
+        failure = f"{type(monitor).__name__}: {exc!r}"[:300]
+        self.failures.append(failure)
+        for item in monitor.ITEMS:
+            monitor.skip(item, f"its monitor failed ({failure})")
+
     # ---- the ledger ---------------------------------------------------------------------------------------
     def _begin(self, ts: float) -> None:
         if self.started_at is None:
@@ -188,10 +214,13 @@ class Judge:
         if now < self._due:
             return
         self._due = float("inf")
-        for monitor in self.monitors:
+        for monitor in self._active:
             if monitor.due <= now:
                 monitor.due = float("inf")
-                monitor.tick(self, now)
+                try:
+                    monitor.tick(self, now)
+                except Exception as exc:  # noqa: BLE001
+                    self._failed(monitor, exc)
             self._due = min(self._due, monitor.due)
 
     def _ledger(self, connection: Connection, event: Observed) -> None:

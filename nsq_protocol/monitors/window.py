@@ -10,6 +10,7 @@ succeeded was still in flight until that command, which the traffic tells once t
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, MESSAGE
@@ -105,7 +106,10 @@ class RdyWindow(Monitor):
     # ---- a delivery -----------------------------------------------------------------------------------------
     def _delivery(self, connection, window, event):
         commands = window.commands
-        first = max(1, window.taken, sum(1 for command in commands if command.ts < event.ts - RDY_GRACE_S))
+        in_flight = len(connection.in_flight) - (event.msg_id in connection.in_flight)
+        if commands and in_flight < commands[-1].rdy:
+            return  # room under the last command sent, counting every message in flight: the common case
+        first = max(1, window.taken, bisect.bisect_left(commands, event.ts - RDY_GRACE_S, key=lambda c: c.ts))
         # in flight after every command sent: the ledger's, but for the message itself (a redelivery)
         sure, unsure = 0, []
         for msg_id, delivery in connection.in_flight.items():

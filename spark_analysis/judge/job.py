@@ -40,13 +40,18 @@ COUNTS_SCHEMA = pa.schema([("server", pa.string()), ("what", pa.string()), ("ite
 
 @dataclass
 class Judged:
-    """The judging's counts: ``violations`` item -> side -> count, ``not_judged`` item -> why -> count."""
+    """The judging's counts: ``violations`` item -> side -> count, ``not_judged`` item -> why -> count; and the
+    monitors that failed on the traffic (``failures``: a bug of theirs, each then not judging its items)."""
 
     violations: dict[str, dict[str, int]] = field(default_factory=dict)
     not_judged: dict[str, dict[str, int]] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
 
     def add(self, rows: list) -> Judged:
         for row in rows:
+            if row["what"] == "failure":
+                self.failures.append(f"{row['server']}: {row['detail']}")
+                continue
             counted = self.violations if row["what"] == "violation" else self.not_judged
             by_detail = counted.setdefault(row["item"], {})
             by_detail[row["detail"]] = by_detail.get(row["detail"], 0) + row["count"]
@@ -117,5 +122,7 @@ def written_counts(server: str, judging: ServerJudging, writer: TableWriter) -> 
         counts["violation", v.item, v.side] = counts.get(("violation", v.item, v.side), 0) + 1
     for (item, why), count in judge.not_judged.items():
         counts["not_judged", item, why] = count
+    for failure in judge.failures:
+        counts["failure", "", failure] = 1
     return [{"server": server, "what": what, "item": item, "detail": detail, "count": count}
             for (what, item, detail), count in counts.items()]

@@ -261,7 +261,10 @@ def _violations(summary: dict, examples: list[dict]) -> str:
     unjudged = "".join(
         f"<tr><td>{html.escape(item)}</td><td>{html.escape(why)}</td><td>{count:,}</td></tr>"
         for item, reasons in summary["not_judged"].items() for why, count in reasons.items())
-    return (f"<table><tr><th>item</th><th>broken by</th><th>count</th><th>the rule</th></tr>{counts}</table>"
+    failed = "".join(f"<li><code>{html.escape(failure)}</code></li>" for failure in summary["monitor_failures"])
+    return ((f"<p><b>Monitors that failed on this traffic</b> (their items are not judged; a bug of the toolkit's, "
+             f"please report it):</p><ul>{failed}</ul>" if failed else "")
+            + f"<table><tr><th>item</th><th>broken by</th><th>count</th><th>the rule</th></tr>{counts}</table>"
             + (f"<h3>The first {len(examples)}, with the frames that show them</h3><table><tr><th>item</th>"
                f"<th>by</th><th>connection</th><th>expected</th><th>observed</th><th>evidence</th></tr>{shown}</table>"
                if examples else "")

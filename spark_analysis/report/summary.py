@@ -143,6 +143,7 @@ class Summary:
     errors: dict[str, int]  # capture and decode errors by name
     violations: dict[str, dict[str, int]]  # the monitors': by catalogue item, then side (broker, client)
     not_judged: dict[str, dict[str, int]]  # the rules the traffic could not feed: by item, then why
+    monitor_failures: list[str]  # monitors that raised on this traffic (a bug of theirs): their items not judged
     latency_ms: dict[str, Latency]  # publish_to_deliver, deliver_to_fin
     tls_connections: int
     lookupd: Lookupd
@@ -247,6 +248,7 @@ def summarise(rows: Mapping[str, list[dict]], lifecycles: Totals, judged) -> Sum
         errors=_named_counts(activity, Kind.ERROR),
         violations=_sorted(judged.violations),
         not_judged=_sorted(judged.not_judged),
+        monitor_failures=sorted(judged.failures),
         latency_ms={
             name: Latency(*lifecycles.latency(column).quantiles([0.5, 0.9, 0.99, 1.0]))
             for name, column in zip(("publish_to_deliver", "deliver_to_fin"), LATENCY_COLUMNS, strict=True)
@@ -352,7 +354,8 @@ def violations_line(summary: dict) -> str:
     for item, sides in summary["violations"].items():
         for side, count in sides.items():
             by_side.setdefault(side, Counter())[item] += count
+    failed = f"; {len(summary['monitor_failures'])} monitor(s) failed" if summary["monitor_failures"] else ""
     if not by_side:
-        return "no rule broken"
+        return "no rule broken" + failed
     return "; ".join(f"{sum(items.values()):,} violations by the {side} ({', '.join(sorted(items))})"
-                     for side, items in sorted(by_side.items()))
+                     for side, items in sorted(by_side.items())) + failed

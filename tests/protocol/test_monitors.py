@@ -19,8 +19,9 @@ NS = 1_000_000_000
 class Traffic:
     """One nsqd's traffic, written in the order it crossed the wire; ``judge()`` runs the monitors over it."""
 
-    def __init__(self, timing: bool = True, http_seen: bool = True):
-        self.judge = monitors.new_judge(timing=timing, http_seen=http_seen)
+    def __init__(self, timing: bool = True, http_seen: bool = True, also: tuple[monitors.Monitor, ...] = ()):
+        self.judge = monitors.Judge([*(monitor() for monitor in monitors.MONITORS), *also], timing=timing,
+                                    http_seen=http_seen)
 
     def connect(self, name: str = "A", at: float = 0.0, started: bool = True) -> Traffic:
         self.judge.open(name, T0 + at, started)
@@ -64,12 +65,12 @@ class Traffic:
 ID1, ID2, ID3 = b"0000000000000001", b"0000000000000002", b"0000000000000003"
 
 
-def consumer(timeout_ms: int = 2000, rdy: int = 1, timing: bool = True) -> Traffic:
+def consumer(timeout_ms: int = 2000, rdy: int = 1, timing: bool = True, also=()) -> Traffic:
     """Subscribed with msg_timeout negotiated, answered as nsqd answers it."""
     answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
         "msg_timeout": timeout_ms, "max_msg_timeout": 900_000, "output_buffer_timeout": 250,
         "tls_v1": False, "snappy": False, "deflate": False}
-    return (Traffic(timing).connect().identify(0.0, {"feature_negotiation": True, "msg_timeout": timeout_ms})
+    return (Traffic(timing, also=also).connect().identify(0.0, {"feature_negotiation": True, "msg_timeout": timeout_ms})
             .receive(0.001, wire.FRAME_RESPONSE, json.dumps(answer).encode())
             .send(0.01, b"SUB", "t", "c").ok(0.011).send(0.02, b"RDY", rdy))
 
@@ -517,3 +518,21 @@ def test_a_sampling_client_sent_a_long_run_of_consecutive_ids_is_d45():
     assert run(list(range(100, 130))) == [("D-45", BROKER)]
     assert run(list(range(100, 400, 9))) == [], "about one in nine kept"
     assert run(list(range(100, 130)), rate=0) == [], "no sampling"
+
+
+def test_a_monitor_that_raises_stops_alone_and_says_so():
+    """A monitor's own bug on traffic it did not foresee: it is let go and its items are not judged, while the
+    others go on judging (here C-12, a redelivery's attempts not grown)."""
+
+    class Raising(monitors.Monitor):
+        ITEMS = ("D-02",)
+
+        def observe(self, judge, connection, event, answered):
+            if event.kind == "message":
+                raise ValueError("unforeseen")
+
+    traffic = consumer(rdy=2, also=(Raising(),))
+    traffic.message(0.1, ID1).send(0.2, b"REQ", ID1.decode(), 0).message(0.3, ID1, attempts=1)
+    assert traffic.violations(1.0) == [("C-12", "broker")]
+    assert traffic.judge.failures == ["Raising: ValueError('unforeseen')"]
+    assert traffic.judge.not_judged["D-02", "its monitor failed (Raising: ValueError('unforeseen'))"] == 1
