@@ -15,6 +15,9 @@ CLIENT, BROKER = "client", "broker"  # who sent an event, and who broke a rule
 
 COMMAND, RESPONSE, ERROR, MESSAGE, HEARTBEAT = "command", "response", "error", "message", "heartbeat"
 JSON = "json"  # a response's name when its data is a JSON object (the IDENTIFY answer, ID-09)
+# a frame's text when a capture shows it sent in plaintext where the TLS handshake belonged (ID-30); what goes
+# through TLS a capture does not show
+OUTSIDE_TLS = "in plaintext where TLS was negotiated"
 
 # errors after which the connection stays usable; every other error is fatal (C-23)
 NON_FATAL_ERRORS = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})

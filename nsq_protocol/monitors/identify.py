@@ -6,7 +6,7 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from nsq_protocol.monitors.connection import IDENTIFY_ANSWER_FIELDS
-from nsq_protocol.monitors.events import BROKER, JSON, RESPONSE
+from nsq_protocol.monitors.events import BROKER, ERROR, JSON, OUTSIDE_TLS, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
 DEFAULT_DEFLATE_LEVEL = 6
@@ -70,6 +70,10 @@ class UpgradeOks(Monitor):
         self._sequence = 0
 
     def observe(self, judge, connection, event, answered):
+        if event.text == OUTSIDE_TLS and event.kind in (RESPONSE, ERROR):
+            self.report("ID-30", BROKER, event.ts, connection.name, "the TLS handshake after the answer, and the "
+                        "upgrade's OK through TLS", f"{event.name[:40]!r} in plaintext before it", event)
+            return
         if not judge.timing or answered is None or answered.name != "IDENTIFY" or event.name != JSON \
                 or not event.fields or event.fields.get("tls_v1") is not False \
                 or not (event.fields.get("snappy") is True or event.fields.get("deflate") is True):

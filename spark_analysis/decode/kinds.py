@@ -16,6 +16,10 @@ class Kind(StrEnum):
     CONNECTION = "connection"  # the connection's own row; name: nsq | lookupd | other
 
 
+# the error row where TLS starts: not bytes the decoder failed on, bytes it cannot read
+TLS_OPAQUE = "tls_opaque"
+
+
 class Direction(StrEnum):
     CLIENT = "c2s"  # client to server
     SERVER = "s2c"  # server to client
@@ -24,13 +28,14 @@ class Direction(StrEnum):
 
 
 class Status(StrEnum):
-    """A command's outcome (its publish rows share it); on a response frame, only ``UPGRADE``."""
+    """A command's outcome (its publish rows share it); on a frame, only ``UPGRADE`` and ``OUTSIDE_TLS``."""
 
     OK = "ok"
     FAILED = "failed"  # an error frame named its message ID (P-FIN-04)
     ERROR = "error"  # its answer was an error frame
     UNANSWERED = "unanswered"  # no answer in the capture
     UPGRADE = "upgrade"  # a response frame: the OK that confirms an upgrade through the new layer, answering no command
+    OUTSIDE_TLS = "outside_tls"  # a frame sent in plaintext where the TLS handshake belonged (ID-30)
 
 
 class Close(StrEnum):

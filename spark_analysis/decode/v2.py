@@ -35,7 +35,7 @@ from spark_analysis.decode.events import (
     first_bytes,
 )
 from spark_analysis.decode.identify import identify_struct, json_object, response_struct, stated
-from spark_analysis.decode.kinds import Close, Direction, Kind, Status
+from spark_analysis.decode.kinds import TLS_OPAQUE, Close, Direction, Kind, Status
 from spark_analysis.derive.in_flight import NS_PER_S, InFlight
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA, Settlements
 from spark_analysis.read.reassembly import Connection, Stream
@@ -269,7 +269,7 @@ class _V2Walk(StreamWalk):
         """The decoder stopped at the IDENTIFY upgrade's switch point, and ``rest`` came after it (ID-30). The
         server's IDENTIFY response, decoded first, says what the connection switched to, if anything."""
         if self.upgrade.tls:
-            self._lose("tls_opaque", "TLS negotiated: the rest of the connection is encrypted")
+            self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
             return
         if self.upgrade.codec:
             self.decompressor = self.upgrade.decompressor()
@@ -291,6 +291,8 @@ class _ServerSide(_V2Walk):
         self.decoder = wire.FrameDecoder(pause_at_upgrade=True)
         self.identify_pending = stream.syn_seen  # the first JSON response before any message answers IDENTIFY
         self.expect_upgrade_ok = False
+        self.before_tls = False  # TLS switched on: the next bytes are the handshake's, or a frame outside it
+        self.outside_tls = False
         self.last_heartbeat_ts_ns = None
 
     def reset(self):
@@ -301,6 +303,9 @@ class _ServerSide(_V2Walk):
         return _frame_start(buffer, start)
 
     def feed(self, data: bytes):
+        if self.before_tls:
+            self._after_tls_answer(data)
+            return
         try:
             spans = self.decoder.feed_spans(data)
         except wire.ProtocolViolation as exc:
@@ -331,7 +336,9 @@ class _ServerSide(_V2Walk):
             elif frame.frame_type == wire.FRAME_RESPONSE:
                 text = frame.data.decode("utf-8", "replace")
                 status = None
-                if self.expect_upgrade_ok:
+                if self.outside_tls:
+                    status = Status.OUTSIDE_TLS
+                elif self.expect_upgrade_ok:
                     status, self.expect_upgrade_ok = Status.UPGRADE, False  # ID-30: the OK through the new layer
                 elif self.identify_pending and frame.data.startswith(b"{"):
                     self._identify_response(frame.data)
@@ -381,7 +388,27 @@ class _ServerSide(_V2Walk):
 
     def _switch(self, rest: bytes):
         self.expect_upgrade_ok = bool(self.upgrade.codec) and not self.upgrade.tls  # ID-30: an OK in the new layer
+        if self.upgrade.tls:
+            self.before_tls = True
+            if rest:
+                self._after_tls_answer(rest)
+            return
         super()._switch(rest)
+
+    def _after_tls_answer(self, data: bytes):
+        """The server's first bytes after an answer that switched TLS on: its handshake, and all that follows is
+        encrypted. A whole frame there instead went out in plaintext where the TLS layer belonged (ID-30): its row
+        says so (``OUTSIDE_TLS``), and what follows it is taken as the handshake."""
+        self.before_tls = False
+        size = int.from_bytes(data[:4], "big") if len(data) >= 8 else 0
+        if _FRAME_TYPE_FIELD.match(data, 4) and 4 <= size and 4 + size <= len(data):
+            self.outside_tls = True
+            try:
+                self._frames(wire.FrameDecoder().feed_spans(data[:4 + size]))
+            except wire.ProtocolViolation:
+                pass  # no frame after all: the handshake's bytes
+            self.outside_tls = False
+        self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
 
 
 _MESSAGE_HEADER = np.dtype([("ts", ">i8"), ("attempts", ">u2"), ("id", "V16")])

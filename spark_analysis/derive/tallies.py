@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_analysis.decode.events import CONNECTION_TYPE
-from spark_analysis.decode.kinds import Kind
+from spark_analysis.decode.kinds import TLS_OPAQUE, Kind
 from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import ACTIVITY_KEYS, SCHEMAS
 from spark_analysis.read.storage import LOCAL, Storage, join
@@ -67,6 +67,12 @@ SUMMARY_TALLIES = {
     "fin_failed": Tally("exchange", "fin_failed", tuple(lifecycle.MESSAGE_KEY)),
     "registrations": Tally("tables", "registrations", ("producer", "action", "topic", "channel", "status")),
 }
+
+
+def undecoded(rows: pa.Table) -> set[str]:
+    """The connections of ``rows`` (events, or their activity counts) with an error row other than TLS's start."""
+    errors = pc.and_(pc.equal(rows["kind"], Kind.ERROR), pc.not_equal(rows["name"], TLS_OPAQUE))
+    return set(rows.filter(errors)["conn_id"].to_pylist())
 
 
 class Tallies:
@@ -124,9 +130,9 @@ class Tallies:
         return lifecycle.connection_ends_of(self.tables["connections"])
 
     def undecoded(self) -> set[str]:
-        """The connections with bytes the decoder could not read (or the capture lost)."""
+        """The connections with bytes the decoder could not read (or the capture lost), but for what TLS encrypts."""
         activity = self.tables["activity"]
-        return set(activity.filter(pc.equal(activity["kind"], Kind.ERROR))["conn_id"].to_pylist())
+        return undecoded(activity)
 
     def fin_failed_ids(self) -> pa.Table:
         """The IDs E_FIN_FAILED named."""

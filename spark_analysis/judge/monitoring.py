@@ -23,9 +23,9 @@ import pyarrow.compute as pc
 from nsq_protocol import monitors
 from nsq_protocol.http import HttpDecoder
 from nsq_protocol.monitors import BROKER, CLIENT, Observed
-from nsq_protocol.monitors.events import COMMAND, ERROR, HEARTBEAT, JSON, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import COMMAND, ERROR, HEARTBEAT, JSON, MESSAGE, OUTSIDE_TLS, RESPONSE
 from nsq_protocol.wire import ProtocolViolation
-from spark_analysis.decode.kinds import Close, Direction, Kind
+from spark_analysis.decode.kinds import TLS_OPAQUE, Close, Direction, Kind, Status
 from spark_analysis.decode.v2 import decode_connection
 from spark_analysis.read.pcapfile import ByteRange, read_range
 from spark_analysis.read.reassembly import reassemble
@@ -79,20 +79,23 @@ OBSERVED_SCHEMA = pa.schema([
     ("number", pa.int64()),  # RDY's count, REQ's and DPUB's delay, MPUB's message count
     ("code", pa.string()),
     ("text", pa.string()),
+    ("status", pa.string()),  # a frame's: sent in plaintext where TLS was negotiated (decode/kinds.py Status)
     ("identify", pa.string()),  # an IDENTIFY's JSON as sent
 ])
 
 
 def observed_rows(events: pa.Table, first_seq: int) -> pa.Table:
-    """A released window of a V2 connection's events as the monitors' rows; ``first_seq``: how many of its rows the
-    windows before held."""
+    """A released window of a V2 connection's events as the monitors' rows: its commands, the broker's frames, and
+    where TLS starts (the traffic visible no more); ``first_seq``: how many of its rows the windows before held."""
     from_server = pc.equal(events["direction"], Direction.SERVER).to_numpy(zero_copy_only=False)
     ranks = np.empty(events.num_rows, np.int64)
     # at the same instant a client's row before the server's (an answer follows its command), then in decode order
     ranks[np.lexsort((from_server, events["ts_ns"].to_numpy()))] = np.arange(events.num_rows)
-    kind = events["kind"]
-    wanted = pc.or_kleene(pc.or_kleene(pc.equal(kind, Kind.COMMAND), pc.equal(kind, Kind.PUBLISH)),
-                          pc.and_kleene(pc.equal(kind, Kind.FRAME), pc.equal(events["direction"], Direction.SERVER)))
+    kind, from_the_server = events["kind"], pc.equal(events["direction"], Direction.SERVER)
+    wanted = pc.or_kleene(
+        pc.or_kleene(pc.equal(kind, Kind.COMMAND), pc.equal(kind, Kind.PUBLISH)),
+        pc.and_kleene(from_the_server, pc.or_kleene(pc.equal(kind, Kind.FRAME), pc.and_kleene(
+            pc.equal(kind, Kind.ERROR), pc.equal(events["name"], TLS_OPAQUE)))))
     rows = events.filter(wanted)
     name = rows["name"]
     number = pc.case_when(
@@ -107,7 +110,7 @@ def observed_rows(events: pa.Table, first_seq: int) -> pa.Table:
         "kind": rows["kind"], "name": name, "topic": rows["topic"], "channel": rows["channel"],
         "msg_id": rows["msg_id"], "attempts": rows["attempts"], "msg_ts_ns": rows["msg_ts_ns"],
         "body_hash": rows["body_hash"], "number": number, "code": rows["code"], "text": rows["text"],
-        "identify": identify,
+        "status": rows["status"], "identify": identify,
     }, schema=OBSERVED_SCHEMA)
 
 
@@ -130,14 +133,15 @@ def openings(connections: pa.Table, undecoded: set[str]) -> dict[str, list[Openi
     NSQ; ``undecoded``: the connections with bytes the decoder could not read."""
     by_server: dict[str, list[Opening]] = {}
     for row in connections.filter(pc.fill_null(connections["is_nsq"], False)).to_pylist():
-        # after bytes it cannot decode, nsqd ends the connection too (C-19, C-21): only its end can be missing
         bad = row["conn_id"] in undecoded
-        whole = bool(row["syn_seen"]) and row["codec"] != "tls" and not row["gaps"] and (
-            not bad or row["close"] != Close.OPEN)
+        seen = bool(row["syn_seen"]) and not row["gaps"]
+        # after bytes it cannot decode, nsqd ends the connection too (C-19, C-21): only its end can be missing;
+        # under TLS all of it but the start is
+        whole = seen and row["codec"] != "tls" and (not bad or row["close"] != Close.OPEN)
         answer = {key: value for key, value in (row["identify_response"] or {}).items() if value is not None}
         ended = row["close"] != Close.OPEN
         by_server.setdefault(row["server"], []).append(Opening(
-            row["conn_id"], row["first_ts_ns"] / NS, whole and row["magic"] == "  V2" and not bad, whole,
+            row["conn_id"], row["first_ts_ns"] / NS, seen and row["magic"] == "  V2" and not bad, whole,
             row["last_ts_ns"] / NS if ended else None, _CLOSED_BY.get(row["close"]), answer or None))
     return by_server
 
@@ -158,6 +162,7 @@ class ServerJudging:
         self.add(connections)
         self.add_actions(actions or [])
         self._pending: tuple[str, dict, list] | None = None  # a publish command, until its publish rows are taken
+        self._encrypted: set[str] = set()  # connections gone into TLS: ended for the judge there
         self._reported: dict[int, int] = {}  # monitor -> how many of its violations new_violations gave
         self.last_ts = 0.0
 
@@ -217,6 +222,10 @@ class ServerJudging:
                     self._pending = (conn_id, row, [])
                 else:
                     judge.observe(conn_id, _command(row, []))
+            elif kind == Kind.ERROR:  # TLS starts: the rest is not seen, as if the connection had ended
+                if judge.connections[conn_id].open:
+                    judge.close(conn_id, ts, None)
+                self._encrypted.add(conn_id)
             elif kind == Kind.FRAME:
                 event = _frame(row)
                 answer = self._answers.get(conn_id)
@@ -240,7 +249,7 @@ class ServerJudging:
             self.judge.open(what.conn_id, ts, what.started, what.whole)
         elif order == 1:
             self.judge.http(what)
-        else:
+        elif what.conn_id not in self._encrypted:
             self.judge.close(what.conn_id, ts, what.closed_by)
 
 
@@ -269,6 +278,8 @@ def _frame(row: dict) -> Observed:
     if kind == ERROR:  # the decoder read the ID an E_FIN_FAILED, ... names (msg_id), as from_frame does
         return Observed(ts, ERROR, row["code"] or "", row["text"] or "", msg_id=row["msg_id"])
     text = row["text"] or ""
+    if row["status"] == Status.OUTSIDE_TLS:
+        return Observed(ts, kind, text, OUTSIDE_TLS)
     if kind == RESPONSE and text.startswith("{"):
         try:
             fields = json.loads(text)
@@ -291,7 +302,7 @@ def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[in
     """A small capture judged without Spark: its segments by flow, each connection reassembled whole; the V2 ones
     decoded, the HTTP ones (to ``http_ports``, the brokers' HTTP APIs) read for the requests that change delivery;
     then each nsqd's rows through a ``ServerJudging``."""
-    from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies
+    from spark_analysis.derive import tallies
 
     flows: dict[str, list] = {}
     for batch in read_range(ByteRange(str(path), 0, 1 << 62)):
@@ -309,10 +320,10 @@ def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[in
     if not events:
         return {}
     events = pa.concat_tables(events)
-    connections = Tallies({"connections": SUMMARY_TALLIES["connections"]}, {
-        "connections": SUMMARY_TALLIES["connections"].prepare(events.filter(pc.equal(events["kind"],
-                                                                                     Kind.CONNECTION)))}).connections()
-    undecoded = set(events.filter(pc.equal(events["kind"], Kind.ERROR))["conn_id"].to_pylist())
+    kind = tallies.SUMMARY_TALLIES["connections"]
+    connections = tallies.Tallies({"connections": kind}, {
+        "connections": kind.prepare(events.filter(pc.equal(events["kind"], Kind.CONNECTION)))}).connections()
+    undecoded = tallies.undecoded(events)
     observed = observed_rows(events, 0)
     http = http_actions(pa.Table.from_pylist(http_rows, schema=HTTP_SCHEMA)) if http_ports else None
     return judge_servers(openings(connections, undecoded), http,

@@ -143,3 +143,17 @@ def test_the_monitors_body_hash_is_the_decoders_bulk_one():
 
     bodies = [b"", b"x", b"hello world", bytes(range(256)) * 40]
     assert body_hashes(bodies) == [body_hash(body) for body in bodies]
+
+
+@pytest.mark.parametrize(("plaintext_ok", "named_items"), [(True, {("ID-30", "broker")}), (False, set())])
+def test_an_ok_in_plaintext_where_the_tls_handshake_belongs_is_id30(tmp_path, plaintext_ok, named_items):
+    """After an answer that switches TLS on, the server's next bytes are its handshake; the OK goes through TLS,
+    which a capture does not show. An OK a capture can read went out in plaintext (ID-30)."""
+    exchange = Exchange(tmp_path / "a.pcap").client(2, wire.encode_command("IDENTIFY", body=wire.identify_body(
+        {"feature_negotiation": True, "tls_v1": True})))
+    server_hello = b"\x16\x03\x03\x00\x04\x02\x00\x00\x00"
+    ok = wire.encode_frame(wire.FRAME_RESPONSE, b"OK") if plaintext_ok else b""
+    exchange.broker(3, wire.encode_frame(wire.FRAME_RESPONSE, json.dumps({**IDENTIFY_ANSWER, "tls_v1": True}).encode())
+                    + ok + server_hello)
+    exchange.client(4, b"\x16\x03\x01\x00\x04\x01\x00\x00\x00").end(10)
+    assert named(tmp_path / "a.pcap") == named_items
