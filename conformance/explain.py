@@ -144,9 +144,9 @@ def explain(identifier: str, cases: dict[str, list[str]]) -> Explanation:
 
 
 def _monitors(*items: str) -> list[str]:
-    from nsq_protocol.monitors import MONITORS
+    from nsq_protocol.monitors import CLIENT_MONITORS, MONITORS
     return [f"{monitor.__module__}.{monitor.__name__} ({', '.join(monitor.ITEMS)}): "
-            f"{' '.join((monitor.__doc__ or '').split()).split('. ')[0]}" for monitor in MONITORS
+            f"{' '.join((monitor.__doc__ or '').split()).split('. ')[0]}" for monitor in (*MONITORS, *CLIENT_MONITORS)
             if set(monitor.ITEMS) & set(items)]
 
 
