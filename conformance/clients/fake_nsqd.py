@@ -296,7 +296,7 @@ class ClientConnection:
                 await self._writer.drain()
                 await self._writer.start_tls(server_tls_context(), ssl_handshake_timeout=5.0)  # ID-31
             except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as error:
-                self._unreadable(f"TLS handshake failed: {error!r}", f"TLS handshake failed: {error}", "tls_v1")
+                self._unreadable(f"TLS handshake failed: {error!r}", f"TLS handshake failed: {error!r}", "tls_v1")
                 self.abort()
                 return
             self.transcript.note(f"TLS: {self._writer.get_extra_info('cipher')}", self.name)

@@ -13,7 +13,7 @@ library's own traffic (the client suite's, ``conformance/clients``) is judged by
 from __future__ import annotations
 
 from nsq_protocol.monitors.client_backoff import BackoffEnds
-from nsq_protocol.monitors.client_commands import ClientCommandsInOrder, ClientCommandsParse
+from nsq_protocol.monitors.client_commands import AuthenticatesWhenAsked, ClientCommandsInOrder, ClientCommandsParse
 from nsq_protocol.monitors.client_errors import (
     NonFatalErrorsKeepConnection,
     ReconnectsAfterFatalClose,
@@ -56,8 +56,8 @@ MONITORS: tuple[type[Monitor], ...] = (
 # sends odd commands on purpose (the broker suite's) breaks them by design
 CLIENT_MONITORS: tuple[type[Monitor], ...] = (
     ClientBytesReadable, UnaskedLayerRefused, ClientIdentifies, ClientCommandsParse, ClientCommandsInOrder,
-    SettlesWhatItHolds, NopAnswersHeartbeat, NonFatalErrorsKeepConnection, ReconnectsAfterFatalClose,
-    ReconnectsSpaced, ClsBeforeClose, BackoffEnds,
+    AuthenticatesWhenAsked, SettlesWhatItHolds, NopAnswersHeartbeat, NonFatalErrorsKeepConnection,
+    ReconnectsAfterFatalClose, ReconnectsSpaced, ClsBeforeClose, BackoffEnds,
 )
 
 

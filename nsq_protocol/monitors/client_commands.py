@@ -1,6 +1,6 @@
 """The client's commands as nsqd parses them (C-21, P-RDY-03, P-RDY-04, P-FIN-02, P-FIN-03, P-REQ-02, P-REQ-03,
-P-REQ-04, P-TOUCH-02, NSQC-PUB-002) and the states it sends them in (P-RDY-02, P-SUB-01, NSQC-NEG-006,
-NSQC-PUB-001): what nsqd refuses, with a fatal error, is the client's to avoid."""
+P-REQ-04, P-TOUCH-02, NSQC-PUB-002), the states it sends them in (P-RDY-02, P-SUB-01, NSQC-PUB-001) and AUTH where
+nsqd asks for it (NSQC-NEG-006): what nsqd refuses, with a fatal error, is the client's to avoid."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ ID_BYTES = 16  # P-FIN-03, P-REQ-03, P-TOUCH-02
 # the item of a FIN, REQ or TOUCH without an ID, and of one whose ID is not 16 bytes
 _ID_ITEMS = {"FIN": ("P-FIN-02", "P-FIN-03"), "REQ": ("P-REQ-02", "P-REQ-03"), "TOUCH": ("P-TOUCH-02", "P-TOUCH-02")}
 PERMISSIONED = frozenset({"SUB", "PUB", "MPUB", "DPUB"})  # P-AUTH-09
+AUTH_WITHIN_S = 4.0  # a library authenticates as soon as the answer asks (go-nsq, pynsq: in the handshake)
 
 
 class ClientCommandsParse(Monitor):
@@ -65,19 +66,15 @@ class ClientCommandsParse(Monitor):
 
 class ClientCommandsInOrder(Monitor):
     """Commands in the states nsqd takes them in: RDY only once subscribed (P-RDY-02), one SUB per connection and none
-    after CLS (P-SUB-01), AUTH before SUB or a publish where the IDENTIFY answer says auth_required (NSQC-NEG-006,
-    P-AUTH-09), a PUB after IDENTIFY (NSQC-PUB-001). Judged from the connection's start."""
+    after CLS (P-SUB-01), a PUB after IDENTIFY (NSQC-PUB-001). Judged from the connection's start."""
 
-    ITEMS = ("P-RDY-02", "P-SUB-01", "NSQC-NEG-006", "NSQC-PUB-001")
+    ITEMS = ("P-RDY-02", "P-SUB-01", "NSQC-PUB-001")
 
     def __init__(self):
         super().__init__()
         self._seen: dict[str, set] = {}  # connection -> the verbs it sent so far
-        self._authorized: set[str] = set()
 
     def observe(self, judge, connection, event, answered):
-        if answered is not None and answered.name == "AUTH" and event.kind == RESPONSE:
-            self._authorized.add(connection.name)
         if event.kind != COMMAND:
             return
         if not connection.started:
@@ -93,8 +90,46 @@ class ClientCommandsInOrder(Monitor):
         elif verb == "PUB" and "IDENTIFY" not in seen:
             self.report("NSQC-PUB-001", CLIENT, event.ts, connection.name, "PUB after IDENTIFY",
                         "PUB without an IDENTIFY", event)
-        if verb in PERMISSIONED and (connection.identify_answer or {}).get("auth_required") is True \
-                and connection.name not in self._authorized:
-            self.report("NSQC-NEG-006", CLIENT, event.ts, connection.name,
-                        "AUTH answered before SUB or a publish (auth_required)", f"{verb} without it", event)
         seen.add(verb)
+
+
+class AuthenticatesWhenAsked(Monitor):
+    """NSQC-NEG-006 (P-AUTH-09): where the IDENTIFY answer says auth_required, the client sends AUTH at once (within
+    4 s) and sends SUB or a publish only once AUTH is answered. Waiting is judged where the times are the wire's."""
+
+    ITEMS = ("NSQC-NEG-006",)
+
+    def __init__(self):
+        super().__init__()
+        self._asked: dict[str, object] = {}  # connection -> the answer asking for AUTH, until an AUTH is sent
+        self._authorized: set[str] = set()
+
+    def observe(self, judge, connection, event, answered):
+        name = connection.name
+        if answered is not None and answered.name == "IDENTIFY" and event.kind == RESPONSE \
+                and (event.fields or {}).get("auth_required") is True and judge.timing:
+            self._asked[name] = event
+            self.due = min(self.due, event.ts + AUTH_WITHIN_S)
+            judge.want_tick(event.ts + AUTH_WITHIN_S)
+        elif answered is not None and answered.name == "AUTH" and event.kind == RESPONSE:
+            self._authorized.add(name)
+        elif event.kind == COMMAND and event.name == "AUTH":
+            self._asked.pop(name, None)
+        elif event.kind == COMMAND and event.name in PERMISSIONED and name not in self._authorized \
+                and (connection.identify_answer or {}).get("auth_required") is True:
+            self._asked.pop(name, None)
+            self.report("NSQC-NEG-006", CLIENT, event.ts, name, "AUTH answered before SUB or a publish "
+                        "(auth_required)", f"{event.name} without it", event)
+
+    def tick(self, judge, now):
+        for name, answer in list(self._asked.items()):
+            if answer.ts + AUTH_WITHIN_S <= now:
+                del self._asked[name]
+                if judge.connections[name].open:
+                    self.report("NSQC-NEG-006", CLIENT, answer.ts + AUTH_WITHIN_S, name,
+                                f"AUTH within {AUTH_WITHIN_S:g} s of an answer saying auth_required", "none", answer)
+        self.due = min((answer.ts + AUTH_WITHIN_S for answer in self._asked.values()), default=float("inf"))
+        judge.want_tick(self.due)
+
+    def closed(self, judge, connection):
+        self._asked.pop(connection.name, None)
