@@ -3,6 +3,7 @@ settled since (NSQC-MSG-001, NSQC-MSG-002, NSQC-MSG-003)."""
 
 from __future__ import annotations
 
+from nsq_protocol.monitors.client_commands import ID_BYTES
 from nsq_protocol.monitors.events import CLIENT, COMMAND, MESSAGE
 from nsq_protocol.monitors.monitor import Monitor
 
@@ -26,8 +27,9 @@ class SettlesWhatItHolds(Monitor):
         if event.kind == MESSAGE and event.msg_id is not None:
             held[event.msg_id] = None
             return
-        if event.kind != COMMAND or event.name not in ITEM_OF or event.msg_id is None:
-            return
+        if event.kind != COMMAND or event.name not in ITEM_OF or event.msg_id is None \
+                or len(event.msg_id.encode("utf-8", "surrogateescape")) != ID_BYTES:
+            return  # no ID nsqd reads (P-FIN-02, P-FIN-03: ClientCommandsParse's)
         item = ITEM_OF[event.name]
         if not connection.started:
             self.skip(item, "the connection's start, and so its deliveries, are not all in the traffic")
