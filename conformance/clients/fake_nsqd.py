@@ -143,11 +143,12 @@ class ClientConnection:
         # range, a malformed frame): a case waiting for more says so
         self.refused_with: str | None = None
         self.malformed: str | None = None  # the client's frame nsqd could not read, and why
+        self._overrun: wire.Command | None = None  # an MPUB whose count reads past its body size, as recorded
         self._message_number = 0
 
     # ---- reading the client ---------------------------------------------------------------------------------
     async def serve(self) -> None:
-        decoder = wire.CommandDecoder(pause_at_upgrade=True)
+        decoder = _Decoder(pause_at_upgrade=True)
         try:
             while data := await self._reader.read(65536):
                 self.chunks.append((self.transcript.now(), data))
@@ -170,6 +171,7 @@ class ClientConnection:
                         await self._received(command)
                         if self.closed.is_set():
                             return
+                    self._overrun_seen(decoder)
                     # paused after an IDENTIFY that asked for layers: what followed it goes through the new ones
                     data = decoder.take_trailing_data() if decoder.paused else None
             self._closed_by_client(CLOSED_BY_CLIENT)
@@ -191,6 +193,16 @@ class ClientConnection:
                 monitors.Observed(self._wall_now(), UNREADABLE, MAGIC, f"magic {self.magic!r}"),)  # C-02
             self.transcript.record(self.name, CLIENT_TO_SERVER, [f"MAGIC {self.magic!r}"], self.magic,
                                    observed=wrong)
+
+    def _overrun_seen(self, decoder: _Decoder) -> None:
+        """Records an MPUB whose size word frames a body that has all come but holds fewer messages than its count:
+        nsqd waits for the rest (P-MPUB-04), the bytes on the wire show the MPUB whole."""
+        overrun = decoder.overrun_mpub()
+        if overrun is not None and overrun != self._overrun:
+            self._overrun = overrun
+            self.transcript.record(self.name, NOTE, [f"{overrun.describe()}: its count reads past its body size; "
+                                                     "nsqd reads on into what comes next (P-MPUB-04)"],
+                                   observed=(monitors.from_command(self._wall_now(), overrun),))
 
     def _wall_now(self) -> float:
         """Now on the clock of the monitors' events (seconds since the epoch, the transcript's)."""
@@ -456,6 +468,24 @@ class ClientConnection:
 
     def commands(self, *names: bytes) -> list[wire.Command]:
         return [command for _, command in self.received if not names or command.name in names]
+
+
+class _Decoder(wire.CommandDecoder):
+    """nsqd's reading of the client's stream (P-MPUB-04: an MPUB by its count), which can also show an MPUB as its
+    size word frames it."""
+
+    def overrun_mpub(self) -> wire.Command | None:
+        """The MPUB the undecoded bytes start with, its body as its size word frames it, when that body has all come
+        (the decoder, reading by the count, waits for more); None otherwise."""
+        pending = bytes(self._buffer)
+        newline = pending.find(b"\n")
+        if self.paused or not pending.startswith(b"MPUB ") or newline < 0 or len(pending) < newline + 5:
+            return None
+        size = int.from_bytes(pending[newline + 1:newline + 5], "big", signed=True)
+        body = pending[newline + 5:newline + 5 + size]
+        if size <= 0 or len(body) < size:
+            return None
+        return wire.Command(b"MPUB", tuple(self.split(pending[:newline])[1:]), body)
 
 
 def mpub_refusal(body: bytes) -> bytes | None:

@@ -29,3 +29,15 @@ def test_mpub_bodies_as_nsqd():
     count_plus_one = (3).to_bytes(4, "big") + wire.mpub_body([b"a", b"bc"])[4:]
     assert mpub_refusal(count_plus_one) == b"E_BAD_MESSAGE MPUB failed to read message(2) body size"
     assert mpub_refusal(wire.mpub_body([b"abcd"])[:-2]) == b"E_BAD_MESSAGE MPUB failed to read message body"
+
+
+def test_an_mpub_whose_count_reads_past_its_size_shows_framed_by_the_size():
+    from conformance.clients.fake_nsqd import _Decoder
+    decoder = _Decoder()
+    count_plus_one = (3).to_bytes(4, "big") + wire.mpub_body([b"a", b"bc"])[4:]
+    assert decoder.feed(wire.MAGIC_V2 + wire.encode_command("MPUB", "t", body=count_plus_one)) == []
+    overrun = decoder.overrun_mpub()
+    assert overrun is not None and overrun.body == count_plus_one and overrun.params == (b"t",)
+    whole = _Decoder()
+    whole.feed(wire.MAGIC_V2 + wire.encode_command("MPUB", "t", body=wire.mpub_body([b"a"]))[:-1])
+    assert whole.overrun_mpub() is None, "a body still coming"
