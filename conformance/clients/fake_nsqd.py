@@ -148,7 +148,7 @@ class ClientConnection:
 
     # ---- reading the client ---------------------------------------------------------------------------------
     async def serve(self) -> None:
-        decoder = _Decoder(pause_at_upgrade=True)
+        decoder = NsqdDecoder(pause_at_upgrade=True)
         try:
             while data := await self._reader.read(65536):
                 self.chunks.append((self.transcript.now(), data))
@@ -194,7 +194,7 @@ class ClientConnection:
             self.transcript.record(self.name, CLIENT_TO_SERVER, [f"MAGIC {self.magic!r}"], self.magic,
                                    observed=wrong)
 
-    def _overrun_seen(self, decoder: _Decoder) -> None:
+    def _overrun_seen(self, decoder: NsqdDecoder) -> None:
         """Records an MPUB whose size word frames a body that has all come but holds fewer messages than its count:
         nsqd waits for the rest (P-MPUB-04), the bytes on the wire show the MPUB whole."""
         overrun = decoder.overrun_mpub()
@@ -470,7 +470,7 @@ class ClientConnection:
         return [command for _, command in self.received if not names or command.name in names]
 
 
-class _Decoder(wire.CommandDecoder):
+class NsqdDecoder(wire.CommandDecoder):
     """nsqd's reading of the client's stream (P-MPUB-04: an MPUB by its count), which can also show an MPUB as its
     size word frames it."""
 

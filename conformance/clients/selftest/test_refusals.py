@@ -32,12 +32,12 @@ def test_mpub_bodies_as_nsqd():
 
 
 def test_an_mpub_whose_count_reads_past_its_size_shows_framed_by_the_size():
-    from conformance.clients.fake_nsqd import _Decoder
-    decoder = _Decoder()
+    from conformance.clients.fake_nsqd import NsqdDecoder
+    decoder = NsqdDecoder()
     count_plus_one = (3).to_bytes(4, "big") + wire.mpub_body([b"a", b"bc"])[4:]
     assert decoder.feed(wire.MAGIC_V2 + wire.encode_command("MPUB", "t", body=count_plus_one)) == []
     overrun = decoder.overrun_mpub()
     assert overrun is not None and overrun.body == count_plus_one and overrun.params == (b"t",)
-    whole = _Decoder()
+    whole = NsqdDecoder()
     whole.feed(wire.MAGIC_V2 + wire.encode_command("MPUB", "t", body=wire.mpub_body([b"a"]))[:-1])
     assert whole.overrun_mpub() is None, "a body still coming"
