@@ -36,7 +36,7 @@ class ClientIdentifies(Monitor):
     """NSQC-CONN-002: IDENTIFY, with a JSON object body, comes before SUB; NSQC-CONN-003 (SHOULD): it names the
     client (client_id, hostname, user_agent) and asks for feature negotiation; NSQC-CONN-006: its values are within
     the bounds nsqd takes. A value out of bounds is judged where the broker refused the IDENTIFY: a broker that took
-    it runs with wider flags than nsqd's defaults (or broke ID-02..ID-07 itself)."""
+    it runs with wider flags than nsqd's defaults (or broke ID-02, ID-03, ID-04, ID-06 or ID-07 itself)."""
 
     ITEMS = ("NSQC-CONN-002", "NSQC-CONN-003", "NSQC-CONN-006")
 
