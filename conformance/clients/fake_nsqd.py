@@ -264,9 +264,11 @@ class ClientConnection:
                 self.in_flight[message_id] = time.monotonic()
             else:
                 self._in_flight_done(command)
-        elif name == b"CLS":
+        elif name == b"CLS" and self.close_wait_delay:
             asyncio.get_running_loop().call_later(self.close_wait_delay, self.send, wire.FRAME_RESPONSE,
                                                   b"CLOSE_WAIT")
+        elif name == b"CLS":  # at once, as nsqd: before a close that came with the CLS is read (NSQC-CLS-001)
+            self.send(wire.FRAME_RESPONSE, b"CLOSE_WAIT")
         elif name != b"NOP":
             await self._fatal(b"E_INVALID", b"invalid command " + name)
 
