@@ -33,9 +33,9 @@ class Findings:
                 + [{**violation.as_dict(), "declared": True} for violation in self.declared])
 
 
-def judge(transcript: Transcript, until: float | None = None) -> monitors.Judge:
-    """The monitors' judge over the case's connections to its fake nsqds, up to ``until`` (the transcript's time;
-    default: now). Connections still open then stay open: the traffic ends there."""
+def judge(transcript: Transcript) -> monitors.Judge:
+    """The monitors' judge over the case's connections to its fake nsqds, up to now. Connections still open stay
+    open: the traffic ends there."""
     judge = monitors.new_judge(timing=True, http_seen=False, client_library=True)
     started = {event.connection for event in transcript.events if event.direction == CLIENT_TO_SERVER
                and event.lines[0] == f"MAGIC {MAGIC_V2!r}"}
@@ -51,7 +51,7 @@ def judge(transcript: Transcript, until: float | None = None) -> monitors.Judge:
             closed_by = _CLOSES.get(event.lines[0], monitors.BROKER if event.lines[0].endswith(REFUSED) else None)
             if closed_by is not None:
                 judge.close(name, at, closed_by)
-    judge.finish(transcript.wall_started + (transcript.now() if until is None else until))
+    judge.finish(transcript.wall_started + transcript.now())
     return judge
 
 
