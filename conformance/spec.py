@@ -16,7 +16,8 @@ of conformance/clients/cases/ marked with it.
 ``capture`` says whether a capture of the traffic (the broker's TCP and HTTP, both ways; for the client items, the
 client's) can judge the item, in one of four forms:
 
-- ``"monitor"``: a monitor of ``nsq_protocol.monitors.MONITORS`` lists the item in its ``ITEMS`` (and only then);
+- ``"monitor"``: a monitor of ``nsq_protocol.monitors`` (``MONITORS``, ``CLIENT_MONITORS``) lists the item in its
+  ``ITEMS`` (and only then);
 - ``"needs a monitor: <what it would take>"``: the traffic shows it, no monitor judges it yet;
 - ``"not on the wire: <why>"``: no capture shows it: the broker's disk, its process (signals, restarts, its exit,
   its log), its memory or clock, or what TLS encrypts;

@@ -22,40 +22,21 @@ import time
 from pathlib import Path
 
 from conformance.clients.judge import ClientFault
-from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
-from nsq_protocol import wire
+from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Endpoint, Transcript
+from nsq_protocol import monitors, wire
+from nsq_protocol.monitors.client_identify import MAX_MSG_TIMEOUT_MS, identify_refusal
+from nsq_protocol.monitors.events import MAGIC, STREAM, UNREADABLE
 
 MSG_TIMEOUT_MS = 60_000
 TLS_DIR = Path(__file__).parent.parent / "tls"  # test certificates only: server.pem is CN=127.0.0.1, signed by ca.pem
 CA_FILE = TLS_DIR / "ca.pem"
 LAYERS = ("tls_v1", "snappy", "deflate")
+# the transcript's notes of a connection's end, which the client suite's monitors read (clients/monitoring.py)
+CLOSED_BY_CLIENT, RESET_BY_CLIENT = "closed by the client", "reset by the client"
+CLOSED_BY_BROKER, REFUSED = "closed by the broker", "closed at once"
 
 
 MAX_RDY_COUNT = 2500  # --max-rdy-count (P-RDY-04), also the IDENTIFY answer's max_rdy_count
-MAX_MSG_TIMEOUT_MS = 900_000  # --max-msg-timeout (ID-07)
-# ID-02, ID-03, ID-04, ID-05, ID-06, ID-07: what nsqd v1.3.0 takes for each IDENTIFY value, in its order of validation
-# (ID-08): a value outside
-# is refused with E_BAD_BODY and the connection closed. (field, the values taken, the error's words)
-IDENTIFY_BOUNDS = (
-    ("heartbeat_interval", lambda n: n in (-1, 0) or 1000 <= n <= 60_000, "heartbeat interval"),  # ID-02
-    ("output_buffer_timeout", lambda n: n in (-1, 0) or 25 <= n <= 30_000, "output buffer timeout"),  # ID-03
-    ("output_buffer_size", lambda n: n in (-1, 0) or 64 <= n <= 65_536, "output buffer size"),  # ID-04
-    ("sample_rate", lambda n: 0 <= n <= 99, "sample rate"),  # ID-06
-    ("msg_timeout", lambda n: n == 0 or 1000 <= n <= MAX_MSG_TIMEOUT_MS, "msg timeout"),  # ID-07
-)
-
-
-def identify_refusal(fields: dict) -> bytes | None:
-    """The E_BAD_BODY text nsqd v1.3.0 refuses this IDENTIFY with, or None when it takes it (ID-02, ID-03, ID-04,
-    ID-05, ID-06, ID-07, ID-08; a value of the wrong JSON type, 1000.0 too, fails Go's decode into an int already,
-    while null leaves the field as it was: P-ID-03)."""
-    for key, takes, words in IDENTIFY_BOUNDS:
-        value = 0 if fields.get(key) is None else fields[key]
-        if isinstance(value, bool) or not isinstance(value, int):
-            return b"IDENTIFY failed to decode JSON body"
-        if not takes(value):
-            return b"IDENTIFY %s (%d) is invalid" % (words.encode(), value)
-    return None
 
 
 def server_tls_context() -> ssl.SSLContext:
@@ -99,15 +80,16 @@ class FakeNsqd:
             await self._server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.refusing:
-            self.refused.append(self.transcript.now())
-            self.transcript.note(f"connection {len(self.refused)} from {writer.get_extra_info('peername')[1]} "
-                                 "closed at once")
-            writer.close()
-            return
         name = chr(ord("A") + len(self.transcript.endpoints))  # unique across the case's brokers
         self.transcript.endpoints[name] = Endpoint(writer.get_extra_info("peername")[:2],
                                                    writer.get_extra_info("sockname")[:2])
+        if self.refusing:
+            self.refused.append(self.transcript.now())
+            self.transcript.endpoints[name].closed_by_server = True
+            self.transcript.note(f"connection {len(self.refused)} from {writer.get_extra_info('peername')[1]} "
+                                 f"{REFUSED}", name)
+            writer.close()
+            return
         connection = ClientConnection(self, name, reader, writer)
         self.connections.append(connection)
         await self._accepted.put(connection)
@@ -161,11 +143,12 @@ class ClientConnection:
         # range, a malformed frame): a case waiting for more says so
         self.refused_with: str | None = None
         self.malformed: str | None = None  # the client's frame nsqd could not read, and why
+        self._overrun: wire.Command | None = None  # an MPUB whose count reads past its body size, as recorded
         self._message_number = 0
 
     # ---- reading the client ---------------------------------------------------------------------------------
     async def serve(self) -> None:
-        decoder = wire.CommandDecoder(pause_at_upgrade=True)
+        decoder = NsqdDecoder(pause_at_upgrade=True)
         try:
             while data := await self._reader.read(65536):
                 self.chunks.append((self.transcript.now(), data))
@@ -176,7 +159,8 @@ class ClientConnection:
                         self._magic_seen(decoder)
                         for command in violation.commands:
                             await self._received(command)
-                        self.transcript.note(f"undecodable input: {violation.reason}", self.name)
+                        self._unreadable(f"undecodable input: {violation.reason}", violation.reason,
+                                         None if decoder.magic != wire.MAGIC_V2 else self._layer() or STREAM)
                         self.malformed = violation.reason
                         # C-02: nsqd answers a bad magic with E_BAD_PROTOCOL and closes; other garbage E_INVALID
                         await self._fatal(b"E_BAD_PROTOCOL" if decoder.magic != wire.MAGIC_V2 else b"E_INVALID",
@@ -187,11 +171,12 @@ class ClientConnection:
                         await self._received(command)
                         if self.closed.is_set():
                             return
+                    self._overrun_seen(decoder)
                     # paused after an IDENTIFY that asked for layers: what followed it goes through the new ones
                     data = decoder.take_trailing_data() if decoder.paused else None
-            self._closed_by_client("closed by the client")
+            self._closed_by_client(CLOSED_BY_CLIENT)
         except (ConnectionError, OSError):
-            self._closed_by_client("reset by the client")
+            self._closed_by_client(RESET_BY_CLIENT)
         finally:
             self._closed()
 
@@ -204,10 +189,37 @@ class ClientConnection:
     def _magic_seen(self, decoder: wire.CommandDecoder) -> None:
         if self.magic is None and decoder.magic is not None:
             self.magic = decoder.magic
-            self.transcript.record(self.name, CLIENT_TO_SERVER, [f"MAGIC {self.magic!r}"], self.magic)
+            wrong = () if self.magic == wire.MAGIC_V2 else (
+                monitors.Observed(self._wall_now(), UNREADABLE, MAGIC, f"magic {self.magic!r}"),)  # C-02
+            self.transcript.record(self.name, CLIENT_TO_SERVER, [f"MAGIC {self.magic!r}"], self.magic,
+                                   observed=wrong)
+
+    def _overrun_seen(self, decoder: NsqdDecoder) -> None:
+        """Records an MPUB whose size word frames a body that has all come but holds fewer messages than its count:
+        nsqd waits for the rest (P-MPUB-04), the bytes on the wire show the MPUB whole."""
+        overrun = decoder.overrun_mpub()
+        if overrun is not None and overrun != self._overrun:
+            self._overrun = overrun
+            self.transcript.record(self.name, NOTE, [f"{overrun.describe()}: its count reads past its body size; "
+                                                     "nsqd reads on into what comes next (P-MPUB-04)"],
+                                   observed=(monitors.from_command(self._wall_now(), overrun),))
+
+    def _wall_now(self) -> float:
+        """Now on the clock of the monitors' events (seconds since the epoch, the transcript's)."""
+        return self.transcript.wall_started + self.transcript.now()
+
+    def _layer(self) -> str | None:
+        """The compression layer the client's bytes come through now, if any."""
+        return next((layer for layer in ("snappy", "deflate") if layer in self.layers and self._inflate), None)
+
+    def _unreadable(self, note: str, why: str, where: str | None) -> None:
+        """A note of bytes nsqd could not read; ``where`` (MAGIC, STREAM or a layer): the monitors' event too."""
+        observed = () if where is None else (monitors.Observed(self._wall_now(), UNREADABLE, where, why),)
+        self.transcript.record(self.name, NOTE, [note], observed=observed)
 
     async def _received(self, command: wire.Command) -> None:
-        self.transcript.record(self.name, CLIENT_TO_SERVER, [command.describe()], command.encode())
+        self.transcript.record(self.name, CLIENT_TO_SERVER, [command.describe()], command.encode(),
+                               observed=(monitors.from_command(self._wall_now(), command),))
         entry = (self.transcript.now(), command)
         self.received.append(entry)
         self._unread.put_nowait(entry)  # before the answer, which may close the connection
@@ -252,9 +264,11 @@ class ClientConnection:
                 self.in_flight[message_id] = time.monotonic()
             else:
                 self._in_flight_done(command)
-        elif name == b"CLS":
+        elif name == b"CLS" and self.close_wait_delay:
             asyncio.get_running_loop().call_later(self.close_wait_delay, self.send, wire.FRAME_RESPONSE,
                                                   b"CLOSE_WAIT")
+        elif name == b"CLS":  # at once, as nsqd: before a close that came with the CLS is read (NSQC-CLS-001)
+            self.send(wire.FRAME_RESPONSE, b"CLOSE_WAIT")
         elif name != b"NOP":
             await self._fatal(b"E_INVALID", b"invalid command " + name)
 
@@ -272,7 +286,7 @@ class ClientConnection:
             return
         # ID-02, ID-03, ID-04, ID-05, ID-06, ID-07, ID-08: nsqd refuses the connection
         if refusal := identify_refusal(self.identify):
-            await self._fatal(b"E_BAD_BODY", refusal)
+            await self._fatal(b"E_BAD_BODY", refusal.encode())
             return
         if self.identify.get("feature_negotiation") is not True:
             self.send(wire.FRAME_RESPONSE, b"OK")  # ID-20
@@ -296,7 +310,7 @@ class ClientConnection:
                 await self._writer.drain()
                 await self._writer.start_tls(server_tls_context(), ssl_handshake_timeout=5.0)  # ID-31
             except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as error:
-                self.transcript.note(f"TLS handshake failed: {error!r}", self.name)
+                self._unreadable(f"TLS handshake failed: {error!r}", f"TLS handshake failed: {error!r}", "tls_v1")
                 self.abort()
                 return
             self.transcript.note(f"TLS: {self._writer.get_extra_info('cipher')}", self.name)
@@ -337,7 +351,8 @@ class ClientConnection:
         if self.closed.is_set():
             return
         frame = wire.Frame(frame_type, data)
-        self.transcript.record(self.name, SERVER_TO_CLIENT, [frame.describe()], frame.encode())
+        self.transcript.record(self.name, SERVER_TO_CLIENT, [frame.describe()], frame.encode(),
+                               observed=(monitors.from_frame(self._wall_now(), frame),))
         if self._held is not None:
             self._held += frame.encode()
         else:
@@ -370,7 +385,8 @@ class ClientConnection:
                                   f"RDY above {len(self.in_flight)} (messages in flight) within {timeout:g} s",
                                   f"RDY {self.rdy}") from None
         self._message_number += 1
-        message_id = b"%s%015x" % (self.name.encode(), self._message_number)  # 16 ASCII bytes, as nsqd's hex IDs
+        # 16 lowercase hex characters as nsqd's (C-10), unique across the case's connections
+        message_id = b"%02x%014x" % (ord(self.name) - ord("A"), self._message_number)
         self.in_flight[message_id] = time.monotonic()
         self.send(wire.FRAME_MESSAGE, wire.encode_message(time.time_ns(), attempts, message_id, body))
         return message_id
@@ -379,7 +395,7 @@ class ClientConnection:
         """Close as nsqd does after a fatal error: what was written goes out first."""
         if not self.closed.is_set():
             self.transcript.endpoints[self.name].closed_by_server = True
-            self.transcript.note("closed by the broker", self.name)
+            self.transcript.note(CLOSED_BY_BROKER, self.name)
             self._closed()
             try:
                 await self._writer.drain()
@@ -454,6 +470,24 @@ class ClientConnection:
 
     def commands(self, *names: bytes) -> list[wire.Command]:
         return [command for _, command in self.received if not names or command.name in names]
+
+
+class NsqdDecoder(wire.CommandDecoder):
+    """nsqd's reading of the client's stream (P-MPUB-04: an MPUB by its count), which can also show an MPUB as its
+    size word frames it."""
+
+    def overrun_mpub(self) -> wire.Command | None:
+        """The MPUB the undecoded bytes start with, its body as its size word frames it, when that body has all come
+        (the decoder, reading by the count, waits for more); None otherwise."""
+        pending = bytes(self._buffer)
+        newline = pending.find(b"\n")
+        if self.paused or not pending.startswith(b"MPUB ") or newline < 0 or len(pending) < newline + 5:
+            return None
+        size = int.from_bytes(pending[newline + 1:newline + 5], "big", signed=True)
+        body = pending[newline + 5:newline + 5 + size]
+        if size <= 0 or len(body) < size:
+            return None
+        return wire.Command(b"MPUB", tuple(self.split(pending[:newline])[1:]), body)
 
 
 def mpub_refusal(body: bytes) -> bytes | None:

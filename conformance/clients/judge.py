@@ -1,6 +1,7 @@
 """How a case's outcome becomes a verdict: the broker suite's names (conformance.verdicts), a client's reasons."""
 from __future__ import annotations
 
+from conformance.spec import behaviours
 from conformance.verdicts import ERROR, FAIL, NON_STRICT, PASS, UNSUPPORTED
 from nsq_protocol.wire import ProtocolViolation
 
@@ -36,6 +37,23 @@ def verdict_of(level: str, error: BaseException | None) -> tuple[str, str]:
     if isinstance(error, AssertionError):
         return (NON_STRICT if level == SHOULD else FAIL), str(error)
     return ERROR, f"{type(error).__name__}: {error}"
+
+
+def graded(verdict: str, message: str, findings) -> tuple[str, str]:
+    """The case's verdict with what the monitors found in its traffic (conformance/clients/monitoring.py): a rule the
+    fake nsqd broke is the harness's bug, an ERROR; a client-side rule broken counts as the case's own difference at
+    the rule's level (a MUST, or a MAY the client uses, FAILs; a SHOULD is NON-STRICT). A case that could not judge
+    the client (UNSUPPORTED, ERROR) keeps its verdict."""
+    if findings.broker:
+        return ERROR, "\n".join([*(f"the fake nsqd broke {violation.describe()} (the harness's bug, not the client's)"
+                                   for violation in findings.broker), message]).strip()
+    if verdict in (UNSUPPORTED, ERROR) or not findings.client:
+        return verdict, message
+    found = [FAIL if behaviours()[violation.item].level != SHOULD else NON_STRICT for violation in findings.client]
+    worst = FAIL if FAIL in (verdict, *found) else NON_STRICT
+    lines = [f"monitor: {violation.item} [{behaviours()[violation.item].level}] {violation.describe()}"
+             for violation in findings.client]
+    return worst, "\n".join([message, *lines]).strip()
 
 
 def check(holds: bool, what: str, expected: str, actual: str) -> None:

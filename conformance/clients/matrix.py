@@ -44,6 +44,8 @@ def _cell(document: dict, case: dict | None) -> str:
                                                                                              case["verdict"])
     differs = case["baseline"] is not None and case["baseline"] != verdict
     title = case["why"] or (case["message"].splitlines()[0] if case["message"] else verdict)
+    if case.get("monitors"):
+        title += " · monitors: " + ", ".join(sorted({finding["item"] for finding in case["monitors"]}))
     if differs:
         title = f"baseline {case['baseline']}: {title}"
     # a FAIL's capture, beside the report's link: what the client sent, for Wireshark

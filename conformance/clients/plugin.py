@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from conformance.clients import monitoring
 from conformance.clients.catalogue import REQUIREMENTS
 from conformance.clients.driver import drivers
-from conformance.clients.judge import verdict_of
+from conformance.clients.judge import graded, verdict_of
 from conformance.clients.session import CaseRun
 from conformance.spec import behaviours
 from conformance.verdicts import FAIL, NON_STRICT, PASS, UNSUPPORTED
@@ -106,6 +107,11 @@ class Collector:
         requirement = REQUIREMENTS[identifier]
         verdict, message = verdict_of(requirement.level, call.excinfo.value if call.excinfo else None)
         case_run: CaseRun | None = getattr(item, "nsqc_run", None)
+        found = None
+        if case_run is not None:
+            declared = {identifier for marker in item.iter_markers("monitors_expect") for identifier in marker.args}
+            found = monitoring.findings(case_run.transcript, declared)
+            verdict, message = graded(verdict, message, found)
         pcap = None
         if case_run and case_run.transcript.endpoints and verdict not in (PASS, UNSUPPORTED):
             pcap = self.reports_dir / "pcap" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", identifier) + ".pcap")
@@ -118,7 +124,7 @@ class Collector:
             "baseline": expected, "why": self.why.get(identifier, ""), "duration_s": round(call.duration, 2),
             "transcript": case_run.transcript.as_dicts() if case_run else [],
             "driver_logs": [str(process.log_path) for process in case_run.processes] if case_run else [],
-            "pcap": str(pcap) if pcap else None}
+            "pcap": str(pcap) if pcap else None, "monitors": found.as_dicts() if found else []}
         report.user_properties.append(("verdict", verdict))
         if case_run:
             report.sections.append(("nsq client transcript", case_run.transcript.render()))
@@ -128,7 +134,7 @@ class Collector:
             report.outcome = "passed"
         else:
             report.outcome = "failed"
-            if call.excinfo and isinstance(call.excinfo.value, AssertionError):
+            if call.excinfo is None or isinstance(call.excinfo.value, AssertionError):  # None: a monitor's finding
                 report.longrepr = f"{identifier} {verdict}: {message}"
         return report
 

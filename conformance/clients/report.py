@@ -30,6 +30,19 @@ def _transcript(events: list[dict]) -> str:
     return f"<table class='tx'>{rows}</table>"
 
 
+def _monitors(findings: list[dict]) -> str:
+    """What the catalogue's monitors found in the case's traffic (conformance/clients/monitoring.py)."""
+    if not findings:
+        return ""
+    rows = "".join(
+        f"<li><b>{escape(finding['item'])}</b> by the {escape(finding['side'])} on {escape(finding['connection'])}"
+        + (" <i>(provoked by the case on purpose)</i>" if finding["declared"] else "")
+        + (" <b style='color:#c62828'>(the fake nsqd's: a harness bug)</b>" if finding["side"] == "broker" else "")
+        + f": expected {escape(finding['expected'])}; observed {escape(finding['observed'])}</li>"
+        for finding in findings)
+    return f"<p><b>Monitors</b> (the case's traffic through the catalogue's rules):</p><ul>{rows}</ul>"
+
+
 def _case(case: dict) -> str:
     expected = case["baseline"]
     differs = expected is not None and expected != case["verdict"]
@@ -43,6 +56,7 @@ def _case(case: dict) -> str:
             f"<code>{escape(case['test'])}</code></p>"
             + (f"<p><b>Why:</b> {escape(case['why'])}</p>" if case["why"] else "")
             + (f"<pre>{escape(case['message'])}</pre>" if case["message"] else "")
+            + _monitors(case["monitors"])
             + (f"<p>pcap: <code>{escape(case['pcap'])}</code></p>" if case["pcap"] else "")
             + "".join(f"<p>driver log: <code>{escape(log)}</code></p>" for log in case["driver_logs"])
             + _transcript(case["transcript"]) + "</div></details>")

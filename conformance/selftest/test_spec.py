@@ -19,7 +19,9 @@ from conformance.catalogue import requirements
 from conformance.citations import problems_in, prose_problems, unknown_ids
 from conformance.explain import REPO_DIR, TRANSCRIPT_FILES, capture_tables
 from conformance.spec import MONITOR, SpecError, _behaviour, behaviour_ids_of, behaviours, cited_id_pattern
-from nsq_protocol.monitors import MONITORS
+from nsq_protocol.monitors import CLIENT_MONITORS, MONITORS
+
+ALL_MONITORS = (*MONITORS, *CLIENT_MONITORS)
 
 # Labels the recorder put in the fixtures' `catalog` lists that are not behaviour IDs: section numbers it used
 # before the catalogue had items for them, and the names of nsqd's own Go tests (whose behaviour items the
@@ -164,21 +166,22 @@ def capture_mismatches(catalogue, monitors) -> list[str]:
     marked = {item.id for item in catalogue.values() if item.capture_kind == MONITOR}
     return ([f"{item}: {judged[item]} judges it; mark it capture = \"monitor\""
              for item in sorted(judged.keys() - marked)]
-            + [f"{item}: capture = \"monitor\" but no monitor of nsq_protocol.monitors.MONITORS lists it in ITEMS (say "
-               "what it would take: \"needs a monitor: ...\")" for item in sorted(marked - judged.keys())])
+            + [f"{item}: capture = \"monitor\" but no monitor of nsq_protocol.monitors (MONITORS, CLIENT_MONITORS) "
+               "lists it in ITEMS (say what it would take: \"needs a monitor: ...\")"
+               for item in sorted(marked - judged.keys())])
 
 
 def test_capture_says_monitor_exactly_for_the_items_a_monitor_judges():
-    assert capture_mismatches(behaviours(), MONITORS) == []
+    assert capture_mismatches(behaviours(), ALL_MONITORS) == []
 
 
 def test_a_monitor_item_unmarked_or_a_marked_item_without_monitor_is_named():
     class Planted:
         ITEMS = ("D-02",)  # needs a monitor in the catalogue
-    unmarked = capture_mismatches(behaviours(), (*MONITORS, Planted))
+    unmarked = capture_mismatches(behaviours(), (*ALL_MONITORS, Planted))
     assert unmarked == ['D-02: Planted judges it; mark it capture = "monitor"']
     dropped = next(monitor for monitor in MONITORS if monitor.__name__ == "IdentifyAnswer")
-    others = [monitor for monitor in MONITORS if monitor is not dropped]
+    others = [monitor for monitor in ALL_MONITORS if monitor is not dropped]
     alone = sorted(set(dropped.ITEMS) - {item for monitor in others for item in monitor.ITEMS})
     without = capture_mismatches(behaviours(), others)
     assert alone and [line.split(":")[0] for line in without] == alone

@@ -6,13 +6,26 @@ rather than when they arrived, leave a rule "not judged".
 
 The same monitors run over a suite case's transcript (``conformance``), over a capture's connections
 (``spark_analysis``) and in the tests. ``new_judge()`` gives a judge with all of them; each of ``MONITORS`` names
-its items (``ITEMS``), which ``nsq-conformance explain`` lists and the tests check against the catalogue.
+its items (``ITEMS``), which ``nsq-conformance explain`` lists and the tests check against the catalogue. A client
+library's own traffic (the client suite's, ``conformance/clients``) is judged by ``CLIENT_MONITORS`` too.
 """
 
 from __future__ import annotations
 
 from nsq_protocol.monitors.answers import AnswersAsNsqd
 from nsq_protocol.monitors.buffering import FlushedAtOnce
+from nsq_protocol.monitors.client_backoff import BackoffEnds
+from nsq_protocol.monitors.client_commands import AuthenticatesWhenAsked, ClientCommandsInOrder, ClientCommandsParse
+from nsq_protocol.monitors.client_errors import (
+    NonFatalErrorsKeepConnection,
+    ReconnectsAfterFatalClose,
+    ReconnectsSpaced,
+)
+from nsq_protocol.monitors.client_heartbeats import NopAnswersHeartbeat
+from nsq_protocol.monitors.client_identify import ClientIdentifies
+from nsq_protocol.monitors.client_layers import ClientBytesReadable, UnaskedLayerRefused
+from nsq_protocol.monitors.client_settles import SettlesWhatItHolds
+from nsq_protocol.monitors.client_stop import ClsBeforeClose
 from nsq_protocol.monitors.delivery import (
     AttemptsGrow,
     FinishedStaysFinished,
@@ -42,11 +55,21 @@ MONITORS: tuple[type[Monitor], ...] = (
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare,
 )
+# what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
+# conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that
+# sends odd commands on purpose (the broker suite's) breaks them by design
+CLIENT_MONITORS: tuple[type[Monitor], ...] = (
+    ClientBytesReadable, UnaskedLayerRefused, ClientIdentifies, ClientCommandsParse, ClientCommandsInOrder,
+    AuthenticatesWhenAsked, SettlesWhatItHolds, NopAnswersHeartbeat, NonFatalErrorsKeepConnection,
+    ReconnectsAfterFatalClose, ReconnectsSpaced, ClsBeforeClose, BackoffEnds,
+)
 
 
-def new_judge(*, timing: bool, http_seen: bool, wording: bool = True) -> Judge:
-    return Judge([monitor() for monitor in MONITORS], timing=timing, http_seen=http_seen, wording=wording)
+def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False) -> Judge:
+    """``client_library``: the traffic is a client library's, judged by CLIENT_MONITORS too."""
+    chosen = (*MONITORS, *CLIENT_MONITORS) if client_library else MONITORS
+    return Judge([monitor() for monitor in chosen], timing=timing, http_seen=http_seen, wording=wording)
 
 
-__all__ = ["BROKER", "CLIENT", "HttpAction", "Judge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash",
-           "from_command", "from_frame", "http_action", "new_judge"]
+__all__ = ["BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "Judge", "MONITORS", "Monitor", "Observed",
+           "Violation", "body_hash", "from_command", "from_frame", "http_action", "new_judge"]

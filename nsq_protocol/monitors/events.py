@@ -18,14 +18,18 @@ JSON = "json"  # a response's name when its data is a JSON object (the IDENTIFY 
 # a frame's text when a capture shows it sent in plaintext where the TLS handshake belonged (ID-30); what goes
 # through TLS a capture does not show
 OUTSIDE_TLS = "in plaintext where TLS was negotiated"
+# bytes from the client that are no V2 command: its ``name`` says where (MAGIC, a layer of UPGRADES' names, or
+# STREAM for the plain command stream), its ``text`` what was wrong; nsqd ends the connection on them (C-02, C-21)
+UNREADABLE = "unreadable"
+MAGIC, STREAM = "magic", "stream"
 
 # errors after which the connection stays usable; every other error is fatal (C-23)
 NON_FATAL_ERRORS = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
 
 
 class Observed(NamedTuple):
-    """One command (a ``COMMAND``, ``name`` its verb) or one frame (``RESPONSE``, ``ERROR``, ``MESSAGE``,
-    ``HEARTBEAT``) of a V2 connection."""
+    """One command (a ``COMMAND``, ``name`` its verb), one frame (``RESPONSE``, ``ERROR``, ``MESSAGE``,
+    ``HEARTBEAT``) or the client's ``UNREADABLE`` bytes of a V2 connection."""
 
     ts: float
     kind: str
@@ -42,11 +46,13 @@ class Observed(NamedTuple):
 
     @property
     def sender(self) -> str:
-        return CLIENT if self.kind == COMMAND else BROKER
+        return CLIENT if self.kind in (COMMAND, UNREADABLE) else BROKER
 
     def describe(self) -> str:
         """One line for a violation's evidence."""
         parts = [self.name if self.kind in (COMMAND, ERROR) else self.kind]
+        if self.kind == UNREADABLE:
+            parts.append(self.name)
         if self.kind == RESPONSE:
             parts.append(self.name[:60])
         for label, value in (("topic", self.topic), ("channel", self.channel), ("id", self.msg_id),
@@ -55,7 +61,7 @@ class Observed(NamedTuple):
                 parts.append(f"{label}={value}")
         if self.text:
             parts.append(self.text[:80])
-        return f"{'>' if self.kind == COMMAND else '<'} " + " ".join(str(part) for part in parts)
+        return f"{'>' if self.sender == CLIENT else '<'} " + " ".join(str(part) for part in parts)
 
 
 def failed_id(text: str) -> str | None:
@@ -96,7 +102,11 @@ def from_command(ts: float, command: wire.Command) -> Observed:
     if verb in ("FIN", "TOUCH"):
         return Observed(ts, COMMAND, verb, msg_id=first)
     if verb == "REQ":
-        return Observed(ts, COMMAND, verb, msg_id=first, number=_unsigned(params[1]) if len(params) > 1 else None)
+        delay = params[1] if len(params) > 1 else None
+        number = None if delay is None else 0 if delay == b"" else _unsigned(delay)  # P-REQ-04: empty is 0
+        # an unparsable delay as sent (P-REQ-04); none at all is P-REQ-02's
+        return Observed(ts, COMMAND, verb, msg_id=first, number=number,
+                        text=_text(delay) if delay is not None and number is None else "")
     if verb == "RDY":
         # P-RDY-05: RDY alone means 1, "RDY " (an empty count) 0
         count = 1 if not params else (0 if params[0] == b"" else _unsigned(params[0]))

@@ -1,9 +1,9 @@
 """NSQC-CONN: the magic, IDENTIFY and SUB a client opens a connection with."""
 import pytest
 
-from conformance.clients.fake_nsqd import identify_refusal
 from conformance.clients.judge import check
 from nsq_protocol import wire
+from nsq_protocol.monitors.client_identify import identify_refusal
 
 
 async def _identified(run):
@@ -72,4 +72,4 @@ async def test_identify_values_in_bounds(run):
         refusal = identify_refusal(connection.identify) if isinstance(connection.identify, dict) else None
         check(refusal is None, f"the {role}'s IDENTIFY values (heartbeat_interval, output_buffer_timeout, "
               "output_buffer_size, sample_rate, msg_timeout)", "within nsqd v1.3.0's bounds",
-              f"nsqd refuses it: E_BAD_BODY {refusal.decode() if refusal else ''}; {identify.describe()}")
+              f"nsqd refuses it: E_BAD_BODY {refusal or ''}; {identify.describe()}")

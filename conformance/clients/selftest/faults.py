@@ -42,6 +42,9 @@ class Fault:
     after_answer: Callable[[bytes], bytes] = lambda answer: b""
     storm: int = 0  # when the broker closes a connection, this many connections to it at once (no backoff)
     selection: tuple[str, ...] = field(default=())  # cases to run; default: kills
+    # whether the fault changes what reaches the nsqd (False: only the client's /lookup queries, or only what it
+    # reads): the passive selftest (passive.py) scores the monitors on these
+    nsqd_sees: bool = True
 
     def magic(self, magic: bytes) -> bytes:
         return self.magic_as if self.magic_as is not None else magic
@@ -173,17 +176,17 @@ FAULTS = {fault.name: fault for fault in (
                                                                       body=command.body))),
     Fault("pub-error-hidden", "an error answer to PUB reaches the client as OK", ("NSQC-PUB-004",),
           tell=lambda frame: wire.encode_frame(wire.FRAME_RESPONSE, b"OK") if frame.frame_type == wire.FRAME_ERROR
-          else frame.encode()),
+          else frame.encode(), nsqd_sees=False),
     Fault("lookup-other-topic", "/lookup asks for another topic", ("NSQC-LOOKUP-001",),
-          lookup=lambda shared, target: target.replace("topic=", "topic=elsewhere-")),
+          lookup=lambda shared, target: target.replace("topic=", "topic=elsewhere-"), nsqd_sees=False),
     Fault("lookup-once", "/lookup is asked once, never polled", ("NSQC-LOOKUP-002", "NSQC-LOOKUP-003"),
-          lookup=lambda shared, target: target if shared["queries"] == 1 else None),
+          lookup=lambda shared, target: target if shared["queries"] == 1 else None, nsqd_sees=False),
     Fault("lookup-stale", "the first /lookup answer is used for ever", ("NSQC-LOOKUP-003", "NSQC-LOOKUP-004"),
-          lookup_stale=True),
+          lookup_stale=True, nsqd_sees=False),
     Fault("lookup-first-only", "only the first lookupd is asked", ("NSQC-LOOKUP-005",),
-          lookup=lambda shared, target: target if shared["lookupd"] == 0 else None),
+          lookup=lambda shared, target: target if shared["lookupd"] == 0 else None, nsqd_sees=False),
     Fault("lookup-gives-up", "polling stops after a lookupd is found down", ("NSQC-LOOKUP-005", "NSQC-LOOKUP-006"),
-          lookup=lambda shared, target: None if shared["failed"] else target),
+          lookup=lambda shared, target: None if shared["failed"] else target, nsqd_sees=False),
     Fault("identify-asks-deflate", "IDENTIFY asks for deflate, which the client was not told to", ("NSQC-NEG-001",),
           rewrite=_identify(lambda fields: {**fields, "deflate": True})),
     Fault("follows-unasked-snappy", "the client speaks snappy after an answer turning it on unasked",
@@ -213,9 +216,9 @@ FAULTS = {fault.name: fault for fault in (
           ("NSQC-RDY-003", "NSQC-RDY-005", "NSQC-RDY-006"), rewrite_after=_never_leaves_backoff),
     Fault("lookup-twice", "/lookup is asked at start and once more, then never", ("NSQC-LOOKUP-002",
                                                                                  "NSQC-LOOKUP-003"),
-          lookup=lambda shared, target: target if shared["queries"] <= 2 else None),
+          lookup=lambda shared, target: target if shared["queries"] <= 2 else None, nsqd_sees=False),
     Fault("backoff-shrinks", "the first backoff lasts 6 s, the later ones less (a backoff that does not grow)",
           ("NSQC-RDY-007",), late_after=_first_backoff_longest),
     Fault("lookup-hammered", "each /lookup poll is three queries at once (a poll loop without its interval)",
-          ("NSQC-LOOKUP-002",), lookup_copies=3),
+          ("NSQC-LOOKUP-002",), lookup_copies=3, nsqd_sees=False),
 )}

@@ -1,0 +1,63 @@
+"""Every client case's traffic through the catalogue's monitors (nsq_protocol.monitors, with CLIENT_MONITORS): the
+transcript the fake nsqds recorded, both directions of every connection, timed when the fake nsqd read or wrote the
+bytes (loopback: the wire's times), judged as a capture of one client's traffic, from the transcript alone: no
+case's knowledge of what the driver was told. The case's fake nsqds are judged together (one client's connections
+to them, so a backoff or a reconnect is followed across them).
+
+A client-side violation is the library's: graded at its item's level into the case's verdict (``judge.graded``),
+unless the case provokes it on purpose (``@pytest.mark.monitors_expect(ID, ...)``). A broker-side one means the fake
+nsqd broke a rule of nsqd's: the harness's bug, an ERROR. The fake nsqd departs from nsqd where a case needs it to
+(``FAKE_NSQD_DEPARTS``); those items are not judged of it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conformance.clients.fake_nsqd import CLOSED_BY_BROKER, CLOSED_BY_CLIENT, REFUSED, RESET_BY_CLIENT
+from conformance.transcript import CLIENT_TO_SERVER, NOTE, Transcript
+from nsq_protocol import monitors
+from nsq_protocol.monitors.events import CLIENT
+from nsq_protocol.wire import MAGIC_V2
+
+FAKE_NSQD_DEPARTS = {"C-28": "it sends a heartbeat when a case says so, not on a ticker"}
+_CLOSES = {CLOSED_BY_CLIENT: monitors.CLIENT, RESET_BY_CLIENT: monitors.CLIENT, CLOSED_BY_BROKER: monitors.BROKER}
+
+
+@dataclass(frozen=True)
+class Findings:
+    client: list  # Violation: the library's
+    declared: list  # Violation: the library's, provoked by the case on purpose
+    broker: list  # Violation: the fake nsqd's
+
+    def as_dicts(self) -> list[dict]:
+        return ([{**violation.as_dict(), "declared": False} for violation in self.client + self.broker]
+                + [{**violation.as_dict(), "declared": True} for violation in self.declared])
+
+
+def judge(transcript: Transcript) -> monitors.Judge:
+    """The monitors' judge over the case's connections to its fake nsqds, up to now. Connections still open stay
+    open: the traffic ends there."""
+    judge = monitors.new_judge(timing=True, http_seen=False, client_library=True)
+    started = {event.connection for event in transcript.events if event.direction == CLIENT_TO_SERVER
+               and event.lines[0] == f"MAGIC {MAGIC_V2!r}"}
+    for event in transcript.events:
+        name, at = event.connection, transcript.wall_time(event)
+        if name not in transcript.endpoints:  # the driver's reports, the lookupds', the selftest proxy's notes
+            continue
+        if name not in judge.connections:
+            judge.open(name, at, started=name in started)
+        for observed in event.observed:
+            judge.observe(name, observed)
+        if event.direction == NOTE:
+            closed_by = _CLOSES.get(event.lines[0], monitors.BROKER if event.lines[0].endswith(REFUSED) else None)
+            if closed_by is not None:
+                judge.close(name, at, closed_by)
+    judge.finish(transcript.wall_started + transcript.now())
+    return judge
+
+
+def findings(transcript: Transcript, declared: set[str]) -> Findings:
+    violations = judge(transcript).violations
+    departs = [v for v in violations if v.side != CLIENT and v.item not in FAKE_NSQD_DEPARTS]
+    client = [v for v in violations if v.side == CLIENT]
+    return Findings([v for v in client if v.item not in declared], [v for v in client if v.item in declared],
+                    departs)
