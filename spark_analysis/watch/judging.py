@@ -4,8 +4,10 @@ judge, carried from the batch before.
 The judges are pickled into the batch's state (``OUT/watch/state/<batch>/judges.pickle``, before ``index.json``
 makes the state whole), so a replayed batch starts again from the judges of the batch it carried on from. A batch's
 open parts (the last moments of the connections still open) are not judged: they come again, final, in the next
-batch. So that the judges take every nsqd's rows in time order, a batch's final rows from the earliest of its open
-rows on wait, with the judges, for the next batch: a connection still open may yet add rows from that time. The
+batch. So that the judges take every nsqd's rows in time order, they take a batch's rows, its final and its open
+ones, up to the latest capture time less the 100 ms a connection's tail is carried (``CARRIED_NS``): no later batch
+adds rows before that. The final rows after it wait, with the judges, for the next batch; the open rows before it,
+judged now, come again as final ones, and are known by their connection and time (``Fed``). The
 connections are opened from the connections table so far; a rule that needs a connection's whole traffic takes it
 as whole when the capture so far shows no gap in it. The violations a batch finds are appended to
 the ``violations`` table as the batch's part; the counts are of every violation so far.
@@ -39,17 +41,20 @@ from spark_analysis.judge.monitoring import (
     sorted_rows,
 )
 from spark_analysis.read.storage import LOCAL, Storage, join
-from spark_analysis.watch.increments import OPEN, part_name, part_prefix
+from spark_analysis.watch.increments import CARRIED_NS, OPEN, part_name, part_prefix
 
 JUDGES = "judges.pickle"
 
 
-def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, tallied: Tallies, exchange_dir: str,
-                tables_dir: str, state_dir: str, http_read: bool, storage: Storage = LOCAL) -> Judged:
+def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_ts_ns: int, final: Tallies,
+                tallied: Tallies, exchange_dir: str, tables_dir: str, state_dir: str, http_read: bool,
+                storage: Storage = LOCAL) -> Judged:
     """Batch ``batch_id``'s final observed rows (and HTTP requests, where the capture's HTTP traffic is read:
-    ``http_read``) judged, by the judges of batch ``previous`` (None: new ones); ``tallied``: the tallies with the
-    batch's open parts (every connection seen so far)."""
-    by_server = openings(tallied.connections(), tallied.undecoded())
+    ``http_read``) judged, by the judges of batch ``previous`` (None: new ones), up to ``last_ts_ns``, the latest
+    capture time so far, less ``CARRIED_NS``. ``tallied``: the tallies with the
+    batch's open parts (every connection seen so far); ``final``: without them, whose errors are the bytes the decoder
+    could not read (an open part ends a connection as if it had ended, inside a frame maybe)."""
+    by_server = openings(tallied.connections(), final.undecoded())
 
     def batch_parts(table: str, prefix: str = "") -> list[str]:
         return [url for url in storage.files(join(exchange_dir, table), ".parquet")
@@ -62,17 +67,15 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, tallie
 
     def judge(_: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         judgings: dict[str, ServerJudging] = {}
-        waiting = OBSERVED_SCHEMA.empty_table()
+        waiting, fed = OBSERVED_SCHEMA.empty_table(), Fed()
         if carried is not None and storage.is_file(carried):
             with storage.open_input(carried) as source:
-                judgings, waiting = pickle.loads(source.read())
-        observed = pa.concat_tables([waiting, lifecycle.read_parts(files, OBSERVED_SCHEMA, storage)])
-        from_then = pc.min(lifecycle.read_parts(open_files, OBSERVED_SCHEMA, storage)["ts_ns"]).as_py()
-        if from_then is not None:
-            ready = pc.less(observed["ts_ns"], from_then)
-            observed, waiting = observed.filter(ready), observed.filter(pc.invert(ready))
-        else:
-            waiting = OBSERVED_SCHEMA.empty_table()
+                judgings, waiting, fed = pickle.loads(source.read())
+        final_rows = pa.concat_tables([waiting, lifecycle.read_parts(files, OBSERVED_SCHEMA, storage)])
+        until = last_ts_ns - CARRIED_NS
+        waiting = final_rows.filter(pc.greater_equal(final_rows["ts_ns"], until))
+        observed = pa.concat_tables([final_rows, lifecycle.read_parts(open_files, OBSERVED_SCHEMA, storage)])
+        observed = observed.filter(pc.less(observed["ts_ns"], until))
         http = http_actions(lifecycle.read_parts(http_files, HTTP_SCHEMA, storage)) if http_read else None
         counts = []
         with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
@@ -83,12 +86,37 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, tallie
                 judging.add(connections)
                 if http_read:
                     judging.add_actions(http_actions_of(server, hosts, http))
-                judging.feed(sorted_rows(observed.filter(pc.equal(observed["server"], server))))
+                judging.feed(fed.new(sorted_rows(observed.filter(pc.equal(observed["server"], server)))))
                 counts += written_counts(server, judging, writer)
         storage.make_directory(join(state_dir, f"{batch_id:010d}"))
         with storage.open_output(kept) as sink:
-            sink.write(pickle.dumps((judgings, waiting), protocol=pickle.HIGHEST_PROTOCOL))
+            sink.write(pickle.dumps((judgings, waiting, fed), protocol=pickle.HIGHEST_PROTOCOL))
         yield pa.RecordBatch.from_pylist(counts, schema=COUNTS_SCHEMA)
 
     rows = spark.range(1, numPartitions=1).mapInArrow(judge, from_arrow_schema(COUNTS_SCHEMA)).collect()
     return Judged().add([row.asDict() for row in rows])
+
+
+class Fed:
+    """Each connection's rows the judges took: the time of the last one and how many at that time, so that an open
+    row taken in one batch is known when it comes again, final, in a later one (in the same order)."""
+
+    def __init__(self):
+        self.last: dict[str, list[int]] = {}  # conn_id -> [ts_ns, rows taken at that time]
+
+    def new(self, rows: Iterator[dict]) -> Iterator[dict]:
+        """``rows`` (sorted) but those taken in an earlier call."""
+        before = {conn_id: tuple(last) for conn_id, last in self.last.items()}
+        again: dict[str, int] = {}  # rows at a connection's time of ``before`` seen again
+        for row in rows:
+            conn_id, ts_ns = row["conn_id"], row["ts_ns"]
+            taken_until, taken_there = before.get(conn_id, (-1, 0))
+            if ts_ns < taken_until or (ts_ns == taken_until and again.get(conn_id, 0) < taken_there):
+                again[conn_id] = again.get(conn_id, 0) + (ts_ns == taken_until)
+                continue
+            last = self.last.get(conn_id)
+            if last is not None and last[0] == ts_ns:
+                last[1] += 1
+            else:
+                self.last[conn_id] = [ts_ns, 1]
+            yield row

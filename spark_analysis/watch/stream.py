@@ -185,8 +185,9 @@ class Watcher:
         self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
         final, tallied = self._tallies(batch_id, before.tallies)
         self.step(f"batch {batch_id}: judging (the catalogue's monitors)")
-        judged = judge_batch(self.spark, batch_id, carried["previous"], tallied, self.increments.exchange_dir,
-                             tables_dir, self.increments.state_dir, bool(self.increments.http_ports), self.storage)
+        judged = judge_batch(self.spark, batch_id, carried["previous"], carried["last_ts_ns"], final, tallied,
+                             self.increments.exchange_dir, tables_dir, self.increments.state_dir,
+                             bool(self.increments.http_ports), self.storage)
         this_batch = part_prefix(batch_id)
         judged_part = functools.partial(Tallies.plus, name=VIOLATIONS, directories=self.directories,
                                         storage=self.storage, chosen=lambda name: name.startswith(this_batch))

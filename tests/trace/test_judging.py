@@ -60,3 +60,18 @@ def test_a_planted_broker_bug_is_named_with_its_frames(spark, tmp_path):
     assert redelivery.startswith("< message ") and "attempts=1" in redelivery and row["side"] == "broker"
     # the HTTP API read: the rules about every publish judged (the /pub went to a topic nobody consumes)
     assert "some publishes to this nsqd may not be in the traffic" not in summary["not_judged"].get("C-09", {})
+
+
+def test_watch_takes_each_row_once_across_batches():
+    """An open row judged in one batch comes again, final, in the next: known by its connection and time, also
+    where several rows share a time (one segment's frames)."""
+    from spark_analysis.watch.judging import Fed
+
+    def rows(*times, conn="A"):
+        return [{"conn_id": conn, "ts_ns": ts, "n": n} for n, ts in enumerate(times)]
+
+    fed = Fed()
+    assert [row["ts_ns"] for row in fed.new(iter(rows(1, 2, 2, 2)))] == [1, 2, 2, 2]
+    again = rows(2, 2, 2, 2, 3) + rows(1, conn="B")  # the three at 2 again, then a fourth at 2, then new ones
+    assert [(row["conn_id"], row["ts_ns"]) for row in fed.new(iter(again))] == [("A", 2), ("A", 3), ("B", 1)]
+    assert list(fed.new(iter(rows(3)))) == []
