@@ -5,7 +5,7 @@ room for it (its last command or frame before it)."""
 
 from __future__ import annotations
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE
+from nsq_protocol.monitors.events import BROKER, COMMAND, LET_GO, MESSAGE
 from nsq_protocol.monitors.monitor import Monitor
 
 FLUSH_S = 0.2  # the broker's own latency between a message ready to go and the wire; its buffer ticker is 250 ms
@@ -26,6 +26,7 @@ class FlushedAtOnce(Monitor):
         self._elsewhere: set[tuple] = set()  # (topic, body hash) also published by DPUB or over HTTP
         self._paused_until: dict[tuple, float] = {}  # (topic,) or (topic, channel) -> its last pause or unpause
         self._last_event: dict[str, float] = {}  # connection -> its latest event
+        self._known_since = 0.0  # publishes before it were let go of (judge.MESSAGES_KEPT)
 
     def observe(self, judge, connection, event, answered):
         before = self._last_event.get(connection.name)
@@ -47,14 +48,23 @@ class FlushedAtOnce(Monitor):
             where = (action.topic,) if action.channel is None else (action.topic, action.channel)
             self._paused_until[where] = action.ts
 
+    def forget(self, judge, now):
+        self._published, self._elsewhere, self._known_since = {}, set(), now
+
     def _delivered(self, judge, connection, event, before):
         topic, channel = connection.topic, connection.channel
+        if self._known_since and (event.msg_ts_ns is None or event.msg_ts_ns < self._known_since * 1e9 + 1e9):
+            self.skip("D-40", LET_GO)  # a copy published before, its publish let go of
+            return
         published = self._published.get((topic, event.bodies[0]), [])
         if len(published) != 1 or {(topic, event.bodies[0]), (topic, None)} & self._elsewhere:
             return
         unbuffered = _asked_unbuffered(connection)
-        in_flight = [delivery for msg_id, delivery in connection.in_flight.items() if msg_id != event.msg_id]
         rdy = connection.rdy or 0
+        others = len(connection.in_flight) - (event.msg_id in connection.in_flight)
+        if not unbuffered and others + 1 != rdy:
+            return  # buffered: it does not fill the window
+        in_flight = [delivery for msg_id, delivery in connection.in_flight.items() if msg_id != event.msg_id]
         # the window fills only if none of the messages in flight may have timed out meanwhile
         fills = len(in_flight) + 1 == rdy and all(delivery.earliest_timeout is not None
                                                   and delivery.earliest_timeout > event.ts for delivery in in_flight)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, MESSAGE
+from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, LET_GO, MESSAGE
 from nsq_protocol.monitors.monitor import Monitor
 
 COMES_BACK_S = 6.0  # D-14: a channel younger than 5 s may see its timeouts and deferrals fire that much late
@@ -43,6 +43,10 @@ class AttemptsGrow(Monitor):
         elif before is not None and stamp != event.msg_ts_ns:
             self.report("C-12", BROKER, event.ts, connection.name, f"the timestamp {stamp} kept on a redelivery",
                         f"timestamp {event.msg_ts_ns}", event)
+
+    def forget(self, judge, now):
+        self._last = {key: last for key, last in self._last.items()
+                      if (key if judge.timing else key[1:]) in judge.messages}
 
 
 class FinishedStaysFinished(Monitor):
@@ -99,14 +103,23 @@ class FinOfUndelivered(Monitor):
     def __init__(self):
         super().__init__()
         self._delivered: dict[str, set] = {}
+        self._partial: set[str] = set()  # connections whose IDs delivered before the judge let go are gone
 
     def observe(self, judge, connection, event, answered):
         if event.kind == MESSAGE and event.msg_id is not None:
             self._delivered.setdefault(connection.name, set()).add(event.msg_id)
         elif event.kind == ERROR and event.name == "E_FIN_FAILED" and connection.started and event.msg_id is not None \
                 and event.msg_id not in self._delivered.get(connection.name, ()):
+            if connection.name in self._partial:
+                self.skip("P-FIN-04", LET_GO)
+                return
             self.report("P-FIN-04", CLIENT, event.ts, connection.name, "FIN of a message delivered here",
                         f"FIN of {event.msg_id}, never delivered on this connection", event)
+
+    def forget(self, judge, now):
+        self._partial.update(self._delivered)
+        self._delivered = {name: {msg_id for msg_id in ids if msg_id in judge.connections[name].in_flight}
+                           for name, ids in self._delivered.items() if judge.connections[name].open}
 
 
 class SettledOrTimedOutComesBack(Monitor):
@@ -156,6 +169,9 @@ class SettledOrTimedOutComesBack(Monitor):
         if judge.crashed_at is not None:
             return  # P-RST-11: a crash loses what was in flight
         delivery = judge.messages.get(key)
+        if delivery is None and judge.let_go_at is not None and delivered_at <= judge.let_go_at:
+            self.skip("D-11", LET_GO)
+            return
         if delivery is None or delivery.at != delivered_at:
             return  # delivered again
         if delivery.settled == "FIN" and not delivery.settle_failed:

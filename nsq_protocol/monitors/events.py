@@ -23,6 +23,9 @@ OUTSIDE_TLS = "in plaintext where TLS was negotiated"
 UNREADABLE = "unreadable"
 MAGIC, STREAM = "magic", "stream"
 
+# why a rule is not judged on a message the judge let go of (judge.MESSAGES_KEPT)
+LET_GO = "the judge let go of what it knew of messages no longer in flight (its memory bound)"
+
 # errors after which the connection stays usable; every other error is fatal (C-23)
 NON_FATAL_ERRORS = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
 

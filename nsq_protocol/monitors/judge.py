@@ -16,6 +16,9 @@ from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.wire import ProtocolViolation, parse_mpub_body
 
 SCAN_S = 0.1  # D-14: the queue scan's period
+# Messages the judge follows before it lets go of those no longer in flight (Monitor.forget): ~2 KB each with what the
+# monitors keep of them, so a few hundred MB however long the traffic.
+MESSAGES_KEPT = 200_000
 
 
 @dataclass
@@ -90,6 +93,8 @@ class Judge:
         # the broker crashed (SIGKILL) during the traffic: it loses what was in memory or in flight (P-RST-10,
         # P-RST-11) and a disk queue whose read position was not synced hands messages on again
         self.crashed_at: float | None = None
+        self.let_go_at: float | None = None  # the last time the judge let go of messages no longer in flight
+        self._keep = MESSAGES_KEPT
         self._due = float("inf")
 
     # ---- feeding ---------------------------------------------------------------------------------------
@@ -193,6 +198,19 @@ class Judge:
     def want_tick(self, at: float) -> None:
         self._due = min(self._due, at)
 
+    def _let_go(self, now: float) -> None:
+        """Past ``MESSAGES_KEPT`` messages: those no longer in flight are let go, by the judge and its monitors."""
+        in_flight = {id(delivery) for connection in self.connections.values()
+                     for delivery in connection.in_flight.values()}
+        self.messages = {key: delivery for key, delivery in self.messages.items() if id(delivery) in in_flight}
+        self.let_go_at = now
+        self._keep = max(MESSAGES_KEPT, 2 * len(self.messages))  # messages in flight alone may be that many
+        for monitor in self._active:
+            try:
+                monitor.forget(self, now)
+            except Exception as exc:  # noqa: BLE001
+                self._failed(monitor, exc)
+
     def _failed(self, monitor: Monitor, exc: Exception) -> None:
         """A monitor that failed stops judging and says so for each of its items; the others go on, and whoever
         runs the judge shows ``failures`` (the suite as its own error, a capture's analysis as an error row)."""
@@ -235,6 +253,8 @@ class Judge:
             connection.in_flight.pop(event.msg_id, None)
             connection.in_flight[event.msg_id] = delivery
             self.messages[self.message_key(connection, event.msg_id)] = delivery
+            if len(self.messages) > self._keep:
+                self._let_go(event.ts)
         elif kind == COMMAND and event.name in ("FIN", "REQ", "TOUCH") and event.msg_id is not None:
             delivery = connection.in_flight.get(event.msg_id)
             if delivery is None:

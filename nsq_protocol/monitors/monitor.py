@@ -64,6 +64,11 @@ class Monitor:
     def finish(self, judge, now: float) -> None:
         """The traffic ends at ``now``; connections still open stay so."""
 
+    def forget(self, judge, now: float) -> None:
+        """The judge lets go of the messages no longer in flight (judge.MESSAGES_KEPT: its memory stays bounded
+        whatever the traffic's length): what this monitor keeps per message or body goes too, and its rules say
+        "not judged" (``LET_GO``) where they would have needed it."""
+
 
 def _printable(text: str) -> str:
     """``text`` as valid UTF-8: a broker's bytes that were not (an ID, an error text) are shown replaced."""

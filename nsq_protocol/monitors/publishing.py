@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE
+from nsq_protocol.monitors.events import BROKER, COMMAND, LET_GO, MESSAGE
 from nsq_protocol.monitors.monitor import Monitor
 
 EARLY_SLACK_S = 0.02  # the broker starts a DPUB's delay after it read the command, later than the wire showed it
@@ -21,6 +21,7 @@ class DeferredWaits(Monitor):
     def __init__(self):
         super().__init__()
         self._publishes: dict[tuple, list] = {}  # (topic, body hash) -> [(ts, delay ms or 0)]
+        self._known_since = 0.0  # publishes before it were let go of (judge.MESSAGES_KEPT)
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND and event.name in ("PUB", "MPUB", "DPUB") and event.topic is not None:
@@ -35,6 +36,9 @@ class DeferredWaits(Monitor):
                 self.skip("P-DPUB-04", "the times are when the client read the frames")
                 return
             sent, delay = publishes[0]
+            if _published_before(event, self._known_since):
+                self.skip("P-DPUB-04", LET_GO)  # a copy published before, its publish let go of
+                return
             if event.ts < sent + delay / 1000 - EARLY_SLACK_S:
                 self.report("P-DPUB-04", BROKER, event.ts, connection.name, f"delivered {delay} ms or more after "
                             "its DPUB", f"delivered {(event.ts - sent) * 1000:.0f} ms after it", event)
@@ -43,6 +47,9 @@ class DeferredWaits(Monitor):
         if action.path in ("/pub", "/mpub") and action.status == 200:
             for body in action.bodies or ():
                 self._publishes.setdefault((action.topic, body), []).append((action.ts, action.defer_ms))
+
+    def forget(self, judge, now):
+        self._publishes, self._known_since = {}, now
 
 
 class DeliveredAsPublished(Monitor):
@@ -56,6 +63,7 @@ class DeliveredAsPublished(Monitor):
         super().__init__()
         self._bodies: dict[str, set] = {}  # topic -> body hashes published to it
         self._unknown: set[str] = set()  # topics with a publish whose bodies are not known
+        self._known_since = 0.0  # publishes before it were let go of (judge.MESSAGES_KEPT)
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND and event.name in ("PUB", "MPUB", "DPUB") and event.topic is not None:
@@ -71,6 +79,9 @@ class DeliveredAsPublished(Monitor):
             return
         if event.msg_ts_ns < judge.started_at * 1e9 + PUBLISHED_SLACK_NS:
             return  # published before the traffic began
+        if _published_before(event, self._known_since):
+            self.skip("C-09", LET_GO)
+            return
         if event.bodies[0] not in self._bodies.get(connection.topic, ()):
             self.report("C-09", BROKER, event.ts, connection.name, "the body of a message published to "
                         f"{connection.topic}", "a body no publish to it carried", event)
@@ -81,6 +92,9 @@ class DeliveredAsPublished(Monitor):
                 self._unknown.add(action.topic)
             else:
                 self._bodies.setdefault(action.topic, set()).update(action.bodies)
+
+    def forget(self, judge, now):
+        self._bodies, self._known_since = {}, now
 
 
 IDLE_S = 1.0  # a consumer with room that got nothing for this long has emptied its channel's queue
@@ -145,6 +159,12 @@ class PublishedIsDelivered(Monitor):
     def finish(self, judge, now):
         self.tick(judge, now)
 
+    def forget(self, judge, now):
+        for _, _, _, _, item, _ in self._published:
+            self.skip(item, LET_GO)  # its deliveries may be among those let go of
+        self._published, self._delivered, self._count = [], {}, {}
+        self.due = float("inf")
+
     def _judge(self, judge, now, topic, channel, item):
         if judge.crashed_at is not None:
             return  # P-RST-10: a crash loses what was in memory
@@ -159,3 +179,8 @@ class PublishedIsDelivered(Monitor):
             self.report(item, BROKER, now, idle[0].name, f"every message accepted for {topic} delivered on "
                         f"channel {channel}", f"one never delivered, with {idle[0].name} idle and ready for "
                         f"{IDLE_S:g} s")
+
+
+def _published_before(event, since: float) -> bool:
+    """The message the broker stamped (C-09) before ``since``, give or take the clocks' slack."""
+    return since > 0 and (event.msg_ts_ns is None or event.msg_ts_ns < since * 1e9 + PUBLISHED_SLACK_NS)

@@ -29,6 +29,9 @@ class SampledShare(Monitor):
                 and _kept_share(connection) is not None:
             self._ids.setdefault(connection.name, []).append(int(event.msg_id, 16))
 
+    def forget(self, judge, now):
+        self._ids = {name: ids[-1:] for name, ids in self._ids.items()}  # a run goes on from its last ID
+
     def closed(self, judge, connection):
         self._judge(connection, connection.closed_at)
 

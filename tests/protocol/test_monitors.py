@@ -536,3 +536,21 @@ def test_a_monitor_that_raises_stops_alone_and_says_so():
     assert traffic.violations(1.0) == [("C-12", "broker")]
     assert traffic.judge.failures == ["Raising: ValueError('unforeseen')"]
     assert traffic.judge.not_judged["D-02", "its monitor failed (Raising: ValueError('unforeseen'))"] == 1
+
+
+def test_the_judge_lets_go_of_settled_messages_past_its_bound_and_still_judges_those_in_flight(monkeypatch):
+    """Memory stays bounded however long the traffic: past MESSAGES_KEPT the judge and its monitors let go of the
+    messages no longer in flight; what needs them is not judged, what is in flight still is."""
+    monkeypatch.setattr(monitors.judge, "MESSAGES_KEPT", 10)
+    traffic = consumer(rdy=2)
+    at = 0.1
+    for number in range(40):
+        msg_id = b"%016x" % number
+        traffic.message(at, msg_id).send(at + 0.001, b"FIN", msg_id.decode())
+        at += 0.01
+    traffic.message(at, ID3).send(at + 0.01, b"REQ", ID3.decode(), 0).message(at + 0.02, ID3, attempts=1)
+    traffic.error(at + 0.03, b"E_FIN_FAILED FIN %s failed ID not in flight" % (b"%016x" % 0))  # an early one
+    judge = traffic.judge
+    assert judge.let_go_at is not None and len(judge.messages) <= 10
+    assert traffic.violations(at + 1) == [("C-12", "broker")]  # in flight: still judged
+    assert judge.not_judged["P-FIN-04", monitors.events.LET_GO] == 1  # its delivery let go of: not guessed
