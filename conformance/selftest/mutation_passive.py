@@ -30,9 +30,8 @@ from pathlib import Path
 from conformance.catalogue import requirements
 from conformance.selftest.faults import BY_NAME, FAULTS, Fault
 from conformance.selftest.mutation import _proxied_broker, bounded_run
+from conformance.selftest.passive_score import TARGET_SCORE, published
 from conformance.spec import behaviour_ids_of
-
-TARGET_SCORE = 80.0
 
 
 def tcp_visible(fault: Fault) -> bool:
@@ -161,17 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             results = list(pool.map(one, [BY_NAME["none"], *picked]))
     summary = summarize(results, time.monotonic() - started)
-    (args.reports_dir / "mutation-passive.json").write_text(json.dumps({"summary": summary, "faults": results},
-                                                                       indent=1))
-    (args.reports_dir / "mutation-passive.md").write_text(render_markdown(summary, results))
-    print(f"named from captures: {summary['score']} % ({summary['named']}/{summary['tcp_visible_faults']}), "
-          f"{summary['wall_time_s']:g} s; missed: {', '.join(summary['missed']) or 'none'}; report "
-          f"{args.reports_dir / 'mutation-passive.md'}")
-    if summary["errors"]:
-        print(f"harness errors: {', '.join(summary['errors'])}", file=sys.stderr)
-        return 2
-    return 0 if summary["score"] is not None and summary["score"] >= TARGET_SCORE else 1
-
+    return published(args.reports_dir, "mutation-passive", summary, results, render_markdown(summary, results),
+                     f"named from captures: {summary['score']} % ({summary['named']}/{summary['tcp_visible_faults']})")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from conformance.clients.catalogue import REQUIREMENTS
 from conformance.clients.selftest.faults import FAULTS, Fault
+from conformance.selftest.passive_score import TARGET_SCORE, published
 from conformance.spec import behaviours
 
-TARGET_SCORE = 80.0
 CONTROL = "faithful"
 RUN_TIMEOUT_S = 300
 
@@ -123,17 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(one, picked))
     summary = summarize(results, time.monotonic() - started)
-    (args.reports_dir / "clients-passive.json").write_text(json.dumps({"summary": summary, "faults": results},
-                                                                      indent=1))
-    (args.reports_dir / "clients-passive.md").write_text(render_markdown(summary, results))
-    print(f"named from the traffic: {summary['score']} % ({summary['named']}/{summary['faults_reaching_nsqd']}), "
-          f"{summary['wall_time_s']:g} s; missed: {', '.join(summary['missed']) or 'none'}; report "
-          f"{args.reports_dir / 'clients-passive.md'}")
-    if summary["errors"]:
-        print(f"harness errors: {', '.join(summary['errors'])}", file=sys.stderr)
-        return 2
-    return 0 if summary["score"] is not None and summary["score"] >= TARGET_SCORE else 1
-
+    return published(args.reports_dir, "clients-passive", summary, results, render_markdown(summary, results),
+                     f"named from the traffic: {summary['score']} % ({summary['named']}/"
+                     f"{summary['faults_reaching_nsqd']})")
 
 if __name__ == "__main__":
     sys.exit(main())
