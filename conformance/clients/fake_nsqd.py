@@ -229,6 +229,8 @@ class ClientConnection:
         name = command.name
         if name in self.overrides:
             error, fatal = self.overrides.pop(name)
+            if b"%s" in error:  # the message ID, as nsqd names it (P-FIN-04, P-REQ-06, P-TOUCH-03)
+                error %= command.params[0] if command.params else b""
             self._in_flight_done(command)
             if fatal:
                 await self._fatal(*error.split(b" ", 1))
@@ -293,10 +295,13 @@ class ClientConnection:
             return
         asked = set(wire.upgrades(self.identify, request=True))
         self.layers = tuple(layer for layer in LAYERS if layer in (asked & self.nsqd.offers) | self.nsqd.force)
-        # ID-21: nsqd's answer; a layer is on where the client asked and the broker offers it (or it is forced)
+        # ID-21: nsqd's answer; a layer is on where the client asked and the broker offers it (or it is forced);
+        # ID-11: the level asked where deflate is on, else 6, capped at --max-deflate-level (6)
+        asked_level = self.identify.get("deflate_level")
+        level = asked_level if "deflate" in self.layers and isinstance(asked_level, int) and asked_level > 0 else 6
         response = {"max_rdy_count": MAX_RDY_COUNT, "version": "1.3.0", "max_msg_timeout": MAX_MSG_TIMEOUT_MS,
                     "msg_timeout": self.nsqd.msg_timeout_ms, "tls_v1": "tls_v1" in self.layers,
-                    "deflate": "deflate" in self.layers, "deflate_level": 6 if "deflate" in self.layers else 0,
+                    "deflate": "deflate" in self.layers, "deflate_level": min(level, 6),
                     "max_deflate_level": 6, "snappy": "snappy" in self.layers, "sample_rate": 0,
                     "auth_required": self.nsqd.auth_secret is not None, "output_buffer_size": 16384,
                     "output_buffer_timeout": 250}

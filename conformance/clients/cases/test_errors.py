@@ -35,13 +35,14 @@ async def _answered_with_error(run, instruction: bytes, command: bytes, error: b
 
 @pytest.mark.nsqc("NSQC-ERR-001")
 async def test_fin_failed_is_not_fatal(run):
-    await _answered_with_error(run, contract.instruction(contract.FINISH, tag=1), b"FIN", b"E_FIN_FAILED FIN failed")
+    await _answered_with_error(run, contract.instruction(contract.FINISH, tag=1), b"FIN",
+                               b"E_FIN_FAILED FIN %s failed ID not in flight")
 
 
 @pytest.mark.nsqc("NSQC-ERR-002")
 async def test_req_failed_is_not_fatal(run):
     await _answered_with_error(run, contract.instruction(contract.REQUEUE, delay_ms=0, tag=1), b"REQ",
-                               b"E_REQ_FAILED REQ failed")
+                               b"E_REQ_FAILED REQ %s failed ID not in flight")
 
 
 @pytest.mark.nsqc("NSQC-ERR-003")
@@ -49,7 +50,7 @@ async def test_touch_failed_is_not_fatal(run):
     run.driver.require("touch")
     broker = await run.nsqd()
     _, connection = await run.subscribed(broker)
-    connection.overrides[b"TOUCH"] = (b"E_TOUCH_FAILED TOUCH failed", False)
+    connection.overrides[b"TOUCH"] = (b"E_TOUCH_FAILED TOUCH %s failed ID not in flight", False)
     message_id = await connection.send_message(contract.instruction(contract.TOUCH, times=1, every_ms=100, tag=1))
     await connection.expect(b"TOUCH", timeout=5.0, why="the first message is touched")
     fin = await connection.expect(b"FIN", timeout=5.0, why="after E_TOUCH_FAILED, the touched message is finished")
