@@ -130,6 +130,7 @@ class ClientConnection:
         self._inflate = None  # the client -> broker compression layer once agreed (wire.*StreamDecoder)
         self._compress = None  # the broker -> client one (wire.*StreamEncoder)
         self.rdy = 0
+        self.sub_answered = False  # a SUB answered OK: RDY may follow (P-RDY-02)
         self.in_flight: dict[bytes, float] = {}
         self._ready = asyncio.Condition()
         self.closed = asyncio.Event()
@@ -247,10 +248,13 @@ class ClientConnection:
             self.malformed = f"MPUB: {malformed.decode()}"
             await self._fatal(*malformed.split(b" ", 1))  # P-MPUB-02: every body error is fatal
         elif name in (b"SUB", b"PUB", b"MPUB", b"DPUB"):
+            self.sub_answered |= name == b"SUB"
             self.send(wire.FRAME_RESPONSE, b"OK")
         elif name == b"RDY":
             raw = command.params[0] if command.params else b"1"  # P-RDY-05: no parameter is RDY 1
-            if raw and not raw.isdigit():  # P-RDY-03
+            if not self.sub_answered:  # P-RDY-02
+                await self._fatal(b"E_INVALID", b"cannot RDY in current state")
+            elif raw and not raw.isdigit():  # P-RDY-03
                 await self._fatal(b"E_INVALID", b"RDY could not parse count " + raw)
             elif int(raw or b"0") > MAX_RDY_COUNT:  # P-RDY-04
                 await self._fatal(b"E_INVALID", b"RDY count %d out of range 0-%d" % (int(raw), MAX_RDY_COUNT))
