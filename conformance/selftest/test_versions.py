@@ -39,7 +39,8 @@ def test_a_span_has_since_and_not_until():
 def test_the_catalogue_loads_its_spans_and_refuses_a_bad_one():
     spans = {item.id: item.releases for item in behaviours().values() if item.releases != Span()}
     assert spans["R-16"] == Span.of("master", None) and spans["C-35"] == Span.of(None, "1.3.0"), spans
-    entry = {"id": "R-16", "level": "MUST", "text": "t", "observable": "o", "recordings": [], "source": "s"}
+    entry = {"id": "R-16", "level": "MUST", "text": "t", "observable": "o", "capture": "monitor",
+             "recordings": [], "source": "s"}
     with pytest.raises(SpecError, match="R-16: .*not an nsqd version"):
         _behaviour(Path("x.toml"), {**entry, "since": "one"})
     with pytest.raises(SpecError, match="R-16: since 1.3.0 is not before until 1.2.0"):
