@@ -34,8 +34,11 @@ class Connection:
 
     def __init__(self, name: str, address: tuple[str, int], transcript: Transcript, verifier: Verifier,
                  time_scale: float, send_magic: bool = True, tls: TlsClient = TlsClient(),
-                 sections_under_test: frozenset[str] | None = None, unsupported_commands: dict[str, str] | None = None):
+                 sections_under_test: frozenset[str] | None = None, unsupported_commands: dict[str, str] | None = None,
+                 lowest_deflate_level: int = 1):
         self.name = name
+        # ID-11: a negotiated level is 1..9; before 1.1.0 (ID-44) a requested one is answered 0, stored blocks
+        self.lowest_deflate_level = lowest_deflate_level
         self.sections_under_test = sections_under_test  # None: every step is what the caller checks
         self.unsupported_commands = unsupported_commands or {}  # verb -> why the target lacks it (the profile)
         self.last_verb = "the magic"  # the last command sent, for a failure's cause
@@ -415,7 +418,8 @@ class Connection:
                                   b"", trailing)
                 self.start_tls(timeout)
             else:
-                self.upgrade(layer, negotiated_deflate_level(response) if layer == "deflate" else 6)
+                level = negotiated_deflate_level(response, self.lowest_deflate_level) if layer == "deflate" else 6
+                self.upgrade(layer, level)
                 self._decode(trailing, b"")
             self.expect_response(b"OK", timeout)
         if self.auth_after_tls and isinstance(self.sock, ssl.SSLSocket):
@@ -438,13 +442,13 @@ class Connection:
             self.expect_response(b"OK")
 
 
-def negotiated_deflate_level(response: dict) -> int:
-    """The deflate level an IDENTIFY response agreed to (ID-11: 1..9, 6 when absent), checked before the
+def negotiated_deflate_level(response: dict, lowest: int = 1) -> int:
+    """The deflate level an IDENTIFY response agreed to (ID-11: ``lowest``..9, 6 when absent), checked before the
     connection's compressor takes it: anything else is the broker's answer that is wrong."""
     level = response.get("deflate_level", 6)
-    if type(level) is not int or not 1 <= level <= 9:
+    if type(level) is not int or not lowest <= level <= 9:
         raise Mismatch("the IDENTIFY response's deflate_level is a level the stream can use (ID-11)",
-                       "an integer 1..9", repr(level), f"deflate_level {level!r} in the IDENTIFY response")
+                       f"an integer {lowest}..9", repr(level), f"deflate_level {level!r} in the IDENTIFY response")
     return level
 
 

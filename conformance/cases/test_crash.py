@@ -391,12 +391,22 @@ def test_a_torn_last_record_is_never_delivered(crashable):
 @requirement("NSQ-DISK-013")
 def test_a_corrupt_metadata_file_stops_the_start(crashable):
     """nsqd.dat cut short while the broker runs, then SIGKILL: the broker does not start on it; with the file put
-    back it starts with its topic and channel (P-RST-17)."""
+    back it starts with its topic and channel (P-RST-17). nsqd writes the file after each create, each write in a
+    goroutine of its own, queued behind its nsqlookupd loop: one still queued at the cut would mend the file, so
+    the cut waits until the file has stood still for a second."""
     nsq = crashable
     crash.require(nsq, "kill", "data_path")
     topic, metadata = nsq.topic(), nsq.target.data_path / "nsqd.dat"
     create(nsq, topic, "c")
-    nsq.until(lambda: f'"{topic}"' in _read(metadata), 2.0, "nsqd.dat names the topic (P-RST-08)")
+    seen = {"text": "", "since": time.monotonic()}
+
+    def written_and_still() -> bool:
+        text = _read(metadata)
+        if text != seen["text"]:
+            seen.update(text=text, since=time.monotonic())
+        return f'"{topic}"' in text and time.monotonic() - seen["since"] >= nsq.seconds(1.0)
+
+    nsq.until(written_and_still, 5.0, "nsqd.dat names the topic (P-RST-08) and stays as it is for 1 s")
     kept = metadata.read_bytes()
     metadata.write_bytes(kept[:kept.index(topic.encode())])  # cut short, as a torn write leaves it
     try:

@@ -153,14 +153,20 @@ def test_req_with_delay_defers(nsq):
 @requirement("NSQ-REQ-003")
 def test_req_above_max_is_clamped(nsq):
     """REQ 2 x max-req-timeout is accepted silently. With a short max (nsqd-tight: 5 s) the redelivery
-    is timed: after ~max, not 2 x max (P-REQ-05, D-23; rec-0242 observed 4.7 s after the stats call)."""
+    is timed: after ~max, not 2 x max (P-REQ-05, D-23; rec-0242 observed 4.7 s after the stats call). Before 1.1.0
+    it is a fatal E_INVALID naming the range in nanoseconds (P-REQ-08)."""
     maximum = nsq.limits["max_req_timeout_ms"] / 1000
     topic = nsq.topic()
-    timed = maximum <= 10
+    timed = maximum <= 10 and nsq.has("P-REQ-05")
     if timed:
         nsq.fresh_channel(topic, "c")
     conn, message = one_in_flight(nsq, topic, b"clamp")
-    conn.command("REQ", message.id_text, int(maximum * 2000))
+    asked_ms = int(maximum * 2000)
+    conn.command("REQ", message.id_text, asked_ms)
+    if not nsq.has("P-REQ-05"):
+        conn.expect_error("E_INVALID", f"REQ timeout {asked_ms * 1_000_000} out of range "
+                                       f"0-{nsq.limits['max_req_timeout_ms'] * 1_000_000}")
+        return
     start = time.monotonic()
     if not timed:
         conn.expect_silence(1.0, what="REQ above the max is accepted silently and deferred (P-REQ-05)")

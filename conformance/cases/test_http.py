@@ -249,17 +249,27 @@ def test_channel_delete_and_empty_codes(nsq, http):
 @requirement("NSQ-HTTP-008")
 def test_stats_filters(nsq, http):
     """A missing topic gives topics null; a channel filter keeps only that channel; a missing channel gives []
-    (H-STATS-04, H-STATS-05; rec-0225)."""
+    (H-STATS-04, H-STATS-05; rec-0225). Before 1.1.0 a filter naming nothing is ignored (H-STATS-16)."""
     topic = nsq.topic()
     nsq.create_over_http(topic, "c1", "c2")
     missing = http.get(f"/stats?format=json&topic={quote(topic + '-missing')}").json()
     if nsq.has("H-STATS-15"):
         nsq.verify.equal("topics for a missing topic (H-STATS-15)", None, missing["topics"], "H-STATS-15")
+    elif nsq.has("H-STATS-16"):
+        nsq.verify.that("topics for a missing topic: every topic, the case's among them (H-STATS-16)",
+                        topic in [entry["topic_name"] for entry in missing["topics"]], f"[... {topic} ...]",
+                        str([entry["topic_name"] for entry in missing["topics"]])[:400])
     filtered = http.get(f"/stats?format=json&topic={topic}&channel=c2").json()["topics"]
     nsq.verify.equal("channels with channel=c2", ["c2"],
                      [channel["channel_name"] for channel in filtered[0]["channels"]])
     nope = http.get(f"/stats?format=json&topic={topic}&channel=nope").json()["topics"]
-    nsq.verify.equal("topics with a missing channel (H-STATS-05)", [], nope)
+    if nsq.has("H-STATS-05"):
+        nsq.verify.equal("topics with a missing channel (H-STATS-05)", [], nope)
+    else:
+        nsq.verify.equal("topics with a missing channel: the topic with all its channels (H-STATS-16)",
+                         [(topic, ["c1", "c2"])],
+                         [(entry["topic_name"], [channel["channel_name"] for channel in entry["channels"]])
+                          for entry in nope])
 
 
 @requirement("NSQ-HTTP-008")
@@ -354,6 +364,11 @@ def test_config_endpoint(nsq, http):
     expect(nsq, http.get("/config/max_msg_size"), 200, body=str(nsq.limits["max_msg_size"]).encode())
     expect(nsq, http.get("/config/max_rdy_count"), 200, body=str(nsq.limits["max_rdy_count"]).encode())
     expect(nsq, http.get("/config/node_id"), 400, "INVALID_OPTION")
+    if nsq.has("H-CFG-06"):  # before 1.1.0 log_level is no option
+        expect(nsq, http.get("/config/log_level"), 400, "INVALID_OPTION")
+        expect(nsq, http.request("PUT", "/config/log_level", b"WARN"), 400, "INVALID_OPTION")
+        expect(nsq, http.request("POST", "/config/log_level", b"x"), 405, "METHOD_NOT_ALLOWED")
+        return
     original = http.get("/config/log_level")
     expect(nsq, original, 200)
     levels = {b"1": b"debug", b"2": b"info", b"3": b"warn", b"4": b"error", b"5": b"fatal"}
@@ -533,7 +548,7 @@ def test_stats_text_report(nsq, http):
     beneath = lines[at + 1:at + 3] if at is not None else []
     producers = lines[lines.index("Producers:"):] if "Producers:" in lines else []
     found = {
-        "Memory section": "Memory:" in lines,
+        "Memory section, since 1.1.0 (H-STATS-17)": ("Memory:" in lines) == nsq.has("H-STATS-17"),
         "paused topic line": at is not None,
         "other topic line": any(line.startswith(f"   [{other}") for line in lines),
         "paused channel line": beneath[:1] != [] and beneath[0].startswith("   *P [c "),
@@ -544,7 +559,8 @@ def test_stats_text_report(nsq, http):
     if not nsq.has("H-STATS-13"):  # those two lines' format came with 1.2.0
         found = {key: shown for key, shown in found.items() if key not in ("consumer's client line",
                                                                             "publisher under Producers")}
-    nsq.verify.equal("what the text report shows (H-STATS-01, H-STATS-13)", {key: True for key in found}, found)
+    nsq.verify.equal("what the text report shows (H-STATS-01, H-STATS-13, H-STATS-17)", {key: True for key in found},
+                     found)
 
 
 @requirement("NSQ-HTTP-021")

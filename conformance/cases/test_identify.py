@@ -41,8 +41,8 @@ def test_negotiated_response_reports_profile(nsq):
                 "max_deflate_level": limits["max_deflate_level"]}
     nsq.verify.equal("IDENTIFY response values vs the profile", expected,
                      {key: response.get(key) for key in expected})
-    nsq.verify.soft_equal("deflate_level reported without deflate (ID-20: min(6, max))",
-                          min(6, limits["max_deflate_level"]), response.get("deflate_level"))
+    nsq.verify.soft_equal("deflate_level reported without deflate (ID-20: min(6, max); before 1.1.0 0, ID-44)",
+                          min(6, limits["max_deflate_level"]) if nsq.has("ID-11") else 0, response.get("deflate_level"))
 
 
 @requirement("NSQ-ID-002")
@@ -235,13 +235,17 @@ def test_snappy_and_deflate_together_fail(nsq):
 @pytest.mark.parametrize("requested, deflate", [(9, True), (-5, True), (3, False), (1, True)])
 def test_deflate_level_is_clamped(nsq, requested, deflate):
     """Level 9 -> max, -5 -> 6, and without deflate the reported level is min(6, max) (ID-11; rec-0081..0083);
-    level 1, within the max, is kept (the level the session's deflate stream then uses)."""
+    level 1, within the max, is kept (the level the session's deflate stream then uses). Before 1.1.0 only a level
+    of 0 or less with deflate gives min(6, max), all else 0 (ID-44)."""
     nsq.require("deflate")
     conn = nsq.connect()
     response = conn.identify({"feature_negotiation": True, "deflate": deflate, "deflate_level": requested})
     maximum = nsq.limits["max_deflate_level"]
-    expected = min(requested if (deflate and requested > 0) else 6, maximum)
-    nsq.verify.equal("reported deflate_level", expected, response["deflate_level"], "ID-11")
+    if nsq.has("ID-11"):
+        expected, item = min(requested if (deflate and requested > 0) else 6, maximum), "ID-11"
+    else:
+        expected, item = min(6, maximum) if (deflate and requested <= 0) else 0, "ID-44"
+    nsq.verify.equal("reported deflate_level", expected, response["deflate_level"], item)
 
 
 @requirement("NSQ-ID-014", "NSQ-HTTP-008")

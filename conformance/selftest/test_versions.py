@@ -86,6 +86,15 @@ def test_a_case_checks_the_chosen_releases_expectation(tmp_path):
     assert "Invalid Message ID" in cases[case_id]["message"], cases[case_id]["message"]
 
 
+def test_v1_0_0_compat_is_judged_as_itself(tmp_path):
+    """The reference broker answers deflate_level min(6, max) without deflate (ID-11, since 1.1.0); judged as
+    1.0.0-compat, which answered 0 (ID-44), the same answer is a FAIL naming ID-44, not ID-11."""
+    case_id = "cases/test_identify.py::test_deflate_level_is_clamped[3-False]"
+    code, cases, _ = run(tmp_path, "--nsq-version", "1.0.0-compat", selection="deflate_level_is_clamped and 3-False")
+    assert cases[case_id]["verdict"] == "FAIL" and code == 1, cases[case_id]
+    assert "ID-44" in cases[case_id]["message"] and "ID-11" not in cases[case_id]["message"], cases[case_id]
+
+
 def test_a_version_that_is_none_is_one_line_and_exit_2():
     completed = subprocess.run([sys.executable, "-m", "conformance", "--nsq-version", "newest"],
                                capture_output=True, text=True, timeout=60, cwd=ROOT)
