@@ -11,7 +11,6 @@ from test_monitoring import Exchange
 from trace_helpers import PCAPS
 
 from spark_analysis.analysis import run_analysis
-from spark_analysis.generate.capture import EPOCH_NS, MS, Connection
 from spark_analysis.judge.monitoring import judge_capture
 
 PORT = 24150  # the recordings' nsqd; its HTTP API one above
@@ -44,13 +43,7 @@ def test_analyze_finds_what_the_monitors_find_without_spark(spark, tmp_path, cap
 def test_a_planted_broker_bug_is_named_with_its_frames(spark, tmp_path):
     """Attempts stuck at 1 on a redelivery (C-12), and the broker's HTTP API in the capture, read."""
     exchange = Exchange(tmp_path / "a.pcap").subscribed().message(10, 1).heartbeats(3000).message(1600, 1)
-    http = Connection(exchange.capture, "H", 40001, 5000)
-    http.ports = {"c2s": (40001, 4151), "s2c": (4151, 40001)}
-    http.open(EPOCH_NS + 20 * MS)
-    http.send("c2s", EPOCH_NS + 20 * MS, b"POST /pub?topic=other HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
-    http.send("s2c", EPOCH_NS + 21 * MS, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK")
-    http.close(EPOCH_NS + 22 * MS)
-    exchange.end(3000)
+    exchange.http(20, b"POST /pub?topic=other HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx").end(3000)
     summary = run_analysis(spark, [str(tmp_path / "a.pcap")], str(tmp_path / "out"), report=False,
                            http_ports=frozenset({4151}))
     assert summary["violations"] == {"C-12": {"broker": 1}}

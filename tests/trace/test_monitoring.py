@@ -76,6 +76,17 @@ class Exchange:
             self.broker(ms, wire.encode_frame(wire.FRAME_RESPONSE, wire.HEARTBEAT)).client(ms + 1, b"NOP\n")
         return self
 
+    def http(self, ms: float, request: bytes, answer: bytes = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK"
+             ) -> Exchange:
+        """One request to the broker's HTTP API (port 4151) on a connection of its own, and its answer."""
+        http = Connection(self.capture, "H", 40001, 5000)
+        http.ports = {"c2s": (40001, 4151), "s2c": (4151, 40001)}
+        http.open(EPOCH_NS + int(ms * MS))
+        http.send("c2s", EPOCH_NS + int(ms * MS), request)
+        http.send("s2c", EPOCH_NS + int((ms + 1) * MS), answer)
+        http.close(EPOCH_NS + int((ms + 2) * MS))
+        return self
+
     def end(self, ms: float):
         self.conn.close(EPOCH_NS + int(ms * MS))
         self.capture.close()
@@ -122,12 +133,7 @@ def test_a_message_that_never_times_out_is_d11_where_the_brokers_http_api_is_in_
 
 def test_a_channel_emptied_over_http_is_no_lost_redelivery(tmp_path):
     exchange = Exchange(tmp_path / "a.pcap").subscribed().message(10, 1)
-    http = Connection(exchange.capture, "H", 40001, 5000)
-    http.ports = {"c2s": (40001, 4151), "s2c": (4151, 40001)}
-    http.open(EPOCH_NS + 500 * MS)
-    http.send("c2s", EPOCH_NS + 500 * MS, b"POST /channel/empty?topic=t&channel=c HTTP/1.1\r\nHost: x\r\n\r\n")
-    http.send("s2c", EPOCH_NS + 501 * MS, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK")
-    http.close(EPOCH_NS + 502 * MS)
+    exchange.http(500, b"POST /channel/empty?topic=t&channel=c HTTP/1.1\r\nHost: x\r\n\r\n")
     exchange.heartbeats(9000).end(9000)
     assert named_with_http(tmp_path / "a.pcap") == set()
 
