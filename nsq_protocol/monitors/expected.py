@@ -198,8 +198,7 @@ class Session:
         if command.topic is None:
             return _refused("PUB insufficient number of parameters", "P-PUB-02")
         if not valid_name(command.topic):
-            return Expected((_error("E_BAD_TOPIC", f"PUB topic name {_quoted(command.topic)} is not valid",
-                                    "P-PUB-02"),), False, "P-PUB-02")
+            return _bad_topic(f"PUB topic name {_quoted(command.topic)} is not valid", "P-PUB-02")
         if command.bodies == (EMPTY_BODY,):
             return Expected((_error("E_BAD_MESSAGE", "PUB invalid message body size 0", "P-PUB-03"),), False,
                             "P-PUB-03")
@@ -217,8 +216,7 @@ class Session:
                                  "E_INVALID", "E_BAD_TOPIC", "E_BAD_MESSAGE", "E_DPUB_FAILED")),
                              *self._permission("DPUB")), False, "P-DPUB-01")
         if not valid_name(command.topic):
-            return Expected((_error("E_BAD_TOPIC", f"DPUB topic name {_quoted(command.topic)} is not valid",
-                                    "P-DPUB-01"),), False, "P-DPUB-01")
+            return _bad_topic(f"DPUB topic name {_quoted(command.topic)} is not valid", "P-DPUB-01")
         # P-DPUB-02: the delay's range is --max-req-timeout's
         beyond = _error("E_INVALID", f"DPUB timeout {command.number} out of range 0-[0-9]+", "P-DPUB-02")
         if command.bodies == (EMPTY_BODY,):
@@ -233,8 +231,7 @@ class Session:
         if command.topic is None:
             return _refused("MPUB insufficient number of parameters", "P-MPUB-02")
         if not valid_name(command.topic):  # X-11: the code twice
-            return Expected((_error("E_BAD_TOPIC", f"E_BAD_TOPIC MPUB topic name {_quoted(command.topic)} is not "
-                                    "valid", "P-MPUB-02"),), False, "P-MPUB-02")
+            return _bad_topic(f"E_BAD_TOPIC MPUB topic name {_quoted(command.topic)} is not valid", "P-MPUB-02")
         # the permission first (P-AUTH-09), then sizes and counts against --max-body-size and --max-msg-size, which
         # the traffic does not show
         refusable = (*self._permission("MPUB"),
@@ -272,6 +269,11 @@ def _quoted(name: str) -> str:
 
 def _error(code: str, text: str, item: str) -> Answer:
     return Answer(ERROR, code, text, item)
+
+
+def _bad_topic(text: str, item: str) -> Expected:
+    """A publish to a topic name nsqd refuses (D-39): E_BAD_TOPIC, fatal."""
+    return Expected((_error("E_BAD_TOPIC", text, item),), False, item)
 
 
 def _refused(text: str, item: str) -> Expected:
