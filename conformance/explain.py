@@ -19,6 +19,7 @@ from pathlib import Path
 
 from conformance.catalogue import requirements
 from conformance.spec import (
+    CANNOT_JUDGE,
     CAPTURE_KINDS,
     MONITOR,
     NEEDS_MONITOR,
@@ -169,11 +170,11 @@ def capture_tables() -> str:
     for item in behaviours().values():
         sections.setdefault(item.section, []).append(item)
     sections["all"] = list(behaviours().values())
-    counts = ["| catalogue section | items | on the wire | with a monitor | needs a monitor | not on the wire | "
-              "as other items |", "|---|---|---|---|---|---|---|"]
+    counts = ["| catalogue section | items | on the wire | with a monitor | needs a monitor | capture cannot judge | "
+              "not on the wire | as other items |", "|---|---|---|---|---|---|---|---|"]
     for section, items in sorted(sections.items(), key=lambda entry: (entry[0] == "all", entry[0])):
         kinds = {kind: sum(item.capture_kind == kind for item in items) for kind in CAPTURE_KINDS}
-        counts.append(f"| {section} | {len(items)} | {kinds[MONITOR] + kinds[NEEDS_MONITOR]} | "
+        counts.append(f"| {section} | {len(items)} | {kinds[MONITOR] + kinds[NEEDS_MONITOR] + kinds[CANNOT_JUDGE]} | "
                       + " | ".join(str(kinds[kind]) for kind in CAPTURE_KINDS) + " |")
     judged = ["| catalogue section | items judged by a monitor | monitors |", "|---|---|---|"]
     for section, items in sorted(sections.items()):

@@ -14,11 +14,14 @@ The client requirements (``NSQC-CONN-001``, ``clients.toml``) are items here too
 of conformance/clients/cases/ marked with it.
 
 ``capture`` says whether a capture of the traffic (the broker's TCP and HTTP, both ways; for the client items, the
-client's) can judge the item, in one of four forms:
+client's) can judge the item, in one of five forms:
 
 - ``"monitor"``: a monitor of ``nsq_protocol.monitors`` (``MONITORS``, ``CLIENT_MONITORS``) lists the item in its
   ``ITEMS`` (and only then);
 - ``"needs a monitor: <what it would take>"``: the traffic shows it, no monitor judges it yet;
+- ``"capture cannot judge: <why>"``: the traffic shows it, but no monitor can tell from a capture alone whether the
+  broker kept to it (it turns on a timing the capture's clock cannot resolve, a random choice, a value only the
+  broker's memory holds);
 - ``"not on the wire: <why>"``: no capture shows it: the broker's disk, its process (signals, restarts, its exit,
   its log), its memory or clock, or what TLS encrypts;
 - ``"as <IDs>"``: a deviation restating those items, whose capture it shares.
@@ -41,8 +44,9 @@ from conformance.versions import NsqVersion, Span, VersionError
 SPEC_DIR = Path(__file__).parent / "spec"
 REQUIRED = frozenset({"id", "level", "text", "observable", "capture", "recordings", "source"})
 FIELDS = REQUIRED | {"not_checkable", "since", "until"}
-MONITOR, NEEDS_MONITOR, NOT_ON_THE_WIRE, RESTATES = "monitor", "needs a monitor", "not on the wire", "as"
-CAPTURE_KINDS = (MONITOR, NEEDS_MONITOR, NOT_ON_THE_WIRE, RESTATES)
+MONITOR, NEEDS_MONITOR, CANNOT_JUDGE = "monitor", "needs a monitor", "capture cannot judge"
+NOT_ON_THE_WIRE, RESTATES = "not on the wire", "as"
+CAPTURE_KINDS = (MONITOR, NEEDS_MONITOR, CANNOT_JUDGE, NOT_ON_THE_WIRE, RESTATES)
 BEHAVIOUR_ID = re.compile(r"[A-Z]+(?:-[A-Z]+)*-\d{2}|NSQC-[A-Z]+-\d{3}")
 RECORDING_ID = re.compile(r"rec-\d{4}")
 REQUIREMENT_ID = re.compile(r"NSQ(?:LOOKUPD)?-[A-Z0-9]+-\d{3}")
@@ -93,9 +97,9 @@ def capture_parts(value: str) -> tuple[str, str]:
             raise ValueError(f"capture {value!r}: 'as' takes behaviour IDs separated by commas")
         return RESTATES, ", ".join(identifiers)
     kind, _, detail = value.partition(": ")
-    if kind not in (NEEDS_MONITOR, NOT_ON_THE_WIRE):
+    if kind not in (NEEDS_MONITOR, CANNOT_JUDGE, NOT_ON_THE_WIRE):
         raise ValueError(f"capture {value!r} is none of 'monitor', 'needs a monitor: <what it would take>', "
-                         "'not on the wire: <why>', 'as <IDs>'")
+                         "'capture cannot judge: <why>', 'not on the wire: <why>', 'as <IDs>'")
     if not detail.strip():
         raise ValueError(f"capture {value!r} gives no reason")
     return kind, detail

@@ -289,6 +289,8 @@ GOOD_ENTRY = {"id": "Q-99", "level": "MUST", "text": "t", "observable": "o", "ca
     ({"capture": "maybe: on the disk"}, "none of 'monitor'"),
     ({"capture": "needs a monitor:  "}, "gives no reason"),
     ({"capture": "not on the wire: "}, "gives no reason"),
+    ({"capture": "capture cannot judge:"}, "none of 'monitor'"),
+    ({"capture": "capture cannot judge:  "}, "gives no reason"),
     ({"capture": "as d-12"}, "behaviour IDs"),
     ({"capture": "as D-12 D-13"}, "behaviour IDs"),
 ])
