@@ -19,6 +19,7 @@ class AttemptsGrow(Monitor):
     Across connections only where the times are the wire's (a client reads its connections in its own order)."""
 
     ITEMS = ("C-12",)
+    KINDS = frozenset({MESSAGE})
 
     def __init__(self):
         super().__init__()
@@ -53,6 +54,7 @@ class FinishedStaysFinished(Monitor):
     """P-FIN-06: a message FIN'd while in flight (no E_FIN_FAILED) is gone for good: never delivered again."""
 
     ITEMS = ("P-FIN-06",)
+    KINDS = frozenset({MESSAGE})
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE:
@@ -75,6 +77,7 @@ class NotTimedOutEarly(Monitor):
     its last TOUCH, as far as --max-msg-timeout allows)."""
 
     ITEMS = ("D-11", "P-TOUCH-04")
+    KINDS = frozenset({MESSAGE})
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE:
@@ -99,6 +102,7 @@ class FinOfUndelivered(Monitor):
     """P-FIN-04, the client's side: a FIN naming an ID this connection was never sent."""
 
     ITEMS = ("P-FIN-04",)
+    KINDS = frozenset({MESSAGE, ERROR})
 
     def __init__(self):
         super().__init__()
@@ -129,6 +133,7 @@ class SettledOrTimedOutComesBack(Monitor):
     had room when the message was due."""
 
     ITEMS = ("P-REQ-07", "D-11")
+    KINDS = frozenset({MESSAGE, COMMAND})
 
     def __init__(self):
         super().__init__()

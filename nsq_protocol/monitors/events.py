@@ -22,6 +22,7 @@ OUTSIDE_TLS = "in plaintext where TLS was negotiated"
 # STREAM for the plain command stream), its ``text`` what was wrong; nsqd ends the connection on them (C-02, C-21)
 UNREADABLE = "unreadable"
 MAGIC, STREAM = "magic", "stream"
+EVERY_KIND = frozenset({COMMAND, RESPONSE, ERROR, MESSAGE, HEARTBEAT, UNREADABLE})
 
 # why a rule is not judged on a message the judge let go of (judge.MESSAGES_KEPT)
 LET_GO = "the judge let go of what it knew of messages no longer in flight (its memory bound)"

@@ -22,6 +22,7 @@ class ErrorsAreErrorFrames(Monitor):
     an error. A broker that answers a refused command with a response frame holding ``E_...`` breaks both."""
 
     ITEMS = ("C-07", "C-08")
+    KINDS = frozenset({RESPONSE, ERROR})
 
     def observe(self, judge, connection, event, answered):
         if event.kind == RESPONSE and _ERROR_CODE.match(event.name.split(" ", 1)[0]):
@@ -86,6 +87,7 @@ class NonFatalErrorsKeepOpen(Monitor):
     another connection right afterwards (no shutdown)."""
 
     ITEMS = ("C-23",)
+    KINDS = frozenset({RESPONSE, ERROR, MESSAGE, HEARTBEAT})
 
     def __init__(self):
         super().__init__()
@@ -128,6 +130,7 @@ class MessageFields(Monitor):
     nanoseconds, so never before nsqd existed nor after the message crossed the wire."""
 
     ITEMS = ("C-09", "C-10")
+    KINDS = frozenset({MESSAGE})
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE:
@@ -151,6 +154,7 @@ class AnswersOnlyToCommands(Monitor):
     connection's start."""
 
     ITEMS = ("C-13",)
+    KINDS = frozenset({RESPONSE})
 
     def observe(self, judge, connection, event, answered):
         if event.kind != RESPONSE or answered is not None or not connection.started:

@@ -19,6 +19,7 @@ class IdentifyAnswer(Monitor):
     deflate is on and the level positive, 6 otherwise, capped at its max_deflate_level."""
 
     ITEMS = ("ID-09", "ID-11", "ID-20")
+    KINDS = frozenset({RESPONSE})
 
     def observe(self, judge, connection, event, answered):
         if answered is None or answered.name != "IDENTIFY" or event.kind != RESPONSE:
@@ -63,6 +64,7 @@ class UpgradeOks(Monitor):
     traffic went on a second past the answer without it (the judge ticks before it closes a connection)."""
 
     ITEMS = ("ID-30",)
+    KINDS = frozenset({RESPONSE, ERROR})
 
     def __init__(self):
         super().__init__()

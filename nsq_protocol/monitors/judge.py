@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from nsq_protocol.http import Request
 from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS, Connection
-from nsq_protocol.monitors.events import COMMAND, ERROR, MESSAGE, Observed, body_hash
+from nsq_protocol.monitors.events import COMMAND, ERROR, EVERY_KIND, MESSAGE, Observed, body_hash
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.wire import ProtocolViolation, parse_mpub_body
 
@@ -77,6 +77,8 @@ class Judge:
     def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True):
         self.monitors = monitors
         self._active = list(monitors)  # all but those that failed
+        self._watching: dict[str, list[Monitor]] = {}  # event kind -> the active monitors that read it
+        self._dispatch()
         self.failures: list[str] = []  # "<monitor>: <exception>", of the monitors that failed on this traffic
         # the events' times are when they crossed the wire (a capture), not when a client read them (the suite):
         # only then do the rules about time judge
@@ -107,11 +109,14 @@ class Judge:
         return connection
 
     def observe(self, name: str, event: Observed) -> None:
-        self._begin(event.ts)
-        self._tick(event.ts)
+        ts = event.ts
+        if self.started_at is None:
+            self.started_at = ts
+        if ts >= self._due:
+            self._tick(ts)
         connection = self.connections[name]
         answered = connection.observe(event)
-        for monitor in self._active:
+        for monitor in self._watching[event.kind]:
             try:
                 monitor.observe(self, connection, event, answered)
             except Exception as exc:  # noqa: BLE001 (a monitor's own bug on traffic it did not foresee)
@@ -217,11 +222,17 @@ class Judge:
         if monitor not in self._active:
             return
         self._active = [active for active in self._active if active is not monitor]
+        self._dispatch()
         monitor.due = float("inf")
         failure = f"{type(monitor).__name__}: {exc!r}"[:300]
         self.failures.append(failure)
         for item in monitor.ITEMS:
             monitor.skip(item, f"its monitor failed ({failure})")
+
+    def _dispatch(self) -> None:
+        """Each event goes to the monitors that read its kind: those whose ``observe`` is their own and lists it."""
+        observing = [monitor for monitor in self._active if type(monitor).observe is not Monitor.observe]
+        self._watching = {kind: [monitor for monitor in observing if kind in monitor.KINDS] for kind in EVERY_KIND}
 
     # ---- the ledger ---------------------------------------------------------------------------------------
     def _begin(self, ts: float) -> None:

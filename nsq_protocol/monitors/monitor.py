@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from nsq_protocol.monitors.events import Observed
+from nsq_protocol.monitors.events import EVERY_KIND, Observed
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,11 @@ class Violation:
 
 class Monitor:
     """The hooks a judge calls (judge.py); a monitor overrides those it needs. ``due`` is the earliest time at which
-    it wants ``tick``: a rule about something that must have happened by then."""
+    it wants ``tick``: a rule about something that must have happened by then. ``KINDS``: the kinds of event its
+    ``observe`` reads (events.py); the judge hands it no others, which matters over the millions of a capture."""
 
     ITEMS: tuple[str, ...] = ()
+    KINDS: frozenset[str] = EVERY_KIND
     due: float = float("inf")
 
     def __init__(self) -> None:

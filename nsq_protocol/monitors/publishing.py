@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, LET_GO, MESSAGE
+from nsq_protocol.monitors.events import BROKER, COMMAND, LET_GO, MESSAGE, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
 EARLY_SLACK_S = 0.02  # the broker starts a DPUB's delay after it read the command, later than the wire showed it
@@ -17,6 +17,7 @@ class DeferredWaits(Monitor):
     body was published to the topic by DPUB alone, once."""
 
     ITEMS = ("P-DPUB-04",)
+    KINDS = frozenset({COMMAND, MESSAGE})
 
     def __init__(self):
         super().__init__()
@@ -58,6 +59,7 @@ class DeliveredAsPublished(Monitor):
     connection and the HTTP requests of this nsqd are in the traffic, decoded."""
 
     ITEMS = ("C-09",)
+    KINDS = frozenset({COMMAND, MESSAGE})
 
     def __init__(self):
         super().__init__()
@@ -109,6 +111,7 @@ class PublishedIsDelivered(Monitor):
     the traffic."""
 
     ITEMS = ("D-35", "P-MPUB-06")
+    KINDS = frozenset({MESSAGE, RESPONSE})
 
     def __init__(self):
         super().__init__()

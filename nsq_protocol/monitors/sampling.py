@@ -19,6 +19,7 @@ class SampledShare(Monitor):
     consecutive message IDs so long that keeping each with probability (S + 1) / 100 would not explain it."""
 
     ITEMS = ("D-45",)
+    KINDS = frozenset({MESSAGE})
 
     def __init__(self):
         super().__init__()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, MESSAGE
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, MESSAGE, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
 RDY_GRACE_S = 1.0  # D-16: messages buffered before a command reached the broker still arrive after it
@@ -43,6 +43,7 @@ class RdyWindow(Monitor):
     state the broker may have decided it under. Counted from the subscription on (D-04: RDY starts at 0)."""
 
     ITEMS = ("D-01", "D-03", "P-CLS-02")
+    KINDS = frozenset({COMMAND, RESPONSE, ERROR, MESSAGE})
 
     def __init__(self):
         super().__init__()
