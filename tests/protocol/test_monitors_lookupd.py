@@ -1,0 +1,288 @@
+"""nsqlookupd's monitors (LOOKUPD_MONITORS) on hand-made traffic: each rule fires on the lookupd bug it names, stays
+silent on the real nsqlookupd's behaviour, and says "not judged" where the traffic lacks what it needs; and on the
+recordings of the real nsqlookupd v1.3.0 (fixtures/transcripts-cluster.jsonl): no violation."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from nsq_protocol import monitors, wire_v1
+from nsq_protocol.monitors import BROKER, HttpExchange
+from tests.broker.recorded import replay  # noqa: F401 (puts the recorder's modules on the path)
+
+import cluster  # noqa: E402 isort: skip
+import nsqwire  # noqa: E402 isort: skip
+
+T0 = 1_800_000_000.0
+PRODUCER = {"broadcast_address": "10.0.0.1", "hostname": "h", "tcp_port": 4150, "http_port": 4151,
+            "version": "1.3.0"}
+ANSWER = b'{"broadcast_address":"lk","hostname":"lk","http_port":4161,"tcp_port":4160,"version":"1.3.0"}'
+
+
+class Traffic:
+    """One nsqlookupd's traffic in the order it crossed the wire."""
+
+    def __init__(self):
+        self.judge = monitors.new_lookupd_judge(http_seen=True)
+        self.at = 0.0
+
+    def _tick(self) -> float:
+        self.at += 0.001
+        return T0 + self.at
+
+    def connect(self, name: str = "A", magic: bytes = wire_v1.MAGIC_V1, started: bool = True) -> Traffic:
+        self.judge.open(name, self._tick(), started)
+        return self.send(magic, conn=name) if magic else self
+
+    def send(self, data: bytes, conn: str = "A") -> Traffic:
+        self.judge.client_bytes(conn, self._tick(), data)
+        return self
+
+    def command(self, *words: str, conn: str = "A") -> Traffic:
+        return self.send(wire_v1.encode_command(*words), conn)
+
+    def identify(self, fields=None, conn: str = "A") -> Traffic:
+        body = fields if isinstance(fields, bytes) else json.dumps(PRODUCER if fields is None else fields).encode()
+        return self.send(wire_v1.encode_command("IDENTIFY", body=body), conn)
+
+    def reply(self, data: bytes, conn: str = "A") -> Traffic:
+        self.judge.server_bytes(conn, self._tick(), wire_v1.encode_reply(data))
+        return self
+
+    def raw_reply(self, data: bytes, conn: str = "A") -> Traffic:
+        self.judge.server_bytes(conn, self._tick(), data)
+        return self
+
+    def close(self, by: str | None, conn: str = "A") -> Traffic:
+        self.judge.close(conn, self._tick(), by)
+        return self
+
+    def http(self, method: str, target: str, status: int, body: bytes = b"", headers=None) -> Traffic:
+        self.judge.http(HttpExchange(self._tick(), method, target, status, body, headers))
+        return self
+
+    def violations(self) -> list[tuple[str, str]]:
+        return [(violation.item, violation.side) for violation in self.judge.finish(self._tick())]
+
+    def not_judged(self, item: str) -> list[str]:
+        return [why for (judged, why) in self.judge.not_judged if judged == item]
+
+
+def producer() -> Traffic:
+    return Traffic().connect().identify().reply(ANSWER)
+
+
+# ---- the V1 protocol -------------------------------------------------------------------------------------
+
+def test_a_producer_as_lookupd_answers_it_breaks_nothing():
+    traffic = (producer().command("REGISTER", "t", "c").reply(b"OK").command("PING").reply(b"OK")
+               .command("UNREGISTER", "never").reply(b"OK").close(monitors.CLIENT))
+    assert traffic.violations() == []
+
+
+def test_a_reply_nobody_asked_for_is_l_tcp_01():
+    assert producer().reply(b"OK").violations() == [("L-TCP-01", BROKER)]
+
+
+def test_an_idle_connection_closed_by_lookupd_is_not_judged():
+    traffic = producer().close(BROKER)
+    assert traffic.violations() == [] and traffic.not_judged("L-TCP-01")
+
+
+def test_bad_magic_answered_and_closed_keeps_l_tcp_03():
+    traffic = Traffic().connect(magic=b"  V2").reply(b"E_BAD_PROTOCOL").close(BROKER)
+    assert traffic.violations() == []
+
+
+def test_bad_magic_answered_otherwise_is_l_tcp_03():
+    assert Traffic().connect(magic=b"  V2").reply(b"OK").violations() == [("L-TCP-03", BROKER)]
+    assert Traffic().connect(magic=b"  V2").close(BROKER).violations() == [("L-TCP-03", BROKER)]
+
+
+def test_bad_magic_the_client_left_is_not_judged():
+    traffic = Traffic().connect(magic=b"  V2").reply(b"E_BAD_PROTOCOL").close(monitors.CLIENT)
+    assert traffic.violations() == [] and traffic.not_judged("L-TCP-03")
+
+
+def test_a_reply_that_does_not_frame_is_l_tcp_02():
+    assert producer().command("PING").raw_reply(b"\xff\xff\xff\xffOK").violations() == [("L-TCP-02", BROKER)]
+
+
+def test_identify_answer_out_of_order_is_l_tcp_05():
+    answer = json.dumps(dict(reversed(json.loads(ANSWER).items())), separators=(",", ":")).encode()
+    assert Traffic().connect().identify().reply(answer).violations() == [("L-TCP-05", BROKER)]
+    spaced = json.dumps(json.loads(ANSWER)).encode()
+    assert Traffic().connect().identify().reply(spaced).violations() == [("L-TCP-05", BROKER)]
+
+
+def test_a_second_identify_refused_and_closed():
+    kept = producer().identify().reply(b"E_INVALID cannot IDENTIFY again").close(BROKER)
+    assert kept.violations() == []
+    assert producer().identify().reply(ANSWER).violations() == [("L-TCP-06", BROKER)]
+
+
+@pytest.mark.parametrize(("body", "error"), [
+    (b"not json", b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    (json.dumps({**PRODUCER, "version": ""}).encode(), b"E_BAD_BODY IDENTIFY missing fields"),
+    (json.dumps({**PRODUCER, "tcp_port": "4150"}).encode(), b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
+    (b"null", b"E_BAD_BODY IDENTIFY missing fields"),
+])
+def test_identify_bodies_lookupd_cannot_use_are_l_tcp_07(body, error):
+    assert Traffic().connect().identify(body).reply(error).close(BROKER).violations() == []
+    assert Traffic().connect().identify(body).reply(ANSWER).violations() == [("L-TCP-07", BROKER)]
+
+
+def test_identify_keys_matching_only_case_insensitively_are_not_judged():
+    traffic = Traffic().connect().identify({**PRODUCER, "Version": "1.3.0"}).reply(ANSWER)
+    assert traffic.violations() == [] and traffic.not_judged("L-TCP-07")
+
+
+def test_register_before_identify_is_l_tcp_08():
+    kept = Traffic().connect().command("REGISTER", "t").reply(b"E_INVALID client must IDENTIFY").close(BROKER)
+    assert kept.violations() == []
+    assert Traffic().connect().command("UNREGISTER", "t").reply(b"OK").violations() == [("L-TCP-08", BROKER)]
+
+
+def test_ping_before_identify_is_ok():
+    assert Traffic().connect().command("PING").reply(b"OK").violations() == []
+    assert Traffic().connect().command("PING").reply(b"E_INVALID").violations() == [("L-TCP-09", BROKER)]
+
+
+def test_unknown_commands_are_l_tcp_10():
+    kept = Traffic().connect().command("ping").reply(b"E_INVALID invalid command ping").close(BROKER)
+    assert kept.violations() == []
+    assert Traffic().connect().command("ping").reply(b"OK").violations() == [("L-TCP-10", BROKER)]
+    empty = Traffic().connect().send(b"\n").reply(b"E_INVALID invalid command ").close(BROKER)
+    assert empty.violations() == []
+
+
+@pytest.mark.parametrize(("words", "error"), [
+    (("REGISTER",), b"E_INVALID REGISTER insufficient number of params"),
+    (("REGISTER", "bad!"), b"E_BAD_TOPIC REGISTER topic name 'bad!' is not valid"),
+    (("UNREGISTER", "t", "bad!"), b"E_BAD_CHANNEL UNREGISTER channel name 'bad!' is not valid"),
+])
+def test_register_names_are_checked_l_tcp_11(words, error):
+    assert producer().command(*words).reply(error).close(BROKER).violations() == []
+    assert producer().command(*words).reply(b"OK").violations() == [("L-TCP-11", BROKER)]
+
+
+def test_unregister_of_nothing_is_ok_l_tcp_17():
+    assert producer().command("UNREGISTER", "t").reply(b"E_INVALID").violations() == [("L-TCP-17", BROKER)]
+
+
+def test_lines_are_trimmed_l_tcp_20():
+    assert Traffic().connect().send(b" PING \r\n").reply(b"OK").violations() == []
+    untrimmed = Traffic().connect().send(b"PING\r\n").reply(b"E_INVALID invalid command PING\r")
+    assert untrimmed.violations() == [("L-TCP-20", BROKER)]
+
+
+def test_an_error_is_fatal_l_tcp_21():
+    traffic = producer().command("REGISTER", "bad!").command("PING").reply(
+        b"E_BAD_TOPIC REGISTER topic name 'bad!' is not valid").reply(b"OK")
+    assert traffic.violations() == [("L-TCP-21", BROKER)]
+    left = producer().command("REGISTER").reply(b"E_INVALID REGISTER insufficient number of params")\
+        .close(monitors.CLIENT)
+    assert left.violations() == [] and left.not_judged("L-TCP-21")
+
+
+def test_a_connection_seen_from_its_middle_is_not_read():
+    traffic = Traffic().connect(magic=b"", started=False).command("PING").reply(b"nonsense")
+    assert traffic.violations() == []
+
+
+# ---- HTTP ----------------------------------------------------------------------------------------------
+
+def test_routes_answered_as_lookupd_break_nothing():
+    traffic = (Traffic().http("GET", "/ping", 200, b"OK", {"content-type": "text/plain; charset=utf-8"})
+               .http("GET", "/info", 200, b'{"version":"1.3.0"}')
+               .http("POST", "/ping", 405, b'{"message":"METHOD_NOT_ALLOWED"}', {"allow": "GET, OPTIONS"})
+               .http("HEAD", "/ping", 405, b"", None)
+               .http("GET", "/nope", 404, b'{"message":"NOT_FOUND"}')
+               .http("POST", "/create_topic", 404, b'{"message":"NOT_FOUND"}')
+               .http("GET", "/debug/pprof/", 301, b"", {"location": "/debug/pprof"})
+               .http("GET", "/debug/pprof", 200, b"<html>")
+               .http("GET", "/lookup?topic=t", 404, b'{"message":"TOPIC_NOT_FOUND"}'))
+    assert traffic.violations() == []
+
+
+@pytest.mark.parametrize(("exchange", "item"), [
+    (("GET", "/ping", 200, b"OK", {"content-type": "text/plain", "x-nsq-content-type": "nsq; version=1.0"}),
+     "L-HTTP-01"),
+    (("GET", "/info", 200, b'{"version":"1.3.0","x":1}'), "L-HTTP-02"),
+    (("POST", "/ping", 200, b"OK"), "L-HTTP-14"),
+    (("GET", "/topic/create", 405, b"", {"allow": "POST"}), "L-HTTP-20"),
+    (("GET", "/nope", 200, b""), "L-HTTP-14"),
+    (("GET", "/lookup", 404, b'{"message":"NOT_FOUND"}'), "L-HTTP-14"),
+    (("POST", "/delete_topic", 200, b""), "L-HTTP-15"),
+    (("GET", "/debug/pprof/", 404, b""), "L-HTTP-18"),
+])
+def test_routes_answered_otherwise_are_named(exchange, item):
+    assert Traffic().http(*exchange).violations() == [(item, BROKER)]
+
+
+def test_a_path_the_router_redirects_is_not_judged():
+    traffic = Traffic().http("GET", "/ping/", 301, b"")
+    assert traffic.violations() == [] and traffic.not_judged("L-HTTP-14")
+
+
+def test_every_lookupd_monitor_names_its_items():
+    assert all(monitor.__doc__ and monitor.ITEMS for monitor in monitors.LOOKUPD_MONITORS)
+
+
+# ---- the recordings of the real nsqlookupd ----------------------------------------------------------------
+
+TRANSCRIPTS = pathlib.Path(__file__).parents[2] / "fixtures" / "transcripts-cluster.jsonl"
+
+
+def _recorded() -> list[dict]:
+    return [transcript for transcript in map(json.loads, TRANSCRIPTS.read_text().splitlines())]
+
+
+def judge_recording(transcript: dict) -> monitors.LookupdJudge:
+    """The recording's nsqlookupd traffic (its V1 connections, its HTTP exchanges) as it crossed the wire, the
+    replies as the real nsqlookupd gave them (the recorded expectations, placeholders filled)."""
+    values = cluster.values(cluster.port_plan())
+    judge = monitors.new_lookupd_judge(http_seen=True)
+    lookupd: set[str] = set()
+    request = None
+    for index, step in enumerate(transcript["steps"]):
+        at, name = T0 + index, step.get("conn", "A")
+        if "connect" in step and step.get("server") == "lookupd":
+            lookupd.add(step["connect"])
+            judge.open(step["connect"], at, True)
+        elif "http" in step:
+            request = step["http"] if step["http"].get("server") == "lookupd" else None
+        elif "expect_http" in step and request is not None:
+            expected = cluster.fill(step["expect_http"], values)
+            body = json.dumps(expected["json"], separators=(",", ":")).encode() if "json" in expected \
+                else expected.get("body", "").encode()
+            headers = {key: value for key, value in expected.get("headers", {}).items() if value is not None}
+            judge.http(HttpExchange(at, request["method"], request["path"], expected["status"], body, headers))
+        elif name not in lookupd:
+            continue
+        elif "send" in step:
+            judge.client_bytes(name, at, nsqwire.decode_spec(step["send"]))
+        elif "expect" in step:
+            for reply in cluster.fill(step["expect"], values):
+                data = json.dumps(reply["v1_json"], separators=(",", ":")) if "v1_json" in reply else reply["v1"]
+                judge.server_bytes(name, at, wire_v1.encode_reply(data.encode()))
+        elif "expect_close" in step:
+            judge.close(name, at, BROKER)
+    for name in set(transcript.get("close_conns", ())) | {step["close"] for step in transcript["steps"]
+                                                           if "close" in step}:
+        if name in judge.connections and judge.connections[name].open:
+            judge.close(name, T0 + len(transcript["steps"]), monitors.CLIENT)
+    judge.finish(T0 + len(transcript["steps"]) + 1)
+    return judge
+
+
+def test_the_real_nsqlookupd_breaks_no_rule_in_its_recordings():
+    judges = {transcript["id"]: judge_recording(transcript) for transcript in _recorded()}
+    broken = {name: [violation.describe() for violation in judge.violations] for name, judge in judges.items()
+              if judge.violations or judge.failures}
+    assert broken == {}
+    judged = {item for judge in judges.values() for monitor in judge.monitors for item in monitor.ITEMS}
+    assert len(judges) == 93 and judged
