@@ -74,8 +74,9 @@ LOOKUPD_MONITORS: tuple[type[Monitor], ...] = (
 )
 
 
-def new_lookupd_judge(*, http_seen: bool, timing: bool = False) -> LookupdJudge:
-    return LookupdJudge([monitor() for monitor in LOOKUPD_MONITORS], http_seen=http_seen, timing=timing)
+def new_lookupd_judge(*, http_seen: bool, timing: bool = False, wording: bool = True) -> LookupdJudge:
+    return LookupdJudge([monitor() for monitor in LOOKUPD_MONITORS], http_seen=http_seen, timing=timing,
+                        wording=wording)
 
 
 def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False) -> Judge:

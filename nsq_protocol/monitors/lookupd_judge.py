@@ -89,14 +89,16 @@ class V1Connection:
 
 class LookupdJudge:
     """The same surface as nsqd's Judge (violations, not_judged, failures, finish) over one nsqlookupd's traffic.
-    ``http_seen``: lookupd's HTTP exchanges are in the traffic."""
+    ``http_seen``: lookupd's HTTP exchanges are in the traffic; ``wording``: an error's description is judged, not
+    only its code (the suite judges the wording itself, as a SHOULD)."""
 
-    def __init__(self, monitors: list[Monitor], *, http_seen: bool, timing: bool = False):
+    def __init__(self, monitors: list[Monitor], *, http_seen: bool, timing: bool = False, wording: bool = True):
         self.monitors = monitors
         self._active = list(monitors)
         self.failures: list[str] = []
         self.http_seen = http_seen
         self.timing = timing
+        self.wording = wording
         self.connections: dict[str, V1Connection] = {}
 
     # ---- feeding ---------------------------------------------------------------------------------------

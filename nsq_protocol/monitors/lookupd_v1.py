@@ -104,6 +104,8 @@ class AnswersAsLookupd(Monitor):
                             event.describe(), answered, event)
             return
         observed = event.name if event.kind == RESPONSE else f"{event.name} {event.text}"
+        if not judge.wording and kind == ERROR:  # the code alone
+            observed, text = observed.split(" ")[0], text.split(" ")[0]
         if observed != text:
             if event.kind == ERROR and event.text.startswith("invalid command ") and \
                     event.text != f"invalid command {answered.name}":

@@ -169,6 +169,14 @@ def test_register_names_are_checked_l_tcp_11(words, error):
     assert producer().command(*words).reply(b"OK").violations() == [("L-TCP-11", BROKER)]
 
 
+def test_without_wording_only_the_error_code_is_judged():
+    worded = producer().command("REGISTER", "bad!").reply(b"E_BAD_TOPIC topic bad")
+    assert worded.violations() == [("L-TCP-11", BROKER)]
+    traffic = producer()
+    traffic.judge.wording = False
+    assert traffic.command("REGISTER", "bad!").reply(b"E_BAD_TOPIC topic bad").violations() == []
+
+
 def test_unregister_of_nothing_is_ok_l_tcp_17():
     assert producer().command("UNREGISTER", "t").reply(b"E_INVALID").violations() == [("L-TCP-17", BROKER)]
 
@@ -286,3 +294,21 @@ def test_the_real_nsqlookupd_breaks_no_rule_in_its_recordings():
     assert broken == {}
     judged = {item for judge in judges.values() for monitor in judge.monitors for item in monitor.ITEMS}
     assert len(judges) == 93 and judged
+
+
+def test_a_lookupd_case_transcript_is_judged():
+    """conformance/monitoring.judge_lookupd: a suite case's V1 bytes and HTTP exchanges, as its transcript holds
+    them, reach the monitors."""
+    from conformance.monitoring import judge_lookupd
+    from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
+
+    transcript = Transcript()
+    transcript.endpoints["L0"] = Endpoint(("127.0.0.1", 50000), ("127.0.0.1", 4160))
+    transcript.record("L0", CLIENT_TO_SERVER, ["magic"], wire_v1.MAGIC_V1)
+    transcript.record("L0", CLIENT_TO_SERVER, ["PING"], b"PING\n")
+    transcript.record("L0", SERVER_TO_CLIENT, ["b'NO'"], wire_v1.encode_reply(b"NO"))
+    transcript.record("HTTP", CLIENT_TO_SERVER, ["POST /create_topic?topic=t"])
+    transcript.record("HTTP", SERVER_TO_CLIENT, ["200 b''"], b"")
+    judged = judge_lookupd(transcript)
+    assert [(violation.item, violation.side) for violation in judged.violations] == [
+        ("L-TCP-09", BROKER), ("L-HTTP-15", BROKER)]
