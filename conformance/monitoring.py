@@ -10,6 +10,7 @@ from nsq_protocol import monitors
 
 _SERVER_CLOSED = ("server closed the connection", "connection reset")
 _KILLED = "kill the target"  # case.py's note of a SIGKILL
+_CLIENT_CLOSES = "client closes"  # the note of a test connection's close (lookupd_client.V1Connection.close)
 _HTTP = "HTTP"  # the connection name of a case's HTTP exchanges (conformance.client.HttpClient)
 
 
@@ -43,10 +44,17 @@ def judge(transcript: Transcript) -> monitors.Judge:
     return judge
 
 
-def judge_lookupd(transcript: Transcript) -> monitors.LookupdJudge:
+def judge_lookupd(transcript: Transcript, own_names: str = "", limits: dict | None = None) -> monitors.LookupdJudge:
     """nsqlookupd's monitors (LOOKUPD_MONITORS) over one lookupd case's V1 connections and HTTP exchanges. The
-    transcript keeps an HTTP answer's status and body, not its headers: the rules about headers say "not judged"."""
-    judge = monitors.new_lookupd_judge(http_seen=True, wording=False)  # the cases judge lookupd's wording
+    transcript keeps an HTTP answer's status and body, not its headers: the rules about headers say "not judged".
+    The lookupd serves other cases too: only the topics named ``own_names...`` (the case's own, LookupdCase.topic)
+    have all their registrations in the transcript. ``limits``: the lookupd profile's timeouts."""
+    limits = limits or {}
+    judge = monitors.new_lookupd_judge(
+        http_seen=True, wording=False,  # the cases judge lookupd's wording
+        fresh=(lambda topic: topic.startswith(own_names)) if own_names else None,
+        inactive_producer_timeout_s=limits.get("inactive_producer_timeout_ms", 300_000) / 1000,
+        tombstone_lifetime_s=limits.get("tombstone_lifetime_ms", 45_000) / 1000)
     request: list[str] | None = None
     for event in transcript.events:
         name, at = event.connection, transcript.wall_time(event)
@@ -65,8 +73,8 @@ def judge_lookupd(transcript: Transcript) -> monitors.LookupdJudge:
             judge.client_bytes(name, at, event.wire)
         elif event.direction == SERVER_TO_CLIENT:
             judge.server_bytes(name, at, event.wire)
-        elif event.lines[0].startswith(_SERVER_CLOSED) and judge.connections[name].open:
-            judge.close(name, at, monitors.BROKER)
+        elif judge.connections[name].open and event.lines[0].startswith((*_SERVER_CLOSED, _CLIENT_CLOSES)):
+            judge.close(name, at, monitors.CLIENT if event.lines[0] == _CLIENT_CLOSES else monitors.BROKER)
     end = transcript.wall_started + transcript.now()
     for name, connection in judge.connections.items():
         if connection.open:

@@ -296,8 +296,9 @@ def _monitored(item, case) -> list:
     if not isinstance(case, (Case, LookupdCase)):
         return []
     expected = {i for marker in item.iter_markers("monitors_expect") for i in marker.args}
-    judge = monitoring.judge if isinstance(case, Case) else monitoring.judge_lookupd
-    return [violation for violation in judge(case.transcript).violations
+    judged = monitoring.judge(case.transcript) if isinstance(case, Case) else \
+        monitoring.judge_lookupd(case.transcript, case.name_prefix, case.target.limits)
+    return [violation for violation in judged.violations
             if violation.side == monitors.BROKER and violation.item not in expected and case.has(violation.item)]
 
 

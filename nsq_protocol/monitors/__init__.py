@@ -47,6 +47,7 @@ from nsq_protocol.monitors.identify import IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.lookupd_http import RoutesAsLookupd
 from nsq_protocol.monitors.lookupd_judge import HttpExchange, LookupdJudge
+from nsq_protocol.monitors.lookupd_registrations import RegistrationsAnswered
 from nsq_protocol.monitors.lookupd_v1 import AnswersAsLookupd, ErrorsClose, MagicAnswered, RepliesFramed
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
@@ -70,13 +71,14 @@ CLIENT_MONITORS: tuple[type[Monitor], ...] = (
 
 # nsqlookupd's rules (conformance/spec/nsqlookupd.toml): judged over one nsqlookupd's traffic (LookupdJudge)
 LOOKUPD_MONITORS: tuple[type[Monitor], ...] = (
-    MagicAnswered, RepliesFramed, AnswersAsLookupd, ErrorsClose, RoutesAsLookupd,
+    MagicAnswered, RepliesFramed, AnswersAsLookupd, ErrorsClose, RoutesAsLookupd, RegistrationsAnswered,
 )
 
 
-def new_lookupd_judge(*, http_seen: bool, timing: bool = False, wording: bool = True) -> LookupdJudge:
-    return LookupdJudge([monitor() for monitor in LOOKUPD_MONITORS], http_seen=http_seen, timing=timing,
-                        wording=wording)
+def new_lookupd_judge(*, http_seen: bool, **known) -> LookupdJudge:
+    """``known``: what LookupdJudge may be told of the traffic and the lookupd (timing, wording, whole, fresh, its
+    timeouts)."""
+    return LookupdJudge([monitor() for monitor in LOOKUPD_MONITORS], http_seen=http_seen, **known)
 
 
 def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False) -> Judge:

@@ -11,6 +11,7 @@ when it ends, ``http`` for each HTTP exchange, and ``finish`` at the end of the 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
@@ -90,16 +91,29 @@ class V1Connection:
 class LookupdJudge:
     """The same surface as nsqd's Judge (violations, not_judged, failures, finish) over one nsqlookupd's traffic.
     ``http_seen``: lookupd's HTTP exchanges are in the traffic; ``wording``: an error's description is judged, not
-    only its code (the suite judges the wording itself, as a SHOULD)."""
+    only its code (the suite judges the wording itself, as a SHOULD). ``whole``: the traffic starts with lookupd and
+    holds all of it, so every registration is in it; else ``fresh(topic)`` says which topics' registrations all are
+    (a suite case's own names). ``inactive_producer_timeout_s`` and ``tombstone_lifetime_s``: lookupd's flags
+    (their defaults unless told)."""
 
-    def __init__(self, monitors: list[Monitor], *, http_seen: bool, timing: bool = False, wording: bool = True):
+    def __init__(self, monitors: list[Monitor], *, http_seen: bool, timing: bool = False, wording: bool = True,
+                 whole: bool = False, fresh: Callable[[str], bool] | None = None,
+                 inactive_producer_timeout_s: float = 300.0, tombstone_lifetime_s: float = 45.0):
         self.monitors = monitors
         self._active = list(monitors)
         self.failures: list[str] = []
         self.http_seen = http_seen
         self.timing = timing
         self.wording = wording
+        self.whole = whole
+        self._fresh = fresh
+        self.inactive_producer_timeout_s = inactive_producer_timeout_s
+        self.tombstone_lifetime_s = tombstone_lifetime_s
         self.connections: dict[str, V1Connection] = {}
+
+    def knows(self, topic: str) -> bool:
+        """Every registration of ``topic`` is in the traffic."""
+        return self.whole or self._fresh is not None and self._fresh(topic)
 
     # ---- feeding ---------------------------------------------------------------------------------------
     def open(self, name: str, ts: float, started: bool) -> V1Connection:

@@ -223,7 +223,7 @@ def test_routes_answered_as_lookupd_break_nothing():
     (("POST", "/ping", 200, b"OK"), "L-HTTP-14"),
     (("GET", "/topic/create", 405, b"", {"allow": "POST"}), "L-HTTP-20"),
     (("GET", "/nope", 200, b""), "L-HTTP-14"),
-    (("GET", "/lookup", 404, b'{"message":"NOT_FOUND"}'), "L-HTTP-14"),
+    (("GET", "/lookup?topic=t", 404, b'{"message":"NOT_FOUND"}'), "L-HTTP-14"),
     (("POST", "/delete_topic", 200, b""), "L-HTTP-15"),
     (("GET", "/debug/pprof/", 404, b""), "L-HTTP-18"),
 ])
@@ -234,6 +234,106 @@ def test_routes_answered_otherwise_are_named(exchange, item):
 def test_a_path_the_router_redirects_is_not_judged():
     traffic = Traffic().http("GET", "/ping/", 301, b"")
     assert traffic.violations() == [] and traffic.not_judged("L-HTTP-14")
+
+
+# ---- the registrations ---------------------------------------------------------------------------------
+
+ENTRY = {"remote_address": "127.0.0.1:50000", "hostname": "h", "broadcast_address": "10.0.0.1", "tcp_port": 4150,
+         "http_port": 4151, "version": "1.3.0"}
+
+
+def lookup_answer(channels=(), producers=(ENTRY,)) -> bytes:
+    return json.dumps({"channels": list(channels), "producers": list(producers)}).encode()
+
+
+def registered(whole: bool = True, **known) -> Traffic:
+    traffic = Traffic()
+    traffic.judge = monitors.new_lookupd_judge(http_seen=True, whole=whole, **known)
+    return traffic.connect().identify().reply(ANSWER).command("REGISTER", "t", "c").reply(b"OK")
+
+
+def test_lookup_answered_from_the_registrations_breaks_nothing():
+    traffic = (registered().http("GET", "/lookup?topic=t", 200, lookup_answer(["c"]))
+               .http("GET", "/channels?topic=t", 200, b'{"channels":["c"]}')
+               .http("GET", "/topics", 200, b'{"topics":["t"]}')
+               .http("GET", "/nodes", 200, json.dumps({"producers": [{**ENTRY, "topics": ["t"],
+                                                                       "tombstones": [False]}]}).encode())
+               .command("UNREGISTER", "t").reply(b"OK")
+               .http("GET", "/lookup?topic=t", 200, lookup_answer(["c"], []))
+               .http("GET", "/lookup?topic=nope", 404, b'{"message":"TOPIC_NOT_FOUND"}')
+               .http("POST", "/topic/delete?topic=t", 200)
+               .http("GET", "/lookup?topic=t", 404, b'{"message":"TOPIC_NOT_FOUND"}')
+               .http("POST", "/channel/delete?topic=t&channel=c", 404, b'{"message":"CHANNEL_NOT_FOUND"}'))
+    assert traffic.violations() == []
+
+
+@pytest.mark.parametrize(("then", "answer", "item"), [
+    ((), lookup_answer(["c"], []), "L-TCP-12"),
+    ((), lookup_answer([]), "L-TCP-12"),
+    ((("UNREGISTER", "t"),), lookup_answer(["c"]), "L-TCP-15"),
+    ((("UNREGISTER", "t", "c"),), lookup_answer([]), "L-TCP-14"),
+])
+def test_lookup_answered_otherwise_names_the_rule(then, answer, item):
+    traffic = registered()
+    for words in then:
+        traffic.command(*words).reply(b"OK")
+    assert traffic.http("GET", "/lookup?topic=t", 200, answer).violations() == [(item, BROKER)]
+
+
+def test_an_ephemeral_channel_left_empty_is_forgotten_l_tcp_14():
+    traffic = registered().command("REGISTER", "t", "e#ephemeral").reply(b"OK") \
+        .command("UNREGISTER", "t", "e#ephemeral").reply(b"OK")
+    kept = traffic.http("GET", "/channels?topic=t", 200, b'{"channels":["c"]}')
+    assert kept.violations() == []
+    broken = registered().command("REGISTER", "t", "e#ephemeral").reply(b"OK") \
+        .command("UNREGISTER", "t", "e#ephemeral").reply(b"OK")
+    assert broken.http("GET", "/channels?topic=t", 200, b'{"channels":["c","e#ephemeral"]}').violations() == [
+        ("L-TCP-14", BROKER)]
+
+
+def test_a_closed_producer_goes_from_lookup_l_tcp_13():
+    traffic = registered().close(monitors.CLIENT)
+    traffic.at += 5
+    assert traffic.http("GET", "/lookup?topic=t", 200, lookup_answer(["c"])).violations() == [("L-TCP-13", BROKER)]
+    soon = registered().close(monitors.CLIENT).http("GET", "/lookup?topic=t", 200, lookup_answer(["c"]))
+    assert soon.violations() == []  # lookupd may not have noticed the close yet
+
+
+def test_a_tombstone_hides_the_producer_for_its_lifetime():
+    traffic = registered(tombstone_lifetime_s=10.0).http("POST", "/topic/tombstone?topic=t&node=10.0.0.1:4151", 200)
+    assert traffic.http("GET", "/lookup?topic=t", 200, lookup_answer(["c"])).violations() == [("L-HTTP-12", BROKER)]
+    later = registered(tombstone_lifetime_s=10.0).http("POST", "/topic/tombstone?topic=t&node=10.0.0.1:4151", 200)
+    later.at += 20
+    later.command("PING").reply(b"OK")
+    assert later.http("GET", "/lookup?topic=t", 200, lookup_answer(["c"], [])).violations() == [
+        ("L-HTTP-17", BROKER)]
+
+
+def test_an_inactive_producer_is_left_out_l_tcp_19():
+    traffic = registered(inactive_producer_timeout_s=10.0)
+    traffic.at += 20
+    assert traffic.http("GET", "/lookup?topic=t", 200, lookup_answer(["c"])).violations() == [("L-TCP-19", BROKER)]
+    nodes = registered(inactive_producer_timeout_s=10.0)
+    nodes.at += 20
+    listed = json.dumps({"producers": [{**ENTRY, "topics": ["t"], "tombstones": [False]}]}).encode()
+    assert nodes.http("GET", "/nodes", 200, listed).violations() == [("L-HTTP-16", BROKER)]
+
+
+def test_http_changes_and_their_argument_errors():
+    assert Traffic().http("POST", "/topic/create", 400, b'{"message":"MISSING_ARG_TOPIC"}').violations() == []
+    assert Traffic().http("POST", "/channel/create?topic=t", 200).violations() == [("L-HTTP-09", BROKER)]
+    created = registered().http("POST", "/topic/create?topic=u", 200).http("GET", "/topics", 200, b'{"topics":["t"]}')
+    assert created.violations() == [("L-HTTP-08", BROKER)]
+    deleted = registered().http("POST", "/channel/delete?topic=t&channel=c", 200)
+    assert deleted.http("GET", "/channels?topic=t", 200, b'{"channels":["c"]}').violations() == [
+        ("L-HTTP-10", BROKER)]
+
+
+def test_topics_of_unknown_registrations_are_not_judged():
+    traffic = registered(whole=False).http("GET", "/lookup?topic=t", 200, lookup_answer(["x"], []))
+    assert traffic.violations() == [] and traffic.not_judged("L-HTTP-04")
+    fresh = registered(whole=False, fresh=lambda topic: topic == "t")
+    assert fresh.http("GET", "/lookup?topic=t", 200, lookup_answer(["c"], [])).violations() == [("L-TCP-12", BROKER)]
 
 
 def test_every_lookupd_monitor_names_its_items():
@@ -253,11 +353,19 @@ def judge_recording(transcript: dict) -> monitors.LookupdJudge:
     """The recording's nsqlookupd traffic (its V1 connections, its HTTP exchanges) as it crossed the wire, the
     replies as the real nsqlookupd gave them (the recorded expectations, placeholders filled)."""
     values = cluster.values(cluster.port_plan())
-    judge = monitors.new_lookupd_judge(http_seen=True)
+    # a fresh nsqlookupd each, with the test's connections its only producers (but the 'cluster' ones, where an
+    # nsqd registers unseen)
+    flags = dict(flag.lstrip("-").split("=", 1) for flag in transcript["nsqlookupd_flags"] or ())
+    judge = monitors.new_lookupd_judge(
+        http_seen=True, whole=transcript["flagset"] in ("lookupd", "lookupd-short"),
+        inactive_producer_timeout_s=float(flags.get("inactive-producer-timeout", "300s").rstrip("s")),
+        tombstone_lifetime_s=float(flags.get("tombstone-lifetime", "45s").rstrip("s")))
     lookupd: set[str] = set()
     request = None
-    for index, step in enumerate(transcript["steps"]):
-        at, name = T0 + index, step.get("conn", "A")
+    at = T0
+    for step in transcript["steps"]:
+        at += step.get("wait_ms", 1) / 1000  # a step takes a millisecond, a wait its time
+        name = step.get("conn", "A")
         if "connect" in step and step.get("server") == "lookupd":
             lookupd.add(step["connect"])
             judge.open(step["connect"], at, True)
@@ -269,6 +377,8 @@ def judge_recording(transcript: dict) -> monitors.LookupdJudge:
                 else expected.get("body", "").encode()
             headers = {key: value for key, value in expected.get("headers", {}).items() if value is not None}
             judge.http(HttpExchange(at, request["method"], request["path"], expected["status"], body, headers))
+        elif step.get("close") in lookupd:
+            judge.close(step["close"], at, monitors.CLIENT)
         elif name not in lookupd:
             continue
         elif "send" in step:
@@ -279,11 +389,7 @@ def judge_recording(transcript: dict) -> monitors.LookupdJudge:
                 judge.server_bytes(name, at, wire_v1.encode_reply(data.encode()))
         elif "expect_close" in step:
             judge.close(name, at, BROKER)
-    for name in set(transcript.get("close_conns", ())) | {step["close"] for step in transcript["steps"]
-                                                           if "close" in step}:
-        if name in judge.connections and judge.connections[name].open:
-            judge.close(name, T0 + len(transcript["steps"]), monitors.CLIENT)
-    judge.finish(T0 + len(transcript["steps"]) + 1)
+    judge.finish(at + 1)
     return judge
 
 
