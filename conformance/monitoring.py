@@ -67,8 +67,8 @@ def judge_lookupd(transcript: Transcript, own_names: str = "", limits: dict | No
             continue
         if name not in transcript.endpoints:
             continue
-        if name not in judge.connections:
-            judge.open(name, at, started=True)  # the suite's own connection: its first bytes are in the transcript
+        if name not in judge.connections:  # the suite's own connection: its first bytes are in the transcript
+            judge.open(name, at, started=True, client_address="%s:%d" % transcript.endpoints[name].client)
         if event.direction == CLIENT_TO_SERVER:
             judge.client_bytes(name, at, event.wire)
         elif event.direction == SERVER_TO_CLIENT:

@@ -48,8 +48,9 @@ class V1Connection:
     """What the judge knows of one V1 connection. ``readable``: its client's bytes are read as lookupd reads them
     (its start is in the traffic, and nothing unreadable came before), so its replies pair with its commands."""
 
-    def __init__(self, name: str, started: bool, opened_at: float):
+    def __init__(self, name: str, started: bool, opened_at: float, client_address: str | None = None):
         self.name = name
+        self.client_address = client_address  # "host:port" of the client's end, where the traffic shows it
         self.started = started
         self.opened_at = opened_at
         self.readable = started
@@ -116,8 +117,9 @@ class LookupdJudge:
         return self.whole or self._fresh is not None and self._fresh(topic)
 
     # ---- feeding ---------------------------------------------------------------------------------------
-    def open(self, name: str, ts: float, started: bool) -> V1Connection:
-        connection = self.connections[name] = V1Connection(name, started, ts)
+    def open(self, name: str, ts: float, started: bool, client_address: str | None = None) -> V1Connection:
+        """``client_address``: "host:port" of the client's end (lookupd's producer ID and remote_address, L-TCP-04)."""
+        connection = self.connections[name] = V1Connection(name, started, ts, client_address)
         return connection
 
     def client_bytes(self, name: str, ts: float, data: bytes) -> None:

@@ -35,6 +35,7 @@ class _Producer:
     """One identified V1 connection: who it says it is, and when lookupd last heard from it (L-TCP-19)."""
 
     peer: tuple  # (broadcast_address, tcp_port, http_port): how /lookup names it
+    named: dict  # what else its entries must say: hostname and version (its IDENTIFY's), remote_address
     last_update: tuple[float, float]  # lookupd's update lies between the command and its answer
     left_at: float | None = None  # its connection ended (or lookupd's error ended it): its registrations go
 
@@ -46,7 +47,8 @@ class _Registration:
 
 
 class RegistrationsAnswered(Monitor):
-    """/lookup, /channels and /topics answer what lookupd's registrations hold: REGISTER records the producer
+    """/lookup, /channels and /topics answer what lookupd's registrations hold, each producer named by its IDENTIFY
+    and its connection's address (L-TCP-04): REGISTER records the producer
     under the topic and channel (L-TCP-12), several producers each (L-TCP-18); a closed connection takes its
     producer's registrations, the names stay (L-TCP-13); UNREGISTER t c the channel's (an ephemeral channel left
     empty forgotten, L-TCP-14), UNREGISTER t the topic's and its channels' (L-TCP-15), an ephemeral topic left
@@ -57,9 +59,9 @@ class RegistrationsAnswered(Monitor):
     (L-HTTP-12, for --tombstone-lifetime: L-HTTP-17) change them, with their 400 argument errors; /nodes lists each
     active producer with its topics and tombstone flags (L-HTTP-07), an inactive one not (L-HTTP-16)."""
 
-    ITEMS = ("L-TCP-12", "L-TCP-13", "L-TCP-14", "L-TCP-15", "L-TCP-16", "L-TCP-18", "L-TCP-19", "L-HTTP-04",
-             "L-HTTP-05", "L-HTTP-06", "L-HTTP-07", "L-HTTP-08", "L-HTTP-09", "L-HTTP-10", "L-HTTP-11", "L-HTTP-12",
-             "L-HTTP-16", "L-HTTP-17")
+    ITEMS = ("L-TCP-04", "L-TCP-12", "L-TCP-13", "L-TCP-14", "L-TCP-15", "L-TCP-16", "L-TCP-18", "L-TCP-19",
+             "L-HTTP-04", "L-HTTP-05", "L-HTTP-06", "L-HTTP-07", "L-HTTP-08", "L-HTTP-09", "L-HTTP-10", "L-HTTP-11",
+             "L-HTTP-12", "L-HTTP-16", "L-HTTP-17")
     KINDS = frozenset({RESPONSE, ERROR})
 
     def __init__(self) -> None:
@@ -81,11 +83,15 @@ class RegistrationsAnswered(Monitor):
             return
         verb = answered.name
         if verb == "IDENTIFY" and not connection.identified:
-            peer = _peer(answered.text)
-            if peer is None:  # lookupd took a body it must refuse: AnswersAsLookupd's (L-TCP-07)
+            fields = _identified(answered.text)
+            if fields is None:  # lookupd took a body it must refuse: AnswersAsLookupd's (L-TCP-07)
                 self._wildcard = True
                 return
-            self._producers[name] = _Producer(peer, (answered.ts, event.ts))
+            named = {"hostname": fields.get("hostname") or "", "version": fields["version"]}
+            if connection.client_address is not None:
+                named["remote_address"] = connection.client_address
+            peer = (fields["broadcast_address"], fields["tcp_port"], fields["http_port"])
+            self._producers[name] = _Producer(peer, named, (answered.ts, event.ts))
             return
         producer = self._producers.get(name)
         if producer is None or event.name != "OK":
@@ -285,6 +291,7 @@ class RegistrationsAnswered(Monitor):
             self._check(exchange, "L-HTTP-07", False, f"{producer.peer} listed once, not {len(entries)} times")
             return
         entry = entries[0]
+        self._named(exchange, producer.peer, entry)
         topics, tombstones = entry.get("topics"), entry.get("tombstones")
         if not isinstance(topics, list) or not isinstance(tombstones, list) or len(topics) != len(tombstones):
             self._check(exchange, "L-HTTP-07", False, f"{producer.peer}'s topics and as many tombstone flags")
@@ -337,6 +344,8 @@ class RegistrationsAnswered(Monitor):
             peer = (entry.get("broadcast_address"), entry.get("tcp_port"), entry.get("http_port")) \
                 if isinstance(entry, dict) else None
             seen[peer] = seen.get(peer, 0) + 1
+            if peer is not None:
+                self._named(exchange, peer, entry)
         for peer in seen.keys() | counted.keys():
             least, most, why = counted.get(peer, (0, 0, self._dropped.get((key, peer), "L-HTTP-04")))
             if not least <= seen.get(peer, 0) <= most:
@@ -368,6 +377,16 @@ class RegistrationsAnswered(Monitor):
             return False
         age, lifetime = now - tombstoned_at, judge.tombstone_lifetime_s
         return True if age < lifetime - self._margin else None if age < lifetime + self._margin else False
+
+    def _named(self, exchange: HttpExchange, peer: tuple, entry: dict) -> None:
+        """L-TCP-04: an entry of a producer of the traffic says what its IDENTIFY said, and its connection's
+        address where the traffic shows it (several producers alike: not judged)."""
+        names = [producer.named for producer in self._producers.values() if producer.peer == peer]
+        if len(names) != 1:
+            return
+        wrong = {key: entry.get(key) for key, value in names[0].items() if entry.get(key) != value}
+        if wrong:
+            self._check(exchange, "L-TCP-04", False, f"{peer}'s entry with {names[0]}, not {wrong}")
 
     def _judged(self, judge, topic: str) -> bool:
         if self._wildcard:
@@ -439,12 +458,13 @@ def _unparsable(query: str) -> bool:
     return ";" in query or _BAD_ESCAPE.search(query) is not None
 
 
-def _peer(body: str) -> tuple | None:
-    """(broadcast_address, tcp_port, http_port) of an IDENTIFY body lookupd accepted."""
+def _identified(body: str) -> dict | None:
+    """An IDENTIFY body lookupd accepted (L-TCP-07): its fields, or None where it must not have."""
     try:
         fields = json.loads(body)
     except ValueError:
         return None
-    if not isinstance(fields, dict):
+    if not isinstance(fields, dict) or not all(fields.get(key) for key in ("broadcast_address", "tcp_port",
+                                                                            "http_port", "version")):
         return None
-    return fields.get("broadcast_address"), fields.get("tcp_port"), fields.get("http_port")
+    return fields

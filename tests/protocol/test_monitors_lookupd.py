@@ -329,6 +329,16 @@ def test_http_changes_and_their_argument_errors():
         ("L-HTTP-10", BROKER)]
 
 
+def test_entries_name_the_producer_as_it_identified_l_tcp_04():
+    traffic = Traffic()
+    traffic.judge = monitors.new_lookupd_judge(http_seen=True, whole=True)
+    traffic.judge.open("A", T0, True, client_address="127.0.0.1:50000")
+    traffic.send(wire_v1.MAGIC_V1).identify().reply(ANSWER).command("REGISTER", "t").reply(b"OK")
+    assert traffic.http("GET", "/lookup?topic=t", 200, lookup_answer()).violations() == []
+    renamed = registered().http("GET", "/lookup?topic=t", 200, lookup_answer(["c"], [{**ENTRY, "hostname": "x"}]))
+    assert renamed.violations() == [("L-TCP-04", BROKER)]
+
+
 def test_topics_of_unknown_registrations_are_not_judged():
     traffic = registered(whole=False).http("GET", "/lookup?topic=t", 200, lookup_answer(["x"], []))
     assert traffic.violations() == [] and traffic.not_judged("L-HTTP-04")
