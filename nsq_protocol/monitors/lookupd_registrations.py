@@ -46,6 +46,9 @@ class _Registration:
     why: str = ""  # the item whose rule made it what it is now
 
 
+_EMPTY = _Registration()
+
+
 class RegistrationsAnswered(Monitor):
     """/lookup, /channels and /topics answer what lookupd's registrations hold, each producer named by its IDENTIFY
     and its connection's address (L-TCP-04): REGISTER records the producer
@@ -57,11 +60,12 @@ class RegistrationsAnswered(Monitor):
     topic (L-HTTP-05); /channels a topic's channels (L-HTTP-06); /topic/create (L-HTTP-08), /channel/create
     (L-HTTP-09), /channel/delete (404 when none, L-HTTP-10), /topic/delete (L-HTTP-11) and /topic/tombstone
     (L-HTTP-12, for --tombstone-lifetime: L-HTTP-17) change them, with their 400 argument errors; /nodes lists each
-    active producer with its topics and tombstone flags (L-HTTP-07), an inactive one not (L-HTTP-16)."""
+    active producer with its topics and tombstone flags (L-HTTP-07), an inactive one not (L-HTTP-16); /debug the
+    registrations with producers (L-HTTP-13); a lookupd that never had any answers all of them empty (L-HTTP-03)."""
 
     ITEMS = ("L-TCP-04", "L-TCP-12", "L-TCP-13", "L-TCP-14", "L-TCP-15", "L-TCP-16", "L-TCP-18", "L-TCP-19",
              "L-HTTP-04", "L-HTTP-05", "L-HTTP-06", "L-HTTP-07", "L-HTTP-08", "L-HTTP-09", "L-HTTP-10", "L-HTTP-11",
-             "L-HTTP-12", "L-HTTP-16", "L-HTTP-17")
+             "L-HTTP-12", "L-HTTP-16", "L-HTTP-17", "L-HTTP-03", "L-HTTP-13")
     KINDS = frozenset({RESPONSE, ERROR})
 
     def __init__(self) -> None:
@@ -253,7 +257,47 @@ class RegistrationsAnswered(Monitor):
         if judge.whole and not self._wildcard:
             known = {key[1] for key in self._registrations if key[0] == TOPIC}
             for extra in sorted(listed - known):
-                self._check(exchange, "L-HTTP-05", False, f"/topics without {extra} (never registered)")
+                self._check(exchange, self._fresh_or("L-HTTP-05"), False, f"/topics without {extra} (never registered)")
+
+    def _debug(self, judge, exchange: HttpExchange, topic, channel) -> None:
+        """L-HTTP-13: /debug holds each registration that has producers, keyed 'category:key:subkey', with each
+        producer's IDENTIFY fields and tombstone flag; the 'client::' one every identified producer. Only the
+        registrations of known topics and the traffic's producers are judged, unless the traffic is whole."""
+        if self._wildcard:
+            self.skip("L-HTTP-13", WILDCARD)
+            return
+        self._settle(exchange.ts)
+        document = _document(exchange)
+        if document is None or not all(isinstance(entries, list) for entries in document.values()):
+            self._check(exchange, "L-HTTP-13", False, "200 with a JSON object of lists")
+            return
+        expected = {("client", "", ""): dict.fromkeys(self._producers)}
+        expected.update((key, registration.producers) for key, registration in self._registrations.items()
+                        if judge.knows(key[1]))
+        for key, producers in expected.items():
+            entries = [entry for entry in document.get(":".join(key), []) if isinstance(entry, dict)]
+            by_peer = {(entry.get("broadcast_address"), entry.get("tcp_port"), entry.get("http_port")): entry
+                       for entry in entries}
+            for name, tombstoned_at in producers.items():
+                producer = self._producers.get(name)
+                if producer is None or producer.left_at is not None:
+                    continue
+                entry = by_peer.get(producer.peer)
+                if entry is None or entry.get("tombstoned") is not (tombstoned_at is not None):
+                    self._check(exchange, "L-HTTP-13", False, f"{':'.join(key)} naming {producer.peer}"
+                                f"{' tombstoned' if tombstoned_at is not None else ''}")
+            if key[0] != "client" and len(entries) > len(producers):
+                self._check(exchange, "L-HTTP-13", False, f"{':'.join(key)} with {len(producers)} producer(s)")
+        if judge.whole and not self._wildcard:
+            leaving = any(producer.left_at is not None for producer in self._producers.values())
+            for key in document:
+                parts = tuple(key.split(":", 2))
+                if parts != ("client", "", "") and not leaving and not self._registrations.get(parts, _EMPTY).producers:
+                    self._check(exchange, self._fresh_or("L-HTTP-13"), False, f"no {key} (nothing registered there)")
+
+    def _fresh_or(self, item: str) -> str:
+        """L-HTTP-03 where lookupd has never had a registration, else ``item``."""
+        return "L-HTTP-03" if not (self._registrations or self._gone or self._producers) else item
 
     def _nodes(self, judge, exchange: HttpExchange, topic, channel) -> None:
         """L-HTTP-07: each active producer of the traffic (all its registrations are in it: its connection is seen
@@ -279,6 +323,9 @@ class RegistrationsAnswered(Monitor):
                 self.skip("L-HTTP-07", "several producers of the traffic name themselves alike")
                 continue
             self._node(judge, exchange, self._producers[names[0]], names[0], entries.get(peer, []))
+        if judge.whole:
+            for peer in sorted(entries.keys() - by_peer.keys(), key=str):
+                self._check(exchange, self._fresh_or("L-HTTP-07"), False, f"no producer {peer} (none identified)")
 
     def _node(self, judge, exchange: HttpExchange, producer: _Producer, name: str, entries: list[dict]) -> None:
         shown, why = self._shown(judge, exchange.ts, producer, None, None)
@@ -408,7 +455,7 @@ class RegistrationsAnswered(Monitor):
 
 
 _HANDLERS = {("GET", "/lookup"): "_lookup", ("GET", "/channels"): "_channels_answer", ("GET", "/topics"): "_topics",
-             ("GET", "/nodes"): "_nodes",
+             ("GET", "/nodes"): "_nodes", ("GET", "/debug"): "_debug",
              ("POST", "/topic/create"): "_create_topic", ("POST", "/topic/delete"): "_delete_topic",
              ("POST", "/channel/create"): "_create_channel", ("POST", "/channel/delete"): "_delete_channel",
              ("POST", "/topic/tombstone"): "_tombstone"}

@@ -339,6 +339,27 @@ def test_entries_name_the_producer_as_it_identified_l_tcp_04():
     assert renamed.violations() == [("L-TCP-04", BROKER)]
 
 
+def test_debug_holds_the_registrations_with_producers_l_http_13():
+    debug_entry = {**ENTRY, "id": "127.0.0.1:50000", "last_update": 1, "tombstoned": False, "tombstoned_at": 0}
+    kept = {"client::": [debug_entry], "topic:t:": [debug_entry], "channel:t:c": [debug_entry]}
+    assert registered().http("GET", "/debug", 200, json.dumps(kept).encode()).violations() == []
+    missing = {key: value for key, value in kept.items() if key != "channel:t:c"}
+    assert registered().http("GET", "/debug", 200, json.dumps(missing).encode()).violations() == [
+        ("L-HTTP-13", BROKER)]
+
+
+def test_a_lookupd_that_never_had_a_registration_answers_empty_l_http_03():
+    fresh = Traffic()
+    fresh.judge = monitors.new_lookupd_judge(http_seen=True, whole=True)
+    fresh.http("GET", "/topics", 200, b'{"topics":[]}').http("GET", "/debug", 200, b"{}")
+    assert fresh.http("GET", "/nodes", 200, b'{"producers":[]}').violations() == []
+    stale = Traffic()
+    stale.judge = monitors.new_lookupd_judge(http_seen=True, whole=True)
+    assert stale.http("GET", "/topics", 200, b'{"topics":["old"]}').violations() == [("L-HTTP-03", BROKER)]
+    partial = Traffic().http("GET", "/topics", 200, b'{"topics":["old"]}')  # not whole: others' topics
+    assert partial.violations() == []
+
+
 def test_topics_of_unknown_registrations_are_not_judged():
     traffic = registered(whole=False).http("GET", "/lookup?topic=t", 200, lookup_answer(["x"], []))
     assert traffic.violations() == [] and traffic.not_judged("L-HTTP-04")
