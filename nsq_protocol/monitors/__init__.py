@@ -47,6 +47,7 @@ from nsq_protocol.monitors.identify import IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.lookupd_http import RoutesAsLookupd
 from nsq_protocol.monitors.lookupd_judge import HttpExchange, LookupdJudge
+from nsq_protocol.monitors.lookupd_nsqd import NsqdRegisters
 from nsq_protocol.monitors.lookupd_registrations import RegistrationsAnswered
 from nsq_protocol.monitors.lookupd_v1 import AnswersAsLookupd, ErrorsClose, MagicAnswered, RepliesFramed
 from nsq_protocol.monitors.monitor import Monitor, Violation
@@ -69,9 +70,11 @@ CLIENT_MONITORS: tuple[type[Monitor], ...] = (
     ReconnectsAfterFatalClose, ReconnectsSpaced, ClsBeforeClose, BackoffEnds,
 )
 
-# nsqlookupd's rules (conformance/spec/nsqlookupd.toml): judged over one nsqlookupd's traffic (LookupdJudge)
+# nsqlookupd's rules (conformance/spec/nsqlookupd.toml), and nsqd's as it registers there (registration.toml): judged
+# over one nsqlookupd's traffic (LookupdJudge)
 LOOKUPD_MONITORS: tuple[type[Monitor], ...] = (
     MagicAnswered, RepliesFramed, AnswersAsLookupd, ErrorsClose, RoutesAsLookupd, RegistrationsAnswered,
+    NsqdRegisters,
 )
 
 

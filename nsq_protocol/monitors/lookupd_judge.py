@@ -95,11 +95,13 @@ class LookupdJudge:
     only its code (the suite judges the wording itself, as a SHOULD). ``whole``: the traffic starts with lookupd and
     holds all of it, so every registration is in it; else ``fresh(topic)`` says which topics' registrations all are
     (a suite case's own names). ``inactive_producer_timeout_s`` and ``tombstone_lifetime_s``: lookupd's flags
-    (their defaults unless told)."""
+    (their defaults unless told). ``nsqd_clients``: the V1 clients are nsqds registering (a cluster's capture), whose
+    own rules (registration.toml) then judge too."""
 
     def __init__(self, monitors: list[Monitor], *, http_seen: bool, timing: bool = False, wording: bool = True,
                  whole: bool = False, fresh: Callable[[str], bool] | None = None,
-                 inactive_producer_timeout_s: float = 300.0, tombstone_lifetime_s: float = 45.0):
+                 inactive_producer_timeout_s: float = 300.0, tombstone_lifetime_s: float = 45.0,
+                 nsqd_clients: bool = False):
         self.monitors = monitors
         self._active = list(monitors)
         self.failures: list[str] = []
@@ -110,6 +112,7 @@ class LookupdJudge:
         self._fresh = fresh
         self.inactive_producer_timeout_s = inactive_producer_timeout_s
         self.tombstone_lifetime_s = tombstone_lifetime_s
+        self.nsqd_clients = nsqd_clients
         self.connections: dict[str, V1Connection] = {}
 
     def knows(self, topic: str) -> bool:

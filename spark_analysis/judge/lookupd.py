@@ -20,9 +20,9 @@ _CLIENT_FIRST, _SERVER_NEXT = 0, 1  # at one instant a command before its answer
 
 
 def judge_lookupd_capture(path: str, tcp_ports: frozenset[int], http_ports: frozenset[int] = frozenset(),
-                          whole: bool = False) -> dict[str, monitors.LookupdJudge]:
+                          whole: bool = False, nsqd_clients: bool = False) -> dict[str, monitors.LookupdJudge]:
     """Each nsqlookupd host's judge. ``whole``: the capture starts with the lookupds (every registration is in
-    it)."""
+    it); ``nsqd_clients``: their V1 clients are nsqds (registration.toml's rules judge them)."""
     flows: dict[str, list] = {}
     for batch in read_range(ByteRange(str(path), 0, 1 << 62)):
         for row in batch.to_pylist():
@@ -38,7 +38,8 @@ def judge_lookupd_capture(path: str, tcp_ports: frozenset[int], http_ports: froz
                 feeds.setdefault(host, []).extend(_http_feed(conn))
     judges = {}
     for host, feed in feeds.items():
-        judge = monitors.new_lookupd_judge(http_seen=bool(http_ports), timing=True, whole=whole)
+        judge = monitors.new_lookupd_judge(http_seen=bool(http_ports), timing=True, whole=whole,
+                                           nsqd_clients=nsqd_clients)
         for _, _, name, what in heapq.nsmallest(len(feed), feed, key=lambda entry: entry[:2]):
             what(judge, name)
         judge.finish(max((entry[0] for entry in feed), default=0.0))

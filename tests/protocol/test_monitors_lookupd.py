@@ -1,6 +1,7 @@
 """nsqlookupd's monitors (LOOKUPD_MONITORS) on hand-made traffic: each rule fires on the lookupd bug it names, stays
 silent on the real nsqlookupd's behaviour, and says "not judged" where the traffic lacks what it needs; and on the
-recordings of the real nsqlookupd v1.3.0 (fixtures/transcripts-cluster.jsonl): no violation."""
+recordings of the real nsqlookupd and nsqd (fixtures/transcripts-cluster.jsonl: what nsqlookupd answered, what nsqd
+sent a fake lookupd): no violation."""
 
 from __future__ import annotations
 
@@ -367,6 +368,57 @@ def test_topics_of_unknown_registrations_are_not_judged():
     assert fresh.http("GET", "/lookup?topic=t", 200, lookup_answer(["c"], [])).violations() == [("L-TCP-12", BROKER)]
 
 
+# ---- what nsqd sends its lookupds ------------------------------------------------------------------------
+
+def nsqd(at: float = 0.0, body: dict | None = None) -> Traffic:
+    traffic = Traffic()
+    traffic.judge = monitors.new_lookupd_judge(http_seen=False, timing=True, nsqd_clients=True)
+    traffic.at = at
+    return traffic.connect().identify(body).reply(ANSWER)
+
+
+def test_nsqd_identifying_and_pinging_on_its_ticker_breaks_nothing():
+    traffic = nsqd().command("REGISTER", "t").reply(b"OK")
+    for tick in (15.0, 30.0, 45.0):
+        traffic.at = tick
+        traffic.command("PING").reply(b"OK")
+    traffic.at = 50.0
+    assert traffic.violations() == []
+
+
+def test_nsqd_identify_body_with_other_keys_is_r_02():
+    assert nsqd(body={**PRODUCER, "extra": 1}).violations() == [("R-02", BROKER)]
+    assert nsqd(body={**PRODUCER, "topology_region": "", "topology_zone": ""}).violations() == []
+
+
+def test_nsqd_not_identifying_first_is_r_01():
+    traffic = Traffic()
+    traffic.judge = monitors.new_lookupd_judge(http_seen=False, nsqd_clients=True)
+    assert traffic.connect().command("PING").reply(b"OK").violations() == [("R-01", BROKER)]
+
+
+def test_nsqd_going_on_after_a_refused_identify_is_r_02():
+    traffic = Traffic()
+    traffic.judge = monitors.new_lookupd_judge(http_seen=False, nsqd_clients=True)
+    traffic.connect().identify().reply(b"E_INVALID").command("REGISTER", "t")
+    assert ("R-02", BROKER) in traffic.violations()
+
+
+def test_a_missed_ping_tick_is_r_08():
+    traffic = nsqd()
+    traffic.at = 17.0
+    assert traffic.violations() == [("R-08", BROKER)]
+    untimed = Traffic()
+    untimed.judge = monitors.new_lookupd_judge(http_seen=False, nsqd_clients=True)
+    untimed.connect().identify().reply(ANSWER).command("PING").reply(b"OK")
+    assert untimed.violations() == [] and untimed.not_judged("R-08")
+
+
+def test_test_clients_are_not_held_to_nsqds_rules():
+    traffic = Traffic().connect().command("PING").reply(b"OK")
+    assert traffic.violations() == [] and traffic.not_judged("R-01")
+
+
 def test_every_lookupd_monitor_names_its_items():
     assert all(monitor.__doc__ and monitor.ITEMS for monitor in monitors.LOOKUPD_MONITORS)
 
@@ -389,6 +441,7 @@ def judge_recording(transcript: dict) -> monitors.LookupdJudge:
     flags = dict(flag.lstrip("-").split("=", 1) for flag in transcript["nsqlookupd_flags"] or ())
     judge = monitors.new_lookupd_judge(
         http_seen=True, whole=transcript["flagset"] in ("lookupd", "lookupd-short"),
+        nsqd_clients=transcript["flagset"] == "fake-lookupd",
         inactive_producer_timeout_s=float(flags.get("inactive-producer-timeout", "300s").rstrip("s")),
         tombstone_lifetime_s=float(flags.get("tombstone-lifetime", "45s").rstrip("s")))
     lookupd: set[str] = set()
@@ -408,6 +461,8 @@ def judge_recording(transcript: dict) -> monitors.LookupdJudge:
                 else expected.get("body", "").encode()
             headers = {key: value for key, value in expected.get("headers", {}).items() if value is not None}
             judge.http(HttpExchange(at, request["method"], request["path"], expected["status"], body, headers))
+        elif "lookupd_expect" in step:
+            _nsqd_said(judge, at, step["lookupd"], step["lookupd_expect"], values)
         elif step.get("close") in lookupd:
             judge.close(step["close"], at, monitors.CLIENT)
         elif name not in lookupd:
@@ -422,6 +477,29 @@ def judge_recording(transcript: dict) -> monitors.LookupdJudge:
             judge.close(name, at, BROKER)
     judge.finish(at + 1)
     return judge
+
+
+def _nsqd_said(judge, at: float, lookupd: int, lines: list[dict], values: dict) -> None:
+    """What the real nsqd sent a fake lookupd (its magic, IDENTIFY body, command lines; an unordered step's in
+    the order nsqd sends them: magic, IDENTIFY, the rest), answered as the fake answers: its JSON to IDENTIFY,
+    OK to the rest."""
+    order = {"magic": 0, "IDENTIFY": 1}
+    for line in sorted(cluster.fill(lines, values), key=lambda line: order.get(line.get("line", "magic")
+                                                                                if "magic" in line else
+                                                                                line.get("line"), 2)):
+        name = f"fake{lookupd}-{line['conn']}"
+        if "magic" in line:
+            judge.open(name, at, True)
+            judge.client_bytes(name, at, line["magic"].encode())
+        elif line.get("closed"):
+            judge.close(name, at, monitors.CLIENT)
+        elif line["line"] == "IDENTIFY":
+            body = json.dumps(line["body_json"]).encode() if "body_json" in line else b"{}"
+            judge.client_bytes(name, at, wire_v1.encode_command("IDENTIFY", body=body))
+            judge.server_bytes(name, at, wire_v1.encode_reply(ANSWER))
+        else:
+            judge.client_bytes(name, at, line["line"].encode() + b"\n")
+            judge.server_bytes(name, at, wire_v1.encode_reply(b"OK"))
 
 
 def test_the_real_nsqlookupd_breaks_no_rule_in_its_recordings():
