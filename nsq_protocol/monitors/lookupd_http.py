@@ -34,6 +34,7 @@ class RoutesAsLookupd(Monitor):
     another case, an unclean path) are judged only for /debug/pprof/."""
 
     ITEMS = ("L-HTTP-01", "L-HTTP-02", "L-HTTP-14", "L-HTTP-15", "L-HTTP-18", "L-HTTP-20")
+    KINDS = frozenset()  # HTTP only
 
     def http(self, judge, exchange: HttpExchange) -> None:
         path, method, status = exchange.path, exchange.method, exchange.status
