@@ -114,6 +114,9 @@ class LookupdJudge:
         self.tombstone_lifetime_s = tombstone_lifetime_s
         self.nsqd_clients = nsqd_clients
         self.connections: dict[str, V1Connection] = {}
+        # every V1 connection is read whole: none caught mid-way, none with bytes lookupd reads otherwise than the
+        # codec, so every registration is seen
+        self.all_readable = True
 
     def knows(self, topic: str) -> bool:
         """Every registration of ``topic`` is in the traffic."""
@@ -123,6 +126,7 @@ class LookupdJudge:
     def open(self, name: str, ts: float, started: bool, client_address: str | None = None) -> V1Connection:
         """``client_address``: "host:port" of the client's end (lookupd's producer ID and remote_address, L-TCP-04)."""
         connection = self.connections[name] = V1Connection(name, started, ts, client_address)
+        self.all_readable &= started
         return connection
 
     def client_bytes(self, name: str, ts: float, data: bytes) -> None:
@@ -130,6 +134,8 @@ class LookupdJudge:
         for event in connection.commands(ts, data):
             if event.kind == COMMAND:
                 connection.pending.append(event)
+            elif event.name != MAGIC:  # after a bad magic nothing registers
+                self.all_readable = False
             self._dispatch(connection, event, None)
 
     def server_bytes(self, name: str, ts: float, data: bytes) -> None:
@@ -138,6 +144,7 @@ class LookupdJudge:
             answered = connection.pending.popleft() if event.kind != UNFRAMED and connection.pending else None
             self._dispatch(connection, event, answered)
             if event.kind == UNFRAMED:
+                self.all_readable = False
                 continue
             connection.replies += 1
             if event.kind == ERROR and connection.error is None:

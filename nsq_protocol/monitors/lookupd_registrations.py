@@ -25,8 +25,8 @@ CAPTURE_MARGIN_S = 0.2
 EPHEMERAL = "#ephemeral"
 TOPIC, CHANNEL = "topic", "channel"
 UNKNOWN_NAMES = "a topic whose registrations are not all in the traffic (it may predate it, or be another's)"
-WILDCARD = "a name '*' (lookupd reads it as every topic or channel) or a producer it should have refused: the model " \
-    "stops there"
+WILDCARD = "a name '*' (lookupd reads it as every topic or channel), a producer it should have refused, or a V1 " \
+    "connection not read whole: the model stops there"
 _BAD_ESCAPE = re.compile(r"%(?![0-9a-fA-F]{2})")
 
 
@@ -242,6 +242,9 @@ class RegistrationsAnswered(Monitor):
             self._channels(exchange, topic, None if document is None else document.get("channels"))
 
     def _topics(self, judge, exchange: HttpExchange, topic, channel) -> None:
+        if self._wildcard or not judge.all_readable:
+            self.skip("L-HTTP-05", WILDCARD)
+            return
         document = _document(exchange)
         listed = document.get("topics") if document is not None else None
         if not isinstance(listed, list):
@@ -254,7 +257,7 @@ class RegistrationsAnswered(Monitor):
         for key, why in self._gone.items():
             if key[0] == TOPIC and judge.knows(key[1]) and key[1] in listed:
                 self._check(exchange, why, False, f"/topics without {key[1]}")
-        if judge.whole and not self._wildcard:
+        if judge.whole:
             known = {key[1] for key in self._registrations if key[0] == TOPIC}
             for extra in sorted(listed - known):
                 self._check(exchange, self._fresh_or("L-HTTP-05"), False, f"/topics without {extra} (never registered)")
@@ -263,7 +266,7 @@ class RegistrationsAnswered(Monitor):
         """L-HTTP-13: /debug holds each registration that has producers, keyed 'category:key:subkey', with each
         producer's IDENTIFY fields and tombstone flag; the 'client::' one every identified producer. Only the
         registrations of known topics and the traffic's producers are judged, unless the traffic is whole."""
-        if self._wildcard:
+        if self._wildcard or not judge.all_readable:
             self.skip("L-HTTP-13", WILDCARD)
             return
         self._settle(exchange.ts)
@@ -288,7 +291,7 @@ class RegistrationsAnswered(Monitor):
                                 f"{' tombstoned' if tombstoned_at is not None else ''}")
             if key[0] != "client" and len(entries) > len(producers):
                 self._check(exchange, "L-HTTP-13", False, f"{':'.join(key)} with {len(producers)} producer(s)")
-        if judge.whole and not self._wildcard:
+        if judge.whole:
             leaving = any(producer.left_at is not None for producer in self._producers.values())
             for key in document:
                 parts = tuple(key.split(":", 2))
@@ -302,7 +305,7 @@ class RegistrationsAnswered(Monitor):
     def _nodes(self, judge, exchange: HttpExchange, topic, channel) -> None:
         """L-HTTP-07: each active producer of the traffic (all its registrations are in it: its connection is seen
         from its start) listed with its topics and their tombstone flags; others' entries are not judged."""
-        if self._wildcard:
+        if self._wildcard or not judge.all_readable:
             self.skip("L-HTTP-07", WILDCARD)
             return
         self._settle(exchange.ts)
@@ -436,7 +439,7 @@ class RegistrationsAnswered(Monitor):
             self._check(exchange, "L-TCP-04", False, f"{peer}'s entry with {names[0]}, not {wrong}")
 
     def _judged(self, judge, topic: str) -> bool:
-        if self._wildcard:
+        if self._wildcard or not judge.all_readable:
             self.skip("L-HTTP-04", WILDCARD)
             return False
         if not judge.knows(topic):

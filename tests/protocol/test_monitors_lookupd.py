@@ -340,6 +340,12 @@ def test_entries_name_the_producer_as_it_identified_l_tcp_04():
     assert renamed.violations() == [("L-TCP-04", BROKER)]
 
 
+def test_a_connection_not_read_whole_stops_the_model():
+    traffic = registered().connect("B").send(b"IDENTIFY\n\xff\xff\xff\xff", conn="B")
+    assert traffic.http("GET", "/lookup?topic=t", 200, lookup_answer(["x"], [])).violations() == []
+    assert traffic.not_judged("L-HTTP-04")
+
+
 def test_debug_holds_the_registrations_with_producers_l_http_13():
     debug_entry = {**ENTRY, "id": "127.0.0.1:50000", "last_update": 1, "tombstoned": False, "tombstoned_at": 0}
     kept = {"client::": [debug_entry], "topic:t:": [debug_entry], "channel:t:c": [debug_entry]}
