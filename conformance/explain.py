@@ -155,16 +155,16 @@ def explain(identifier: str, cases: dict[str, list[str]]) -> Explanation:
 
 
 def _monitors(*items: str) -> list[str]:
-    from nsq_protocol.monitors import CLIENT_MONITORS, MONITORS
+    from nsq_protocol.monitors import CLIENT_MONITORS, LOOKUPD_MONITORS, MONITORS
     return [f"{monitor.__module__}.{monitor.__name__} ({', '.join(monitor.ITEMS)}): "
-            f"{' '.join((monitor.__doc__ or '').split()).split('. ')[0]}" for monitor in (*MONITORS, *CLIENT_MONITORS)
-            if set(monitor.ITEMS) & set(items)]
+            f"{' '.join((monitor.__doc__ or '').split()).split('. ')[0]}" for monitor in
+            (*MONITORS, *CLIENT_MONITORS, *LOOKUPD_MONITORS) if set(monitor.ITEMS) & set(items)]
 
 
 def capture_tables() -> str:
     """Per catalogue section, how many items a capture can judge (each ``capture`` kind), then the items a monitor
     judges and which monitors: Markdown, as docs/monitors.md holds it."""
-    from nsq_protocol.monitors import CLIENT_MONITORS, MONITORS
+    from nsq_protocol.monitors import CLIENT_MONITORS, LOOKUPD_MONITORS, MONITORS
 
     sections: dict[str, list] = {}
     for item in behaviours().values():
@@ -180,7 +180,7 @@ def capture_tables() -> str:
     for section, items in sorted(sections.items()):
         monitored = sorted(item.id for item in items if item.capture_kind == MONITOR)
         if monitored and section != "all":
-            names = sorted({monitor.__name__ for monitor in (*MONITORS, *CLIENT_MONITORS)
+            names = sorted({monitor.__name__ for monitor in (*MONITORS, *CLIENT_MONITORS, *LOOKUPD_MONITORS)
                             if set(monitor.ITEMS) & set(monitored)})
             judged.append(f"| {section} ({len(items)} items) | {', '.join(monitored)} | {', '.join(names)} |")
     return "\n".join(counts) + "\n\n" + "\n".join(judged)

@@ -121,6 +121,10 @@ class V1Connection:
         return data
 
     def close(self) -> None:
+        endpoint = self.transcript.endpoints[self.name]
+        if not (endpoint.closed_by_server or endpoint.closed_by_client):
+            self.transcript.note("client closes", self.name)  # for lookupd's monitors: its registrations go (L-TCP-13)
+            endpoint.closed_by_client = True
         self.sock.close()
         for held in self._ports:
             held.close()

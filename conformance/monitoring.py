@@ -1,7 +1,7 @@
 """Every case's live transcript through the catalogue's monitors (nsq_protocol.monitors): a case also checks every
 invariant the monitors know, not only its own assertion. The suite's times are when its client read a frame, not
 when the frame arrived, so the judge runs without timing: the rules about order and content judge, the rules
-about time say "not judged"."""
+about time say "not judged". A lookupd case's transcript goes through nsqlookupd's monitors (``judge_lookupd``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from nsq_protocol import monitors
 
 _SERVER_CLOSED = ("server closed the connection", "connection reset")
 _KILLED = "kill the target"  # case.py's note of a SIGKILL
+_CLIENT_CLOSES = "client closes"  # the note of a test connection's close (lookupd_client.V1Connection.close)
+_HTTP = "HTTP"  # the connection name of a case's HTTP exchanges (conformance.client.HttpClient)
 
 
 def judge(transcript: Transcript) -> monitors.Judge:
@@ -38,6 +40,47 @@ def judge(transcript: Transcript) -> monitors.Judge:
             judge.close(name, end, None)  # the client stopped reading: whether the broker closed is not known
     judge.finish(end)
     if judge.failures:  # the toolkit's own bug, on traffic of its own making: loud, never a quiet "not judged"
+        raise MonitorFailed("; ".join(judge.failures))
+    return judge
+
+
+def judge_lookupd(transcript: Transcript, own_names: str = "", limits: dict | None = None) -> monitors.LookupdJudge:
+    """nsqlookupd's monitors (LOOKUPD_MONITORS) over one lookupd case's V1 connections and HTTP exchanges. The
+    transcript keeps an HTTP answer's status and body, not its headers: the rules about headers say "not judged".
+    The lookupd serves other cases too: only the topics named ``own_names...`` (the case's own, LookupdCase.topic)
+    have all their registrations in the transcript. ``limits``: the lookupd profile's timeouts."""
+    limits = limits or {}
+    judge = monitors.new_lookupd_judge(
+        http_seen=True, wording=False,  # the cases judge lookupd's wording
+        fresh=(lambda topic: topic.startswith(own_names)) if own_names else None,
+        inactive_producer_timeout_s=limits.get("inactive_producer_timeout_ms", 300_000) / 1000,
+        tombstone_lifetime_s=limits.get("tombstone_lifetime_ms", 45_000) / 1000)
+    request: list[str] | None = None
+    for event in transcript.events:
+        name, at = event.connection, transcript.wall_time(event)
+        if name == _HTTP:
+            if event.direction == CLIENT_TO_SERVER:
+                request = event.lines[0].split(" ", 2)[:2]
+            elif event.direction == SERVER_TO_CLIENT and request is not None:
+                judge.http(monitors.HttpExchange(at, *request, int(event.lines[0].split(" ", 1)[0]), event.wire))
+                request = None
+            continue
+        if name not in transcript.endpoints:
+            continue
+        if name not in judge.connections:  # the suite's own connection: its first bytes are in the transcript
+            judge.open(name, at, started=True, client_address="%s:%d" % transcript.endpoints[name].client)
+        if event.direction == CLIENT_TO_SERVER:
+            judge.client_bytes(name, at, event.wire)
+        elif event.direction == SERVER_TO_CLIENT:
+            judge.server_bytes(name, at, event.wire)
+        elif judge.connections[name].open and event.lines[0].startswith((*_SERVER_CLOSED, _CLIENT_CLOSES)):
+            judge.close(name, at, monitors.CLIENT if event.lines[0] == _CLIENT_CLOSES else monitors.BROKER)
+    end = transcript.wall_started + transcript.now()
+    for name, connection in judge.connections.items():
+        if connection.open:
+            judge.close(name, end, None)
+    judge.finish(end)
+    if judge.failures:
         raise MonitorFailed("; ".join(judge.failures))
     return judge
 

@@ -16,8 +16,8 @@ of conformance/clients/cases/ marked with it.
 ``capture`` says whether a capture of the traffic (the broker's TCP and HTTP, both ways; for the client items, the
 client's) can judge the item, in one of five forms:
 
-- ``"monitor"``: a monitor of ``nsq_protocol.monitors`` (``MONITORS``, ``CLIENT_MONITORS``) lists the item in its
-  ``ITEMS`` (and only then);
+- ``"monitor"``: a monitor of ``nsq_protocol.monitors`` (``MONITORS``, ``CLIENT_MONITORS``, ``LOOKUPD_MONITORS``)
+  lists the item in its ``ITEMS`` (and only then);
 - ``"needs a monitor: <what it would take>"``: the traffic shows it, no monitor judges it yet;
 - ``"capture cannot judge: <why>"``: the traffic shows it, but no monitor can tell from a capture alone whether the
   broker kept to it (it turns on a timing the capture's clock cannot resolve, a random choice, a value only the

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conformance import compare, monitoring
-from conformance.case import Case, Target
+from conformance.case import Case, LookupdCase, Target
 from conformance.catalogue import requirements
 from conformance.client import HarnessError, Mismatch, PreconditionFailed, Unsupported
 from conformance.liveness import NotRun
@@ -293,10 +293,12 @@ def _monitored(item, case) -> list:
     but those the case provokes on purpose (``@pytest.mark.monitors_expect(ID, ...)``) and those of rules the release
     the target follows lacks (the monitors hold the newest release's: ID-11 is since 1.1.0): a case passes only if
     no monitor saw the broker break a rule of its release."""
-    if not isinstance(case, Case):
+    if not isinstance(case, (Case, LookupdCase)):
         return []
     expected = {i for marker in item.iter_markers("monitors_expect") for i in marker.args}
-    return [violation for violation in monitoring.judge(case.transcript).violations
+    judged = monitoring.judge(case.transcript) if isinstance(case, Case) else \
+        monitoring.judge_lookupd(case.transcript, case.name_prefix, case.target.limits)
+    return [violation for violation in judged.violations
             if violation.side == monitors.BROKER and violation.item not in expected and case.has(violation.item)]
 
 

@@ -19,9 +19,9 @@ from conformance.catalogue import requirements
 from conformance.citations import problems_in, prose_problems, unknown_ids
 from conformance.explain import REPO_DIR, TRANSCRIPT_FILES, capture_tables
 from conformance.spec import MONITOR, SpecError, _behaviour, behaviour_ids_of, behaviours, cited_id_pattern
-from nsq_protocol.monitors import CLIENT_MONITORS, MONITORS
+from nsq_protocol.monitors import CLIENT_MONITORS, LOOKUPD_MONITORS, MONITORS
 
-ALL_MONITORS = (*MONITORS, *CLIENT_MONITORS)
+ALL_MONITORS = (*MONITORS, *CLIENT_MONITORS, *LOOKUPD_MONITORS)
 
 # Labels the recorder put in the fixtures' `catalog` lists that are not behaviour IDs: section numbers it used
 # before the catalogue had items for them, and the names of nsqd's own Go tests (whose behaviour items the
@@ -166,8 +166,8 @@ def capture_mismatches(catalogue, monitors) -> list[str]:
     marked = {item.id for item in catalogue.values() if item.capture_kind == MONITOR}
     return ([f"{item}: {judged[item]} judges it; mark it capture = \"monitor\""
              for item in sorted(judged.keys() - marked)]
-            + [f"{item}: capture = \"monitor\" but no monitor of nsq_protocol.monitors (MONITORS, CLIENT_MONITORS) "
-               "lists it in ITEMS (say what it would take: \"needs a monitor: ...\")"
+            + [f"{item}: capture = \"monitor\" but no monitor of nsq_protocol.monitors (MONITORS, CLIENT_MONITORS, "
+               "LOOKUPD_MONITORS) lists it in ITEMS (say what it would take: \"needs a monitor: ...\")"
                for item in sorted(marked - judged.keys())])
 
 

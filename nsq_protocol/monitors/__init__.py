@@ -7,7 +7,8 @@ rather than when they arrived, leave a rule "not judged".
 The same monitors run over a suite case's transcript (``conformance``), over a capture's connections
 (``spark_analysis``) and in the tests. ``new_judge()`` gives a judge with all of them; each of ``MONITORS`` names
 its items (``ITEMS``), which ``nsq-conformance explain`` lists and the tests check against the catalogue. A client
-library's own traffic (the client suite's, ``conformance/clients``) is judged by ``CLIENT_MONITORS`` too.
+library's own traffic (the client suite's, ``conformance/clients``) is judged by ``CLIENT_MONITORS`` too; an
+nsqlookupd's (its V1 connections and HTTP API) by ``LOOKUPD_MONITORS`` (``new_lookupd_judge()``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ from nsq_protocol.monitors.framing import (
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
 from nsq_protocol.monitors.identify import IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
+from nsq_protocol.monitors.lookupd_http import RoutesAsLookupd
+from nsq_protocol.monitors.lookupd_judge import HttpExchange, LookupdJudge
+from nsq_protocol.monitors.lookupd_nsqd import NsqdRegisters
+from nsq_protocol.monitors.lookupd_registrations import RegistrationsAnswered
+from nsq_protocol.monitors.lookupd_v1 import AnswersAsLookupd, ErrorsClose, MagicAnswered, RepliesFramed
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
 from nsq_protocol.monitors.sampling import SampledShare
@@ -64,6 +70,19 @@ CLIENT_MONITORS: tuple[type[Monitor], ...] = (
     ReconnectsAfterFatalClose, ReconnectsSpaced, ClsBeforeClose, BackoffEnds,
 )
 
+# nsqlookupd's rules (conformance/spec/nsqlookupd.toml), and nsqd's as it registers there (registration.toml): judged
+# over one nsqlookupd's traffic (LookupdJudge)
+LOOKUPD_MONITORS: tuple[type[Monitor], ...] = (
+    MagicAnswered, RepliesFramed, AnswersAsLookupd, ErrorsClose, RoutesAsLookupd, RegistrationsAnswered,
+    NsqdRegisters,
+)
+
+
+def new_lookupd_judge(*, http_seen: bool, **known) -> LookupdJudge:
+    """``known``: what LookupdJudge may be told of the traffic and the lookupd (timing, wording, whole, fresh, its
+    timeouts)."""
+    return LookupdJudge([monitor() for monitor in LOOKUPD_MONITORS], http_seen=http_seen, **known)
+
 
 def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False) -> Judge:
     """``client_library``: the traffic is a client library's, judged by CLIENT_MONITORS too."""
@@ -71,5 +90,6 @@ def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_lib
     return Judge([monitor() for monitor in chosen], timing=timing, http_seen=http_seen, wording=wording)
 
 
-__all__ = ["BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "Judge", "MONITORS", "Monitor", "Observed",
-           "Violation", "body_hash", "from_command", "from_frame", "http_action", "new_judge"]
+__all__ = ["BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "HttpExchange", "Judge", "LOOKUPD_MONITORS",
+           "LookupdJudge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash", "from_command", "from_frame",
+           "http_action", "new_judge", "new_lookupd_judge"]
