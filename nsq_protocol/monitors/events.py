@@ -22,7 +22,8 @@ OUTSIDE_TLS = "in plaintext where TLS was negotiated"
 # STREAM for the plain command stream), its ``text`` what was wrong; nsqd ends the connection on them (C-02, C-21)
 UNREADABLE = "unreadable"
 MAGIC, STREAM = "magic", "stream"
-EVERY_KIND = frozenset({COMMAND, RESPONSE, ERROR, MESSAGE, HEARTBEAT, UNREADABLE})
+UNFRAMED = "unframed"  # nsqlookupd's bytes that are no [4-byte size][data] reply (L-TCP-02)
+EVERY_KIND = frozenset({COMMAND, RESPONSE, ERROR, MESSAGE, HEARTBEAT, UNREADABLE, UNFRAMED})
 
 # why a rule is not judged on a message the judge let go of (judge.MESSAGES_KEPT)
 LET_GO = "the judge let go of what it knew of messages no longer in flight (its memory bound)"

@@ -15,12 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
-from nsq_protocol.monitors.events import COMMAND, ERROR, MAGIC, RESPONSE, STREAM, UNREADABLE, Observed
+from nsq_protocol.monitors.events import COMMAND, ERROR, MAGIC, RESPONSE, STREAM, UNFRAMED, UNREADABLE, Observed
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.wire import ProtocolViolation
 from nsq_protocol.wire_v1 import V1Command, V1CommandDecoder, V1ReplyDecoder, is_error
-
-UNFRAMED = "unframed"  # lookupd's bytes that are no [4-byte size][data] reply (L-TCP-02)
 
 
 @dataclass(frozen=True)
@@ -182,8 +180,7 @@ class LookupdJudge:
     # ---- dispatch --------------------------------------------------------------------------------------
     def _dispatch(self, connection: V1Connection, event: Observed, answered: Observed | None) -> None:
         for monitor in self._active:
-            kinds = getattr(monitor, "KINDS", None)
-            if kinds is None or event.kind in kinds:
+            if event.kind in monitor.KINDS:
                 self._call(monitor, monitor.observe, connection, event, answered)
 
     def _call(self, monitor: Monitor, hook, *args) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from nsq_protocol.monitors.events import BROKER, ERROR, MAGIC, RESPONSE, UNREADABLE, Observed
+from nsq_protocol.monitors.events import BROKER, ERROR, MAGIC, RESPONSE, UNFRAMED, UNREADABLE, Observed
 from nsq_protocol.monitors.expected import valid_name
-from nsq_protocol.monitors.lookupd_judge import UNFRAMED, V1Connection
+from nsq_protocol.monitors.lookupd_judge import V1Connection
 from nsq_protocol.monitors.monitor import Monitor
 
 NOT_STARTED = "the connection's start is not in the traffic"
