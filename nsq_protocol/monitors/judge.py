@@ -51,7 +51,7 @@ class HttpAction:
     defer_ms: int = 0  # /pub?defer= (H-PUB-05)
 
 
-DELIVERY_PATHS = frozenset({"/pub", "/mpub", "/channel/empty", "/channel/pause", "/channel/unpause",
+DELIVERY_PATHS = frozenset({"/pub", "/mpub", "/channel/create", "/channel/empty", "/channel/pause", "/channel/unpause",
                             "/channel/delete", "/topic/pause", "/topic/unpause", "/topic/delete", "/topic/empty"})
 
 
@@ -94,6 +94,8 @@ class Judge:
         # P-RST-11) and a disk queue whose read position was not synced hands messages on again
         self.crashed_at: float | None = None
         self.let_go_at: float | None = None  # the last time the judge let go of messages no longer in flight
+        # D-13: --max-msg-timeout is the broker's, not the connection's: any IDENTIFY answer in the traffic shows it
+        self.max_msg_timeout_ms: int | None = None
         self._keep = MESSAGES_KEPT
         self._due = float("inf")
 
@@ -111,6 +113,8 @@ class Judge:
         self._tick(event.ts)
         connection = self.connections[name]
         answered = connection.observe(event)
+        if answered is not None and answered.name == "IDENTIFY" and connection.max_msg_timeout_ms is not None:
+            self.max_msg_timeout_ms = connection.max_msg_timeout_ms
         for monitor in self._active:
             try:
                 monitor.observe(self, connection, event, answered)
@@ -261,7 +265,8 @@ class Judge:
                 return
             if event.name == "TOUCH":
                 delivery.touched = True
-                timeout, ceiling = connection.msg_timeout_ms, connection.max_msg_timeout_ms
+                timeout = connection.msg_timeout_ms
+                ceiling = connection.max_msg_timeout_ms or self.max_msg_timeout_ms
                 if timeout:  # D-13: now + msg_timeout, never past delivery + max_msg_timeout
                     latest = event.ts + timeout / 1000
                     delivery.latest_timeout = latest if ceiling is None else min(latest, delivery.at + ceiling / 1000)
