@@ -1,0 +1,94 @@
+"""The delivery monitors of conformance/spec/delivery.toml on hand-made traffic: a REQ's delay kept (D-21) and a
+timed-out message back within a scan of its deadline (D-14); each fires on the broker bug it names, stays silent on
+nsqd's behaviour and says "not judged" where the traffic lacks what it needs."""
+
+from __future__ import annotations
+
+import json
+
+from nsq_protocol import monitors, wire
+from nsq_protocol.monitors import BROKER, HttpAction
+from tests.protocol.test_monitors import ID1, T0, Traffic, consumer
+
+
+def _not_judged(traffic: Traffic, item: str) -> list[str]:
+    return [why for (judged, why) in traffic.judge.not_judged if judged == item]
+
+
+# ---- D-21: a REQ with a delay defers the message ----------------------------------------------------------
+
+def test_a_message_back_at_once_after_req_with_a_delay_is_d21():
+    traffic = consumer(timeout_ms=60_000).message(0.1, ID1).send(0.2, b"REQ", ID1.decode(), 1000)
+    assert traffic.message(0.21, ID1, attempts=2).violations(0.5) == [("D-21", BROKER)]
+
+
+def test_a_message_back_after_its_req_delay_is_kept():
+    traffic = consumer(timeout_ms=60_000).message(0.1, ID1).send(0.2, b"REQ", ID1.decode(), 1000)
+    assert traffic.message(1.3, ID1, attempts=2).violations(1.5) == []
+
+
+def test_a_req_delay_above_the_range_a_dpub_error_showed_is_clamped_to_it():
+    traffic = consumer(timeout_ms=60_000).send(0.03, b"DPUB", "t", 9000, body=b"x")
+    traffic.error(0.04, b"E_INVALID DPUB timeout 9000 out of range 0-500").message(0.1, ID1)
+    traffic.send(0.2, b"REQ", ID1.decode(), 1000)
+    assert traffic.message(0.75, ID1, attempts=2).violations(1.0) == [], "P-REQ-05: deferred for the 500 ms maximum"
+
+
+def test_an_early_redelivery_its_timeout_may_explain_is_not_d21():
+    traffic = consumer(timeout_ms=1000).message(0.1, ID1).send(0.9, b"REQ", ID1.decode(), 5000)
+    assert traffic.message(1.0, ID1, attempts=2).violations(1.5) == []
+
+
+def test_a_redelivery_to_a_connection_opened_after_the_req_is_not_judged():
+    traffic = consumer(timeout_ms=60_000).message(0.1, ID1).send(0.2, b"REQ", ID1.decode(), 1000)
+    traffic.connect("B", at=0.3).send(0.31, b"SUB", "t", "c", conn="B").ok(0.32, conn="B")
+    traffic.send(0.33, b"RDY", 1, conn="B").message(0.4, ID1, attempts=2, conn="B")
+    assert traffic.violations(0.5) == []
+    assert _not_judged(traffic, "D-21")
+
+
+# ---- D-14: a timed-out message comes back within a scan of its deadline --------------------------------
+
+def _subscribed(traffic: Traffic, timeout_ms: int = 1000) -> Traffic:
+    """As ``consumer``, on a channel made over HTTP 6 s before: on nsqd's scan list by then."""
+    traffic.judge.http(HttpAction(T0 - 6.0, "/channel/create", "t", "c", 200))
+    answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
+        "msg_timeout": timeout_ms, "max_msg_timeout": 900_000, "output_buffer_timeout": 250,
+        "tls_v1": False, "snappy": False, "deflate": False}
+    traffic.connect().identify(0.0, {"feature_negotiation": True, "msg_timeout": timeout_ms})
+    traffic.receive(0.001, wire.FRAME_RESPONSE, json.dumps(answer).encode())
+    return traffic.send(0.01, b"SUB", "t", "c").ok(0.011).send(0.02, b"RDY", 1)
+
+
+def _made_consumer() -> Traffic:
+    return _subscribed(Traffic())
+
+
+def test_a_timeout_fired_twice_as_late_is_d14():
+    traffic = _made_consumer().message(0.1, ID1)
+    assert traffic.message(2.1, ID1, attempts=2).violations(2.5) == [("D-14", BROKER)]
+
+
+def test_a_timeout_within_a_scan_of_its_deadline_is_kept():
+    traffic = _made_consumer().message(0.1, ID1)
+    assert traffic.message(1.25, ID1, attempts=2).violations(2.5) == []
+
+
+def test_a_young_channel_may_time_out_up_to_its_list_refresh_late():
+    traffic = consumer(timeout_ms=1000).message(0.1, ID1)  # the channel made by its SUB at 0.01
+    assert traffic.message(4.9, ID1, attempts=2).violations(6.0) == []
+    late = consumer(timeout_ms=1000).message(0.1, ID1)
+    assert late.violations(6.0) == [("D-14", BROKER)], "never back, though 5 s and a scan passed"
+
+
+def test_a_consumer_without_room_or_a_busy_channel_leaves_d14_unjudged_by_silence():
+    full = _made_consumer().send(0.5, b"RDY", 0).message(0.1, ID1)
+    assert full.violations(3.0) == [], "RDY 0: the broker had nowhere to send it"
+    busy = _made_consumer().send(0.05, b"RDY", 2).message(0.1, ID1).message(1.3, b"0000000000000009")
+    assert busy.violations(3.0) == [], "another message went out: the queue was not empty"
+
+
+def test_d14_is_not_judged_without_every_connection():
+    traffic = _subscribed(Traffic().connect("X", started=False)).message(0.1, ID1)
+    assert traffic.violations(3.0) == []
+    assert _not_judged(traffic, "D-14")
