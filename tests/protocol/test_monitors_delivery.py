@@ -1,6 +1,6 @@
-"""The delivery monitors of conformance/spec/delivery.toml on hand-made traffic: a REQ's delay kept (D-21) and a
-timed-out message back within a scan of its deadline (D-14); each fires on the broker bug it names, stays silent on
-nsqd's behaviour and says "not judged" where the traffic lacks what it needs."""
+"""The delivery monitors of conformance/spec/delivery.toml on hand-made traffic: a REQ's delay kept (D-21), a
+timed-out message back within a scan of its deadline (D-14), RDY 0 from SUB (D-04); each fires on the broker bug
+it names, stays silent on nsqd's behaviour and says "not judged" where the traffic lacks what it needs."""
 
 from __future__ import annotations
 
@@ -92,3 +92,18 @@ def test_d14_is_not_judged_without_every_connection():
     traffic = _subscribed(Traffic().connect("X", started=False)).message(0.1, ID1)
     assert traffic.violations(3.0) == []
     assert _not_judged(traffic, "D-14")
+
+
+# ---- D-04: a subscription starts at RDY 0 -----------------------------------------------------------------
+
+def test_a_message_before_any_rdy_is_d04_and_after_one_is_not():
+    traffic = Traffic().connect().send(0.0, b"SUB", "t", "c").ok(0.01).message(0.1, ID1)
+    assert traffic.violations(0.5) == [("D-04", BROKER)]
+    ready = Traffic().connect().send(0.0, b"SUB", "t", "c").ok(0.01).send(0.02, b"RDY", 1).message(0.1, ID1)
+    assert ready.violations(0.5) == []
+
+
+def test_d04_is_not_judged_without_the_subscription_start():
+    traffic = Traffic().connect(started=False).message(0.1, ID1)
+    assert traffic.violations(0.5) == []
+    assert _not_judged(traffic, "D-01")
