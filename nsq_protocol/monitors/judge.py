@@ -249,7 +249,7 @@ class Judge:
         kind = event.kind
         if kind == MESSAGE and event.msg_id is not None:
             timeout = connection.msg_timeout_ms
-            margin = _buffered_margin(connection)
+            margin = buffered_margin(connection)
             delivery = Delivery(
                 connection.name, event.ts, event.attempts,
                 event.ts + timeout / 1000 - margin if timeout else event.ts + MIN_MSG_TIMEOUT_MS / 1000 - margin,
@@ -272,7 +272,7 @@ class Judge:
                     delivery.latest_timeout = latest if ceiling is None else min(latest, delivery.at + ceiling / 1000)
                     if ceiling is not None:
                         delivery.earliest_timeout = min(latest, delivery.at + ceiling / 1000) \
-                            - _buffered_margin(connection)
+                            - buffered_margin(connection)
                 return
             del connection.in_flight[event.msg_id]
             delivery.settled, delivery.settled_at = event.name, event.ts
@@ -283,7 +283,7 @@ class Judge:
                 delivery.settle_failed = True
 
 
-def _buffered_margin(connection: Connection) -> float:
+def buffered_margin(connection: Connection) -> float:
     """How much earlier than the capture saw a message the broker may have started its timeout (D-16: at buffering,
     up to output_buffer_timeout before the wire) plus a scan (D-14), in seconds."""
     answer = connection.identify_answer or {}

@@ -19,14 +19,15 @@ UNSEEN = "some connection, or the HTTP requests, of this nsqd are not in the tra
 
 
 class TimedOutInTime(Monitor):
-    """D-14: an unsettled message is delivered again by its deadline (delivery plus msg_timeout, or its TOUCH's),
-    or 5 s after its channel was made if later, plus a scan, the output buffer's timeout and ``LATE_S``. Judged
-    where a consumer of the channel, open since before the delivery, had room from then on with nothing delivered
-    on the channel meanwhile (its queue was empty: the timed-out message had nothing ahead of it), the channel was
-    made in the traffic (its first SUB or /channel/create) and is one of at most ``SELECTION`` channels, not paused
-    and without sampling; every connection and HTTP request of the nsqd in the traffic."""
+    """D-14: an unsettled message is delivered again by its deadline (delivery plus msg_timeout, or its TOUCH's,
+    never past delivery plus --max-msg-timeout: D-13 where that ceiling set it), or 5 s after its channel was made
+    if later, plus a scan, the output buffer's timeout and ``LATE_S``. Judged where a consumer of the channel, open
+    since before the delivery, had room from then on with nothing delivered on the channel meanwhile (its queue was
+    empty: the timed-out message had nothing ahead of it), the channel was made in the traffic (its first SUB or
+    /channel/create) and is one of at most ``SELECTION`` channels, not paused and without sampling; every
+    connection and HTTP request of the nsqd in the traffic."""
 
-    ITEMS = ("D-14",)
+    ITEMS = ("D-14", "D-13")
     KINDS = frozenset({COMMAND, MESSAGE})
 
     def __init__(self):
@@ -125,7 +126,10 @@ class TimedOutInTime(Monitor):
                 or max(self._paused_at.get(subscription[:1], 0.0), self._paused_at.get(subscription, 0.0)) \
                 >= delivered_at or judge.is_paused(*subscription):
             return  # something ahead of it in the queue, a random pick of channels, or a pause
-        self.report("D-14", BROKER, now, delivery.connection,
+        ceiling = judge.connections[delivery.connection].max_msg_timeout_ms or judge.max_msg_timeout_ms
+        capped = delivery.touched and ceiling is not None \
+            and abs(delivery.latest_timeout - (delivery.at + ceiling / 1000)) < 1e-6
+        self.report("D-13" if capped else "D-14", BROKER, now, delivery.connection,
                     f"the message timed out and delivered again by {deadline - delivered_at:.2f} s after its "
                     f"delivery", f"not delivered again {now - delivered_at:.2f} s after it, with "
                     f"{ready[0].name} ready and nothing delivered on the channel since")

@@ -49,11 +49,11 @@ def test_a_redelivery_to_a_connection_opened_after_the_req_is_not_judged():
 
 # ---- D-14: a timed-out message comes back within a scan of its deadline --------------------------------
 
-def _subscribed(traffic: Traffic, timeout_ms: int = 1000) -> Traffic:
+def _subscribed(traffic: Traffic, timeout_ms: int = 1000, max_ms: int = 900_000) -> Traffic:
     """As ``consumer``, on a channel made over HTTP 6 s before: on nsqd's scan list by then."""
     traffic.judge.http(HttpAction(T0 - 6.0, "/channel/create", "t", "c", 200))
     answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
-        "msg_timeout": timeout_ms, "max_msg_timeout": 900_000, "output_buffer_timeout": 250,
+        "msg_timeout": timeout_ms, "max_msg_timeout": max_ms, "output_buffer_timeout": 250,
         "tls_v1": False, "snappy": False, "deflate": False}
     traffic.connect().identify(0.0, {"feature_negotiation": True, "msg_timeout": timeout_ms})
     traffic.receive(0.001, wire.FRAME_RESPONSE, json.dumps(answer).encode())
@@ -107,3 +107,37 @@ def test_d04_is_not_judged_without_the_subscription_start():
     traffic = Traffic().connect(started=False).message(0.1, ID1)
     assert traffic.violations(0.5) == []
     assert _not_judged(traffic, "D-01")
+
+
+# ---- P-TOUCH-04 and D-13: TOUCH and --max-msg-timeout ------------------------------------------------------
+
+def _touched(answered_max: bool) -> Traffic:
+    """msg_timeout 2000 without feature negotiation (no answer shows --max-msg-timeout), TOUCHed at 1.6 s."""
+    traffic = Traffic().connect().identify(0.0, {"msg_timeout": 2000}).ok(0.001)
+    traffic.send(0.01, b"SUB", "t", "c").ok(0.011).send(0.02, b"RDY", 1)
+    if answered_max:
+        answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
+            "msg_timeout": 2000, "max_msg_timeout": 2000, "output_buffer_timeout": 250,
+            "tls_v1": False, "snappy": False, "deflate": False}
+        traffic.connect("B", at=0.03).identify(0.04, {"feature_negotiation": True}, conn="B")
+        traffic.receive(0.05, wire.FRAME_RESPONSE, json.dumps(answer).encode(), conn="B")
+    return traffic.message(0.1, ID1).send(1.6, b"TOUCH", ID1.decode())
+
+
+def test_a_touch_ignored_is_p_touch_04_at_nsqds_default_maximum():
+    assert _touched(answered_max=False).message(2.15, ID1, attempts=2).violations(2.5) == [("P-TOUCH-04", BROKER)]
+
+
+def test_a_touched_message_back_at_the_maximum_another_answer_showed_is_kept():
+    assert _touched(answered_max=True).message(2.15, ID1, attempts=2).violations(2.5) == []
+
+
+def test_a_touched_message_kept_past_the_maximum_is_d13_and_one_back_by_it_is_not():
+    kept = _subscribed(Traffic(), timeout_ms=2000, max_ms=3000).message(0.1, ID1)
+    for at in (1.0, 2.0, 3.0, 4.0, 5.0):
+        kept.send(at, b"TOUCH", ID1.decode())
+    assert kept.violations(5.5) == [("D-13", BROKER)]
+    capped = _subscribed(Traffic(), timeout_ms=2000, max_ms=3000).message(0.1, ID1)
+    for at in (1.0, 2.0):
+        capped.send(at, b"TOUCH", ID1.decode())
+    assert capped.message(3.2, ID1, attempts=2).violations(5.5) == []
