@@ -12,6 +12,7 @@ library's own traffic (the client suite's, ``conformance/clients``) is judged by
 
 from __future__ import annotations
 
+from nsq_protocol.monitors.admin import DeletionClosesConsumers
 from nsq_protocol.monitors.answers import AnswersAsNsqd
 from nsq_protocol.monitors.buffering import FlushedAtOnce
 from nsq_protocol.monitors.client_backoff import BackoffEnds
@@ -56,7 +57,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
-    TimedOutInTime,
+    TimedOutInTime, DeletionClosesConsumers,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

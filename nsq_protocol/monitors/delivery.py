@@ -73,12 +73,12 @@ class FinishedStaysFinished(Monitor):
 
 
 class NotTimedOutEarly(Monitor):
-    """D-11, P-TOUCH-04: an unsettled message comes back no earlier than its msg_timeout after its delivery (after
-    its last TOUCH, as far as --max-msg-timeout allows). Where no IDENTIFY answer had shown --max-msg-timeout by
-    the TOUCH, a redelivery before the TOUCH's deadline is judged at the end, against the maximum an answer showed
-    by then, or nsqd's default."""
+    """D-11, P-TOUCH-04, D-15: an unsettled message comes back no earlier than its msg_timeout after its delivery
+    (after its last TOUCH, as far as --max-msg-timeout allows), even once its consumer closed. Where no IDENTIFY
+    answer had shown --max-msg-timeout by the TOUCH, a redelivery before the TOUCH's deadline is judged at the end,
+    against the maximum an answer showed by then, or nsqd's default."""
 
-    ITEMS = ("D-11", "P-TOUCH-04")
+    ITEMS = ("D-11", "P-TOUCH-04", "D-15")
 
     def __init__(self):
         super().__init__()
@@ -97,7 +97,9 @@ class NotTimedOutEarly(Monitor):
             self.skip("D-11", "the msg_timeout of the first delivery is the broker's flag, not in the traffic")
             return
         if event.ts < delivery.earliest_timeout:
-            item = "P-TOUCH-04" if delivery.touched else "D-11"
+            gone = judge.connections[delivery.connection].closed_at
+            # D-15: a consumer's close does not requeue its messages in flight
+            item = "P-TOUCH-04" if delivery.touched else "D-15" if gone is not None and gone <= event.ts else "D-11"
             self.report(item, BROKER, event.ts, connection.name,
                         f"no redelivery before {delivery.earliest_timeout - delivery.at:.2f} s after the delivery",
                         f"redelivered after {event.ts - delivery.at:.2f} s", event)

@@ -1,13 +1,14 @@
 """The delivery monitors of conformance/spec/delivery.toml on hand-made traffic: a REQ's delay kept (D-21), a
-timed-out message back within a scan of its deadline (D-14), RDY 0 from SUB (D-04); each fires on the broker bug
-it names, stays silent on nsqd's behaviour and says "not judged" where the traffic lacks what it needs."""
+timed-out message back within a scan of its deadline (D-14, D-13), RDY 0 from SUB (D-04), TOUCH (P-TOUCH-04), a
+deletion closing its consumers (D-62); each fires on the broker bug it names, stays silent on nsqd's behaviour and
+says "not judged" where the traffic lacks what it needs."""
 
 from __future__ import annotations
 
 import json
 
 from nsq_protocol import monitors, wire
-from nsq_protocol.monitors import BROKER, HttpAction
+from nsq_protocol.monitors import BROKER, CLIENT, HttpAction
 from tests.protocol.test_monitors import ID1, T0, Traffic, consumer
 
 
@@ -141,3 +142,46 @@ def test_a_touched_message_kept_past_the_maximum_is_d13_and_one_back_by_it_is_no
     for at in (1.0, 2.0):
         capped.send(at, b"TOUCH", ID1.decode())
     assert capped.message(3.2, ID1, attempts=2).violations(5.5) == []
+
+
+# ---- D-62: a deletion closes the consumers ------------------------------------------------------------------
+
+def _subscriber(timing: bool = True) -> Traffic:
+    return Traffic(timing).connect().send(0.0, b"SUB", "t", "c").ok(0.01)
+
+
+def test_a_consumer_left_open_after_its_channel_was_deleted_is_d62():
+    traffic = _subscriber()
+    traffic.judge.http(HttpAction(T0 + 0.1, "/channel/delete", "t", "c", 200))
+    assert traffic.close(3.0, CLIENT).violations(3.0) == [("D-62", BROKER)]
+
+
+def test_a_consumer_closed_by_the_broker_after_a_topic_delete_is_kept():
+    traffic = _subscriber()
+    traffic.judge.http(HttpAction(T0 + 0.1, "/topic/delete", "t", None, 200))
+    assert traffic.close(0.12, BROKER).violations(3.0) == []
+    other = _subscriber()
+    other.judge.http(HttpAction(T0 + 0.1, "/channel/delete", "t", "other", 200))
+    assert other.violations(3.0) == [], "another channel's deletion"
+
+
+def test_d62_is_not_judged_without_wire_times_or_past_the_traffic():
+    untimed = _subscriber(timing=False)
+    untimed.judge.http(HttpAction(T0 + 0.1, "/channel/delete", "t", "c", 200))
+    assert untimed.violations(3.0) == [] and _not_judged(untimed, "D-62")
+    ended = _subscriber()
+    ended.judge.http(HttpAction(T0 + 0.1, "/channel/delete", "t", "c", 200))
+    assert ended.violations(0.5) == [] and _not_judged(ended, "D-62")
+
+
+# ---- D-15: a consumer's close does not requeue what it had in flight ---------------------------------------
+
+def test_a_message_redelivered_at_once_after_its_consumer_closed_is_d15():
+    traffic = consumer(timeout_ms=5000).message(0.1, ID1).close(0.2, CLIENT)
+    traffic.connect("B", at=0.3).send(0.31, b"SUB", "t", "c", conn="B").ok(0.32, conn="B")
+    traffic.send(0.33, b"RDY", 1, conn="B").message(0.4, ID1, attempts=2, conn="B")
+    assert traffic.violations(0.5) == [("D-15", BROKER)]
+    waited = consumer(timeout_ms=5000).message(0.1, ID1).close(0.2, CLIENT)
+    waited.connect("B", at=0.3).send(0.31, b"SUB", "t", "c", conn="B").ok(0.32, conn="B")
+    waited.send(0.33, b"RDY", 1, conn="B").message(5.2, ID1, attempts=2, conn="B")
+    assert waited.violations(5.5) == []
