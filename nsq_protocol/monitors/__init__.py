@@ -50,6 +50,7 @@ from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished
 from nsq_protocol.monitors.requeues import RequeueDelayKept
 from nsq_protocol.monitors.sampling import SampledShare
 from nsq_protocol.monitors.scan import TimedOutInTime
+from nsq_protocol.monitors.settling import SettledByOwner
 from nsq_protocol.monitors.window import RdyWindow
 
 MONITORS: tuple[type[Monitor], ...] = (
@@ -57,7 +58,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
-    TimedOutInTime, DeletionClosesConsumers,
+    TimedOutInTime, DeletionClosesConsumers, SettledByOwner,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

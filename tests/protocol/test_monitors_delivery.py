@@ -1,7 +1,7 @@
 """The delivery monitors of conformance/spec/delivery.toml on hand-made traffic: a REQ's delay kept (D-21), a
 timed-out message back within a scan of its deadline (D-14, D-13), RDY 0 from SUB (D-04), TOUCH (P-TOUCH-04), a
-deletion closing its consumers (D-62); each fires on the broker bug it names, stays silent on nsqd's behaviour and
-says "not judged" where the traffic lacks what it needs."""
+deletion closing its consumers (D-62), settling by the owner alone (D-10, P-FIN-05); each fires on the broker bug
+it names, stays silent on nsqd's behaviour and says "not judged" where the traffic lacks what it needs."""
 
 from __future__ import annotations
 
@@ -185,3 +185,51 @@ def test_a_message_redelivered_at_once_after_its_consumer_closed_is_d15():
     waited.connect("B", at=0.3).send(0.31, b"SUB", "t", "c", conn="B").ok(0.32, conn="B")
     waited.send(0.33, b"RDY", 1, conn="B").message(5.2, ID1, attempts=2, conn="B")
     assert waited.violations(5.5) == []
+
+
+# ---- D-10, P-FIN-05: only the owner settles ---------------------------------------------------------------
+
+def _broker_side(traffic: Traffic, end: float) -> list[tuple[str, str]]:
+    """B's FIN of a message it never got is the client's P-FIN-04 too."""
+    return [violation for violation in traffic.violations(end) if violation[1] == BROKER]
+
+
+def _two_consumers() -> Traffic:
+    """A has ID1 in flight (msg_timeout 60 s); B, on the same channel, has nothing."""
+    traffic = consumer(timeout_ms=60_000).message(0.1, ID1)
+    traffic.connect("B", at=0.2).send(0.21, b"SUB", "t", "c", conn="B").ok(0.22, conn="B")
+    return traffic
+
+
+def test_a_fin_of_another_consumers_message_accepted_is_p_fin_05_and_a_touch_d10():
+    assert _broker_side(_two_consumers().send(0.3, b"FIN", ID1.decode(), conn="B"), 1.0) == [("P-FIN-05", BROKER)]
+    assert _broker_side(_two_consumers().send(0.3, b"TOUCH", ID1.decode(), conn="B"), 1.0) == [("D-10", BROKER)]
+
+
+def test_a_fin_of_another_consumers_message_refused_as_not_owned_is_kept_and_as_not_in_flight_is_not():
+    owned = _two_consumers().send(0.3, b"FIN", ID1.decode(), conn="B")
+    owned.error(0.31, b"E_FIN_FAILED FIN 0000000000000001 failed client does not own message", conn="B")
+    assert _broker_side(owned, 1.0) == []
+    lost = _two_consumers().send(0.3, b"FIN", ID1.decode(), conn="B")
+    lost.error(0.31, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight", conn="B")
+    assert _broker_side(lost, 1.0) == [("P-FIN-05", BROKER)]
+
+
+def test_the_owners_fin_refused_is_d10():
+    traffic = consumer(timeout_ms=60_000).message(0.1, ID1).send(0.2, b"FIN", ID1.decode())
+    traffic.error(0.21, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+    assert traffic.violations(1.0) == [("D-10", BROKER)]
+
+
+def test_d10_is_not_judged_without_the_http_requests_and_an_empty_explains_a_refusal():
+    unseen = Traffic(http_seen=False).connect().send(0.0, b"SUB", "t", "c").ok(0.01).send(0.02, b"RDY", 1)
+    unseen.message(0.1, ID1).send(1.2, b"FIN", ID1.decode())  # msg_timeout unknown: at least 1 s, so 1.2 s is late
+    assert unseen.violations(2.0) == []
+    blind = _two_consumers()
+    blind.judge.http_seen = False
+    assert _broker_side(blind.send(0.3, b"FIN", ID1.decode(), conn="B"), 1.0) == []
+    assert _not_judged(blind, "D-10")
+    emptied = consumer(timeout_ms=60_000).message(0.1, ID1).send(0.2, b"FIN", ID1.decode())
+    emptied.judge.http(HttpAction(T0 + 0.2, "/channel/empty", "t", "c", 200))
+    emptied.error(0.21, b"E_FIN_FAILED FIN 0000000000000001 failed ID not in flight")
+    assert emptied.violations(1.0) == []
