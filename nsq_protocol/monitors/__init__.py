@@ -13,6 +13,7 @@ nsqlookupd's (its V1 connections and HTTP API) by ``LOOKUPD_MONITORS`` (``new_lo
 
 from __future__ import annotations
 
+from nsq_protocol.monitors.admin import DeletionClosesConsumers
 from nsq_protocol.monitors.answers import AnswersAsNsqd
 from nsq_protocol.monitors.buffering import FlushedAtOnce
 from nsq_protocol.monitors.client_backoff import BackoffEnds
@@ -52,14 +53,18 @@ from nsq_protocol.monitors.lookupd_registrations import RegistrationsAnswered
 from nsq_protocol.monitors.lookupd_v1 import AnswersAsLookupd, ErrorsClose, MagicAnswered, RepliesFramed
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
+from nsq_protocol.monitors.requeues import RequeueDelayKept
 from nsq_protocol.monitors.sampling import SampledShare
+from nsq_protocol.monitors.scan import TimedOutInTime
+from nsq_protocol.monitors.settling import SettledByOwner
 from nsq_protocol.monitors.window import RdyWindow
 
 MONITORS: tuple[type[Monitor], ...] = (
     ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
-    DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare,
+    DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
+    TimedOutInTime, DeletionClosesConsumers, SettledByOwner,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

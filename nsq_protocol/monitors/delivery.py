@@ -7,8 +7,10 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, LET_GO, MESSAGE
+from nsq_protocol.monitors.judge import buffered_margin
 from nsq_protocol.monitors.monitor import Monitor
 
+DEFAULT_MAX_MSG_TIMEOUT_MS = 900_000  # nsqd's --max-msg-timeout, where no IDENTIFY answer shows it
 COMES_BACK_S = 6.0  # D-14: a channel younger than 5 s may see its timeouts and deferrals fire that much late
 TIMED = "the times are when the client read the frames, not when they arrived"
 CRASHED = "the broker crashed: a disk queue whose read position was not synced hands messages on again"
@@ -73,11 +75,17 @@ class FinishedStaysFinished(Monitor):
 
 
 class NotTimedOutEarly(Monitor):
-    """D-11, P-TOUCH-04: an unsettled message comes back no earlier than its msg_timeout after its delivery (after
-    its last TOUCH, as far as --max-msg-timeout allows)."""
+    """D-11, P-TOUCH-04, D-15: an unsettled message comes back no earlier than its msg_timeout after its delivery
+    (after its last TOUCH, as far as --max-msg-timeout allows), even once its consumer closed. Where no IDENTIFY
+    answer had shown --max-msg-timeout by the TOUCH, a redelivery before the TOUCH's deadline is judged at the end,
+    against the maximum an answer showed by then, or nsqd's default."""
 
-    ITEMS = ("D-11", "P-TOUCH-04")
+    ITEMS = ("D-11", "P-TOUCH-04", "D-15")
     KINDS = frozenset({MESSAGE})
+
+    def __init__(self):
+        super().__init__()
+        self._touched_early: list = []  # (event, connection, delivered at, TOUCH's deadline, margin)
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE:
@@ -92,10 +100,26 @@ class NotTimedOutEarly(Monitor):
             self.skip("D-11", "the msg_timeout of the first delivery is the broker's flag, not in the traffic")
             return
         if event.ts < delivery.earliest_timeout:
-            item = "P-TOUCH-04" if delivery.touched else "D-11"
+            gone = judge.connections[delivery.connection].closed_at
+            # D-15: a consumer's close does not requeue its messages in flight
+            item = "P-TOUCH-04" if delivery.touched else "D-15" if gone is not None and gone <= event.ts else "D-11"
             self.report(item, BROKER, event.ts, connection.name,
                         f"no redelivery before {delivery.earliest_timeout - delivery.at:.2f} s after the delivery",
                         f"redelivered after {event.ts - delivery.at:.2f} s", event)
+            return
+        margin = buffered_margin(judge.connections[delivery.connection])
+        if delivery.touched and event.ts < delivery.latest_timeout - margin:  # the ceiling was not known
+            self._touched_early.append((event, connection.name, delivery.at, delivery.latest_timeout, margin))
+
+    def finish(self, judge, now):
+        ceiling = (judge.max_msg_timeout_ms or DEFAULT_MAX_MSG_TIMEOUT_MS) / 1000
+        for event, name, delivered_at, deadline, margin in self._touched_early:
+            earliest = min(deadline, delivered_at + ceiling) - margin  # D-13: never past the ceiling
+            if event.ts < earliest:
+                self.report("P-TOUCH-04", BROKER, event.ts, name,
+                            f"no redelivery before {earliest - delivered_at:.2f} s after the delivery (its TOUCH, "
+                            f"--max-msg-timeout {ceiling:g} s)", f"redelivered after {event.ts - delivered_at:.2f} s",
+                            event)
 
 
 class FinOfUndelivered(Monitor):

@@ -51,7 +51,7 @@ class HttpAction:
     defer_ms: int = 0  # /pub?defer= (H-PUB-05)
 
 
-DELIVERY_PATHS = frozenset({"/pub", "/mpub", "/channel/empty", "/channel/pause", "/channel/unpause",
+DELIVERY_PATHS = frozenset({"/pub", "/mpub", "/channel/create", "/channel/empty", "/channel/pause", "/channel/unpause",
                             "/channel/delete", "/topic/pause", "/topic/unpause", "/topic/delete", "/topic/empty"})
 
 
@@ -96,6 +96,8 @@ class Judge:
         # P-RST-11) and a disk queue whose read position was not synced hands messages on again
         self.crashed_at: float | None = None
         self.let_go_at: float | None = None  # the last time the judge let go of messages no longer in flight
+        # D-13: --max-msg-timeout is the broker's, not the connection's: any IDENTIFY answer in the traffic shows it
+        self.max_msg_timeout_ms: int | None = None
         self._keep = MESSAGES_KEPT
         self._due = float("inf")
 
@@ -116,6 +118,8 @@ class Judge:
             self._tick(ts)
         connection = self.connections[name]
         answered = connection.observe(event)
+        if answered is not None and answered.name == "IDENTIFY" and connection.max_msg_timeout_ms is not None:
+            self.max_msg_timeout_ms = connection.max_msg_timeout_ms
         for monitor in self._watching[event.kind]:
             try:
                 monitor.observe(self, connection, event, answered)
@@ -256,7 +260,7 @@ class Judge:
         kind = event.kind
         if kind == MESSAGE and event.msg_id is not None:
             timeout = connection.msg_timeout_ms
-            margin = _buffered_margin(connection)
+            margin = buffered_margin(connection)
             delivery = Delivery(
                 connection.name, event.ts, event.attempts,
                 event.ts + timeout / 1000 - margin if timeout else event.ts + MIN_MSG_TIMEOUT_MS / 1000 - margin,
@@ -272,13 +276,14 @@ class Judge:
                 return
             if event.name == "TOUCH":
                 delivery.touched = True
-                timeout, ceiling = connection.msg_timeout_ms, connection.max_msg_timeout_ms
+                timeout = connection.msg_timeout_ms
+                ceiling = connection.max_msg_timeout_ms or self.max_msg_timeout_ms
                 if timeout:  # D-13: now + msg_timeout, never past delivery + max_msg_timeout
                     latest = event.ts + timeout / 1000
                     delivery.latest_timeout = latest if ceiling is None else min(latest, delivery.at + ceiling / 1000)
                     if ceiling is not None:
                         delivery.earliest_timeout = min(latest, delivery.at + ceiling / 1000) \
-                            - _buffered_margin(connection)
+                            - buffered_margin(connection)
                 return
             del connection.in_flight[event.msg_id]
             delivery.settled, delivery.settled_at = event.name, event.ts
@@ -289,7 +294,7 @@ class Judge:
                 delivery.settle_failed = True
 
 
-def _buffered_margin(connection: Connection) -> float:
+def buffered_margin(connection: Connection) -> float:
     """How much earlier than the capture saw a message the broker may have started its timeout (D-16: at buffering,
     up to output_buffer_timeout before the wire) plus a scan (D-14), in seconds."""
     answer = connection.identify_answer or {}

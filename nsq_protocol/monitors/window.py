@@ -1,5 +1,6 @@
 """The RDY window (D-01): a message goes out only while the client has fewer messages in flight than its RDY; a lower
-RDY, 0 included, halts delivery until enough are settled (D-03); CLS puts RDY back to 0 (P-CLS-02, D-04).
+RDY, 0 included, halts delivery until enough are settled (D-03); RDY is 0 from SUB (D-04) and CLS puts it back to 0
+(P-CLS-02).
 
 nsqd takes a connection's commands in order, but its message pump decides on its own, and a message may sit in the
 output buffer before it reaches the wire (D-16). So a message may have been decided under any state from the last
@@ -42,7 +43,7 @@ class RdyWindow(Monitor):
     """D-01, D-03, P-CLS-02: no message goes out while the client's in-flight count is at or above its RDY, in every
     state the broker may have decided it under. Counted from the subscription on (D-04: RDY starts at 0)."""
 
-    ITEMS = ("D-01", "D-03", "P-CLS-02")
+    ITEMS = ("D-01", "D-03", "D-04", "P-CLS-02")
     KINDS = frozenset({COMMAND, RESPONSE, ERROR, MESSAGE})
 
     def __init__(self):
@@ -160,10 +161,12 @@ def _settled(delivery, known_until: float) -> bool:
 
 
 def _why_no_room(commands: list, first: int) -> tuple[str, str, str]:
-    """The item of the command that set the window in force, the RDYs the broker may have had, and why: CLS
-    (P-CLS-02), a RDY lower than an earlier one (D-03), or any RDY (D-01)."""
+    """The item of the command that set the window in force, the RDYs the broker may have had, and why: no RDY
+    since SUB (D-04), CLS (P-CLS-02), a RDY lower than an earlier one (D-03), or any RDY (D-01)."""
     rdys = "/".join(map(str, sorted({command.rdy for command in commands[first - 1:]})))
     applied = [command for command in commands if command.applied]
+    if not applied:
+        return "D-04", rdys, ", before any RDY (a subscription starts at RDY 0)"
     if applied and applied[-1].event.name == "CLS":
         return "P-CLS-02", rdys, ", after CLS"
     if applied and any(command.rdy > applied[-1].rdy for command in applied[:-1]):

@@ -1,0 +1,148 @@
+"""nsqd's queue scan (D-14): every 100 ms it looks at the channels of a list it refreshes every 5 s, so a message's
+timeout fires within a scan of its deadline once its channel is on the list, and at most about 5 s late before.
+A message that timed out goes back to its channel's queue and on to a consumer with room, through that consumer's
+output buffer (D-40)."""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+
+from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE
+from nsq_protocol.monitors.monitor import Monitor
+
+REFRESH_S = 5.0  # the channel list's refresh: a channel made since is scanned from the next one on
+SCAN_S = 0.1
+LATE_S = 0.5  # the broker's own latency, between the scan and the wire, beyond the output buffer's timeout
+SELECTION = 20  # --queue-scan-selection-count: with more channels a scan picks some at random
+DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS = 250  # nsqd's --output-buffer-timeout, where no IDENTIFY answer shows it
+UNSEEN = "some connection, or the HTTP requests, of this nsqd are not in the traffic"
+
+
+class TimedOutInTime(Monitor):
+    """D-14: an unsettled message is delivered again by its deadline (delivery plus msg_timeout, or its TOUCH's,
+    never past delivery plus --max-msg-timeout: D-13 where that ceiling set it), or 5 s after its channel was made
+    if later, plus a scan, the output buffer's timeout and ``LATE_S``. Judged where a consumer of the channel, open
+    since before the delivery, had room from then on with nothing delivered on the channel meanwhile (its queue was
+    empty: the timed-out message had nothing ahead of it), the channel was made in the traffic (its first SUB or
+    /channel/create) and is one of at most ``SELECTION`` channels, not paused and without sampling; every
+    connection and HTTP request of the nsqd in the traffic."""
+
+    ITEMS = ("D-14", "D-13")
+    KINDS = frozenset({COMMAND, MESSAGE})
+
+    def __init__(self):
+        super().__init__()
+        self._made: dict[tuple, float] = {}  # (topic, channel) -> its first SUB or /channel/create since it was made
+        self._last_delivery: dict[tuple, float] = {}  # (topic, channel) -> its latest delivery
+        self._window_set: dict[str, float] = {}  # connection -> its latest RDY or CLS
+        self._paused_at: dict[tuple, float] = {}  # (topic,) or (topic, channel) -> its latest pause or unpause
+        self._waiting: list = []  # heap of (due, sequence, key, delivered at)
+        self._sequence = 0
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind == COMMAND:
+            if event.name == "SUB" and event.channel is not None:
+                self._made.setdefault((event.topic, event.channel), event.ts)
+            elif event.name in ("RDY", "CLS"):
+                self._window_set[connection.name] = event.ts
+            return
+        subscription = connection.subscription
+        if subscription is None or event.msg_id is None:
+            return
+        self._last_delivery[subscription] = event.ts
+        timeout = connection.msg_timeout_ms
+        made = self._made.get(subscription)
+        if judge.timing and timeout and made is not None:
+            self._wait(judge, _due(made, event.ts + timeout / 1000, connection), judge.message_key(connection,
+                                                                                                event.msg_id),
+                       event.ts)
+
+    def http(self, judge, action):
+        if action.status != 200:
+            return
+        if action.path == "/channel/create":
+            self._made.setdefault((action.topic, action.channel), action.ts)
+        elif action.path == "/channel/delete":
+            self._made.pop((action.topic, action.channel), None)
+        elif action.path == "/topic/delete":
+            self._made = {key: made for key, made in self._made.items() if key[0] != action.topic}
+        elif action.path.endswith("pause"):
+            self._paused_at[(action.topic,) if action.channel is None else (action.topic, action.channel)] = action.ts
+
+    def closed(self, judge, connection):
+        subscription = connection.subscription
+        if subscription and (subscription[1] or "").endswith("#ephemeral") and not any(
+                other.open for other in judge.consumers(subscription)):
+            self._made.pop(subscription, None)  # D-50: gone with its last consumer
+
+    def _idle_since(self, connection, since: float, delivered_at: float, now: float) -> bool:
+        """Open since before the delivery (no restart between), with room from ``since`` to ``now`` (no RDY or CLS
+        between), its output buffer flushed by ``now``, and no sampling (D-45 drops what it takes)."""
+        return connection.opened_at is not None and connection.opened_at < delivered_at \
+            and self._window_set.get(connection.name, 0.0) <= since and connection.has_room(since) \
+            and connection.has_room(now) and since + _buffered_s(connection) + LATE_S <= now \
+            and not (connection.identify or {}).get("sample_rate")
+
+    def _wait(self, judge, due, key, delivered_at):
+        self._sequence += 1
+        heappush(self._waiting, (due, self._sequence, key, delivered_at))
+        self.due = min(self.due, due)
+        judge.want_tick(due)
+
+    def tick(self, judge, now):
+        while self._waiting and self._waiting[0][0] <= now:
+            _, _, key, delivered_at = heappop(self._waiting)
+            self._judge(judge, now, key, delivered_at)
+        self.due = self._waiting[0][0] if self._waiting else float("inf")
+        judge.want_tick(self.due)
+
+    def finish(self, judge, now):
+        self.tick(judge, now)
+
+    def forget(self, judge, now):
+        self._waiting = [entry for entry in self._waiting if entry[2] in judge.messages]
+        self._waiting.sort()
+
+    def _judge(self, judge, now, key, delivered_at):
+        delivery = judge.messages.get(key)
+        if delivery is None or delivery.at != delivered_at or delivery.settled is not None \
+                or judge.crashed_at is not None:
+            return  # delivered again, settled, emptied, or let go of
+        subscription = key[:2]
+        made = self._made.get(subscription)
+        if made is None:
+            return  # the channel is gone, and its messages with it
+        deadline = max(delivery.latest_timeout, made + REFRESH_S) + SCAN_S
+        if deadline + LATE_S > now:  # a TOUCH moved its deadline since
+            self._wait(judge, deadline + LATE_S, key, delivered_at)
+            return
+        ready = [c for c in judge.consumers(subscription) if self._idle_since(c, deadline, delivered_at, now)]
+        if not ready:
+            return
+        if not (judge.all_started and judge.http_seen):
+            self.skip("D-14", UNSEEN)
+            return
+        if self._last_delivery.get(subscription, 0.0) >= deadline or len(self._made) > SELECTION \
+                or max(self._paused_at.get(subscription[:1], 0.0), self._paused_at.get(subscription, 0.0)) \
+                >= delivered_at or judge.is_paused(*subscription):
+            return  # something ahead of it in the queue, a random pick of channels, or a pause
+        ceiling = judge.connections[delivery.connection].max_msg_timeout_ms or judge.max_msg_timeout_ms
+        capped = delivery.touched and ceiling is not None \
+            and abs(delivery.latest_timeout - (delivery.at + ceiling / 1000)) < 1e-6
+        self.report("D-13" if capped else "D-14", BROKER, now, delivery.connection,
+                    f"the message timed out and delivered again by {deadline - delivered_at:.2f} s after its "
+                    f"delivery", f"not delivered again {now - delivered_at:.2f} s after it, with "
+                    f"{ready[0].name} ready and nothing delivered on the channel since")
+
+
+def _due(made: float, deadline: float, connection) -> float:
+    return max(deadline, made + REFRESH_S) + SCAN_S + _buffered_s(connection) + LATE_S
+
+
+def _buffered_s(connection) -> float:
+    answer = connection.identify_answer or {}
+    buffered = answer.get("output_buffer_timeout")
+    if isinstance(buffered, int) and buffered < 0:
+        return float("inf")  # D-42: no timed flush
+    return (buffered if isinstance(buffered, int) else DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS) / 1000
+
