@@ -15,7 +15,7 @@ from __future__ import annotations
 from nsq_protocol.monitors.answers import AnswersAsNsqd
 from nsq_protocol.monitors.application import Application
 from nsq_protocol.monitors.buffering import FlushedAtOnce
-from nsq_protocol.monitors.client_backoff import BackoffEnds
+from nsq_protocol.monitors.client_backoff import BackoffEnds, BacksOffAfterFailure
 from nsq_protocol.monitors.client_commands import AuthenticatesWhenAsked, ClientCommandsInOrder, ClientCommandsParse
 from nsq_protocol.monitors.client_configured import (
     FirstRdyWithinMaxInFlight,
@@ -72,6 +72,7 @@ CLIENT_MONITORS: tuple[type[Monitor], ...] = (
     ReconnectsAfterFatalClose, ReconnectsSpaced, ClsBeforeClose, BackoffEnds,
     # judged against what the application asked of the library (new_judge's application)
     IdentifiesAsConfigured, SubscribesAsConfigured, FirstRdyWithinMaxInFlight, SettlesAsOrdered, PublishesAsTold,
+    BacksOffAfterFailure,
 )
 
 
