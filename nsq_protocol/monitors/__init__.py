@@ -32,6 +32,7 @@ from nsq_protocol.monitors.client_heartbeats import NopAnswersHeartbeat
 from nsq_protocol.monitors.client_identify import ClientIdentifies
 from nsq_protocol.monitors.client_layers import ClientBytesReadable, UnaskedLayerRefused
 from nsq_protocol.monitors.client_publishes import PublishesAsTold
+from nsq_protocol.monitors.client_rdy_shared import RdySharedWithinMaxInFlight
 from nsq_protocol.monitors.client_settles import SettlesWhatItHolds
 from nsq_protocol.monitors.client_stop import ClsBeforeClose
 from nsq_protocol.monitors.delivery import (
@@ -72,7 +73,7 @@ CLIENT_MONITORS: tuple[type[Monitor], ...] = (
     ReconnectsAfterFatalClose, ReconnectsSpaced, ClsBeforeClose, BackoffEnds,
     # judged against what the application asked of the library (new_judge's application)
     IdentifiesAsConfigured, SubscribesAsConfigured, FirstRdyWithinMaxInFlight, SettlesAsOrdered, PublishesAsTold,
-    BacksOffAfterFailure,
+    BacksOffAfterFailure, RdySharedWithinMaxInFlight,
 )
 
 

@@ -150,3 +150,34 @@ def test_no_rdy_0_beside_the_req_of_a_failed_message_is_rdy_003():
     ended = handled(fail, (b"REQ", ID1, 0))
     assert ended.client_items(1.0) == [] and not_judged(ended, "NSQC-RDY-003"), "the traffic ends within 2 s"
     assert handled(Order("req", delay_ms=0), (b"REQ", ID1, 0)).client_items(5.0) == [], "a requeue asked for"
+
+
+# ---- RDY over several nsqds ---------------------------------------------------------------------------------
+
+def spread(max_in_flight: int, *first_rdys: int) -> Client:
+    """A consumer on as many nsqds as ``first_rdys``, subscribed on each at 0.01 s with that first RDY."""
+    traffic = told(Application(topic="t", channel="c", max_in_flight=max_in_flight))
+    for name, rdy in zip("ABC", first_rdys, strict=False):
+        traffic.connect(name).identify(0.0, {**NAMES, "heartbeat_interval": 1000}, conn=name).answer(0.001, name)
+        traffic.send(0.01, b"SUB", "t", "c", conn=name).ok(0.011, name).send(0.02, b"RDY", rdy, conn=name)
+    return traffic
+
+
+def test_rdy_counts_above_max_in_flight_are_rdy_002_or_rdy_004_by_the_connections():
+    assert spread(4, 2, 2).client_items(5.0) == []
+    assert spread(4, 3, 3).client_items(5.0) == ["NSQC-RDY-002"]
+    assert spread(2, 1, 1, 0).client_items(5.0) == []
+    assert spread(2, 2, 2, 2).client_items(5.0) == ["NSQC-RDY-004"], "once while over"
+    moved = spread(4, 4, 0).send(0.5, b"RDY", 0, conn="A").send(0.55, b"RDY", 4, conn="B")
+    assert moved.client_items(5.0) == [], "RDY moved from A to B within 0.1 s"
+    unknown = told(Application()).connect().identify(0.0, NAMES).answer(0.001).send(0.01, b"SUB", "t", "c")
+    assert unknown.send(0.02, b"RDY", 99).client_items(5.0) == [] and not_judged(unknown, "NSQC-RDY-002")
+
+
+def test_a_connection_left_at_rdy_0_is_rdy_002_with_room_and_rdy_004_without():
+    assert spread(4, 2, 0).client_items(9.0) == ["NSQC-RDY-002"]
+    assert spread(4, 2, 0).send(5.0, b"RDY", 2, conn="B").client_items(9.0) == []
+    assert spread(4, 0, 0).client_items(9.0) == [], "every connection at RDY 0: a backoff"
+    assert spread(2, 1, 1, 0).client_items(41.0) == ["NSQC-RDY-004"]
+    turned = spread(2, 1, 1, 0).send(20.0, b"RDY", 0, conn="A").send(20.05, b"RDY", 1, conn="C")
+    assert turned.send(55.0, b"RDY", 0, conn="B").send(55.05, b"RDY", 1, conn="A").client_items(59.0) == []
