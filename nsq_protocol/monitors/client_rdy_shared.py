@@ -86,3 +86,8 @@ class RdySharedWithinMaxInFlight(Monitor):
             self.report(item, CLIENT, due, connection.name,
                         f"RDY > 0 on each of the consumer's {len(consuming)} connections in turn (max_in_flight "
                         f"{most})", f"RDY 0 for {due - event.ts:g} s while another connection had RDY > 0", event)
+
+    def finish(self, judge, now):
+        for _, item, _, _ in self._checks:
+            if item is not None:
+                self.skip(item, "the traffic ends before a connection at RDY 0 would have had its turn")
