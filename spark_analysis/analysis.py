@@ -32,18 +32,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_analysis.decode.events import EVENT_SCHEMA
 from spark_analysis.decode.kinds import Direction, Kind
+from spark_analysis.decode.v1 import is_lookupd
 from spark_analysis.decode.v2 import ConnectionDecoder
 from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, prepare_directories, project
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA
 from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies
 from spark_analysis.judge.job import Judged, judge_traffic
+from spark_analysis.judge.lookupd import LOOKUPD, V1Rows
 from spark_analysis.judge.monitoring import HTTP, HTTP_SCHEMA, OBSERVED, HttpReading, observed_rows, openings
 from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
 from spark_analysis.read.parquet_source import WrittenTables
@@ -54,7 +57,7 @@ from spark_analysis.read.storage import LOCAL, Storage, is_local, join
 DEFAULT_NSQ_PORTS = frozenset({4150})
 SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"]
 # what the decoding hands the judging (the exchange's), not tables of its own
-FOR_THE_JUDGE = frozenset({OBSERVED, HTTP})
+FOR_THE_JUDGE = frozenset({OBSERVED, HTTP, LOOKUPD})
 # A connection's bytes decoded at a time: what its decoding holds is a few windows' worth, however long it lives.
 DEFAULT_WINDOW_BYTES = 16 << 20
 
@@ -210,6 +213,7 @@ class FlowDecoder:
         self.ports, self.carried, self.http_ports = ports, carried, http_ports
         self.http: HttpReading | None = None  # a connection to a broker's HTTP API: its requests read
         self.decoder: ConnectionDecoder | None = None
+        self.v1_rows: V1Rows | None = None  # an nsqlookupd connection's rows for its judge
         self.released_rows = 0  # of the connection being decoded
 
     def feed(self, runs: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, pa.Table]]:
@@ -240,6 +244,9 @@ class FlowDecoder:
         if self.decoder is None or self.decoder.conn is not conn:
             self.decoder, self.released_rows = ConnectionDecoder(conn, self.ports, self.carried), 0
             self.http = HttpReading(conn.server[0]) if conn.server[1] in self.http_ports else None
+            self.v1_rows = V1Rows() if is_lookupd(conn) else None  # as the decoder will tell
+        if self.v1_rows is not None:
+            yield LOOKUPD, self.v1_rows.window(conn)
         if self.http is not None:
             yield HTTP, pa.Table.from_pylist(self.http.feed(conn) + (self.http.end() if conn.complete else []),
                                              schema=HTTP_SCHEMA)
@@ -338,8 +345,10 @@ def run_analysis(
     # before the lifecycles' job: its tasks take how connections ended, and the IDs E_FIN_FAILED named, from them
     tallied = Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage)
     step("judging (the catalogue's monitors, one task per nsqd)")
-    judged = judge_traffic(spark, exchange_dir, tables_dir, openings(tallied.connections(), tallied.undecoded()),
-                           bool(http_ports), storage)
+    connections = tallied.connections()
+    lookupds = frozenset(connections.filter(pc.fill_null(connections["is_lookupd"], False))["server"].to_pylist())
+    judged = judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
+                           bool(http_ports), storage, lookupds)
     tables, totals, result = derive(spark, tables_dir, lambda: lifecycle.tables(
         spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(), tallied.fin_failed_ids(), storage),
         tallied, judged, storage, step)

@@ -66,6 +66,7 @@ class DriverProcess:
     def __init__(self, driver: Driver, transcript: Transcript, log_path: Path):
         self.driver, self.transcript, self.log_path = driver, transcript, log_path
         self.reports: list[contract.Report] = []
+        self.orders: dict[str, str] = {}  # what it was told (the contract's environment variables)
         self._arrived = asyncio.Condition()
         self._process: asyncio.subprocess.Process | None = None
         self._reading: asyncio.Task | None = None
@@ -74,6 +75,7 @@ class DriverProcess:
         self.on_exit = []  # callables told how the process ended, unless it was told to stop
 
     async def start(self, orders: dict[str, str]) -> DriverProcess:
+        self.orders = orders
         environment = {**os.environ, **orders, "PYTHONUNBUFFERED": "1"}
         if os.environ.get(NODE_PATH):
             environment["NODE_PATH"] = os.environ[NODE_PATH]

@@ -1,8 +1,9 @@
 """Every client case's traffic through the catalogue's monitors (nsq_protocol.monitors, with CLIENT_MONITORS): the
 transcript the fake nsqds recorded, both directions of every connection, timed when the fake nsqd read or wrote the
-bytes (loopback: the wire's times), judged as a capture of one client's traffic, from the transcript alone: no
-case's knowledge of what the driver was told. The case's fake nsqds are judged together (one client's connections
-to them, so a backoff or a reconnect is followed across them).
+bytes (loopback: the wire's times), judged as a capture of one client's traffic, with what its application asked of
+the library (conformance/clients/application.py: what the drivers were told, the handler's orders in the bodies
+sent) and none of the case's own checks. The case's fake nsqds are judged together (one client's connections to
+them, so a backoff or a reconnect is followed across them).
 
 A client-side violation is the library's: graded at its item's level into the case's verdict (``judge.graded``),
 unless the case provokes it on purpose (``@pytest.mark.monitors_expect(ID, ...)``). A broker-side one means the fake
@@ -33,12 +34,13 @@ class Findings:
                 + [{**violation.as_dict(), "declared": True} for violation in self.declared])
 
 
-def judge(transcript: Transcript) -> monitors.Judge:
+def judge(transcript: Transcript, application: monitors.Application | None = None) -> monitors.Judge:
     """The monitors' judge over the case's connections to its fake nsqds, up to now. Connections still open stay
     open: the traffic ends there."""
     # the cases' scripted errors are stimuli, not nsqd's words: the fake nsqd's codes and states are judged, not its
     # wording (C-08)
-    judge = monitors.new_judge(timing=True, http_seen=False, wording=False, client_library=True)
+    judge = monitors.new_judge(timing=True, http_seen=False, wording=False, client_library=True,
+                               application=application)
     started = {event.connection for event in transcript.events if event.direction == CLIENT_TO_SERVER
                and event.lines[0] == f"MAGIC {MAGIC_V2!r}"}
     for event in transcript.events:
@@ -57,8 +59,9 @@ def judge(transcript: Transcript) -> monitors.Judge:
     return judge
 
 
-def findings(transcript: Transcript, declared: set[str]) -> Findings:
-    violations = judge(transcript).violations
+def findings(transcript: Transcript, declared: set[str],
+             application: monitors.Application | None = None) -> Findings:
+    violations = judge(transcript, application).violations
     departs = [v for v in violations if v.side != CLIENT and v.item not in FAKE_NSQD_DEPARTS]
     client = [v for v in violations if v.side == CLIENT]
     return Findings([v for v in client if v.item not in declared], [v for v in client if v.item in declared],

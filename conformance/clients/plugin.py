@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conformance.clients import monitoring
+from conformance.clients.application import application
 from conformance.clients.catalogue import REQUIREMENTS
 from conformance.clients.driver import drivers
 from conformance.clients.judge import graded, verdict_of
@@ -110,7 +111,9 @@ class Collector:
         found = None
         if case_run is not None:
             declared = {identifier for marker in item.iter_markers("monitors_expect") for identifier in marker.args}
-            found = monitoring.findings(case_run.transcript, declared)
+            told = application(self.driver, [process.orders for process in case_run.processes],
+                               case_run.transcript)
+            found = monitoring.findings(case_run.transcript, declared, told)
             verdict, message = graded(verdict, message, found)
         pcap = None
         if case_run and case_run.transcript.endpoints and verdict not in (PASS, UNSUPPORTED):

@@ -15,17 +15,26 @@ from __future__ import annotations
 
 from nsq_protocol.monitors.admin import DeletionClosesConsumers
 from nsq_protocol.monitors.answers import AnswersAsNsqd
+from nsq_protocol.monitors.application import Application
 from nsq_protocol.monitors.buffering import FlushedAtOnce
-from nsq_protocol.monitors.client_backoff import BackoffEnds
+from nsq_protocol.monitors.client_backoff import BackoffEnds, BacksOffAfterFailure
 from nsq_protocol.monitors.client_commands import AuthenticatesWhenAsked, ClientCommandsInOrder, ClientCommandsParse
+from nsq_protocol.monitors.client_configured import (
+    FirstRdyWithinMaxInFlight,
+    IdentifiesAsConfigured,
+    SubscribesAsConfigured,
+)
 from nsq_protocol.monitors.client_errors import (
     NonFatalErrorsKeepConnection,
     ReconnectsAfterFatalClose,
     ReconnectsSpaced,
 )
+from nsq_protocol.monitors.client_handler import SettlesAsOrdered
 from nsq_protocol.monitors.client_heartbeats import NopAnswersHeartbeat
 from nsq_protocol.monitors.client_identify import ClientIdentifies
 from nsq_protocol.monitors.client_layers import ClientBytesReadable, UnaskedLayerRefused
+from nsq_protocol.monitors.client_publishes import PublishesAsTold
+from nsq_protocol.monitors.client_rdy_shared import RdySharedWithinMaxInFlight
 from nsq_protocol.monitors.client_settles import SettlesWhatItHolds
 from nsq_protocol.monitors.client_stop import ClsBeforeClose
 from nsq_protocol.monitors.delivery import (
@@ -73,6 +82,9 @@ CLIENT_MONITORS: tuple[type[Monitor], ...] = (
     ClientBytesReadable, UnaskedLayerRefused, ClientIdentifies, ClientCommandsParse, ClientCommandsInOrder,
     AuthenticatesWhenAsked, SettlesWhatItHolds, NopAnswersHeartbeat, NonFatalErrorsKeepConnection,
     ReconnectsAfterFatalClose, ReconnectsSpaced, ClsBeforeClose, BackoffEnds,
+    # judged against what the application asked of the library (new_judge's application)
+    IdentifiesAsConfigured, SubscribesAsConfigured, FirstRdyWithinMaxInFlight, SettlesAsOrdered, PublishesAsTold,
+    BacksOffAfterFailure, RdySharedWithinMaxInFlight,
 )
 
 # nsqlookupd's rules (conformance/spec/nsqlookupd.toml), and nsqd's as it registers there (registration.toml): judged
@@ -89,12 +101,15 @@ def new_lookupd_judge(*, http_seen: bool, **known) -> LookupdJudge:
     return LookupdJudge([monitor() for monitor in LOOKUPD_MONITORS], http_seen=http_seen, **known)
 
 
-def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False) -> Judge:
-    """``client_library``: the traffic is a client library's, judged by CLIENT_MONITORS too."""
+def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False,
+              application: Application | None = None) -> Judge:
+    """``client_library``: the traffic is a client library's, judged by CLIENT_MONITORS too; ``application``: what
+    its application asked of the library (application.py), which some of them judge it against."""
     chosen = (*MONITORS, *CLIENT_MONITORS) if client_library else MONITORS
-    return Judge([monitor() for monitor in chosen], timing=timing, http_seen=http_seen, wording=wording)
+    return Judge([monitor() for monitor in chosen], timing=timing, http_seen=http_seen, wording=wording,
+                 application=application)
 
 
-__all__ = ["BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "HttpExchange", "Judge", "LOOKUPD_MONITORS",
-           "LookupdJudge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash", "from_command", "from_frame",
-           "http_action", "new_judge", "new_lookupd_judge"]
+__all__ = ["Application", "BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "HttpExchange", "Judge",
+           "LOOKUPD_MONITORS", "LookupdJudge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash",
+           "from_command", "from_frame", "http_action", "new_judge", "new_lookupd_judge"]

@@ -1,4 +1,5 @@
-"""The consumer's backoff after a failed message, as far as the traffic shows it: a REQ with an RDY 0 beside it is a
+"""The consumer's backoff after a failed message: the REQ of a message whose handler failed (the application's
+order) has an RDY 0 beside it (NSQC-RDY-003); as far as the traffic shows it, a REQ with an RDY 0 beside it is a
 backoff; it ends with RDY 1, a test message (NSQC-RDY-005), it ends at all (NSQC-RDY-006), and over failures in a
 row it grows (NSQC-RDY-007). A REQ without an RDY 0 (a requeue without backoff, or a library without one) starts
 nothing here."""
@@ -7,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nsq_protocol.monitors.events import CLIENT, COMMAND
+from nsq_protocol.monitors.application import FAIL
+from nsq_protocol.monitors.events import CLIENT, COMMAND, MESSAGE
 from nsq_protocol.monitors.monitor import Monitor
 
 BESIDE_S = 2.0  # a REQ and an RDY 0 this close together, either first, are a failure and its backoff
@@ -102,3 +104,64 @@ class BackoffEnds(Monitor):
         self._waiting = waiting
         self.due = min((due for due, _, _ in waiting), default=float("inf"))
         judge.want_tick(self.due)
+
+
+class BacksOffAfterFailure(Monitor):
+    """NSQC-RDY-003 (SHOULD): the REQ of a message whose handler failed (the application's order, application.py)
+    has an RDY 0 of the consumer beside it, within 2 s either side: a backoff. That it ends is NSQC-RDY-006's
+    (BackoffEnds). Judged where the times are the wire's, and only while the consumer's connection stays open 2 s
+    after the REQ; a message over the application's max_attempts is not the handler's."""
+
+    ITEMS = ("NSQC-RDY-003",)
+    KINDS = frozenset({COMMAND, MESSAGE})
+
+    def __init__(self):
+        super().__init__()
+        self._failing: set[tuple[str, str]] = set()  # (connection, msg_id) of messages whose handler fails
+        self._zero_at: dict[tuple, float] = {}  # subscription -> its last RDY 0
+        self._waiting: list = []  # (due, subscription, connection, the REQ) awaiting an RDY 0
+
+    def observe(self, judge, connection, event, answered):
+        application, key = judge.application, connection.subscription
+        if event.kind == MESSAGE:
+            if application and event.bodies and event.msg_id is not None \
+                    and _fails(application, application.orders.get(event.bodies[0]), event.attempts):
+                self._failing.add((connection.name, event.msg_id))
+        elif event.kind != COMMAND:
+            return
+        elif event.name == "RDY" and event.number == 0 and key is not None:
+            self._zero_at[key] = event.ts
+            self._waiting = [waiting for waiting in self._waiting if waiting[1] != key]
+        elif event.name == "REQ" and (connection.name, event.msg_id) in self._failing:
+            self._failing.discard((connection.name, event.msg_id))
+            if not judge.timing:
+                self.skip("NSQC-RDY-003", "the times are when the client read the frames, not when they arrived")
+            elif event.ts - self._zero_at.get(key, float("-inf")) > BESIDE_S:
+                self._waiting.append((event.ts + BESIDE_S, key, connection, event))
+                self.due = min(self.due, event.ts + BESIDE_S)
+                judge.want_tick(self.due)
+
+    def tick(self, judge, now):
+        waiting = []
+        for due, key, connection, req in self._waiting:
+            if due > now:
+                waiting.append((due, key, connection, req))
+            elif connection.closed_at is not None and connection.closed_at <= due:
+                self.skip("NSQC-RDY-003", "the connection closed within 2 s of the REQ")
+            else:
+                self.report("NSQC-RDY-003", CLIENT, due, connection.name,
+                            f"RDY 0 within {BESIDE_S:g} s of the REQ of a failed message (a backoff)",
+                            f"no RDY 0 {BESIDE_S:g} s after it", req)
+        self._waiting = waiting
+        self.due = min((due for due, *_ in waiting), default=float("inf"))
+        judge.want_tick(self.due)
+
+    def finish(self, judge, now):
+        for _ in self._waiting:
+            self.skip("NSQC-RDY-003", f"the traffic ends within {BESIDE_S:g} s of the REQ")
+
+
+def _fails(application, order, attempts) -> bool:
+    """The message's handler fails: its order says so, and it reaches the handler (not over max_attempts; a message
+    of attempt 2 or more only against a max_attempts the application set)."""
+    return order is not None and order.action == FAIL and (attempts or 1) <= (application.max_attempts or 1)

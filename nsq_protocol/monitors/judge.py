@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nsq_protocol.http import Request
+from nsq_protocol.monitors.application import Application
 from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS, Connection
 from nsq_protocol.monitors.events import COMMAND, ERROR, EVERY_KIND, MESSAGE, Observed, body_hash
 from nsq_protocol.monitors.monitor import Monitor, Violation
@@ -74,7 +75,8 @@ def http_action(ts: float, request: Request, status: int) -> HttpAction | None:
 
 
 class Judge:
-    def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True):
+    def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True,
+                 application: Application | None = None):
         self.monitors = monitors
         self._active = list(monitors)  # all but those that failed
         self._watching: dict[str, list[Monitor]] = {}  # event kind -> the active monitors that read it
@@ -87,6 +89,9 @@ class Judge:
         # nsqd's wording of an error's description is judged (C-08); the suite judges it itself, as a SHOULD and by
         # the version it targets (conformance.client.Verifier.wording)
         self.wording = wording
+        # what the client's application asked of its library (application.py): None where the traffic is not one
+        # application's, or it was not told
+        self.application = application
         self.connections: dict[str, Connection] = {}
         self.messages: dict[tuple, Delivery] = {}  # message key -> its latest delivery
         self.started_at: float | None = None  # the traffic's first event

@@ -38,6 +38,7 @@ from spark_analysis.decode.kinds import Kind, Status
 from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, parquet_writer, prepare_directories
 from spark_analysis.derive.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA, DELIVERY_FIELDS, codes
+from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_SCHEMA
 from spark_analysis.judge.monitoring import HTTP, HTTP_SCHEMA, OBSERVED, OBSERVED_SCHEMA
 from spark_analysis.read.parquet_source import WrittenTables
 from spark_analysis.read.storage import LOCAL, Storage, join
@@ -91,8 +92,9 @@ EXCHANGED_SCHEMAS = {
     # what the monitors read of each V2 connection, for the judging job (judge/job.py)
     OBSERVED: OBSERVED_SCHEMA,
     HTTP: HTTP_SCHEMA,  # the requests to the brokers' HTTP APIs that change delivery (judge/monitoring.py)
+    LOOKUPD: LOOKUPD_SCHEMA,  # nsqlookupd's connections, for the judging job (judge/lookupd.py)
 }
-UNBUCKETED = ("connections", "fin_failed", OBSERVED, HTTP)
+UNBUCKETED = ("connections", "fin_failed", OBSERVED, HTTP, LOOKUPD)
 EXCHANGE_ROWS = 1 << 18  # rows a decoding task gathers before it writes them into the buckets
 
 
@@ -119,7 +121,7 @@ class MessageExchange:
         if name == "events":
             self._unbucketed.add("connections", table.filter(pc.equal(table["kind"], Kind.CONNECTION)))
             return
-        if name in (OBSERVED, HTTP):
+        if name in (OBSERVED, HTTP, LOOKUPD):
             self._unbucketed.add(name, table)
             return
         if name == "frames":

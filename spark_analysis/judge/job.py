@@ -1,15 +1,16 @@
 """The judging job: every nsqd's traffic through the catalogue's monitors, inside Spark tasks.
 
-The decoding tasks left each V2 connection's observed rows in the exchange (judge/monitoring.py ``observed_rows``).
-Spark shuffles them by nsqd and sorts them by time (spilling to disk, so a long capture's rows need not fit in
-memory); one task per nsqd streams them through a ``ServerJudging``, writes the violations it finds into the
-``violations`` table (item, side, connection, time, expected vs observed, the frames that show it) and hands the
-driver their counts, and what the rules could not judge and why.
+The decoding tasks left each V2 connection's observed rows in the exchange (judge/monitoring.py ``observed_rows``),
+and each nsqlookupd connection's bytes (judge/lookupd.py ``V1Rows``). Spark shuffles them by server and sorts them by
+time (spilling to disk, so a long capture's rows need not fit in memory); one task per server streams them through
+its judging (``ServerJudging`` for an nsqd, ``LookupdJudging`` for an nsqlookupd), writes the violations it finds
+into the ``violations`` table (item, side, connection, time, expected vs observed, the frames that show it) and hands
+the driver their counts, and what the rules could not judge and why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import TableWriter, prepare_directories
+from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_SCHEMA, LookupdJudging
 from spark_analysis.judge.monitoring import (
     HTTP,
     NS,
@@ -59,57 +61,73 @@ class Judged:
 
 
 def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_server: dict[str, list[Opening]],
-                  http_read: bool, storage: Storage = LOCAL) -> Judged:
+                  http_read: bool, storage: Storage = LOCAL, lookupds: frozenset[str] = frozenset()) -> Judged:
     """Judges every nsqd of ``by_server`` (judge/monitoring.py ``openings``) over the observed rows in
-    ``exchange_dir``, and the HTTP requests there where the capture's HTTP traffic was read (``http_read``); writes
+    ``exchange_dir``, and the HTTP requests there where the capture's HTTP traffic was read (``http_read``), and
+    every nsqlookupd of ``lookupds`` (their "host port") over its connections' rows; writes
     ``tables_dir/violations``."""
     prepare_directories(tables_dir, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage)
-    if not by_server:
-        return Judged()
+    judged = Judged()
+    if by_server:
+        def nsqd_judgings() -> Callable[[str], ServerJudging]:
+            http = http_actions(lifecycle.exchanged(exchange_dir, HTTP, storage=storage)) if http_read else None
+            hosts = [name.split(" ")[0] for name in by_server]
+            return lambda name: ServerJudging(by_server.get(name, ()), http_actions_of(name, hosts, http))
+
+        judged.add(_judged(spark, exchange_dir, tables_dir, OBSERVED, OBSERVED_SCHEMA, len(by_server), nsqd_judgings,
+                           storage))
+    if lookupds:
+        # the HTTP exchanges of nsqlookupd's API are not cut into the exchange: its rules about them say "not judged"
+        judged.add(_judged(spark, exchange_dir, tables_dir, LOOKUPD, LOOKUPD_SCHEMA, len(lookupds),
+                           lambda: lambda name: LookupdJudging(None), storage))
+    return judged
+
+
+def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str, schema: pa.Schema, servers: int,
+            judgings: Callable[[], Callable[[str], ServerJudging | LookupdJudging]], storage: Storage) -> list[dict]:
+    """One job: ``table``'s rows of the exchange shuffled by server, each server's through the judging that
+    ``judgings()`` (called in the task: it may read what the task needs) makes for it."""
 
     def judge_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        part = f"part-{TaskContext.get().partitionId():05d}"
-        http = http_actions(lifecycle.exchanged(exchange_dir, HTTP, storage=storage)) if http_read else None
-        hosts = [name.split(" ")[0] for name in by_server]
+        part = f"{table}-{TaskContext.get().partitionId():05d}"
+        new_judging = judgings()
         counts: list[dict] = []
-        judging: ServerJudging | None = None
+        judging = None
         server = None
         with TableWriter(tables_dir, part, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
             for batch in batches:
-                servers = batch.column("server").to_pylist()
+                names = batch.column("server").to_pylist()
                 start = 0
                 # rows are sorted by server first: each server's run in the batch goes to its judging
                 for end in range(1, batch.num_rows + 1):
-                    if end < batch.num_rows and servers[end] == servers[start]:
+                    if end < batch.num_rows and names[end] == names[start]:
                         continue
-                    name = servers[start]
+                    name = names[start]
                     if name != server:
                         if judging is not None:
                             counts += _finished(server, judging, writer)
-                        server = name
-                        judging = ServerJudging(by_server.get(name, ()), http_actions_of(name, hosts, http))
+                        server, judging = name, new_judging(name)
                     judging.feed(batch.slice(start, end - start).to_pylist())
                     start = end
             if judging is not None:
                 counts += _finished(server, judging, writer)
         yield pa.RecordBatch.from_pylist(counts, schema=COUNTS_SCHEMA)
 
-    observed = read_table(spark, join(exchange_dir, OBSERVED), OBSERVED_SCHEMA, storage)
-    rows = (observed.repartition(len(by_server), "server")
-            .sortWithinPartitions("server", "ts_ns", "conn_id", "seq")
-            .mapInArrow(judge_partition, from_arrow_schema(COUNTS_SCHEMA))
-            .collect())
-    return Judged().add([row.asDict() for row in rows])
+    rows = read_table(spark, join(exchange_dir, table), schema, storage)
+    return [row.asDict() for row in (rows.repartition(servers, "server")
+                                     .sortWithinPartitions("server", "ts_ns", "conn_id", "seq")
+                                     .mapInArrow(judge_partition, from_arrow_schema(COUNTS_SCHEMA))
+                                     .collect())]
 
 
-def _finished(server: str, judging: ServerJudging, writer: TableWriter) -> list[dict]:
+def _finished(server: str, judging: ServerJudging | LookupdJudging, writer: TableWriter) -> list[dict]:
     judging.finish()
     return written_counts(server, judging, writer)
 
 
-def written_counts(server: str, judging: ServerJudging, writer: TableWriter) -> list[dict]:
+def written_counts(server: str, judging: ServerJudging | LookupdJudging, writer: TableWriter) -> list[dict]:
     """The violations found since the last call written into ``writer``; the counts of all found so far, and of
     what was not judged."""
     writer.add(VIOLATIONS, pa.Table.from_pylist([

@@ -1,5 +1,6 @@
 """``nsq-trace watch``'s judging: each micro-batch's final observed rows (judge/monitoring.py) through every nsqd's
-judge, carried from the batch before.
+judge, and its nsqlookupd connections' rows (judge/lookupd.py) through every nsqlookupd's, carried from the batch
+before.
 
 The judges are pickled into the batch's state (``OUT/watch/state/<batch>/judges.pickle``, before ``index.json``
 makes the state whole), so a replayed batch starts again from the judges of the batch it carried on from. A batch's
@@ -27,6 +28,7 @@ from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import TableWriter
 from spark_analysis.derive.tallies import Tallies
 from spark_analysis.judge.job import COUNTS_SCHEMA, Judged, written_counts
+from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_SCHEMA, LookupdJudging
 from spark_analysis.judge.monitoring import (
     HTTP,
     HTTP_SCHEMA,
@@ -54,28 +56,36 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
     capture time so far, less ``CARRIED_NS``. ``tallied``: the tallies with the
     batch's open parts (every connection seen so far); ``final``: without them, whose errors are the bytes the decoder
     could not read (an open part ends a connection as if it had ended, inside a frame maybe)."""
-    by_server = openings(tallied.connections(), final.undecoded())
+    connections = tallied.connections()
+    by_server = openings(connections, final.undecoded())
+    lookupds = sorted(set(connections.filter(pc.fill_null(connections["is_lookupd"], False))["server"].to_pylist()))
+    schemas = {OBSERVED: OBSERVED_SCHEMA, LOOKUPD: LOOKUPD_SCHEMA}
 
     def batch_parts(table: str, prefix: str = "") -> list[str]:
         return [url for url in storage.files(join(exchange_dir, table), ".parquet")
                 if url.rsplit("/", 1)[-1].startswith(prefix + part_prefix(batch_id))]
 
-    files, open_files, http_files = batch_parts(OBSERVED), batch_parts(OBSERVED, OPEN), batch_parts(HTTP)
+    files = {table: (batch_parts(table), batch_parts(table, OPEN)) for table in schemas}
+    http_files = batch_parts(HTTP)
     hosts = [server.split(" ")[0] for server in by_server]
     carried = None if previous is None else join(state_dir, f"{previous:010d}", JUDGES)
     kept = join(state_dir, f"{batch_id:010d}", JUDGES)
 
     def judge(_: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        judgings: dict[str, ServerJudging] = {}
-        waiting, fed = OBSERVED_SCHEMA.empty_table(), Fed()
+        judgings: dict[str, ServerJudging | LookupdJudging] = {}
+        waiting, fed = {table: schema.empty_table() for table, schema in schemas.items()}, Fed()
         if carried is not None and storage.is_file(carried):
             with storage.open_input(carried) as source:
                 judgings, waiting, fed = pickle.loads(source.read())
-        final_rows = pa.concat_tables([waiting, lifecycle.read_parts(files, OBSERVED_SCHEMA, storage)])
         until = last_ts_ns - CARRIED_NS
-        waiting = final_rows.filter(pc.greater_equal(final_rows["ts_ns"], until))
-        observed = pa.concat_tables([final_rows, lifecycle.read_parts(open_files, OBSERVED_SCHEMA, storage)])
-        observed = observed.filter(pc.less(observed["ts_ns"], until))
+        ready = {}
+        for table, schema in schemas.items():
+            final_parts, open_parts = files[table]
+            final_rows = pa.concat_tables([waiting[table], lifecycle.read_parts(final_parts, schema, storage)])
+            waiting[table] = final_rows.filter(pc.greater_equal(final_rows["ts_ns"], until))
+            rows = pa.concat_tables([final_rows, lifecycle.read_parts(open_parts, schema, storage)])
+            ready[table] = rows.filter(pc.less(rows["ts_ns"], until))
+        observed, lookupd_rows = ready[OBSERVED], ready[LOOKUPD]
         http = http_actions(lifecycle.read_parts(http_files, HTTP_SCHEMA, storage)) if http_read else None
         counts = []
         with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
@@ -87,6 +97,10 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
                 if http_read:
                     judging.add_actions(http_actions_of(server, hosts, http))
                 judging.feed(fed.new(sorted_rows(observed.filter(pc.equal(observed["server"], server)))))
+                counts += written_counts(server, judging, writer)
+            for server in lookupds:  # nsqlookupd's HTTP API is not in the exchange: its rules say "not judged"
+                judging = judgings.setdefault(server, LookupdJudging(None))
+                judging.feed(fed.new(sorted_rows(lookupd_rows.filter(pc.equal(lookupd_rows["server"], server)))))
                 counts += written_counts(server, judging, writer)
         storage.make_directory(join(state_dir, f"{batch_id:010d}"))
         with storage.open_output(kept) as sink:

@@ -4,12 +4,15 @@ lookupd bug written into a capture is named by its item."""
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
+
 from nsq_protocol import wire_v1
 from spark_analysis.generate.capture import EPOCH_NS, MS, Capture, Connection
 from spark_analysis.judge.lookupd import judge_lookupd_capture
 from tests.trace.trace_helpers import PCAPS
 
 LOOKUPD_TCP, LOOKUPD_HTTP = 24160, 24161  # tests/trace/cluster_recording.py
+LOOKUPD_ADDRESS = "127.0.0.1"  # spark_analysis/generate/capture.py's both ends
 IDENTIFY = b'{"broadcast_address":"127.0.0.1","hostname":"h","tcp_port":4150,"http_port":4151,"version":"1.3.0"}'
 ANSWER = b'{"broadcast_address":"lk","hostname":"lk","http_port":24161,"tcp_port":24160,"version":"1.3.0"}'
 
@@ -44,3 +47,20 @@ def test_a_bad_name_registered_is_named_l_tcp_11(tmp_path):
     lookupd_capture(tmp_path / "good.pcap", b"E_BAD_TOPIC REGISTER topic name 'bad!' is not valid")
     judges = judge_lookupd_capture(tmp_path / "good.pcap", frozenset({LOOKUPD_TCP}))
     assert [judge.violations for judge in judges.values()] == [[]]
+
+
+def test_analyze_judges_nsqlookupd_as_the_monitors_do_without_spark(spark, tmp_path):
+    """The same monitors inside analyze's Spark tasks: the real nsqlookupd of cluster.pcap breaks no rule; a lookupd
+    that registers a bad name is named in the violations table, under its own server."""
+    from spark_analysis.analysis import run_analysis
+
+    summary = run_analysis(spark, [str(PCAPS / "cluster.pcap")], str(tmp_path / "cluster"), report=False)
+    assert not any(side == "broker" for sides in summary["violations"].values() for side in sides)
+    lookupd_capture(tmp_path / "bad.pcap", b"OK")
+    summary = run_analysis(spark, [str(tmp_path / "bad.pcap")], str(tmp_path / "out"), report=False)
+    assert summary["violations"] == {"L-TCP-11": {"broker": 1}}
+    [row] = pq.read_table(tmp_path / "out" / "tables" / "violations").to_pylist()
+    [judge] = judge_lookupd_capture(tmp_path / "bad.pcap", frozenset({LOOKUPD_TCP})).values()
+    [violation] = judge.violations
+    assert (row["server"], row["conn_id"], row["item"], row["ts_ns"]) == (
+        f"{LOOKUPD_ADDRESS} {LOOKUPD_TCP}", violation.connection, "L-TCP-11", round(violation.ts * 1e9))

@@ -1,11 +1,12 @@
 """Passive selftest of the client monitors: does the judge of a client's traffic name each client fault from the
-traffic alone?
+traffic and what the application asked of the library?
 
 For each fault of ``faults.py`` the model client runs through the fault's proxy in the fault's cases (as
 test_faults.py runs it, without a baseline); the fake nsqd records both directions of every connection, and the
-catalogue's monitors judge that record alone (conformance/clients/monitoring.py: no case's knowledge of what the
-driver was told). A fault is *named* when a client-side violation cites one of its cases' items (the NSQC item,
-or a behaviour item the item's ``source`` cites), *seen* when the monitors find only other items broken, *missed*
+catalogue's monitors judge that record with what the application asked (conformance/clients/monitoring.py and
+application.py: what the driver was told, the handler's order in each body sent), none of the cases' own checks.
+A fault is *named* when a client-side violation cites one of its cases' items (the NSQC item, or a behaviour item
+the item's ``source`` cites), *seen* when the monitors find only other items broken, *missed*
 when they find nothing. The control (``faithful``) must show nothing. The score counts the faults that change what
 reaches nsqd (``Fault.nsqd_sees``); those that change only the client's /lookup queries, or only what it reads, are
 listed apart.
@@ -89,7 +90,7 @@ def summarize(results: list[dict], seconds: float) -> dict:
 
 
 def render_markdown(summary: dict, results: list[dict]) -> str:
-    lines = ["# What the client monitors name from the traffic alone", "",
+    lines = ["# What the client monitors name from the traffic and the application's settings", "",
              f"**{summary['score']} %**: {summary['named']} of {summary['faults_reaching_nsqd']} client faults that "
              f"change what reaches nsqd named by the right item (target {TARGET_SCORE:g} %; wall time "
              f"{summary['wall_time_s']:g} s).", "",
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         results = list(pool.map(one, picked))
     summary = summarize(results, time.monotonic() - started)
     return published(args.reports_dir, "clients-passive", summary, results, render_markdown(summary, results),
-                     f"named from the traffic: {summary['score']} % ({summary['named']}/"
+                     f"named by the monitors: {summary['score']} % ({summary['named']}/"
                      f"{summary['faults_reaching_nsqd']})")
 
 if __name__ == "__main__":
