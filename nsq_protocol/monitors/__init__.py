@@ -43,6 +43,7 @@ from nsq_protocol.monitors.framing import (
 )
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
 from nsq_protocol.monitors.identify import IdentifyAnswer, UpgradeOks
+from nsq_protocol.monitors.identify_values import IdentifyValues
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
@@ -51,7 +52,7 @@ from nsq_protocol.monitors.window import RdyWindow
 
 MONITORS: tuple[type[Monitor], ...] = (
     ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
-    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks,
+    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks, IdentifyValues,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare,
 )

@@ -1,0 +1,117 @@
+"""The monitors of the connection, IDENTIFY, AUTH and TLS sections on hand-made traffic: each rule stays silent on
+what nsqd v1.3.0 answers, fires on the broker bug it names, and says "not judged" where the traffic lacks what it
+needs."""
+
+from __future__ import annotations
+
+import json
+
+from nsq_protocol import monitors, wire
+from nsq_protocol.monitors.connection import IDENTIFY_ANSWER_FIELDS
+from tests.protocol.test_monitors import Traffic
+
+ANSWER = {name: 0 for name in IDENTIFY_ANSWER_FIELDS} | {
+    "max_msg_timeout": 900_000, "msg_timeout": 60_000, "output_buffer_size": 16_384, "output_buffer_timeout": 250,
+    "tls_v1": False, "snappy": False, "deflate": False, "auth_required": False, "deflate_level": 6,
+    "max_deflate_level": 6, "version": "1.3.0", "max_rdy_count": 2500}
+
+
+def answered(fields: dict, answer: dict | None = None, error: bytes | None = None, timing: bool = True,
+             started: bool = True) -> Traffic:
+    traffic = Traffic(timing).connect(started=started).identify(0.0, fields)
+    if error is not None:
+        return traffic.error(0.001, error).close(0.002, monitors.BROKER)
+    if answer is None:
+        return traffic.ok(0.001)
+    return traffic.receive(0.001, wire.FRAME_RESPONSE, json.dumps(ANSWER | answer).encode())
+
+
+def items(traffic: Traffic) -> list[tuple[str, str]]:
+    return [(item, side) for item, side in traffic.violations(1.0) if item.startswith("ID-")]
+
+
+def not_judged(traffic: Traffic, item: str) -> bool:
+    traffic.violations(1.0)
+    return any(key[0] == item for key in traffic.judge.not_judged)
+
+
+# ---- IdentifyValues -------------------------------------------------------------------------------------
+
+def test_values_within_nsqds_floors_are_accepted_and_echoed():
+    fields = {"feature_negotiation": True, "heartbeat_interval": 1000, "output_buffer_timeout": 25,
+              "output_buffer_size": 64, "sample_rate": 42, "msg_timeout": 5000}
+    answer = {"output_buffer_timeout": 25, "output_buffer_size": 64, "sample_rate": 42, "msg_timeout": 5000}
+    assert items(answered(fields, answer)) == []
+
+
+def test_each_value_below_its_floor_must_be_refused():
+    for key, value, item in (("heartbeat_interval", 500, "ID-02"), ("output_buffer_timeout", -5, "ID-03"),
+                             ("output_buffer_timeout", 24, "ID-42"), ("output_buffer_size", 32, "ID-04"),
+                             ("sample_rate", 100, "ID-06"), ("msg_timeout", 999, "ID-07"), ("msg_timeout", -1, "ID-07")):
+        assert items(answered({key: value})) == [(item, monitors.BROKER)], key
+        refused = answered({key: value}, error=f"E_BAD_BODY IDENTIFY {key.replace('_', ' ')} ({value}) is invalid"
+                           .encode())
+        assert items(refused) == [], key
+
+
+def test_a_refusal_of_acceptable_values_names_the_field():
+    refused = answered({"sample_rate": 5}, error=b"E_BAD_BODY IDENTIFY sample rate (5) is invalid")
+    assert items(refused) == [("ID-06", monitors.BROKER)]
+
+
+def test_a_value_above_a_flag_of_the_broker_may_go_either_way():
+    assert items(answered({"heartbeat_interval": 70_000})) == []
+    assert items(answered({"heartbeat_interval": 30_000},
+                          error=b"E_BAD_BODY IDENTIFY heartbeat interval (30000) is invalid")) == []
+    assert items(answered({"msg_timeout": 10_000}, error=b"E_BAD_BODY IDENTIFY msg timeout (10000) is invalid")) == []
+
+
+def test_the_first_bad_value_in_nsqds_order_is_named():
+    both = {"heartbeat_interval": 500, "sample_rate": 100}
+    assert items(answered(both, error=b"E_BAD_BODY IDENTIFY heartbeat interval (500) is invalid")) == []
+    assert items(answered(both, error=b"E_BAD_BODY IDENTIFY sample rate (100) is invalid")) == [
+        ("ID-08", monitors.BROKER)]
+    buffers = {"output_buffer_timeout": 10, "output_buffer_size": 32}
+    assert items(answered(buffers, error=b"E_BAD_BODY IDENTIFY output buffer timeout (10) is invalid")) == []
+    assert items(answered(buffers, error=b"E_BAD_BODY IDENTIFY output buffer size (32) is invalid")) == [
+        ("ID-05", monitors.BROKER)]
+
+
+def test_a_value_of_the_wrong_type_is_refused_and_keys_match_in_any_case():
+    assert items(answered({"heartbeat_interval": "abc"},
+                          error=b"E_BAD_BODY IDENTIFY failed to decode JSON body")) == []
+    assert items(answered({"sample_rate": 1.5})) == [("ID-14", monitors.BROKER)]
+    assert items(answered({"feature_negotiation": True, "MSG_TIMEOUT": 5000, "x": [1]}, {"msg_timeout": 5000})) == []
+    assert items(answered({"feature_negotiation": True, "MSG_TIMEOUT": 5000}, {"msg_timeout": 60_000})) == [
+        ("ID-14", monitors.BROKER)]
+
+
+def test_the_answer_echoes_what_nsqd_set():
+    negotiated = {"feature_negotiation": True}
+    assert items(answered(negotiated | {"sample_rate": 42}, {"sample_rate": 0})) == [("ID-06", monitors.BROKER)]
+    assert items(answered(negotiated | {"output_buffer_size": -1}, {"output_buffer_size": 1,
+                                                                    "output_buffer_timeout": 0})) == []
+    assert items(answered(negotiated | {"output_buffer_size": -1}, {"output_buffer_size": 1})) == [
+        ("ID-43", monitors.BROKER)]
+    assert items(answered(negotiated | {"output_buffer_timeout": 100}, {"output_buffer_timeout": 250})) == [
+        ("ID-03", monitors.BROKER)]
+    assert items(answered(negotiated | {"msg_timeout": 5000}, {"msg_timeout": 60_000})) == [("ID-07", monitors.BROKER)]
+    assert items(answered(negotiated, {"output_buffer_size": 8192})) == [("ID-04", monitors.BROKER)]
+    assert items(answered(negotiated | {"msg_timeout": 20_000}, {"msg_timeout": 20_000, "max_msg_timeout": 5000})) \
+        == [("ID-07", monitors.BROKER)]
+
+
+def test_a_second_identify_keeps_what_the_first_set():
+    traffic = answered({"feature_negotiation": True, "msg_timeout": 5000}, {"msg_timeout": 5000})
+    traffic.identify(0.1, {"feature_negotiation": True, "sample_rate": 3})
+    traffic.receive(0.101, wire.FRAME_RESPONSE, json.dumps(ANSWER | {"msg_timeout": 60_000, "sample_rate": 3})
+                    .encode())
+    assert items(traffic) == [("ID-07", monitors.BROKER)]
+
+
+def test_what_the_traffic_does_not_show_is_not_judged():
+    assert not_judged(answered({"sample_rate": 100}, started=False), "ID-08")
+    traffic = Traffic().connect().send(0.0, b"IDENTIFY", body=b"[1]").error(0.001, b"E_BAD_BODY IDENTIFY failed to "
+                                                                              b"decode JSON body")
+    assert not_judged(traffic, "ID-14")
+    assert items(answered({"feature_negotiation": True}, {"msg_timeout": 1234, "output_buffer_timeout": 99})) == []
