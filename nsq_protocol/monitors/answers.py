@@ -27,8 +27,9 @@ class AnswersAsNsqd(Monitor):
     the error code nsqd gives; C-23: the fatal error frame comes before the close; ID-11, P-ID-04: IDENTIFY is
     answered, whatever its deflate_level."""
 
-    ITEMS = ("C-08", "C-13", "C-21", "C-23", "ID-11", "ID-12", "P-G-01",
-             "P-ID-01", "P-ID-03", "P-ID-04", "P-AUTH-01", "P-AUTH-08", "P-AUTH-09", "P-AUTH-10", "P-AUTH-12",
+    ITEMS = ("C-08", "C-13", "C-16", "C-20", "C-21", "C-23", "C-34", "ID-11", "ID-12", "P-G-01",
+             "P-ID-01", "P-ID-03", "P-ID-04", "P-AUTH-01", "P-AUTH-04", "P-AUTH-05", "P-AUTH-08", "P-AUTH-09",
+             "P-AUTH-10", "P-AUTH-12", "P-AUTH-14", "P-AUTH-17",
              "P-SUB-01", "P-SUB-02", "P-SUB-03", "P-SUB-04", "P-SUB-06", "P-SUB-08",
              "P-RDY-01", "P-RDY-02", "P-RDY-04", "P-RDY-07", "P-FIN-01", "P-FIN-02", "P-FIN-03", "P-FIN-04",
              "P-REQ-01", "P-REQ-02", "P-REQ-03", "P-REQ-04", "P-REQ-06", "P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-03",
@@ -115,10 +116,12 @@ class AnswersAsNsqd(Monitor):
                                 command, event)
                     return
         for command, expected in candidates:
-            if any(answer.name == event.name and answer.kind == event.kind for answer in expected.answers) and \
-                    event.msg_id in (None, command.msg_id):  # an E_FIN_FAILED, ... is its own command's
-                self.report("C-08", BROKER, event.ts, connection.name, f"{event.name} {_described(expected, event)}",
-                            f"{event.name} {event.text[:80]}", command, event)
+            same = next((answer for answer in expected.answers
+                         if answer.name == event.name and answer.kind == event.kind), None)
+            if same is not None and event.msg_id in (None, command.msg_id):  # an E_FIN_FAILED, ... is its own's
+                self.report(same.worded_by, BROKER, event.ts, connection.name,
+                            f"{event.name} {_described(expected, event)}", f"{event.name} {event.text[:80]}",
+                            command, event)
                 return
         if due is not None:
             command, expected = pending[due]

@@ -7,7 +7,7 @@ traffic does not show leaves a value above nsqd's floor free to go either way; t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, JSON, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
@@ -43,6 +43,7 @@ class Verdict:
 
     refusals: tuple[Refusal, ...]
     echoes: dict  # answer field -> (value, item)
+    negotiated: bool = False  # feature_negotiation asked for the JSON answer (ID-09)
 
     @property
     def must_refuse(self) -> Refusal | None:
@@ -157,7 +158,7 @@ class IdentifyValues(Monitor):
         if wrong is not None:
             return Verdict((Refusal("ID-14", DECODE_FAILED, True),), {})
         current = self._current.setdefault(connection.name, {"output_buffer_size": DEFAULT_OUTPUT_BUFFER_SIZE})
-        return verdict(fields, current)
+        return replace(verdict(fields, current), negotiated=fields.get("feature_negotiation") is True)
 
     def _judge(self, judge, connection, command, expected, answer):
         certain = expected.must_refuse
@@ -166,7 +167,8 @@ class IdentifyValues(Monitor):
         elif answer.kind == RESPONSE and certain is not None:
             self.report(certain.item, BROKER, answer.ts, connection.name, f"E_BAD_BODY {certain.text}",
                         f"{answer.name[:40]!r}", command, answer)
-        elif answer.kind == RESPONSE and answer.name == JSON and answer.fields is not None:
+        elif answer.kind == RESPONSE and answer.name == JSON and answer.fields is not None and \
+                expected.negotiated:  # a JSON answer not asked for is ID-09's
             self._echoed(connection, command, expected, answer)
         elif answer.kind == RESPONSE and answer.name == "OK":
             self._current[connection.name] = {name: value for name, (value, _) in expected.echoes.items()
@@ -193,8 +195,8 @@ class IdentifyValues(Monitor):
     def _echoed(self, connection, command, expected, answer):
         cased = {key.lower() for key in command.fields if key != key.lower()}
         for name, (value, item) in expected.echoes.items():
-            if value is None or answer.fields.get(name) == value:
-                continue
+            if value is None or name not in answer.fields or answer.fields[name] == value:
+                continue  # a field missing is ID-20's
             self.report("ID-14" if name in cased else item, BROKER, answer.ts, connection.name,
                         f"{name} {value}", f"{name} {answer.fields.get(name)!r}", command, answer)
         ceiling, timeout = answer.fields.get("max_msg_timeout"), answer.fields.get("msg_timeout")

@@ -47,7 +47,8 @@ def test_values_within_nsqds_floors_are_accepted_and_echoed():
 def test_each_value_below_its_floor_must_be_refused():
     for key, value, item in (("heartbeat_interval", 500, "ID-02"), ("output_buffer_timeout", -5, "ID-03"),
                              ("output_buffer_timeout", 24, "ID-42"), ("output_buffer_size", 32, "ID-04"),
-                             ("sample_rate", 100, "ID-06"), ("msg_timeout", 999, "ID-07"), ("msg_timeout", -1, "ID-07")):
+                             ("sample_rate", 100, "ID-06"), ("msg_timeout", 999, "ID-07"),
+                             ("msg_timeout", -1, "ID-07")):
         assert items(answered({key: value})) == [(item, monitors.BROKER)], key
         refused = answered({key: value}, error=f"E_BAD_BODY IDENTIFY {key.replace('_', ' ')} ({value}) is invalid"
                            .encode())
@@ -115,3 +116,55 @@ def test_what_the_traffic_does_not_show_is_not_judged():
                                                                               b"decode JSON body")
     assert not_judged(traffic, "ID-14")
     assert items(answered({"feature_negotiation": True}, {"msg_timeout": 1234, "output_buffer_timeout": 99})) == []
+
+
+# ---- AnswersAsNsqd: names, AUTH's states, wording --------------------------------------------------------
+
+def identified(auth_required: bool | None) -> Traffic:
+    """Started, and told by the IDENTIFY answer whether the broker has an auth address (None: not asked)."""
+    traffic = Traffic(timing=False).connect()
+    if auth_required is None:
+        return traffic
+    return traffic.identify(0.0, {"feature_negotiation": True}).receive(
+        0.001, wire.FRAME_RESPONSE, json.dumps(ANSWER | {"auth_required": auth_required}).encode())
+
+
+def broker_items(traffic: Traffic) -> list[str]:
+    return [item for item, side in traffic.violations(1.0) if side == monitors.BROKER]
+
+
+def test_a_lowercase_verb_or_a_bare_newline_accepted_is_c16_or_c20():
+    assert broker_items(identified(None).send(0.1, b"nop").error(0.11, b"E_INVALID invalid command nop")) == []
+    assert "C-16" in broker_items(identified(None).send(0.1, b"pub", "t", body=b"x").ok(0.11))
+    assert "C-20" in broker_items(identified(None).send(0.1, b"").ok(0.11))
+    assert broker_items(identified(None).send(0.1, b"").error(0.11, b"E_INVALID invalid command ")) == []
+
+
+def test_auth_where_the_broker_has_no_auth_address_is_disabled():
+    disabled = b"E_AUTH_DISABLED AUTH disabled"
+    assert broker_items(identified(False).send(0.1, b"AUTH", body=b"s").error(0.11, disabled)) == []
+    granted = json.dumps({"identity": "i", "identity_url": "", "permission_count": 1}).encode()
+    assert broker_items(identified(False).send(0.1, b"AUTH", body=b"s")
+                        .receive(0.11, wire.FRAME_RESPONSE, granted)) == ["P-AUTH-05"]
+    assert broker_items(identified(True).send(0.1, b"AUTH", body=b"s").error(0.11, disabled)) == ["P-AUTH-14"]
+    assert broker_items(identified(None).send(0.1, b"AUTH", body=b"s").error(0.11, disabled)) == []
+    reworded = Traffic().connect().identify(0.0, {"feature_negotiation": True}).receive(
+        0.001, wire.FRAME_RESPONSE, json.dumps(ANSWER | {"auth_required": False}).encode())
+    assert broker_items(reworded.send(0.1, b"AUTH", body=b"s").error(0.11, b"E_AUTH_DISABLED AUTH Disabled")) == [
+        "P-AUTH-17"]
+
+
+def test_a_second_auth_after_one_that_succeeded_is_already_set():
+    granted = json.dumps({"identity": "i", "identity_url": "", "permission_count": 1}).encode()
+    first = identified(True).send(0.1, b"AUTH", body=b"s").receive(0.11, wire.FRAME_RESPONSE, granted)
+    assert broker_items(first.send(0.2, b"AUTH", body=b"s").error(0.21, b"E_INVALID AUTH already set")) == []
+    again = identified(True).send(0.1, b"AUTH", body=b"s").receive(0.11, wire.FRAME_RESPONSE, granted)
+    assert broker_items(again.send(0.2, b"AUTH", body=b"s").receive(0.21, wire.FRAME_RESPONSE, granted)) == [
+        "P-AUTH-04"]
+
+
+def test_an_id_of_the_wrong_length_is_refused_in_nsqds_words():
+    subscribed = Traffic().connect().send(0.0, b"SUB", "t", "c").ok(0.01)
+    assert broker_items(subscribed.send(0.1, b"FIN", "abc").error(0.11, b"E_INVALID invalid message ID")) == []
+    reworded = Traffic().connect().send(0.0, b"SUB", "t", "c").ok(0.01)
+    assert broker_items(reworded.send(0.1, b"FIN", "abc").error(0.11, b"E_INVALID bad message ID")) == ["C-34"]
