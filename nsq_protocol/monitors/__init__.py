@@ -42,17 +42,19 @@ from nsq_protocol.monitors.framing import (
     NonFatalErrorsKeepOpen,
 )
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
-from nsq_protocol.monitors.identify import IdentifyAnswer, UpgradeOks
+from nsq_protocol.monitors.identify import FeaturesKept, IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.identify_values import IdentifyValues
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
 from nsq_protocol.monitors.sampling import SampledShare
+from nsq_protocol.monitors.tls import TlsRequired
 from nsq_protocol.monitors.window import RdyWindow
 
 MONITORS: tuple[type[Monitor], ...] = (
     ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
-    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks, IdentifyValues,
+    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks, IdentifyValues, FeaturesKept,
+    TlsRequired,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare,
 )

@@ -8,7 +8,7 @@ import json
 
 from nsq_protocol import monitors, wire
 from nsq_protocol.monitors.connection import IDENTIFY_ANSWER_FIELDS
-from tests.protocol.test_monitors import Traffic
+from tests.protocol.test_monitors import T0, Traffic
 
 ANSWER = {name: 0 for name in IDENTIFY_ANSWER_FIELDS} | {
     "max_msg_timeout": 900_000, "msg_timeout": 60_000, "output_buffer_size": 16_384, "output_buffer_timeout": 250,
@@ -168,3 +168,67 @@ def test_an_id_of_the_wrong_length_is_refused_in_nsqds_words():
     assert broker_items(subscribed.send(0.1, b"FIN", "abc").error(0.11, b"E_INVALID invalid message ID")) == []
     reworded = Traffic().connect().send(0.0, b"SUB", "t", "c").ok(0.01)
     assert broker_items(reworded.send(0.1, b"FIN", "abc").error(0.11, b"E_INVALID bad message ID")) == ["C-34"]
+
+
+# ---- IdentifyAnswer's T-05, FeaturesKept, TlsRequired ------------------------------------------------------
+
+def test_an_upgrade_not_asked_for_is_t05_or_id20():
+    assert items(answered({"feature_negotiation": True}, {"tls_v1": True})) == []  # T-05 is not an ID- item
+    assert [item for item, _ in answered({"feature_negotiation": True}, {"tls_v1": True}).violations(1.0)] == ["T-05"]
+    assert items(answered({"feature_negotiation": True, "tls_v1": False}, {"snappy": True})) == [
+        ("ID-20", monitors.BROKER)]
+
+
+def offered_then(second: dict, asked: dict | None = None) -> Traffic:
+    """Connection A shows the broker has snappy; B asks for it too and gets ``second``."""
+    traffic = Traffic().connect("A").identify(0.0, {"feature_negotiation": True, "snappy": True}, conn="A")
+    traffic.receive(0.001, wire.FRAME_RESPONSE, json.dumps(ANSWER | {"snappy": True}).encode(), conn="A").ok(
+        0.002, conn="A")
+    traffic.connect("B", 0.1).identify(0.1, asked or {"feature_negotiation": True, "snappy": True}, conn="B")
+    return traffic.receive(0.101, wire.FRAME_RESPONSE, json.dumps(ANSWER | second).encode(), conn="B")
+
+
+def test_a_feature_the_broker_showed_it_has_answered_false_is_id21():
+    assert items(offered_then({"snappy": True}).ok(0.102, conn="B")) == []
+    assert items(offered_then({"snappy": False})) == [("ID-21", monitors.BROKER)]
+    assert items(offered_then({"snappy": False}, {"feature_negotiation": True})) == []
+    lacking = Traffic().connect().identify(0.0, {"feature_negotiation": True, "snappy": True}).receive(
+        0.001, wire.FRAME_RESPONSE, json.dumps(ANSWER | {"snappy": False}).encode())
+    assert items(lacking) == []  # --snappy=false, as far as the traffic shows
+    crashed = offered_then({"snappy": True}).ok(0.102, conn="B")
+    crashed.judge.crash(T0 + 0.2)  # after it, the broker may run with other flags
+    crashed.connect("C", 0.3).identify(0.3, {"feature_negotiation": True, "snappy": True}, conn="C")
+    crashed.receive(0.301, wire.FRAME_RESPONSE, json.dumps(ANSWER | {"snappy": False}).encode(), conn="C")
+    assert items(crashed) == []
+
+
+REFUSED = b"E_INVALID cannot SUB in current state (TLS required)"
+
+
+def tls_required() -> Traffic:
+    """Connection A shows that TCP requires TLS."""
+    traffic = Traffic().connect("A").send(0.0, b"SUB", "t", "c", conn="A").error(0.001, REFUSED, conn="A")
+    return traffic.close(0.002, monitors.BROKER, conn="A")
+
+
+def t_items(traffic: Traffic) -> list[str]:
+    return [item for item, _ in traffic.violations(1.0) if item.startswith("T-")]
+
+
+def test_after_a_tls_refusal_every_plain_first_command_is_refused():
+    refused = tls_required().connect("B", 0.1).send(0.1, b"PUB", "t", body=b"x", conn="B")
+    assert t_items(refused.error(0.101, b"E_INVALID cannot PUB in current state (TLS required)", conn="B")) == []
+    accepted = tls_required().connect("B", 0.1).send(0.1, b"PUB", "t", body=b"x", conn="B").ok(0.101, conn="B")
+    assert t_items(accepted) == ["T-07"]
+    identified = tls_required().connect("B", 0.1).identify(0.1, {"feature_negotiation": True}, conn="B")
+    identified.receive(0.101, wire.FRAME_RESPONSE, json.dumps(ANSWER).encode(), conn="B")
+    assert t_items(identified.send(0.2, b"SUB", "t", "c", conn="B").ok(0.201, conn="B")) == ["T-08"]
+    upgraded = tls_required().connect("B", 0.1).identify(0.1, {"feature_negotiation": True, "tls_v1": True},
+                                                         conn="B")
+    upgraded.receive(0.101, wire.FRAME_RESPONSE, json.dumps(ANSWER | {"tls_v1": True}).encode(), conn="B")
+    assert t_items(upgraded.ok(0.15, conn="B").send(0.2, b"SUB", "t", "c", conn="B").ok(0.201, conn="B")) == []
+
+
+def test_without_a_tls_refusal_in_the_traffic_nothing_is_required():
+    plain = Traffic().connect("B").send(0.1, b"PUB", "t", body=b"x", conn="B").ok(0.101, conn="B")
+    assert t_items(plain) == []
