@@ -147,15 +147,19 @@ class MessageFields(Monitor):
 
 class AnswersOnlyToCommands(Monitor):
     """C-13: each command that is answered gets one answer, in order; a response frame that answers no command (not
-    a heartbeat, nor the OK an upgrade sends through its new layer, ID-30) is one too many. Judged from the
-    connection's start."""
+    a heartbeat, nor the OK an upgrade sends through its new layer, ID-30) is one too many; ID-35 when it follows
+    IDENTIFY's answer. Judged from the connection's start."""
 
-    ITEMS = ("C-13",)
+    ITEMS = ("C-13", "ID-35")
 
     def observe(self, judge, connection, event, answered):
         if event.kind != RESPONSE or answered is not None or not connection.started:
             return
         if connection.upgrade_ok_taken(event):
             return
-        self.report("C-13", BROKER, event.ts, connection.name, "a response only to a command that is answered",
+        # ID-35: IDENTIFY sends its answer and one OK per upgrade it granted, nothing more
+        after_identify = connection.identified_at is not None and connection.last_command_at is not None and \
+            connection.last_command_at < connection.identified_at
+        self.report("ID-35" if after_identify else "C-13", BROKER, event.ts, connection.name,
+                    "a response only to a command that is answered",
                     f"{event.name[:40]!r} with no command awaiting an answer", event)

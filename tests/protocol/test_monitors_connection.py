@@ -232,3 +232,9 @@ def test_after_a_tls_refusal_every_plain_first_command_is_refused():
 def test_without_a_tls_refusal_in_the_traffic_nothing_is_required():
     plain = Traffic().connect("B").send(0.1, b"PUB", "t", body=b"x", conn="B").ok(0.101, conn="B")
     assert t_items(plain) == []
+
+
+def test_an_ok_after_identify_beyond_its_upgrades_is_id35():
+    assert items(answered({"feature_negotiation": True, "snappy": True}, {"snappy": True}).ok(0.002)) == []
+    assert items(answered({"feature_negotiation": True}, {}).ok(0.002)) == [("ID-35", monitors.BROKER)]
+    assert items(answered({}).ok(0.002)) == [("ID-35", monitors.BROKER)]
