@@ -11,10 +11,10 @@ LATE_SLACK_S = 1.0
 
 class HeartbeatsOnTheTicker(Monitor):
     """C-28: every V2 connection gets a heartbeat every interval, publishers and idle connections included. The
-    ticker starts with the connection and again at IDENTIFY (ID-02); judged only where the interval is known and
-    the times are the wire's."""
+    ticker starts with the connection and again at IDENTIFY (ID-02); C-32: none after heartbeat_interval -1. Judged
+    only where the interval is known and the times are the wire's."""
 
-    ITEMS = ("C-28",)
+    ITEMS = ("C-28", "C-32")
 
     def __init__(self):
         super().__init__()
@@ -25,6 +25,11 @@ class HeartbeatsOnTheTicker(Monitor):
         if not judge.timing:
             return
         name = connection.name
+        if event.kind == HEARTBEAT and connection.heartbeat_ms == 0 and connection.identify is not None and \
+                event.ts - connection.identified_at > LATE_SLACK_S and name not in self._reported:
+            self._reported.add(name)  # C-32: heartbeat_interval -1 stopped the ticker (SUB's refusal: P-SUB-02)
+            self.report("C-32", BROKER, event.ts, name, "no heartbeat after heartbeat_interval -1",
+                        f"a heartbeat {event.ts - connection.identified_at:.1f} s after the IDENTIFY's answer", event)
         if event.kind == HEARTBEAT:
             self._check(connection, event.ts, event)
             self._since[name] = event.ts

@@ -238,3 +238,12 @@ def test_an_ok_after_identify_beyond_its_upgrades_is_id35():
     assert items(answered({"feature_negotiation": True, "snappy": True}, {"snappy": True}).ok(0.002)) == []
     assert items(answered({"feature_negotiation": True}, {}).ok(0.002)) == [("ID-35", monitors.BROKER)]
     assert items(answered({}).ok(0.002)) == [("ID-35", monitors.BROKER)]
+
+
+def test_a_heartbeat_after_heartbeat_interval_minus_one_is_c32():
+    def c_items(traffic):
+        return [item for item, _ in traffic.violations(40.0) if item.startswith("C-")]
+    disabled = answered({"heartbeat_interval": -1})
+    assert c_items(disabled) == []
+    assert c_items(answered({"heartbeat_interval": -1}).heartbeat(30.0)) == ["C-32"]
+    assert c_items(answered({"heartbeat_interval": -1}, timing=False).heartbeat(30.0)) == []
