@@ -40,6 +40,7 @@ from nsq_protocol.monitors.framing import (
     FatalErrorsClose,
     MessageFields,
     NonFatalErrorsKeepOpen,
+    OwnClosesSilent,
 )
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
 from nsq_protocol.monitors.identify import FeaturesKept, IdentifyAnswer, UpgradeOks
@@ -54,7 +55,7 @@ from nsq_protocol.monitors.window import RdyWindow
 MONITORS: tuple[type[Monitor], ...] = (
     ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks, IdentifyValues, FeaturesKept,
-    TlsRequired,
+    TlsRequired, OwnClosesSilent,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare,
 )

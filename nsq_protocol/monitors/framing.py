@@ -15,6 +15,7 @@ STAMP_SLACK_NS = 2 * 10**9  # between the broker's clock and the traffic's
 FATAL_CLOSE_S = 1.0  # nsqd closes right after writing a fatal error; this is the capture's slack
 KEEP_OPEN_S = 1.0  # a broker's close this soon after a non-fatal error is that error's doing
 ALIVE_S = 0.5  # a broker that answers on another connection this soon after a close did not shut down
+IDLE_FACTOR, IDLE_LEAST_S = 1.5, 10.0  # an error frame this long after the client's last command answers none (C-25)
 
 
 class ErrorsAreErrorFrames(Monitor):
@@ -163,3 +164,25 @@ class AnswersOnlyToCommands(Monitor):
         self.report("ID-35" if after_identify else "C-13", BROKER, event.ts, connection.name,
                     "a response only to a command that is answered",
                     f"{event.name[:40]!r} with no command awaiting an answer", event)
+
+
+class OwnClosesSilent(Monitor):
+    """C-25: when the broker ends a connection on its own account it sends no error frame first. Its read deadline
+    (two heartbeat intervals without a command, C-29) is the one a capture shows: an error frame long after the
+    client's last command answers nothing (nsqd answers at once; AUTH's wait on the auth server is seconds) and is
+    such a notice. Judged where the heartbeat interval and the times are the wire's."""
+
+    ITEMS = ("C-25",)
+    KINDS = frozenset({ERROR})
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind != ERROR or not judge.timing:
+            return
+        interval, last = connection.heartbeat_ms, connection.last_command_at or connection.opened_at
+        if interval is None or last is None:
+            self.skip("C-25", "the heartbeat interval or the connection's start is not in the traffic")
+            return
+        idle = event.ts - last
+        if interval and idle >= max(IDLE_FACTOR * interval / 1000, IDLE_LEAST_S):
+            self.report("C-25", BROKER, event.ts, connection.name, "the broker's own close without an error frame",
+                        f"{event.name} {event.text[:60]} {idle:.1f} s after the client's last command", event)

@@ -247,3 +247,29 @@ def test_a_heartbeat_after_heartbeat_interval_minus_one_is_c32():
     assert c_items(disabled) == []
     assert c_items(answered({"heartbeat_interval": -1}).heartbeat(30.0)) == ["C-32"]
     assert c_items(answered({"heartbeat_interval": -1}, timing=False).heartbeat(30.0)) == []
+
+
+def test_a_command_left_unanswered_until_the_client_gives_up_is_c22():
+    def c22(traffic):
+        return [item for item, _ in traffic.violations(40.0) if item == "C-22"]
+    published = Traffic().connect().send(0.0, b"PUB", "t", body=b"x")
+    assert c22(published.ok(0.01).close(20.0, monitors.CLIENT)) == []
+    assert c22(Traffic().connect().send(0.0, b"PUB", "t", body=b"x").close(20.0, monitors.CLIENT)) == ["C-22"]
+    assert c22(Traffic().connect().send(0.0, b"PUB", "t", body=b"x").close(2.0, monitors.CLIENT)) == []
+    assert c22(Traffic(timing=False).connect().send(0.0, b"PUB", "t", body=b"x").close(20.0, monitors.CLIENT)) == []
+
+
+def test_an_error_frame_before_the_brokers_idle_close_is_c25():
+    def c25(traffic):
+        return [item for item, _ in traffic.violations(100.0) if item == "C-25"]
+    idle = answered({"heartbeat_interval": 10_000})
+    assert c25(idle.close(20.0, monitors.BROKER)) == []
+    notice = answered({"heartbeat_interval": 10_000}).error(20.0, b"E_TIMEOUT idle")
+    notice.close(20.001, monitors.BROKER)
+    assert c25(notice) == ["C-25"]
+    refusal = answered({"heartbeat_interval": 10_000}).send(19.0, b"XYZ")
+    refusal.error(19.001, b"E_INVALID invalid command XYZ")
+    assert c25(refusal) == []
+    unknown = Traffic().connect(started=False).error(50.0, b"E_TIMEOUT idle")
+    assert c25(unknown) == [] and ("C-25", "the heartbeat interval or the connection's start is not in the traffic") \
+        in unknown.judge.not_judged
