@@ -14,12 +14,14 @@ UPGRADE_OK_S = 1.0  # nsqd writes the OK of a compression layer right after the 
 
 
 class IdentifyAnswer(Monitor):
-    """ID-09: the answer to IDENTIFY is JSON when feature_negotiation is true, OK otherwise; ID-20: the JSON has
-    every field of the server's limits and the client's settings, and no upgrade the IDENTIFY did not ask for
-    (T-05: tls_v1 false when not asked, whatever the TLS policy); ID-11: its deflate_level is the one asked when
-    deflate is on and the level positive, 6 otherwise, capped at its max_deflate_level."""
+    """ID-09: the answer to IDENTIFY is JSON when feature_negotiation is true, OK otherwise (ID-10: whatever upgrades
+    it asks for); ID-20: the JSON has every field of the server's limits and the client's settings, and no upgrade
+    the IDENTIFY did not ask for (T-05: tls_v1 false when not asked, whatever the TLS policy); ID-11: its
+    deflate_level is the one asked when deflate is on and the level positive, 6 otherwise, capped at its
+    max_deflate_level. An upgrade the broker makes after answering false or OK leaves its later frames unreadable
+    plain: the stream decoder says so, not this monitor."""
 
-    ITEMS = ("ID-09", "ID-11", "ID-20", "T-05")
+    ITEMS = ("ID-09", "ID-10", "ID-11", "ID-20", "T-05")
 
     def observe(self, judge, connection, event, answered):
         if answered is None or answered.name != "IDENTIFY" or event.kind != RESPONSE:
@@ -30,8 +32,10 @@ class IdentifyAnswer(Monitor):
             self.report("ID-09", BROKER, event.ts, connection.name, "a JSON answer to feature_negotiation true",
                         f"{event.name[:40]!r}", answered, event)
         elif not negotiated and event.name == JSON:
-            self.report("ID-09", BROKER, event.ts, connection.name, "OK without feature_negotiation",
-                        "a JSON answer", answered, event)
+            # ID-10: asking for an upgrade without feature negotiation asks for nothing
+            upgrades = any(asked.get(name) is True for name in UPGRADES)
+            self.report("ID-10" if upgrades else "ID-09", BROKER, event.ts, connection.name,
+                        "OK without feature_negotiation", "a JSON answer", answered, event)
         elif event.name == JSON and event.fields is None:
             self.skip("ID-20", "the JSON answer is not all in the traffic")
         elif event.name == JSON:

@@ -273,3 +273,9 @@ def test_an_error_frame_before_the_brokers_idle_close_is_c25():
     unknown = Traffic().connect(started=False).error(50.0, b"E_TIMEOUT idle")
     assert c25(unknown) == [] and ("C-25", "the heartbeat interval or the connection's start is not in the traffic") \
         in unknown.judge.not_judged
+
+
+def test_upgrades_asked_without_feature_negotiation_get_a_plain_ok():
+    assert items(answered({"tls_v1": True, "snappy": True}).send(0.1, b"NOP")) == []
+    assert items(answered({"tls_v1": True, "snappy": True}, {"tls_v1": True})) == [("ID-10", monitors.BROKER)]
+    assert items(answered({"sample_rate": 3}, {"sample_rate": 3})) == [("ID-09", monitors.BROKER)]
