@@ -30,7 +30,7 @@ class AnswersAsNsqd(Monitor):
     refuses it; P-PUB-02, P-PUB-03, P-FIN-04, ...: the error code nsqd gives; C-23: the fatal error frame comes before
     the close; ID-11, P-ID-04: IDENTIFY is answered, whatever its deflate_level."""
 
-    ITEMS = ("C-08", "C-13", "C-16", "C-20", "C-21", "C-22", "C-23", "C-34", "ID-11", "ID-12", "P-G-01",
+    ITEMS = ("C-08", "C-13", "C-15", "C-16", "C-20", "C-21", "C-22", "C-23", "C-34", "ID-11", "ID-12", "P-G-01",
              "P-ID-01", "P-ID-03", "P-ID-04", "P-AUTH-01", "P-AUTH-04", "P-AUTH-05", "P-AUTH-08", "P-AUTH-09",
              "P-AUTH-10", "P-AUTH-12", "P-AUTH-14", "P-AUTH-17",
              "P-SUB-01", "P-SUB-02", "P-SUB-03", "P-SUB-04", "P-SUB-06", "P-SUB-08",

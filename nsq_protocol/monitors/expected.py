@@ -170,8 +170,8 @@ class Session:
         for code, what, name in (("E_BAD_TOPIC", "topic", command.topic), ("E_BAD_CHANNEL", "channel",
                                                                           command.channel)):
             if not valid_name(name):
-                return Expected((_error(code, f"SUB {what} name {_quoted(name)} is not valid", "P-SUB-04"),), False,
-                                "P-SUB-04")
+                item = "C-15" if name == "" else "P-SUB-04"
+                return Expected((_error(code, f"SUB {what} name {_quoted(name)} is not valid", item),), False, item)
         return Expected((Answer(RESPONSE, "OK", item="P-SUB-08"), _error("E_SUB_FAILED", "SUB failed .+", "P-SUB-06"),
                          *self._permission("SUB")), False, "P-SUB-08")
 
@@ -219,7 +219,7 @@ class Session:
         if command.topic is None:
             return _refused("PUB insufficient number of parameters", "P-PUB-02")
         if not valid_name(command.topic):
-            return _bad_topic(f"PUB topic name {_quoted(command.topic)} is not valid", "P-PUB-02")
+            return _bad_topic(f"PUB topic name {_quoted(command.topic)} is not valid", "P-PUB-02", command.topic)
         if command.bodies == (EMPTY_BODY,):
             return Expected((_error("E_BAD_MESSAGE", "PUB invalid message body size 0", "P-PUB-03"),), False,
                             "P-PUB-03")
@@ -237,7 +237,7 @@ class Session:
                                  "E_INVALID", "E_BAD_TOPIC", "E_BAD_MESSAGE", "E_DPUB_FAILED")),
                              *self._permission("DPUB")), False, "P-DPUB-01")
         if not valid_name(command.topic):
-            return _bad_topic(f"DPUB topic name {_quoted(command.topic)} is not valid", "P-DPUB-01")
+            return _bad_topic(f"DPUB topic name {_quoted(command.topic)} is not valid", "P-DPUB-01", command.topic)
         # P-DPUB-02: the delay's range is --max-req-timeout's
         beyond = _error("E_INVALID", f"DPUB timeout {command.number} out of range 0-[0-9]+", "P-DPUB-02")
         if command.bodies == (EMPTY_BODY,):
@@ -252,7 +252,8 @@ class Session:
         if command.topic is None:
             return _refused("MPUB insufficient number of parameters", "P-MPUB-02")
         if not valid_name(command.topic):  # X-11: the code twice
-            return _bad_topic(f"E_BAD_TOPIC MPUB topic name {_quoted(command.topic)} is not valid", "P-MPUB-02")
+            return _bad_topic(f"E_BAD_TOPIC MPUB topic name {_quoted(command.topic)} is not valid", "P-MPUB-02",
+                              command.topic)
         # the permission first (P-AUTH-09), then sizes and counts against --max-body-size and --max-msg-size, which
         # the traffic does not show
         refusable = (*self._permission("MPUB"),
@@ -292,8 +293,10 @@ def _error(code: str, text: str, item: str, worded_by: str = "C-08") -> Answer:
     return Answer(ERROR, code, text, item, worded_by)
 
 
-def _bad_topic(text: str, item: str) -> Expected:
-    """A publish to a topic name nsqd refuses (D-39): E_BAD_TOPIC, fatal."""
+def _bad_topic(text: str, item: str, topic: str) -> Expected:
+    """A publish to a topic name nsqd refuses (D-39): E_BAD_TOPIC, fatal. An empty name is the line split on each
+    single space (C-15): two spaces, or a trailing one."""
+    item = "C-15" if topic == "" else item
     return Expected((_error("E_BAD_TOPIC", text, item),), False, item)
 
 

@@ -279,3 +279,10 @@ def test_upgrades_asked_without_feature_negotiation_get_a_plain_ok():
     assert items(answered({"tls_v1": True, "snappy": True}).send(0.1, b"NOP")) == []
     assert items(answered({"tls_v1": True, "snappy": True}, {"tls_v1": True})) == [("ID-10", monitors.BROKER)]
     assert items(answered({"sample_rate": 3}, {"sample_rate": 3})) == [("ID-09", monitors.BROKER)]
+
+
+def test_an_empty_parameter_from_two_spaces_accepted_is_c15():
+    assert broker_items(identified(None).send(0.1, b"SUB", "", "c").error(0.11, b'E_BAD_TOPIC SUB topic name "" is '
+                                                                               b'not valid')) == []
+    assert broker_items(identified(None).send(0.1, b"SUB", "", "c").ok(0.11)) == ["C-15"]
+    assert broker_items(identified(None).send(0.1, b"PUB", "", body=b"x").ok(0.11)) == ["C-15"]
