@@ -286,3 +286,15 @@ def test_an_empty_parameter_from_two_spaces_accepted_is_c15():
                                                                                b'not valid')) == []
     assert broker_items(identified(None).send(0.1, b"SUB", "", "c").ok(0.11)) == ["C-15"]
     assert broker_items(identified(None).send(0.1, b"PUB", "", body=b"x").ok(0.11)) == ["C-15"]
+
+
+def test_a_tickers_first_heartbeat_before_its_interval_is_c27_or_c30():
+    def early(traffic):
+        return [item for item, _ in traffic.violations(60.0) if item in ("C-27", "C-30")]
+    assert early(Traffic().connect().send(0.0, b"NOP").heartbeat(30.0)) == []
+    assert early(Traffic().connect().send(0.0, b"NOP").heartbeat(20.0)) == ["C-27"]
+    assert early(answered({"heartbeat_interval": 5000}).heartbeat(5.0)) == []
+    assert early(answered({"heartbeat_interval": 5000}).heartbeat(2.0)) == ["C-30"]
+    slipped = Traffic().connect().identify(29.9, {"heartbeat_interval": 5000}).heartbeat(30.0).ok(30.01)
+    assert early(slipped.heartbeat(34.95)) == []
+    assert early(Traffic(timing=False).connect().send(0.0, b"NOP").heartbeat(20.0)) == []
