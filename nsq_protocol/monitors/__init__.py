@@ -36,6 +36,7 @@ from nsq_protocol.monitors.delivery import (
 from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
 from nsq_protocol.monitors.framing import (
     AnswersOnlyToCommands,
+    CopiesAreOneMessage,
     ErrorsAreErrorFrames,
     FatalErrorsClose,
     MessageFields,
@@ -55,7 +56,7 @@ from nsq_protocol.monitors.window import RdyWindow
 MONITORS: tuple[type[Monitor], ...] = (
     ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks, IdentifyValues, FeaturesKept,
-    TlsRequired, OwnClosesSilent,
+    TlsRequired, OwnClosesSilent, CopiesAreOneMessage,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare,
 )

@@ -146,6 +146,37 @@ class MessageFields(Monitor):
                         f"timestamp {stamp}", event)
 
 
+class CopiesAreOneMessage(Monitor):
+    """C-11: a topic's IDs are its own generator's, each naming one message: every copy of an ID in the topic's
+    other channels carries the one timestamp and body (a redelivery in the same channel: C-12). Judged where the
+    consumer's subscription is in the traffic; an ID's first copy is kept while the judge follows its messages
+    (judge.MESSAGES_KEPT)."""
+
+    ITEMS = ("C-11",)
+    KINDS = frozenset({MESSAGE})
+
+    def __init__(self):
+        super().__init__()
+        self._first: dict[tuple, tuple] = {}  # (topic, ID) -> (timestamp, body hash, channel) of its first copy
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind != MESSAGE or event.msg_id is None:
+            return
+        if connection.topic is None:
+            self.skip("C-11", "the consumer's subscription is not in the traffic")
+            return
+        seen = (event.msg_ts_ns, event.bodies, connection.channel)
+        first = self._first.setdefault((connection.topic, event.msg_id), seen)
+        if first[:2] != seen[:2] and first[2] != seen[2]:  # a redelivery in the same channel is C-12's
+            self.report("C-11", BROKER, event.ts, connection.name,
+                        f"ID {event.msg_id} with the timestamp and body of its copy in channel {first[2]!r}",
+                        "another timestamp" if first[0] != seen[0] else "another body", event)
+
+    def forget(self, judge, now):
+        kept = {(key[0], key[-1]) for key in judge.messages}
+        self._first = {key: first for key, first in self._first.items() if key in kept}
+
+
 class AnswersOnlyToCommands(Monitor):
     """C-13: each command that is answered gets one answer, in order; a response frame that answers no command (not
     a heartbeat, nor the OK an upgrade sends through its new layer, ID-30) is one too many; ID-35 when it follows

@@ -298,3 +298,24 @@ def test_a_tickers_first_heartbeat_before_its_interval_is_c27_or_c30():
     slipped = Traffic().connect().identify(29.9, {"heartbeat_interval": 5000}).heartbeat(30.0).ok(30.01)
     assert early(slipped.heartbeat(34.95)) == []
     assert early(Traffic(timing=False).connect().send(0.0, b"NOP").heartbeat(20.0)) == []
+
+
+def two_channels() -> Traffic:
+    traffic = Traffic().connect("A").send(0.0, b"SUB", "t", "a", conn="A").ok(0.001, conn="A")
+    traffic.send(0.002, b"RDY", 5, conn="A")
+    traffic.connect("B").send(0.0, b"SUB", "t", "b", conn="B").ok(0.001, conn="B")
+    return traffic.send(0.002, b"RDY", 5, conn="B")
+
+
+def test_copies_of_one_id_in_a_topics_channels_are_one_message_c11():
+    def c11(traffic):
+        return [item for item, _ in traffic.violations(1.0) if item == "C-11"]
+    same = two_channels().message(0.1, b"0000000000000001", conn="A").message(0.1, b"0000000000000001", conn="B")
+    assert c11(same) == []
+    restamped = two_channels().message(0.1, b"0000000000000001", conn="A")
+    assert c11(restamped.message(0.1, b"0000000000000001", conn="B", published=-5.0)) == ["C-11"]
+    other = two_channels().message(0.1, b"0000000000000001", conn="A")
+    assert c11(other.message(0.1, b"0000000000000001", body=b"other", conn="B")) == ["C-11"]
+    unsubscribed = Traffic().connect(started=False).message(0.1, b"0000000000000001")
+    unsubscribed.violations(1.0)
+    assert any(item == "C-11" for item, _ in unsubscribed.judge.not_judged)
