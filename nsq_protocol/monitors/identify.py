@@ -104,37 +104,37 @@ class UpgradeOks(Monitor):
 
 class FeaturesKept(Monitor):
     """ID-21: a feature asked for is answered false only where the broker lacks it (--snappy=false, --deflate=false, no
-    certificate: flags the traffic does not carry). Once an answer showed the broker has it (true, or snappy and deflate
-    refused together, which needs both), a later answer false to a request nsqd grants breaks it. Judged on the
-    broker's run where it showed so (a crash may bring other flags back), on a connection's first IDENTIFY (a second
-    one asking for TLS inside TLS is undefined, ID-41)."""
+    certificate: flags the traffic does not carry). An answer that showed the broker has it (true, or snappy and
+    deflate refused together, which needs both) holds for every connection open then (a restart, with other flags
+    perhaps, would have ended them): a later answer false there to a request nsqd grants breaks it. Judged on a
+    connection's first IDENTIFY (a second one asking for TLS inside TLS is undefined, ID-41)."""
 
     ITEMS = ("ID-21",)
     KINDS = frozenset({RESPONSE, ERROR})
 
     def __init__(self):
         super().__init__()
-        self._offered: dict[str, float] = {}  # feature -> when the broker first showed it has it
+        self._offered: dict[str, float] = {}  # feature -> the latest time the broker showed it has it
 
     def observe(self, judge, connection, event, answered):
         if answered is None or answered.name != "IDENTIFY":
             return
-        if judge.crashed_at is not None:
-            self._offered = {name: at for name, at in self._offered.items() if at > judge.crashed_at}
         asked = {key.lower(): value for key, value in (answered.fields or {}).items()}
         if event.kind == ERROR and event.name == "E_IDENTIFY_FAILED" and event.text.startswith("cannot enable both"):
-            for name in ("snappy", "deflate"):
-                self._offered.setdefault(name, event.ts)
+            self._offered.update(snappy=event.ts, deflate=event.ts)
         if event.name != JSON or not event.fields or asked.get("feature_negotiation") is not True:
             return
+        both = asked.get("snappy") is True and asked.get("deflate") is True  # one of them answered false: ID-12's
         for name in UPGRADES:
             if event.fields.get(name) is True:
-                self._offered.setdefault(name, event.ts)
-            elif event.fields.get(name) is False and asked.get(name) is True and name in self._offered and \
-                    connection.identify_answer is event.fields and \
-                    not (name != "tls_v1" and asked.get("snappy") is True and asked.get("deflate") is True):
+                self._offered[name] = event.ts
+            elif event.fields.get(name) is not False or asked.get(name) is not True or both and name != "tls_v1" \
+                    or connection.identify_answer is not event.fields:
+                continue
+            elif name in self._offered and connection.lived_through(self._offered[name]):
                 self.report("ID-21", BROKER, event.ts, connection.name,
                             f"{name} true, as the broker answered at {self._offered[name]:.3f}", f"{name} false",
                             answered, event)
-            elif event.fields.get(name) is False and asked.get(name) is True:
-                self.skip("ID-21", f"whether the broker has {name} (its flags) is not in the traffic before it")
+            else:
+                self.skip("ID-21", f"whether the broker has {name} (its flags) is not in the traffic while the "
+                          "connection was open")

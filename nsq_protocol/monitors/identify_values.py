@@ -200,7 +200,8 @@ class IdentifyValues(Monitor):
             self.report("ID-14" if name in cased else item, BROKER, answer.ts, connection.name,
                         f"{name} {value}", f"{name} {answer.fields.get(name)!r}", command, answer)
         ceiling, timeout = answer.fields.get("max_msg_timeout"), answer.fields.get("msg_timeout")
-        if _integer(ceiling) and _integer(timeout) and timeout > ceiling:
+        asked = {key.lower(): value for key, value in command.fields.items()}.get("msg_timeout")
+        if _integer(ceiling) and _integer(asked) and timeout == asked > ceiling:  # not the default --msg-timeout
             self.report("ID-07", BROKER, answer.ts, connection.name, f"a msg_timeout up to {ceiling}",
                         f"msg_timeout {timeout} accepted", command, answer)
         self._current[connection.name] = {name: answer.fields.get(name) for name in (

@@ -1,5 +1,5 @@
 """TLS required on TCP (--tls-required, or a client certificate policy, which implies it): the broker's flag, which
-the traffic does not carry, but its first refusal shows it for every connection after it (T-07, T-08)."""
+the traffic does not carry, but a refusal shows it for every connection open then (T-07, T-08)."""
 
 from __future__ import annotations
 
@@ -14,41 +14,37 @@ def tls_refusal(event) -> bool:
 
 
 class TlsRequired(Monitor):
-    """T-07: once the broker showed that TCP requires TLS, the first command but IDENTIFY of a connection that did
-    not upgrade gets the fatal TLS-required error; T-08: IDENTIFY is still answered, and after one that did not ask
-    for TLS the next command is refused. Judged from the connection's start; a crash may bring other flags back."""
+    """T-07: where the broker showed that TCP requires TLS (a refusal), the first command but IDENTIFY of a plain
+    connection that lived through that refusal gets the fatal TLS-required error too (a restart, with other flags
+    perhaps, would have ended it); T-08: IDENTIFY is never refused so, and after one that did not ask for TLS the
+    next command is. Judged from the connection's start."""
 
     ITEMS = ("T-07", "T-08")
     KINDS = frozenset({COMMAND, RESPONSE, ERROR})
 
     def __init__(self):
         super().__init__()
-        self._required_since: float | None = None  # the first refusal's time, on this run of the broker
+        self._refused_at: float | None = None  # the latest TLS-required refusal
         self._first: dict[str, object] = {}  # connection -> its first command but IDENTIFY, awaiting the refusal
         self._seen: set[str] = set()  # connections whose first command but IDENTIFY is past
 
     def observe(self, judge, connection, event, answered):
         name = connection.name
-        if judge.crashed_at is not None and self._required_since is not None and \
-                self._required_since < judge.crashed_at:
-            self._required_since = None
-        if tls_refusal(event) and self._required_since is None:
-            self._required_since = event.ts
         if event.kind == COMMAND:
             if event.name != "IDENTIFY" and name not in self._seen:
                 self._seen.add(name)
-                if self._required_since is None:
-                    self.skip("T-07", "no TLS-required refusal in the traffic before it (the broker's flag)")
+                if self._refused_at is None or not connection.lived_through(self._refused_at):
+                    self.skip("T-07", "no TLS-required refusal (the broker's flag) while the connection was open")
                 elif connection.started and not _upgraded(connection):
                     self._first[name] = event
             return
         if event.kind == RESPONSE and connection.upgrade_ok_taken(event):
             return
-        if answered is not None and answered.name == "IDENTIFY" and tls_refusal(event) and \
-                self._required_since is not None and self._required_since < event.ts:
-            self.report("T-08", BROKER, event.ts, name, "IDENTIFY answered before the upgrade",
-                        f"{event.name} {event.text[:80]}", answered, event)
-            return
+        if tls_refusal(event):
+            self._refused_at = event.ts
+            if answered is not None and answered.name == "IDENTIFY":  # nsqd takes IDENTIFY before the TLS policy
+                self.report("T-08", BROKER, event.ts, name, "IDENTIFY answered before the upgrade",
+                            f"{event.name} {event.text[:80]}", answered, event)
         command = self._first.pop(name, None)
         if command is None or tls_refusal(event):
             return
