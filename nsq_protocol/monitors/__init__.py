@@ -47,13 +47,16 @@ from nsq_protocol.monitors.delivery import (
 from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
 from nsq_protocol.monitors.framing import (
     AnswersOnlyToCommands,
+    CopiesAreOneMessage,
     ErrorsAreErrorFrames,
     FatalErrorsClose,
     MessageFields,
     NonFatalErrorsKeepOpen,
+    OwnClosesSilent,
 )
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
-from nsq_protocol.monitors.identify import IdentifyAnswer, UpgradeOks
+from nsq_protocol.monitors.identify import FeaturesKept, IdentifyAnswer, UpgradeOks
+from nsq_protocol.monitors.identify_values import IdentifyValues
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.lookupd_http import RoutesAsLookupd
 from nsq_protocol.monitors.lookupd_judge import HttpExchange, LookupdJudge
@@ -66,11 +69,13 @@ from nsq_protocol.monitors.requeues import RequeueDelayKept
 from nsq_protocol.monitors.sampling import SampledShare
 from nsq_protocol.monitors.scan import TimedOutInTime
 from nsq_protocol.monitors.settling import SettledByOwner
+from nsq_protocol.monitors.tls import TlsRequired
 from nsq_protocol.monitors.window import RdyWindow
 
 MONITORS: tuple[type[Monitor], ...] = (
     ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
-    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks,
+    HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks, IdentifyValues, FeaturesKept,
+    TlsRequired, OwnClosesSilent, CopiesAreOneMessage,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner,

@@ -16,19 +16,23 @@ from nsq_protocol.monitors.monitor import Monitor
 UNANSWERED_S = 0.2  # nsqd answers a command it has read at once: a close this much later without the answer is no race
 STILL_OPEN_S = 1.0  # after a command nsqd refuses, the error and the close; the capture's slack
 IDENTIFY_ANSWER_S = 2.0  # nsqd answers IDENTIFY without waiting on anything (its TLS handshake comes after the JSON)
+# an answer nsqd owes this long after the command is missing: even AUTH, or a publish whose authorizations expired,
+# waits on the auth server for at most its connect and request timeouts (2 s and 5 s by default)
+ANSWER_DUE_S = 15.0
 SILENT_AFTER_S = 5.0  # a FIN, REQ or TOUCH unrefused this long was silent: a consumer's commands are not kept forever
 MOST_PENDING = 100_000  # without the wire's times, a connection with more commands awaiting their fate is let go
 _ERROR_CODE = re.compile(r"E_[A-Z_]+\Z")
 
 
 class AnswersAsNsqd(Monitor):
-    """C-13: answers in command order; C-08: an error's description as nsqd words it; C-21, P-ID-01, P-SUB-01,
-    P-RDY-02, P-CLS-01, ...: a command refused in the state where nsqd refuses it; P-PUB-02, P-PUB-03, P-FIN-04, ...:
-    the error code nsqd gives; C-23: the fatal error frame comes before the close; ID-11, P-ID-04: IDENTIFY is
-    answered, whatever its deflate_level."""
+    """C-13: answers in command order, C-22: every command nsqd answers answered; C-08: an error's description as
+    nsqd words it; C-21, P-ID-01, P-SUB-01, P-RDY-02, P-CLS-01, ...: a command refused in the state where nsqd
+    refuses it; P-PUB-02, P-PUB-03, P-FIN-04, ...: the error code nsqd gives; C-23: the fatal error frame comes before
+    the close; ID-11, P-ID-04: IDENTIFY is answered, whatever its deflate_level."""
 
-    ITEMS = ("C-08", "C-13", "C-21", "C-23", "ID-11", "ID-12", "P-G-01",
-             "P-ID-01", "P-ID-03", "P-ID-04", "P-AUTH-01", "P-AUTH-08", "P-AUTH-09", "P-AUTH-10", "P-AUTH-12",
+    ITEMS = ("C-08", "C-13", "C-15", "C-16", "C-20", "C-21", "C-22", "C-23", "C-34", "ID-11", "ID-12", "P-G-01",
+             "P-ID-01", "P-ID-03", "P-ID-04", "P-AUTH-01", "P-AUTH-04", "P-AUTH-05", "P-AUTH-08", "P-AUTH-09",
+             "P-AUTH-10", "P-AUTH-12", "P-AUTH-14", "P-AUTH-17",
              "P-SUB-01", "P-SUB-02", "P-SUB-03", "P-SUB-04", "P-SUB-06", "P-SUB-08",
              "P-RDY-01", "P-RDY-02", "P-RDY-04", "P-RDY-07", "P-FIN-01", "P-FIN-02", "P-FIN-03", "P-FIN-04",
              "P-REQ-01", "P-REQ-02", "P-REQ-03", "P-REQ-04", "P-REQ-06", "P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-03",
@@ -115,10 +119,12 @@ class AnswersAsNsqd(Monitor):
                                 command, event)
                     return
         for command, expected in candidates:
-            if any(answer.name == event.name and answer.kind == event.kind for answer in expected.answers) and \
-                    event.msg_id in (None, command.msg_id):  # an E_FIN_FAILED, ... is its own command's
-                self.report("C-08", BROKER, event.ts, connection.name, f"{event.name} {_described(expected, event)}",
-                            f"{event.name} {event.text[:80]}", command, event)
+            same = next((answer for answer in expected.answers
+                         if answer.name == event.name and answer.kind == event.kind), None)
+            if same is not None and event.msg_id in (None, command.msg_id):  # an E_FIN_FAILED, ... is its own's
+                self.report(same.worded_by, BROKER, event.ts, connection.name,
+                            f"{event.name} {_described(expected, event)}", f"{event.name} {event.text[:80]}",
+                            command, event)
                 return
         if due is not None:
             command, expected = pending[due]
@@ -148,6 +154,10 @@ class AnswersAsNsqd(Monitor):
             self.report(expected.item, BROKER, connection.closed_at, connection.name,
                         f"{_described_all(expected)}, then the close", f"no answer, still open {late:.1f} s later, "
                         "then closed by the client", command)
+        elif connection.closed_by == CLIENT and judge.timing and late > ANSWER_DUE_S:
+            # C-22: nsqd handles every command it read, in order; the client waited long enough for its answer
+            self.report("C-22", BROKER, connection.closed_at, connection.name, f"{_described_all(expected)}",
+                        f"no answer {late:.1f} s later, when the client closed", command)
 
     def tick(self, judge, now):
         while self._identifies and self._identifies[0][0] <= now:

@@ -94,6 +94,11 @@ class Connection:
     def open(self) -> bool:
         return self.closed_at is None
 
+    def lived_through(self, ts: float) -> bool:
+        """The connection was open at ``ts``: what the broker showed then holds for it, whatever the traffic's
+        length (a restart, perhaps with other flags, ends every connection)."""
+        return self.opened_at is not None and self.opened_at < ts and self.open
+
     def has_room(self, now: float) -> bool:
         """Subscribed, open and ready, with fewer messages in flight at ``now`` than its RDY, counting each until
         the latest its timeout can fire (D-01): the broker could deliver to it."""

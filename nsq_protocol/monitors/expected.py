@@ -33,6 +33,7 @@ class Answer:
     name: str
     text: str = ANY_TEXT
     item: str = ""
+    worded_by: str = "C-08"  # the rule a description other than nsqd's breaks
 
     def fits(self, event: Observed, wording: bool = True) -> bool:
         """``event`` is this answer: its kind, name or code, and (``wording``) its description as nsqd words it."""
@@ -75,6 +76,8 @@ class Session:
     heartbeats: bool = True  # C-32: heartbeat_interval -1 turns them off, and SUB is then refused (P-SUB-02)
     tls_possible: bool = True  # a TLS-required policy may still refuse every command but IDENTIFY (P-G-01)
     auth_possible: bool = True  # an auth server may still refuse a publish or SUB (P-AUTH-09)
+    auth_enabled: bool = False  # an IDENTIFY answer said auth_required (P-AUTH-14)
+    authed: bool = False  # an AUTH was answered with its JSON: the client holds authorizations (P-AUTH-04)
 
     def expect(self, command: Observed) -> Expected:
         verb = command.name
@@ -83,7 +86,9 @@ class Session:
         tls = (_error("E_INVALID", f"cannot {re.escape(verb)} in current state \\(TLS required\\)", "P-G-01"),) \
             if self.tls_possible else ()
         if verb not in VERBS:
-            return Expected((_error("E_INVALID", f"invalid command {re.escape(verb)}", "C-21"), *tls), False, "C-21")
+            # C-16: names are case-sensitive; C-20: a bare newline is a command with an empty name
+            item = "C-20" if verb == "" else "C-16" if verb.upper() in VERBS else "C-21"
+            return Expected((_error("E_INVALID", f"invalid command {re.escape(verb)}", item), *tls), False, item)
         expected = getattr(self, "_" + verb.lower())(command)
         return Expected((*expected.answers, *tls), expected.silent, expected.item)
 
@@ -91,6 +96,7 @@ class Session:
         """``command`` got ``answer`` (None: none, it was silent): what that changes."""
         if answer is not None and answer.kind == RESPONSE and command.name != "IDENTIFY":
             self.tls_possible = False
+            self.authed |= command.name == "AUTH"
         elif answer is None and command.name not in ("IDENTIFY", "AUTH") and command.name in VERBS:
             self.tls_possible = False
 
@@ -111,6 +117,8 @@ class Session:
         """A JSON answer to IDENTIFY says whether the server has an auth address (P-AUTH-14)."""
         if answer.get("auth_required") is False:
             self.auth_possible = False
+        elif answer.get("auth_required") is True:
+            self.auth_enabled = True
 
     def _permission(self, verb: str) -> tuple[Answer, ...]:
         """P-AUTH-09, P-AUTH-10, P-AUTH-12: what an auth server may refuse, where nsqd asks it."""
@@ -136,9 +144,21 @@ class Session:
     def _auth(self, command: Observed) -> Expected:
         if self.state != INIT:
             return Expected((_error("E_INVALID", "cannot AUTH in current state", "P-AUTH-01"),), False, "P-AUTH-01")
-        errors = tuple(_error(code, ANY_TEXT, "P-AUTH-08") for code in (
-            "E_INVALID", "E_BAD_BODY", "E_AUTH_DISABLED", "E_AUTH_FAILED", "E_UNAUTHORIZED", "E_AUTH_ERROR"))
-        return Expected((Answer(RESPONSE, JSON, item="P-AUTH-08"), *errors), False, "P-AUTH-08")
+        # what the traffic does not show: the line's parameters (P-AUTH-02) and the body's size (P-AUTH-03)
+        unseen = (_error("E_INVALID", "AUTH invalid number of parameters", "P-AUTH-02"),
+                  _error("E_BAD_BODY", "AUTH (failed to read body( size)?|body too big [0-9]+ > [0-9]+|invalid body "
+                         "size -?[0-9]+)", "P-AUTH-03"))
+        if self.authed:
+            return Expected((_error("E_INVALID", "AUTH already set", "P-AUTH-04"), *unseen), False, "P-AUTH-04")
+        disabled = _error("E_AUTH_DISABLED", "AUTH disabled", "P-AUTH-05", worded_by="P-AUTH-17")
+        if not self.auth_possible:
+            return Expected((disabled, *unseen), False, "P-AUTH-05")
+        asked = (Answer(RESPONSE, JSON, item="P-AUTH-08"), _error("E_AUTH_FAILED", "AUTH failed", "P-AUTH-06"),
+                 _error("E_UNAUTHORIZED", "AUTH no authorizations found", "P-AUTH-07"),
+                 _error("E_AUTH_ERROR", "AUTH error .+", "P-AUTH-08"))
+        if self.auth_enabled:
+            return Expected((*asked, *unseen), False, "P-AUTH-14")
+        return Expected((*asked, disabled, *unseen), False, "P-AUTH-08")
 
     def _sub(self, command: Observed) -> Expected:
         if self.state != INIT:
@@ -150,8 +170,8 @@ class Session:
         for code, what, name in (("E_BAD_TOPIC", "topic", command.topic), ("E_BAD_CHANNEL", "channel",
                                                                           command.channel)):
             if not valid_name(name):
-                return Expected((_error(code, f"SUB {what} name {_quoted(name)} is not valid", "P-SUB-04"),), False,
-                                "P-SUB-04")
+                item = "C-15" if name == "" else "P-SUB-04"
+                return Expected((_error(code, f"SUB {what} name {_quoted(name)} is not valid", item),), False, item)
         return Expected((Answer(RESPONSE, "OK", item="P-SUB-08"), _error("E_SUB_FAILED", "SUB failed .+", "P-SUB-06"),
                          *self._permission("SUB")), False, "P-SUB-08")
 
@@ -177,11 +197,12 @@ class Session:
             unsure = (_error("E_INVALID", "REQ insufficient number of params|REQ could not parse timeout .*",
                              "P-REQ-04"),)
         size = id_size(command.msg_id)
+        invalid_id = _error("E_INVALID", "invalid message ID", id_item, worded_by="C-34")
         if size is not None and size != 16:
-            return Expected((_error("E_INVALID", "invalid message ID", id_item), *unsure), False, id_item)
+            return Expected((invalid_id, *unsure), False, id_item)
         named = re.escape(command.msg_id) if size is not None else ".+"
         failed = _error(f"E_{verb}_FAILED", f"{verb} {named} failed .+", failed_item)
-        invalid_id = (_error("E_INVALID", "invalid message ID", id_item),) if size is None else ()
+        invalid_id = (invalid_id,) if size is None else ()
         return Expected((failed, *unsure, *invalid_id), True, failed_item)
 
     _fin = _req = _touch = _settle
@@ -198,7 +219,7 @@ class Session:
         if command.topic is None:
             return _refused("PUB insufficient number of parameters", "P-PUB-02")
         if not valid_name(command.topic):
-            return _bad_topic(f"PUB topic name {_quoted(command.topic)} is not valid", "P-PUB-02")
+            return _bad_topic(f"PUB topic name {_quoted(command.topic)} is not valid", "P-PUB-02", command.topic)
         if command.bodies == (EMPTY_BODY,):
             return Expected((_error("E_BAD_MESSAGE", "PUB invalid message body size 0", "P-PUB-03"),), False,
                             "P-PUB-03")
@@ -216,7 +237,7 @@ class Session:
                                  "E_INVALID", "E_BAD_TOPIC", "E_BAD_MESSAGE", "E_DPUB_FAILED")),
                              *self._permission("DPUB")), False, "P-DPUB-01")
         if not valid_name(command.topic):
-            return _bad_topic(f"DPUB topic name {_quoted(command.topic)} is not valid", "P-DPUB-01")
+            return _bad_topic(f"DPUB topic name {_quoted(command.topic)} is not valid", "P-DPUB-01", command.topic)
         # P-DPUB-02: the delay's range is --max-req-timeout's
         beyond = _error("E_INVALID", f"DPUB timeout {command.number} out of range 0-[0-9]+", "P-DPUB-02")
         if command.bodies == (EMPTY_BODY,):
@@ -231,7 +252,8 @@ class Session:
         if command.topic is None:
             return _refused("MPUB insufficient number of parameters", "P-MPUB-02")
         if not valid_name(command.topic):  # X-11: the code twice
-            return _bad_topic(f"E_BAD_TOPIC MPUB topic name {_quoted(command.topic)} is not valid", "P-MPUB-02")
+            return _bad_topic(f"E_BAD_TOPIC MPUB topic name {_quoted(command.topic)} is not valid", "P-MPUB-02",
+                              command.topic)
         # the permission first (P-AUTH-09), then sizes and counts against --max-body-size and --max-msg-size, which
         # the traffic does not show
         refusable = (*self._permission("MPUB"),
@@ -267,12 +289,14 @@ def _quoted(name: str) -> str:
     return re.escape('"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"')
 
 
-def _error(code: str, text: str, item: str) -> Answer:
-    return Answer(ERROR, code, text, item)
+def _error(code: str, text: str, item: str, worded_by: str = "C-08") -> Answer:
+    return Answer(ERROR, code, text, item, worded_by)
 
 
-def _bad_topic(text: str, item: str) -> Expected:
-    """A publish to a topic name nsqd refuses (D-39): E_BAD_TOPIC, fatal."""
+def _bad_topic(text: str, item: str, topic: str) -> Expected:
+    """A publish to a topic name nsqd refuses (D-39): E_BAD_TOPIC, fatal. An empty name is the line split on each
+    single space (C-15): two spaces, or a trailing one."""
+    item = "C-15" if topic == "" else item
     return Expected((_error("E_BAD_TOPIC", text, item),), False, item)
 
 

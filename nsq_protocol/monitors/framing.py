@@ -15,6 +15,7 @@ STAMP_SLACK_NS = 2 * 10**9  # between the broker's clock and the traffic's
 FATAL_CLOSE_S = 1.0  # nsqd closes right after writing a fatal error; this is the capture's slack
 KEEP_OPEN_S = 1.0  # a broker's close this soon after a non-fatal error is that error's doing
 ALIVE_S = 0.5  # a broker that answers on another connection this soon after a close did not shut down
+IDLE_FACTOR, IDLE_LEAST_S = 1.5, 10.0  # an error frame this long after the client's last command answers none (C-25)
 
 
 class ErrorsAreErrorFrames(Monitor):
@@ -148,12 +149,43 @@ class MessageFields(Monitor):
                         f"timestamp {stamp}", event)
 
 
+class CopiesAreOneMessage(Monitor):
+    """C-11: a topic's IDs are its own generator's, each naming one message: every copy of an ID in the topic's
+    other channels carries the one timestamp and body (a redelivery in the same channel: C-12). Judged where the
+    consumer's subscription is in the traffic; an ID's first copy is kept while the judge follows its messages
+    (judge.MESSAGES_KEPT)."""
+
+    ITEMS = ("C-11",)
+    KINDS = frozenset({MESSAGE})
+
+    def __init__(self):
+        super().__init__()
+        self._first: dict[tuple, tuple] = {}  # (topic, ID) -> (timestamp, body hash, channel) of its first copy
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind != MESSAGE or event.msg_id is None:
+            return
+        if connection.topic is None:
+            self.skip("C-11", "the consumer's subscription is not in the traffic")
+            return
+        seen = (event.msg_ts_ns, event.bodies, connection.channel)
+        first = self._first.setdefault((connection.topic, event.msg_id), seen)
+        if first[:2] != seen[:2] and first[2] != seen[2]:  # a redelivery in the same channel is C-12's
+            self.report("C-11", BROKER, event.ts, connection.name,
+                        f"ID {event.msg_id} with the timestamp and body of its copy in channel {first[2]!r}",
+                        "another timestamp" if first[0] != seen[0] else "another body", event)
+
+    def forget(self, judge, now):
+        kept = {(key[0], key[-1]) for key in judge.messages}
+        self._first = {key: first for key, first in self._first.items() if key in kept}
+
+
 class AnswersOnlyToCommands(Monitor):
     """C-13: each command that is answered gets one answer, in order; a response frame that answers no command (not
-    a heartbeat, nor the OK an upgrade sends through its new layer, ID-30) is one too many. Judged from the
-    connection's start."""
+    a heartbeat, nor the OK an upgrade sends through its new layer, ID-30) is one too many; ID-35 when it follows
+    IDENTIFY's answer. Judged from the connection's start."""
 
-    ITEMS = ("C-13",)
+    ITEMS = ("C-13", "ID-35")
     KINDS = frozenset({RESPONSE})
 
     def observe(self, judge, connection, event, answered):
@@ -161,5 +193,31 @@ class AnswersOnlyToCommands(Monitor):
             return
         if connection.upgrade_ok_taken(event):
             return
-        self.report("C-13", BROKER, event.ts, connection.name, "a response only to a command that is answered",
+        # ID-35: IDENTIFY sends its answer and one OK per upgrade it granted, nothing more
+        after_identify = connection.identified_at is not None and connection.last_command_at is not None and \
+            connection.last_command_at < connection.identified_at
+        self.report("ID-35" if after_identify else "C-13", BROKER, event.ts, connection.name,
+                    "a response only to a command that is answered",
                     f"{event.name[:40]!r} with no command awaiting an answer", event)
+
+
+class OwnClosesSilent(Monitor):
+    """C-25: when the broker ends a connection on its own account it sends no error frame first. Its read deadline
+    (two heartbeat intervals without a command, C-29) is the one a capture shows: an error frame long after the
+    client's last command answers nothing (nsqd answers at once; AUTH's wait on the auth server is seconds) and is
+    such a notice. Judged where the heartbeat interval and the times are the wire's."""
+
+    ITEMS = ("C-25",)
+    KINDS = frozenset({ERROR})
+
+    def observe(self, judge, connection, event, answered):
+        if event.kind != ERROR or not judge.timing:
+            return
+        interval, last = connection.heartbeat_ms, connection.last_command_at or connection.opened_at
+        if interval is None or last is None:
+            self.skip("C-25", "the heartbeat interval or the connection's start is not in the traffic")
+            return
+        idle = event.ts - last
+        if interval and idle >= max(IDLE_FACTOR * interval / 1000, IDLE_LEAST_S):
+            self.report("C-25", BROKER, event.ts, connection.name, "the broker's own close without an error frame",
+                        f"{event.name} {event.text[:60]} {idle:.1f} s after the client's last command", event)

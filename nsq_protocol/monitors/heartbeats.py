@@ -2,40 +2,76 @@
 
 from __future__ import annotations
 
+from nsq_protocol.monitors.connection import DEFAULT_HEARTBEAT_MS
 from nsq_protocol.monitors.events import BROKER, CLIENT, HEARTBEAT
 from nsq_protocol.monitors.monitor import Monitor
 
 LATE_FACTOR = 1.5  # a heartbeat is missing once 1.5 intervals pass without one (the ticker is exact, the wire not)
 LATE_SLACK_S = 1.0
+EARLY_SLACK_S = 0.5  # a ticker's first tick is exact; this is the capture's clock
 
 
 class HeartbeatsOnTheTicker(Monitor):
     """C-28: every V2 connection gets a heartbeat every interval, publishers and idle connections included. The
-    ticker starts with the connection and again at IDENTIFY (ID-02); judged only where the interval is known and
-    the times are the wire's."""
+    ticker starts with the connection and again at IDENTIFY (ID-02), its first heartbeat no earlier than one
+    interval after (C-27: 30 s without IDENTIFY; C-30: the negotiated one after it); C-32: none after
+    heartbeat_interval -1. Judged only where the interval is known and the times are the wire's."""
 
-    ITEMS = ("C-28",)
+    ITEMS = ("C-27", "C-28", "C-30", "C-32")
 
     def __init__(self):
         super().__init__()
         self._since: dict[str, float] = {}  # connection -> the last heartbeat, or the ticker's (re)start
         self._reported: set[str] = set()
+        # connection -> (the earliest its ticker's first heartbeat can come, the item, the old ticker's earliest)
+        self._first: dict[str, tuple] = {}
 
     def observe(self, judge, connection, event, answered):
         if not judge.timing:
             return
         name = connection.name
+        if event.kind == HEARTBEAT and name in self._first:
+            self._first_heartbeat(connection, event)
+        elif answered is not None and answered.name == "IDENTIFY" and connection.identified_at == event.ts and \
+                connection.started:
+            self._restarted(connection, event, answered)
+        if event.kind == HEARTBEAT and connection.heartbeat_ms == 0 and connection.identify is not None and \
+                event.ts - connection.identified_at > LATE_SLACK_S and name not in self._reported:
+            self._reported.add(name)  # C-32: heartbeat_interval -1 stopped the ticker (SUB's refusal: P-SUB-02)
+            self.report("C-32", BROKER, event.ts, name, "no heartbeat after heartbeat_interval -1",
+                        f"a heartbeat {event.ts - connection.identified_at:.1f} s after the IDENTIFY's answer", event)
         if event.kind == HEARTBEAT:
             self._check(connection, event.ts, event)
             self._since[name] = event.ts
         elif name not in self._since and connection.started:
             self._since[name] = connection.opened_at
+            # C-27: the V2 loop's ticker, 30 s whatever the flags; its first tick comes no earlier
+            self._first[name] = (connection.opened_at + DEFAULT_HEARTBEAT_MS / 1000 - EARLY_SLACK_S, "C-27", None)
         elif answered is not None and answered.name == "IDENTIFY" and connection.identified_at == event.ts:
             self._since[name] = event.ts  # the ticker restarts with the negotiated interval
         elif event.sender == BROKER:
             self._check(connection, event.ts, event)
 
+    def _restarted(self, connection, answer, command):
+        """The first IDENTIFY restarted the ticker once nsqd handled it: after its command, before its answer."""
+        interval = connection.heartbeat_ms
+        if interval:
+            self._first[connection.name] = (command.ts + interval / 1000 - EARLY_SLACK_S, "C-30", answer.ts)
+        else:
+            self._first.pop(connection.name, None)  # none at all: C-32's
+
+    def _first_heartbeat(self, connection, event):
+        """C-27, C-30: a ticker's first heartbeat comes one interval after its start, never before; but for a tick
+        of the old ticker that slipped out while nsqd handled the IDENTIFY."""
+        earliest, item, restarted_by = self._first.pop(connection.name)
+        if event.ts >= earliest or restarted_by is not None and event.ts <= restarted_by + EARLY_SLACK_S:
+            return
+        self.report(item, BROKER, event.ts, connection.name,
+                    f"the ticker's first heartbeat from {earliest + EARLY_SLACK_S:.3f}",
+                    f"one {earliest + EARLY_SLACK_S - event.ts:.1f} s earlier", event)
+
     def closed(self, judge, connection):
+        self._first.pop(connection.name, None)
         if judge.timing and connection.closed_by is not None:
             self._check(connection, connection.closed_at, None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from nsq_protocol.monitors.connection import IDENTIFY_ANSWER_FIELDS
+from nsq_protocol.monitors.connection import IDENTIFY_ANSWER_FIELDS, UPGRADES
 from nsq_protocol.monitors.events import BROKER, ERROR, JSON, OUTSIDE_TLS, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
@@ -14,11 +14,14 @@ UPGRADE_OK_S = 1.0  # nsqd writes the OK of a compression layer right after the 
 
 
 class IdentifyAnswer(Monitor):
-    """ID-09: the answer to IDENTIFY is JSON when feature_negotiation is true, OK otherwise; ID-20: the JSON has
-    every field of the server's limits and the client's settings; ID-11: its deflate_level is the one asked when
-    deflate is on and the level positive, 6 otherwise, capped at its max_deflate_level."""
+    """ID-09: the answer to IDENTIFY is JSON when feature_negotiation is true, OK otherwise (ID-10: whatever upgrades
+    it asks for); ID-20: the JSON has every field of the server's limits and the client's settings, and no upgrade
+    the IDENTIFY did not ask for (T-05: tls_v1 false when not asked, whatever the TLS policy); ID-11: its
+    deflate_level is the one asked when deflate is on and the level positive, 6 otherwise, capped at its
+    max_deflate_level. An upgrade the broker makes after answering false or OK leaves its later frames unreadable
+    plain: the stream decoder says so, not this monitor."""
 
-    ITEMS = ("ID-09", "ID-11", "ID-20")
+    ITEMS = ("ID-09", "ID-10", "ID-11", "ID-20", "T-05")
     KINDS = frozenset({RESPONSE})
 
     def observe(self, judge, connection, event, answered):
@@ -30,8 +33,10 @@ class IdentifyAnswer(Monitor):
             self.report("ID-09", BROKER, event.ts, connection.name, "a JSON answer to feature_negotiation true",
                         f"{event.name[:40]!r}", answered, event)
         elif not negotiated and event.name == JSON:
-            self.report("ID-09", BROKER, event.ts, connection.name, "OK without feature_negotiation",
-                        "a JSON answer", answered, event)
+            # ID-10: asking for an upgrade without feature negotiation asks for nothing
+            upgrades = any(asked.get(name) is True for name in UPGRADES)
+            self.report("ID-10" if upgrades else "ID-09", BROKER, event.ts, connection.name,
+                        "OK without feature_negotiation", "a JSON answer", answered, event)
         elif event.name == JSON and event.fields is None:
             self.skip("ID-20", "the JSON answer is not all in the traffic")
         elif event.name == JSON:
@@ -39,6 +44,10 @@ class IdentifyAnswer(Monitor):
             if missing:
                 self.report("ID-20", BROKER, event.ts, connection.name, "every field of the negotiated answer",
                             f"{', '.join(missing)} missing", answered, event)
+            for name in UPGRADES:  # T-05, ID-20: an upgrade only where the IDENTIFY asked for it
+                if event.fields.get(name) is True and asked.get(name) is not True:
+                    self.report("T-05" if name == "tls_v1" else "ID-20", BROKER, event.ts, connection.name,
+                                f"{name} false, not asked for", f"{name} true", answered, event)
             level = _deflate_level(asked, event.fields)
             if level is not None and event.fields.get("deflate_level") != level:
                 self.report("ID-11", BROKER, event.ts, connection.name, f"deflate_level {level}",
@@ -93,3 +102,41 @@ class UpgradeOks(Monitor):
                             f"none {now - answer.ts:.1f} s later", answer)
         self.due = self._waiting[0][0] if self._waiting else float("inf")
         judge.want_tick(self.due)
+
+
+class FeaturesKept(Monitor):
+    """ID-21: a feature asked for is answered false only where the broker lacks it (--snappy=false, --deflate=false, no
+    certificate: flags the traffic does not carry). An answer that showed the broker has it (true, or snappy and
+    deflate refused together, which needs both) holds for every connection open then (a restart, with other flags
+    perhaps, would have ended them): a later answer false there to a request nsqd grants breaks it. Judged on a
+    connection's first IDENTIFY (a second one asking for TLS inside TLS is undefined, ID-41)."""
+
+    ITEMS = ("ID-21",)
+    KINDS = frozenset({RESPONSE, ERROR})
+
+    def __init__(self):
+        super().__init__()
+        self._offered: dict[str, float] = {}  # feature -> the latest time the broker showed it has it
+
+    def observe(self, judge, connection, event, answered):
+        if answered is None or answered.name != "IDENTIFY":
+            return
+        asked = {key.lower(): value for key, value in (answered.fields or {}).items()}
+        if event.kind == ERROR and event.name == "E_IDENTIFY_FAILED" and event.text.startswith("cannot enable both"):
+            self._offered.update(snappy=event.ts, deflate=event.ts)
+        if event.name != JSON or not event.fields or asked.get("feature_negotiation") is not True:
+            return
+        both = asked.get("snappy") is True and asked.get("deflate") is True  # one of them answered false: ID-12's
+        for name in UPGRADES:
+            if event.fields.get(name) is True:
+                self._offered[name] = event.ts
+            elif event.fields.get(name) is not False or asked.get(name) is not True or both and name != "tls_v1" \
+                    or connection.identify_answer is not event.fields:
+                continue
+            elif name in self._offered and connection.lived_through(self._offered[name]):
+                self.report("ID-21", BROKER, event.ts, connection.name,
+                            f"{name} true, as the broker answered at {self._offered[name]:.3f}", f"{name} false",
+                            answered, event)
+            else:
+                self.skip("ID-21", f"whether the broker has {name} (its flags) is not in the traffic while the "
+                          "connection was open")

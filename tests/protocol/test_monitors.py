@@ -69,7 +69,7 @@ def consumer(timeout_ms: int = 2000, rdy: int = 1, timing: bool = True, also=())
     """Subscribed with msg_timeout negotiated, answered as nsqd answers it."""
     answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
         "msg_timeout": timeout_ms, "max_msg_timeout": 900_000, "output_buffer_timeout": 250,
-        "tls_v1": False, "snappy": False, "deflate": False}
+        "output_buffer_size": 16_384, "tls_v1": False, "snappy": False, "deflate": False}
     return (Traffic(timing, also=also).connect().identify(0.0, {"feature_negotiation": True, "msg_timeout": timeout_ms})
             .receive(0.001, wire.FRAME_RESPONSE, json.dumps(answer).encode())
             .send(0.01, b"SUB", "t", "c").ok(0.011).send(0.02, b"RDY", rdy))
@@ -131,7 +131,8 @@ def test_a_response_to_no_command_is_c13_but_an_upgrades_ok_is_not():
     extra = consumer().send(0.1, b"NOP").ok(0.11)
     assert extra.violations(0.2) == [("C-13", BROKER)]
     answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {"snappy": True, "tls_v1": False,
-                                                                                  "deflate": False}
+                                                                                  "deflate": False,
+                                                                                  "output_buffer_size": 16_384}
     upgraded = Traffic().connect().identify(0.0, {"feature_negotiation": True, "snappy": True})
     upgraded.receive(0.01, wire.FRAME_RESPONSE, json.dumps(answer).encode()).ok(0.02)
     assert upgraded.violations(0.1) == []
@@ -445,7 +446,8 @@ def test_a_close_right_after_a_non_fatal_error_is_c23_unless_a_shutdown_or_a_del
 
 def negotiated(asked: dict, **answered) -> Traffic:
     answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
-        "tls_v1": False, "snappy": False, "deflate": False, "deflate_level": 6, "max_deflate_level": 6} | answered
+        "tls_v1": False, "snappy": False, "deflate": False, "deflate_level": 6, "max_deflate_level": 6,
+        "output_buffer_size": 16_384} | answered
     return Traffic().connect().identify(0.0, {"feature_negotiation": True, **asked}).receive(
         0.01, wire.FRAME_RESPONSE, json.dumps(answer).encode())
 

@@ -55,7 +55,7 @@ def _subscribed(traffic: Traffic, timeout_ms: int = 1000, max_ms: int = 900_000)
     traffic.judge.http(HttpAction(T0 - 6.0, "/channel/create", "t", "c", 200))
     answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
         "msg_timeout": timeout_ms, "max_msg_timeout": max_ms, "output_buffer_timeout": 250,
-        "tls_v1": False, "snappy": False, "deflate": False}
+        "output_buffer_size": 16_384, "tls_v1": False, "snappy": False, "deflate": False}
     traffic.connect().identify(0.0, {"feature_negotiation": True, "msg_timeout": timeout_ms})
     traffic.receive(0.001, wire.FRAME_RESPONSE, json.dumps(answer).encode())
     return traffic.send(0.01, b"SUB", "t", "c").ok(0.011).send(0.02, b"RDY", 1)
@@ -118,7 +118,7 @@ def _touched(answered_max: bool) -> Traffic:
     traffic.send(0.01, b"SUB", "t", "c").ok(0.011).send(0.02, b"RDY", 1)
     if answered_max:
         answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
-            "msg_timeout": 2000, "max_msg_timeout": 2000, "output_buffer_timeout": 250,
+            "msg_timeout": 2000, "max_msg_timeout": 2000, "output_buffer_timeout": 250, "output_buffer_size": 16_384,
             "tls_v1": False, "snappy": False, "deflate": False}
         traffic.connect("B", at=0.03).identify(0.04, {"feature_negotiation": True}, conn="B")
         traffic.receive(0.05, wire.FRAME_RESPONSE, json.dumps(answer).encode(), conn="B")
