@@ -143,7 +143,7 @@ class Case(FollowsRelease):
         connection = Connection(_connection_label(index), self.target.tcp, self.transcript, self.verify,
                                 self.time_scale, send_magic=magic, tls=tls or self.target.tls,
                                 sections_under_test=self.sections, unsupported_commands=self._unsupported_commands(),
-                                lowest_deflate_level=1 if self.has("ID-11") else 0)
+                                lowest_deflate_level=lambda: 1 if self.has("ID-11") else 0)
         self._connections[index] = connection
         if magic and authenticate and self.auth_command():
             if self.target.requires_tls("tcp"):

@@ -223,16 +223,17 @@ def _run_again(item, case: Case | LookupdCase, other: Case | LookupdCase) -> pyt
 # ---- another release's behaviour (--nsq-version) -------------------------------------------------------
 
 def _as_another_release(item, case: Case | LookupdCase, judged: Judged) -> Judged:
-    """A failing case run again as each release that expects otherwise of the versioned items it judges or asked
-    about (conformance/versions.py), the releases nearest the judged one first: a broker that passes as one does
-    what that release does, a difference between releases, NON-STRICT naming it (FAIL under --strict, as every
-    NON-STRICT); one that passes as none keeps its verdict. Cases that restart, kill or own a program are not run
-    again: their run changed it."""
-    if set(item.fixturenames) & {"restartable", "crashable", "own_nsqlookupd"}:
+    """A failing case run again as each release that expects otherwise of the versioned items it asked about
+    (``case.has``, also for the monitors' rules; conformance/versions.py), the releases nearest the judged one
+    first: a broker that passes as one does what that release does, a difference between releases, NON-STRICT
+    naming it (FAIL under --strict, as every NON-STRICT); one that passes as none keeps its verdict. Only what a case
+    asks about makes its expectation differ by release, so a case that asked about none is not run again, nor are
+    those that restart, kill or own a program: their run changed it."""
+    versioned = sorted(i for i in case.asked if behaviours()[i].releases != Span())
+    if not versioned or set(item.fixturenames) & {"restartable", "crashable", "own_nsqlookupd"}:
         return judged
     cited = [behaviour for requirement_id in case_requirements(item)
              for behaviour in behaviour_ids_of(requirements()[requirement_id])]
-    versioned = sorted(i for i in {*cited, *case.asked} if behaviours()[i].releases != Span())
     for releases in releases_expecting_otherwise([behaviours()[i].releases for i in versioned], case.version):
         if not_in_version(cited, releases[0]):  # the case judges nothing of that release's
             continue
