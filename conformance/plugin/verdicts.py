@@ -1,9 +1,10 @@
 """Each case's verdict, set in ``pytest_runtest_makereport`` the way pytest's skipping plugin sets xfail:
-PASS; FAIL = a MUST is broken; NON-STRICT = only a SHOULD (or nsqd's exact wording) is broken,
-FAIL under ``--strict``; PRECONDITION = a setup step failed, so the case could not test its requirement;
-UNSUPPORTED = an optional capability is missing; NOT RUN = the target died during an earlier case and could not
-be restarted; ERROR = harness trouble (the target cannot be reached). The names and the causes that group
-failures are ``conformance/verdicts.py``'s; ``pytest_report_teststatus`` gives each its letter and colour.
+PASS; FAIL = a MUST is broken; NON-STRICT = only a SHOULD (or nsqd's exact wording) is broken, or the broker does
+what another release than the judged one does (``_as_another_release``), FAIL under ``--strict``; PRECONDITION = a
+setup step failed, so the case could not test its requirement; UNSUPPORTED = an optional capability is missing;
+NOT RUN = the target died during an earlier case and could not be restarted; ERROR = harness trouble (the target
+cannot be reached). The names and the causes that group failures are ``conformance/verdicts.py``'s;
+``pytest_report_teststatus`` gives each its letter and colour.
 
 The verdict rides on ``report.nsq``, an attribute rather than the stash, because pytest-xdist sends a report's
 attributes from the worker to the controller, where the report writers read them.
