@@ -140,6 +140,12 @@ def test_identify_field_out_of_range(nsq, field, value, text):
               "MAX_OBS+1": nsq.limits["max_output_buffer_size"] + 1,
               "MAX_MT+1": nsq.limits["max_msg_timeout_ms"] + 1}
     number = limits.get(value, value)
+    if field == "output_buffer_timeout" and value in ("MIN_OBT-1", 1) and not nsq.has("ID-42"):
+        # before 1.2.0 there is no minimum (ID-42): what 1.2.0 refuses is accepted and echoed
+        accepted = max(nsq.limits["min_output_buffer_timeout_ms"] - 1, 1) if value == "MIN_OBT-1" else 1
+        nsq.verify.equal(f"output_buffer_timeout {accepted} accepted and echoed (no minimum before 1.2.0: ID-42)",
+                         accepted, negotiate(nsq, output_buffer_timeout=accepted)["output_buffer_timeout"])
+        return
     if field == "output_buffer_timeout" and value in ("MIN_OBT-1", 1) and not 1 <= number < minimum:
         pytest.skip(f"profile {nsq.profile.name}: with min_output_buffer_timeout_ms {minimum}, {number} is not an "
                     "invalid timeout (0 keeps the default, -1 turns the flush off: ID-03)")
