@@ -41,7 +41,7 @@ from conformance.verdicts import (
     level_of,
     verdict_of,
 )
-from conformance.versions import Span, label_of, releases_expecting_otherwise
+from conformance.versions import NsqVersion, label_of, releases_expecting_otherwise
 from nsq_protocol import monitors
 
 _TEST_STATUS = {
@@ -229,31 +229,42 @@ def _as_another_release(item, case: Case | LookupdCase, judged: Judged) -> Judge
     first: a broker that passes as one does what that release does, a difference between releases, NON-STRICT
     naming it (FAIL under --strict, as every NON-STRICT); one that passes as none keeps its verdict. Only what a case
     asks about makes its expectation differ by release, so a case that asked about none is not run again, nor are
-    those that restart, kill or own a program: their run changed it."""
-    versioned = sorted(i for i in case.asked if behaviours()[i].releases != Span())
-    if not versioned or set(item.fixturenames) & {"restartable", "crashable", "own_nsqlookupd"}:
+    those that restart, kill or own a program: their run changed it. A case stops at its first hard difference, so
+    a run again may ask about items the first run never reached: they part the releases left further."""
+    if set(item.fixturenames) & {"restartable", "crashable", "own_nsqlookupd"}:
         return judged
     cited = [behaviour for requirement_id in case_requirements(item)
              for behaviour in behaviour_ids_of(requirements()[requirement_id])]
-    for releases in releases_expecting_otherwise([behaviours()[i].releases for i in versioned], case.version):
-        if not_in_version(cited, releases[0]):  # the case judges nothing of that release's
-            continue
+    asked, tried = set(case.asked), set()
+    while True:
+        untried = [group for group in _groups(asked, case.version)
+                   if not tried.intersection(group) and not not_in_version(cited, group[0])]  # else: UNSUPPORTED
+        if not untried:
+            return judged
+        release = untried[0][0]
+        tried.add(release)
         other = _fresh(item, case)
-        other.version = releases[0]
+        other.version = release
         try:
             excinfo = _run_again(item, case, other)
             passes = _verdict(item, other, excinfo, _monitored(item, other)).verdict == PASS
         finally:
             other.close()
+        asked |= other.asked
         if passes:
-            differing = [i for i in versioned
-                         if behaviours()[i].releases.has(releases[0]) != behaviours()[i].releases.has(case.version)]
-            behaves = f"behaves as {label_of(releases)}"
+            differing = [i for i in sorted(asked)
+                         if behaviours()[i].releases.has(release) != behaviours()[i].releases.has(case.version)]
+            behaves = "behaves as " + label_of(next(group for group in _groups(asked, case.version)
+                                                    if release in group))
             return Judged(verdict_of("SHOULD", item.config.stash[SETTINGS].strict),
                           f"{behaves} (" + ", ".join(f"{i} is {behaviours()[i].releases}" for i in differing)
                           + f"), not as {case.version.label}, which it is judged as:\n{judged.message}",
                           behaves, "SHOULD", tuple(differing))
-    return judged
+
+
+def _groups(asked: set[str], judged: NsqVersion) -> list[tuple[NsqVersion, ...]]:
+    """The releases that expect otherwise than ``judged`` of the versioned items among ``asked``, grouped."""
+    return releases_expecting_otherwise([behaviours()[i].releases for i in sorted(asked)], judged)
 
 
 def _fresh(item, case: Case | LookupdCase) -> Case | LookupdCase:
