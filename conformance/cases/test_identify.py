@@ -199,8 +199,13 @@ def test_sample_rate_and_msg_timeout_accepted_values(nsq):
 
 @requirement("NSQ-ID-009")
 def test_validation_order_timeout_before_size(nsq):
-    """Both buffer values invalid: the timeout error wins (ID-05; rec-0071)."""
-    nsq.require_behaviour("ID-05")
+    """Both buffer values invalid: the timeout error wins (ID-05; rec-0071); before 1.2.0 the size's (ID-45)."""
+    if not nsq.has("ID-05"):  # no minimum timeout then (ID-42): the maximum's successor is the invalid one
+        timeout = nsq.limits["max_output_buffer_timeout_ms"] + 1
+        conn = nsq.connect()
+        conn.command("IDENTIFY", body=wire.identify_body({"output_buffer_timeout": timeout, "output_buffer_size": 1}))
+        conn.expect_error("E_BAD_BODY", "IDENTIFY output buffer size (1) is invalid", judges="ID-45")
+        return
     timeout = smallest_output_buffer_timeout(nsq) - 1  # below the minimum: invalid (ID-03)
     if timeout < 1:
         pytest.skip(f"profile {nsq.profile.name}: min_output_buffer_timeout_ms {timeout + 1} leaves no invalid "
