@@ -78,13 +78,36 @@ def _name_prefix(kind: str, name: str) -> str:
     return f"{kind}{os.getpid() % 100000:05d}-{next(_sequence):06d}-{int(time.time()) % 100000:05d}-{name}"[:48]
 
 
-class Case:
+class FollowsRelease:
+    """A case judges the target as a release (--nsq-version) and keeps which of the catalogue's items it asked the
+    release about: a case that fails is run again as the releases that expect otherwise of them
+    (conformance/versions.py)."""
+    version = NsqVersion.parse(DEFAULT)  # the release the target follows (--nsq-version): the fixtures set it
+
+    def __init__(self):
+        self.asked: set[str] = set()
+
+    def has(self, item: str) -> bool:
+        """Whether the release the target follows has behaviour ``item``: a case whose expectation differs by
+        release checks the one of its version."""
+        self.asked.add(item)
+        return behaviours()[item].releases.has(self.version)
+
+    def require_behaviour(self, item: str) -> None:
+        """UNSUPPORTED unless the release the target follows has ``item`` ("not in nsqd v1.3.0: ...")."""
+        self.asked.add(item)
+        why = not_in_version([item], self.version)
+        if why:
+            raise Unsupported(why)
+
+
+class Case(FollowsRelease):
     """What a case works with: connections, HTTP, unique names, scaled waits, the verifier. ``sections`` are the
     requirement sections the case checks: a PUB, SUB, IDENTIFY, AUTH or topic creation of any other section is a
     setup step, whose failure is the case's PRECONDITION (None: every step is checked)."""
-    version = NsqVersion.parse(DEFAULT)  # the release the target follows (--nsq-version): the fixtures set it
 
     def __init__(self, target: Target, name: str, sections: frozenset[str] | None = None):
+        super().__init__()
         self.target = target
         self.profile = target.profile
         self.limits = target.profile.limits
@@ -120,7 +143,7 @@ class Case:
         connection = Connection(_connection_label(index), self.target.tcp, self.transcript, self.verify,
                                 self.time_scale, send_magic=magic, tls=tls or self.target.tls,
                                 sections_under_test=self.sections, unsupported_commands=self._unsupported_commands(),
-                                lowest_deflate_level=1 if self.has("ID-11") else 0)
+                                lowest_deflate_level=lambda: 1 if self.has("ID-11") else 0)
         self._connections[index] = connection
         if magic and authenticate and self.auth_command():
             if self.target.requires_tls("tcp"):
@@ -189,17 +212,6 @@ class Case:
 
     def seconds(self, seconds: float) -> float:
         return seconds * self.time_scale
-
-    def has(self, item: str) -> bool:
-        """Whether the release the target follows has behaviour ``item``: a case whose expectation differs by
-        release checks the one of its version (conformance/versions.py)."""
-        return behaviours()[item].releases.has(self.version)
-
-    def require_behaviour(self, item: str) -> None:
-        """UNSUPPORTED unless the release the target follows has ``item`` ("not in nsqd v1.3.0: ...")."""
-        why = not_in_version([item], self.version)
-        if why:
-            raise Unsupported(why)
 
     def wait(self, seconds: float, why: str) -> None:
         self.transcript.note(f"wait {self.seconds(seconds):.2f} s: {why}")
@@ -310,11 +322,12 @@ def seconds_against(elapsed: float, low: float, high: float) -> str:
     return f"{elapsed:.3f} s"
 
 
-class LookupdCase:
+class LookupdCase(FollowsRelease):
     """What a lookupd case works with: V1 connections and the HTTP API of the nsqlookupd under test, unique
     topic names, bounded waits, the verifier; transcript and verdicts as an nsqd case's."""
 
     def __init__(self, target: LookupdTarget, name: str):
+        super().__init__()
         self.target = target
         self.time_scale = target.time_scale
         self.transcript = Transcript()
@@ -337,8 +350,6 @@ class LookupdCase:
 
     until = Case.until
     seconds = Case.seconds
-    version = Case.version
-    has = Case.has
 
     def close(self) -> None:
         for connection in self._connections:

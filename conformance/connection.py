@@ -15,6 +15,7 @@ import socket
 import ssl
 import time
 from collections import deque
+from collections.abc import Callable
 
 from conformance.client import Mismatch, TlsClient, Unsupported, Verifier, open_test_socket, setup_step
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
@@ -35,9 +36,10 @@ class Connection:
     def __init__(self, name: str, address: tuple[str, int], transcript: Transcript, verifier: Verifier,
                  time_scale: float, send_magic: bool = True, tls: TlsClient = TlsClient(),
                  sections_under_test: frozenset[str] | None = None, unsupported_commands: dict[str, str] | None = None,
-                 lowest_deflate_level: int = 1):
+                 lowest_deflate_level: Callable[[], int] = lambda: 1):
         self.name = name
-        # ID-11: a negotiated level is 1..9; before 1.1.0 (ID-44) a requested one is answered 0, stored blocks
+        # ID-11: a negotiated level is 1..9; before 1.1.0 (ID-44) a requested one is answered 0, stored blocks. Asked
+        # only when deflate is negotiated: the case's release is asked about ID-11 then (Case.has), not on every connect
         self.lowest_deflate_level = lowest_deflate_level
         self.sections_under_test = sections_under_test  # None: every step is what the caller checks
         self.unsupported_commands = unsupported_commands or {}  # verb -> why the target lacks it (the profile)
@@ -418,7 +420,7 @@ class Connection:
                                   b"", trailing)
                 self.start_tls(timeout)
             else:
-                level = negotiated_deflate_level(response, self.lowest_deflate_level) if layer == "deflate" else 6
+                level = negotiated_deflate_level(response, self.lowest_deflate_level()) if layer == "deflate" else 6
                 self.upgrade(layer, level)
                 self._decode(trailing, b"")
             self.expect_response(b"OK", timeout)

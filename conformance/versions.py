@@ -6,11 +6,16 @@ release that has it (``since``) or the first that no longer does (``until``); an
 not judged: a case that judges only such items is UNSUPPORTED, saying "not in nsqd vX", and a case whose
 expectation differs by version asks ``case.has(ITEM)``. ``master`` is the source after the newest release (the
 recordings' build): it comes after every release, so an item ``since = "master"`` is judged only when the user
-asks for it."""
+asks for it.
+
+A broker that does what another release does is not broken: a case that fails is run again as each release that
+expects otherwise of the versioned items it asked about (``releases_expecting_otherwise``), and one that passes
+as such a release is NON-STRICT, naming it (conformance/plugin/verdicts.py)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 DEFAULT = "1.3.0"
@@ -66,3 +71,31 @@ class Span:
     def __str__(self) -> str:
         return " ".join(part for part in (f"since {self.since}" if self.since else "",
                                           f"until {self.until}" if self.until else "") if part) or "every version"
+
+
+RELEASES = tuple(NsqVersion.parse(text) for text in ("1.0.0-compat", "1.1.0", "1.2.0", "1.2.1", "1.3.0", MASTER))
+
+
+def releases_expecting_otherwise(spans: Iterable[Span], judged: NsqVersion) -> list[tuple[NsqVersion, ...]]:
+    """The releases that have not the same of these items as ``judged`` has, grouped by which they have (the
+    releases of a group expect alike, so a case need run as one of them only), nearest ``judged`` first: the
+    groups, and the releases in each."""
+    spans = tuple(spans)
+    ordered = sorted({*RELEASES, judged})
+
+    def distance(release: NsqVersion) -> int:
+        return abs(ordered.index(release) - ordered.index(judged))
+
+    groups: dict[tuple[bool, ...], list[NsqVersion]] = {}
+    for release in sorted(RELEASES, key=distance):
+        expectation = tuple(span.has(release) for span in spans)
+        if expectation != tuple(span.has(judged) for span in spans):
+            groups.setdefault(expectation, []).append(release)
+    return [tuple(group) for group in groups.values()]  # a dict keeps the order its keys came in: nearest first
+
+
+def label_of(releases: tuple[NsqVersion, ...]) -> str:
+    """``nsqd v1.2.1 (and v1.2.0, v1.1.0)``, ``nsqd master``: how a reason names a group of releases that expect
+    alike, nearest the judged one first."""
+    others = [release.label.removeprefix("nsqd ") for release in releases[1:]]
+    return releases[0].label + (f" (and {', '.join(others)})" if others else "")

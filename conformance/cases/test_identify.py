@@ -140,6 +140,12 @@ def test_identify_field_out_of_range(nsq, field, value, text):
               "MAX_OBS+1": nsq.limits["max_output_buffer_size"] + 1,
               "MAX_MT+1": nsq.limits["max_msg_timeout_ms"] + 1}
     number = limits.get(value, value)
+    if field == "output_buffer_timeout" and value in ("MIN_OBT-1", 1) and not nsq.has("ID-42"):
+        # before 1.2.0 there is no minimum (ID-42): what 1.2.0 refuses is accepted and echoed
+        accepted = max(nsq.limits["min_output_buffer_timeout_ms"] - 1, 1) if value == "MIN_OBT-1" else 1
+        nsq.verify.equal(f"output_buffer_timeout {accepted} accepted and echoed (no minimum before 1.2.0: ID-42)",
+                         accepted, negotiate(nsq, output_buffer_timeout=accepted)["output_buffer_timeout"])
+        return
     if field == "output_buffer_timeout" and value in ("MIN_OBT-1", 1) and not 1 <= number < minimum:
         pytest.skip(f"profile {nsq.profile.name}: with min_output_buffer_timeout_ms {minimum}, {number} is not an "
                     "invalid timeout (0 keeps the default, -1 turns the flush off: ID-03)")
@@ -193,8 +199,13 @@ def test_sample_rate_and_msg_timeout_accepted_values(nsq):
 
 @requirement("NSQ-ID-009")
 def test_validation_order_timeout_before_size(nsq):
-    """Both buffer values invalid: the timeout error wins (ID-05; rec-0071)."""
-    nsq.require_behaviour("ID-05")
+    """Both buffer values invalid: the timeout error wins (ID-05; rec-0071); before 1.2.0 the size's (ID-45)."""
+    if not nsq.has("ID-05"):  # no minimum timeout then (ID-42): the maximum's successor is the invalid one
+        timeout = nsq.limits["max_output_buffer_timeout_ms"] + 1
+        conn = nsq.connect()
+        conn.command("IDENTIFY", body=wire.identify_body({"output_buffer_timeout": timeout, "output_buffer_size": 1}))
+        conn.expect_error("E_BAD_BODY", "IDENTIFY output buffer size (1) is invalid", judges="ID-45")
+        return
     timeout = smallest_output_buffer_timeout(nsq) - 1  # below the minimum: invalid (ID-03)
     if timeout < 1:
         pytest.skip(f"profile {nsq.profile.name}: min_output_buffer_timeout_ms {timeout + 1} leaves no invalid "

@@ -1,9 +1,10 @@
 """Each case's verdict, set in ``pytest_runtest_makereport`` the way pytest's skipping plugin sets xfail:
-PASS; FAIL = a MUST is broken; NON-STRICT = only a SHOULD (or nsqd's exact wording) is broken,
-FAIL under ``--strict``; PRECONDITION = a setup step failed, so the case could not test its requirement;
-UNSUPPORTED = an optional capability is missing; NOT RUN = the target died during an earlier case and could not
-be restarted; ERROR = harness trouble (the target cannot be reached). The names and the causes that group
-failures are ``conformance/verdicts.py``'s; ``pytest_report_teststatus`` gives each its letter and colour.
+PASS; FAIL = a MUST is broken; NON-STRICT = only a SHOULD (or nsqd's exact wording) is broken, or the broker does
+what another release than the judged one does (``_as_another_release``), FAIL under ``--strict``; PRECONDITION = a
+setup step failed, so the case could not test its requirement; UNSUPPORTED = an optional capability is missing;
+NOT RUN = the target died during an earlier case and could not be restarted; ERROR = harness trouble (the target
+cannot be reached). The names and the causes that group failures are ``conformance/verdicts.py``'s;
+``pytest_report_teststatus`` gives each its letter and colour.
 
 The verdict rides on ``report.nsq``, an attribute rather than the stash, because pytest-xdist sends a report's
 attributes from the worker to the controller, where the report writers read them.
@@ -24,6 +25,7 @@ from conformance.client import HarnessError, Mismatch, PreconditionFailed, Unsup
 from conformance.liveness import NotRun
 from conformance.plugin import CASE, COMPARED, SETTINGS, case_requirements, is_case, settings_of
 from conformance.plugin.fixtures import case_name
+from conformance.spec import behaviour_ids_of, behaviours, not_in_version
 from conformance.verdicts import (
     ERROR,
     FAIL,
@@ -39,6 +41,7 @@ from conformance.verdicts import (
     level_of,
     verdict_of,
 )
+from conformance.versions import NsqVersion, label_of, releases_expecting_otherwise
 from nsq_protocol import monitors
 
 _TEST_STATUS = {
@@ -194,15 +197,7 @@ def _run_on_compare_target(item, settings) -> dict:
     other = Case(Target(settings.profile, settings.compare_tcp, settings.compare_http, settings.time_scale),
                  case_name(item))
     other.version = case.version
-    # the case fixtures, and the cases' own fixtures made of them (`auth` is the case, `http` its HTTP client)
-    counterpart = {id(case): other, id(case.http): other.http}
-    arguments = {name: counterpart.get(id(item.funcargs[name]), item.funcargs[name])
-                 for name in item._fixtureinfo.argnames}
-    excinfo = None
-    try:
-        item.obj(**arguments)
-    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as error:
-        excinfo = pytest.ExceptionInfo.from_exception(error)
+    excinfo = _run_again(item, case, other)
     varies = item.get_closest_marker("transcript_varies")
     # before the clean-up, which the target's run has not had yet
     diff = [] if varies else compare.differences(case, other, against)
@@ -211,6 +206,75 @@ def _run_on_compare_target(item, settings) -> dict:
     return {"against": against, "status": "different" if diff else "same", "verdict": judged.verdict,
             "message": judged.message,
             "diff": diff, "transcripts": f"not compared: {varies.args[0]}" if varies else "compared"}
+
+
+def _run_again(item, case: Case | LookupdCase, other: Case | LookupdCase) -> pytest.ExceptionInfo | None:
+    """The case's function once more with ``other`` in place of ``case``; what stopped it, if anything."""
+    # the case fixtures, and the cases' own fixtures made of them (`auth` is the case, `http` its HTTP client)
+    counterpart = {id(case): other, id(case.http): other.http}
+    arguments = {name: counterpart.get(id(item.funcargs[name]), item.funcargs[name])
+                 for name in item._fixtureinfo.argnames}
+    try:
+        item.obj(**arguments)
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as error:
+        return pytest.ExceptionInfo.from_exception(error)
+    return None
+
+
+# ---- another release's behaviour (--nsq-version) -------------------------------------------------------
+
+def _as_another_release(item, case: Case | LookupdCase, judged: Judged) -> Judged:
+    """A failing case run again as each release that expects otherwise of the versioned items it asked about
+    (``case.has``, also for the monitors' rules; conformance/versions.py), the releases nearest the judged one
+    first: a broker that passes as one does what that release does, a difference between releases, NON-STRICT
+    naming it (FAIL under --strict, as every NON-STRICT); one that passes as none keeps its verdict. Only what a case
+    asks about makes its expectation differ by release, so a case that asked about none is not run again, nor are
+    those that restart, kill or own a program: their run changed it. A case stops at its first hard difference, so
+    a run again may ask about items the first run never reached: they part the releases left further."""
+    if set(item.fixturenames) & {"restartable", "crashable", "own_nsqlookupd"}:
+        return judged
+    cited = [behaviour for requirement_id in case_requirements(item)
+             for behaviour in behaviour_ids_of(requirements()[requirement_id])]
+    asked, tried = set(case.asked), set()
+    while True:
+        untried = [group for group in _groups(asked, case.version)
+                   if not tried.intersection(group) and not not_in_version(cited, group[0])]  # else: UNSUPPORTED
+        if not untried:
+            return judged
+        release = untried[0][0]
+        tried.add(release)
+        other = _fresh(item, case)
+        other.version = release
+        try:
+            excinfo = _run_again(item, case, other)
+            passes = _verdict(item, other, excinfo, _monitored(item, other)).verdict == PASS
+        finally:
+            other.close()
+        asked |= other.asked
+        if passes:
+            differing = [i for i in sorted(asked)
+                         if behaviours()[i].releases.has(release) != behaviours()[i].releases.has(case.version)]
+            behaves = "behaves as " + label_of(next(group for group in _groups(asked, case.version)
+                                                    if release in group))
+            return Judged(verdict_of("SHOULD", item.config.stash[SETTINGS].strict),
+                          f"{behaves} (" + ", ".join(f"{i} is {behaviours()[i].releases}" for i in differing)
+                          + f"), not as {case.version.label}, which it is judged as:\n{judged.message}",
+                          behaves, "SHOULD", tuple(differing))
+
+
+def _groups(asked: set[str], judged: NsqVersion) -> list[tuple[NsqVersion, ...]]:
+    """The releases that expect otherwise than ``judged`` of the versioned items among ``asked``, grouped."""
+    return releases_expecting_otherwise([behaviours()[i].releases for i in sorted(asked)], judged)
+
+
+def _fresh(item, case: Case | LookupdCase) -> Case | LookupdCase:
+    """A new case on the same target (and fake nsqlookupd) as ``case``."""
+    if isinstance(case, LookupdCase):
+        return LookupdCase(case.target, case_name(item))
+    other = Case(case.target, case_name(item), case.sections)
+    if hasattr(case, "lookupd"):  # the registration fixture's
+        other.lookupd = case.lookupd
+    return other
 
 
 def _with_verdicts_compared(compared: dict | None, verdict: str) -> dict | None:
@@ -234,6 +298,8 @@ def pytest_runtest_makereport(item, call):
     case: Case | None = item.stash.get(CASE, None)
     found = _monitored(item, case)
     judged, death = _after_target_check(item, case, _verdict(item, case, call.excinfo, found))
+    if call.when == "call" and death is None and judged.verdict in (FAIL, NON_STRICT) and case is not None:
+        judged = _as_another_release(item, case, judged)
     verdict, message = judged.verdict, judged.message
     ids = case_requirements(item)
     pcap = None

@@ -103,7 +103,8 @@ def render_html(document: dict, catalogue: dict) -> str:
         parts.append("<p>Baseline cases that now pass (remove them from the baseline): " + ", ".join(
             f"<code>{escape(case)}</code>" for case in summary["baseline_now_passing"]) + "</p>")
     parts.append("<p class='meta'>Verdicts: PASS; FAIL = a MUST requirement is broken; NON-STRICT = only a "
-                 "SHOULD or nsqd's exact wording differs (FAIL with --strict); PRECONDITION = a setup step (a PUB, "
+                 "SHOULD or nsqd's exact wording differs, or the broker behaves as another nsqd release (FAIL with "
+                 "--strict); PRECONDITION = a setup step (a PUB, "
                  "SUB, IDENTIFY or topic the case needed) failed, so the requirement could not be tested; "
                  "UNSUPPORTED = an optional capability the target does not offer; NOT RUN = the target died during "
                  "an earlier case and was not restarted; ERROR = the harness could not reach the target.</p>")
