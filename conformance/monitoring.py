@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Transcript
 from nsq_protocol import monitors
+from nsq_protocol.http import HttpExchange
 
 _SERVER_CLOSED = ("server closed the connection", "connection reset")
 _KILLED = "kill the target"  # case.py's note of a SIGKILL
 
 
 def judge(transcript: Transcript) -> monitors.Judge:
-    """The monitors' judge over one case's V2 connections (its HTTP requests are not fed: ``http_seen`` False)."""
+    """The monitors' judge over one case's V2 connections and its exchanges with nsqd's HTTP API (conformance.client's
+    ``monitored`` HttpClient); ``http_seen`` False: other cases' requests reach the broker too."""
     judge = monitors.new_judge(timing=False, http_seen=False, wording=False)  # the cases judge nsqd's wording
     for event in transcript.events:
         name, at = event.connection, transcript.wall_time(event)
@@ -22,6 +24,9 @@ def judge(transcript: Transcript) -> monitors.Judge:
                 judge.close(name, at, monitors.BROKER)
             elif event.lines[0].startswith(_KILLED):
                 judge.crash(at)
+            continue
+        if event.observed and isinstance(event.observed[0], HttpExchange):
+            judge.http_exchange(event.observed[0])
             continue
         if event.direction not in (CLIENT_TO_SERVER, SERVER_TO_CLIENT) or not event.observed and \
                 name not in judge.connections:

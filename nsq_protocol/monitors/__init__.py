@@ -42,6 +42,8 @@ from nsq_protocol.monitors.framing import (
     NonFatalErrorsKeepOpen,
 )
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
+from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
+from nsq_protocol.monitors.http_documents import DocumentsAsNsqd
 from nsq_protocol.monitors.identify import IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.monitor import Monitor, Violation
@@ -54,6 +56,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare,
+    HttpAnswersAsNsqd, DocumentsAsNsqd,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that
