@@ -51,9 +51,9 @@ _CREATING = {"/pub": ("H-PUB-04", frozenset({"OK", "INVALID_DEFER"})),
 
 
 class HttpAnswersAsNsqd(Monitor):
-    """H-01 ... H-10, H-PUB-*, H-MPUB-*, H-TOPIC-*, H-CHANNEL-*, H-CFG-*, H-DEBUG-01: each HTTP answer as nsqd
-    gives it; the limits a refusal hangs on are their flags' defaults until a /config answer tells them, and an
-    answer only another value explains is "not judged"."""
+    """Each HTTP answer as nsqd gives it (``ITEMS``: the conventions, /pub, /mpub, the topic, channel, /config and
+    /debug endpoints); the limits a refusal hangs on are their flags' defaults until a /config answer tells them,
+    and an answer only another value explains is "not judged"."""
 
     ITEMS = ("H-01", "H-02", "H-03", "H-04", "H-05", "H-06", "H-07", "H-09", "H-10",
              "H-PUB-01", "H-PUB-02", "H-PUB-03", "H-PUB-04", "H-PUB-05", "H-PUB-07", "H-PUB-08",

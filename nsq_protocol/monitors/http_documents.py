@@ -32,9 +32,9 @@ _DURATIONS = {"max_heartbeat_interval": (60_000_000_000, (60_000, 60)),
 
 
 class DocumentsAsNsqd(Monitor):
-    """H-STATS-02 ... H-STATS-08, H-STATS-14, H-STATS-15, H-STATS-17: each /stats answer's document against its
-    request's format, include_clients, include_mem, topic and channel; H-INFO-01, H-INFO-02: /info's keys and its
-    durations in nanoseconds (judged where they are the flags' defaults: another unit of them is no flag's)."""
+    """Each /stats answer's document (the H-STATS items of ``ITEMS``) against its request's format, include_clients,
+    include_mem, topic and channel; H-INFO-01, H-INFO-02: /info's keys and its durations in nanoseconds (judged
+    where they are the flags' defaults: another unit of them is no flag's)."""
 
     ITEMS = ("H-INFO-01", "H-INFO-02", "H-STATS-02", "H-STATS-03", "H-STATS-04", "H-STATS-05", "H-STATS-06",
              "H-STATS-07", "H-STATS-08", "H-STATS-14", "H-STATS-15", "H-STATS-17")
@@ -65,8 +65,8 @@ class DocumentsAsNsqd(Monitor):
 
     def _text(self, exchange: HttpExchange, params: dict):
         """H-STATS-17: the text report's Memory section as include_mem asks."""
-        wanted = _BOOL.get(params.get("include_mem", ""), True)
-        if (b"\nMemory:\n" in exchange.response.body) != wanted:
+        wanted, body = _BOOL.get(params.get("include_mem", ""), True), exchange.response.body
+        if body.startswith(b"nsqd v") and (b"\nMemory:\n" in body) != wanted:  # else not the report (H-STATS-01)
             self.report("H-STATS-17", BROKER, exchange.ts, HTTP, f"a Memory: section {'' if wanted else 'not '}"
                         "in the text report", "the opposite", exchange)
 
