@@ -29,9 +29,9 @@ from nsq_protocol.monitors.monitor import Monitor
 JSON_TYPE = "application/json; charset=utf-8"
 NSQ_TYPE = "nsq; version=1.0"
 HTTP = "HTTP"  # the violations' connection: the broker's HTTP API
-_LIMIT_OPTIONS = {"max_msg_size": ("max_msg_size", 1), "max_body_size": ("max_body_size", 1),
-                  "max_req_timeout": ("max_req_timeout_ms", 1_000_000)}  # /config/<name> -> (Limits field, unit)
-_EXTREMES = (0, 1 << 62)  # a flag's value at either end: what a flag the traffic does not show could make nsqd say
+# a flag's value at either end: what a flag the traffic does not show could make nsqd say (the traffic's /config
+# answers do not tell it for long: a restart may change it, unseen)
+_EXTREMES = (0, 1 << 62)
 _STATE_ANSWERS = {  # path -> what nsqd may answer a request whose arguments passed, by what exists
     "/topic/delete": ("TOPIC_NOT_FOUND",), "/topic/empty": ("TOPIC_NOT_FOUND", "INTERNAL_ERROR"),
     "/topic/pause": ("TOPIC_NOT_FOUND", "INTERNAL_ERROR"), "/topic/unpause": ("TOPIC_NOT_FOUND", "INTERNAL_ERROR"),
@@ -65,8 +65,6 @@ class HttpAnswersAsNsqd(Monitor):
 
     def __init__(self):
         super().__init__()
-        self._limits = Limits()
-        self._unknown = set(Limits.FLAGS)  # the limits still at their defaults: not told by the traffic
         self._tls_required_at: float | None = None  # a plain request was answered 403 TLS_REQUIRED
         # the model (where every HTTP request is seen): (topic,) and (topic, channel) -> when the answer showed it
         # exists; -> (paused, when the answer set it); of what a request since deleted or changed, the answer's time
@@ -74,17 +72,16 @@ class HttpAnswersAsNsqd(Monitor):
         self._created_by: dict[str, str] = {}  # topic -> the item of the request that showed it exists
         self._paused: dict[tuple, tuple[bool, float]] = {}
         self._changed: dict[tuple, float] = {}
-        self._model_since: float | None = None
+        # the broker's start (/stats' and /info's start_time, whole seconds): the model holds from it on; a new one
+        # is a restart, which may have lost what it knew
+        self._started: int | None = None
 
     def http_exchange(self, judge, exchange: HttpExchange):
         request, response = exchange.request, exchange.response
-        if judge.crashed_at is not None and (self._model_since or 0) < judge.crashed_at:  # a restart: flags anew
-            self._exists, self._created_by, self._paused, self._changed = {}, {}, {}, {}
-            self._model_since = judge.crashed_at
-            self._limits, self._unknown, self._tls_required_at = Limits(), set(Limits.FLAGS), None
+        self._restarted(judge, exchange)
         if not exchange.tls and self._tls_required(judge, exchange):
             return
-        answers = expect(request, self._limits)
+        answers = expect(request, Limits())
         if answers is None:
             answers = self._by_state(judge, exchange)
             if answers is None:
@@ -102,6 +99,21 @@ class HttpAnswersAsNsqd(Monitor):
         if fault:
             self.report(fault[0], BROKER, exchange.ts, HTTP, fault[1], fault[2], exchange)
         self._learn(judge, exchange, fitting)
+
+    def _restarted(self, judge, exchange: HttpExchange):
+        """A restart (the suite's kill, or a new start_time) ends what the model knew, and the TLS policy seen."""
+        started = self._started
+        if exchange.request.path in ("/stats", "/info") and exchange.response.status == 200:
+            document = _json(exchange.response)
+            if isinstance(document, dict) and isinstance(document.get("start_time"), int):
+                started = document["start_time"]
+        if judge.crashed_at is not None and (self._started is None or self._started < judge.crashed_at):
+            started = max(started or 0, int(judge.crashed_at))
+        if started != self._started:
+            self._exists, self._created_by, self._paused, self._changed = {}, {}, {}, {}
+            if self._started is not None:
+                self._tls_required_at = None
+            self._started = started
 
     def _tls_required(self, judge, exchange: HttpExchange) -> bool:
         """H-06: a plain request answered 403 TLS_REQUIRED shows --tls-required; every plain one after is too.
@@ -126,10 +138,10 @@ class HttpAnswersAsNsqd(Monitor):
         return False
 
     def _flag(self, request, response: Response) -> str | None:
-        """The flag, still unknown, whose other value would make nsqd give this answer."""
-        for name in sorted(self._unknown):
+        """The flag whose other value would make nsqd give this answer."""
+        for name in sorted(Limits.FLAGS):
             for value in _EXTREMES:
-                answers = expect(request, replace(self._limits, **{name: value}))
+                answers = expect(request, replace(Limits(), **{name: value}))
                 if answers and any(_fits(answer, request.method, response) for answer in answers):
                     return Limits.FLAGS[name]
         return None
@@ -147,24 +159,23 @@ class HttpAnswersAsNsqd(Monitor):
         codes = list(_STATE_ANSWERS[path])
         if not judge.http_seen:
             self.skip(item, "whether the topic exists: the broker's HTTP requests are not all in the traffic")
-        elif self._exists.get((topic,), exchange.ts) < exchange.ts:  # created in the traffic, not deleted since
+        elif self._known((topic,), exchange.ts):
             codes.remove("TOPIC_NOT_FOUND")
-            if self._exists.get((topic, channel), exchange.ts) < exchange.ts and "CHANNEL_NOT_FOUND" in codes:
+            if self._known((topic, channel), exchange.ts) and "CHANNEL_NOT_FOUND" in codes:
                 codes.remove("CHANNEL_NOT_FOUND")
         return (HttpAnswer(200, EMPTY, item=item),
                 *(HttpAnswer(500 if code == "INTERNAL_ERROR" else 404, ERROR, code, item) for code in codes))
 
+    def _known(self, key: tuple, at: float) -> bool:
+        """``key`` exists at ``at``: an answer before showed it, after the broker's start (that it was not lost in a
+        restart since is what the start_time of /stats and /info answers tells)."""
+        since = self._exists.get(key)
+        return since is not None and since < at and self._started is not None and self._started + 1 < since
+
     def _learn(self, judge, exchange: HttpExchange, answer: HttpAnswer):
-        """What the answer tells: a limit (/config), what exists and what is paused (the model)."""
+        """What the answer tells of what exists and what is paused (the model)."""
         request, response = exchange.request, exchange.response
         path = request.path
-        if path.startswith("/config/") and request.method == "GET" and response.status == 200:
-            limit = _LIMIT_OPTIONS.get(path[len("/config/"):])
-            value = _json(response)
-            if limit and isinstance(value, int) and not isinstance(value, bool):
-                self._limits = replace(self._limits, **{limit[0]: value // limit[1]})
-                self._unknown.discard(limit[0])
-            return
         if not judge.http_seen:
             return
         if path == "/stats" and answer.shape == DOCUMENT:
@@ -210,12 +221,13 @@ class HttpAnswersAsNsqd(Monitor):
             return
         listed = {entry.get("topic_name"): entry for entry in document["topics"] if isinstance(entry, dict)}
         wanted, at = params.get("topic"), exchange.ts
-        for key, since in self._exists.items():
-            if len(key) == 1 and since < at and wanted in (None, "", key[0]) and key[0] not in listed:
+        for key in self._exists:
+            if len(key) == 1 and self._known(key, at) and wanted in (None, "", key[0]) and key[0] not in listed:
                 self.report(self._created_by.get(key[0], "H-TOPIC-01"), BROKER, at, HTTP,
                             f"topic {key[0]} listed (created, not deleted since)", "not in /stats", exchange)
         for key, (paused, since) in self._paused.items():
-            entry = listed.get(key[0]) if since < at else None
+            entry = listed.get(key[0]) if since < at and self._started is not None and self._started + 1 < since \
+                else None
             if entry is not None and len(key) == 2:
                 entry = next((channel for channel in entry.get("channels") or () if isinstance(channel, dict)
                               and channel.get("channel_name") == key[1]), None)

@@ -193,23 +193,28 @@ def test_plain_http_once_refused_for_tls_stays_refused():
     assert named(judged(("GET", "/ping", b"", compact))) == {("H-06", "broker")}
 
 
-def test_a_refusal_only_another_flag_explains_is_not_judged_until_the_flag_is_told():
+def test_a_refusal_only_another_flag_explains_is_not_judged():
     too_big = ("POST", "/pub?topic=t", 2_000_000, ok())  # --max-msg-size above its default, or a broker bug
     judge = judged(too_big)
     assert judge.violations == []
     assert judge.not_judged["H-PUB-01", "the answer fits only a --max-msg-size other than its default"] == 1
-    told = ("GET", "/config/max_msg_size", b"", document(1048576))
-    assert named(judged(told, too_big)) == {("H-PUB-01", "broker")}
     assert named(judged(("POST", "/pub?topic=t&defer=4000000", b"x", ok()))) == set()  # --max-req-timeout
+    assert named(judged(("POST", "/pub?topic=t", 2_000_000, error(413, "BODY_TOO_BIG")))) == {("H-PUB-01", "broker")}
+
+
+STARTED = ("GET", "/info", b"", document(INFO))  # the broker's start_time, before the traffic
 
 
 def test_what_exists_decides_a_404_where_every_http_request_is_seen():
-    created = ("POST", "/topic/create?topic=t", b"", empty())
+    created = STARTED, ("POST", "/topic/create?topic=t", b"", empty())
     missing = ("POST", "/channel/create?topic=t&channel=c", b"", error(404, "TOPIC_NOT_FOUND"))
-    assert named(judged(created, missing)) == {("H-CHANNEL-01", "broker")}
+    assert named(judged(*created, missing)) == {("H-CHANNEL-01", "broker")}
     deleted = ("POST", "/topic/delete?topic=t", b"", empty())
-    assert named(judged(created, deleted, missing)) == set()
-    judge = judged(created, missing, http_seen=False)
+    assert named(judged(*created, deleted, missing)) == set()
+    restarted = ("GET", "/info", b"", document({**INFO, "start_time": int(T0) + 2}))  # maybe without its data
+    assert named(judged(*created, restarted, missing)) == set()
+    assert named(judged(created[1], missing)) == set()  # the broker's start not known: maybe after the create
+    judge = judged(*created, missing, http_seen=False)
     assert judge.violations == []
     assert judge.not_judged[
         "H-CHANNEL-01", "whether the topic exists: the broker's HTTP requests are not all in the traffic"] == 1
@@ -217,12 +222,16 @@ def test_what_exists_decides_a_404_where_every_http_request_is_seen():
 
 def test_stats_after_the_http_requests_show_what_they_did():
     refused = ("POST", "/pub?topic=u&defer=-1", b"x", error(400, "INVALID_DEFER"))  # H-PUB-04: u created anyway
-    assert named(judged(refused, ("GET", "/stats?format=json", b"", document(stats())))) == {("H-PUB-04", "broker")}
+    assert named(judged(STARTED, refused, ("GET", "/stats?format=json", b"", document(stats())))) == {
+        ("H-PUB-04", "broker")}
     listed = document(stats(topics=[TOPIC, {**TOPIC, "topic_name": "u"}]))
-    assert named(judged(refused, ("GET", "/stats?format=json", b"", listed))) == set()
+    assert named(judged(STARTED, refused, ("GET", "/stats?format=json", b"", listed))) == set()
+    restarted = document(stats(start_time=int(T0) + 2))
+    assert named(judged(STARTED, refused, ("GET", "/stats?format=json", b"", restarted))) == set()
     paused = ("POST", "/topic/pause?topic=t", b"", empty())
-    assert named(judged(paused, ("GET", "/stats?format=json", b"", document(stats())))) == {("H-TOPIC-04", "broker")}
-    assert named(judged(paused, ("GET", "/stats?format=json", b"", document(stats(
+    assert named(judged(STARTED, paused, ("GET", "/stats?format=json", b"", document(stats())))) == {
+        ("H-TOPIC-04", "broker")}
+    assert named(judged(STARTED, paused, ("GET", "/stats?format=json", b"", document(stats(
         topics=[{**TOPIC, "paused": True}]))))) == set()
 
 
