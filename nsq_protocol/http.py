@@ -6,6 +6,7 @@ V2 codec: ``feed`` takes bytes and returns what completed; bodies are bounded, a
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote_to_bytes, urlsplit
 
@@ -97,6 +98,9 @@ class HttpDecoder:
         self.requests = requests
         self._buffer = bytearray()
         self._failed: ProtocolViolation | None = None
+        # a response decoder: the methods of the requests still to be answered, in order, where the caller knows
+        # them (an answer to HEAD has no body, whatever its Content-Length)
+        self.asked: deque[str] = deque()
 
     def feed(self, data: bytes) -> list[Request | Response]:
         if self._failed:
@@ -128,11 +132,18 @@ class HttpDecoder:
         match = (_REQUEST_LINE if self.requests else _STATUS_LINE).match(first)
         if not match:
             raise self._fail(f"not an HTTP/1.1 {'request' if self.requests else 'status'} line: {first[:60]!r}")
-        body = self._body(headers, head_end + 4)
+        interim = not self.requests and match.group(1)[:1] == b"1"  # 100 Continue: the answer still to come
+        bodiless = not self.requests and (interim or match.group(1) in (b"204", b"304") or
+                                          bool(self.asked) and self.asked[0] == "HEAD")
+        body = (b"", head_end + 4) if bodiless else self._body(headers, head_end + 4)
         if body is None:
             return None
         body, end = body
         del buffer[:end]
+        if interim:
+            return self._next()
+        if not self.requests and self.asked:
+            self.asked.popleft()
         text = {name.decode("latin-1"): value.decode("latin-1") for name, value in headers.items()}
         if self.requests:
             return Request(match.group(1).decode(), match.group(2).decode("latin-1"), body, text)

@@ -387,7 +387,9 @@ class HttpReading:
         answers = []
         try:
             for _, data, ts_ns in conn.c2s.chunks:
-                self.asked += [(ts_ns / NS, request) for request in self.requests.feed(data)]
+                requests = self.requests.feed(data)
+                self.asked += [(ts_ns / NS, request) for request in requests]
+                self.responses.asked.extend(request.method for request in requests)
             for _, data, ts_ns in conn.s2c.chunks:
                 answers += [(ts_ns / NS, response) for response in self.responses.feed(data)]
         except ProtocolViolation:

@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from nsq_protocol import monitors
-from nsq_protocol.http import HttpExchange, Request, Response
+from nsq_protocol.http import HttpDecoder, HttpExchange, Request, Response
 from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
 from nsq_protocol.monitors.http_documents import DocumentsAsNsqd
 
@@ -241,3 +241,10 @@ def test_a_query_is_read_as_go_reads_it():
 
     assert params("/x?topic=a&topic=b&c=%23d+e") == {"topic": "a", "c": "#d e"}
     assert params("/x?topic=%zz") is None and params("/x?a=1;b=2") is None and params("/x") == {}
+
+
+def test_an_answer_to_head_has_no_body_and_the_next_answer_is_read_whole():
+    answers = HttpDecoder(requests=False)
+    answers.asked.extend(["HEAD", "GET"])
+    assert answers.feed(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 405 Method Not Allowed\r\nContent-Length: 32\r\n\r\n"
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK") == [Response(405, b""), Response(200, b"OK")]
