@@ -188,19 +188,21 @@ def _mpub(request: Request, params: dict | None, limits: Limits) -> tuple[HttpAn
     refused = _topic_checked(params, "H-MPUB-02")
     if refused:
         return refused
-    if request.size is not None:
-        return None  # the body is not all in the traffic
     binary = params.get("binary")
     item = "H-MPUB-03" if binary is not None and binary not in _BOOL else "H-MPUB-07"
     ok = (HttpAnswer(200, TEXT, "OK", item), HttpAnswer(503, ERROR, "EXITING", "H-MPUB-07"))
+    if request.size is not None:  # the body is not all in the traffic: any of its outcomes
+        return (*ok, *(HttpAnswer(413, ERROR, code, item) for code in (
+            "BAD_BODY", "BAD_MESSAGE", "MSG_TOO_BIG", "BODY_TOO_BIG")))
     if binary is not None and _BOOL.get(binary, True):
         code = _binary_refusal(request.body, limits)
         return _error(413, code, "H-MPUB-05" if item == "H-MPUB-07" else item) if code else ok
-    if len(request.body) > limits.max_body_size:
-        return None  # a chunked body read only to the limit: where it was cut is Go's buffering
     lines = request.body.split(b"\n")
+    too_long = _error(413, "MSG_TOO_BIG", "H-MPUB-04")
+    if len(request.body) > limits.max_body_size:  # a chunked body, read to the limit: a line before may be too long
+        return (*_error(413, "BODY_TOO_BIG", "H-MPUB-04"), *too_long)
     if any(len(line) > limits.max_msg_size for line in lines):
-        return _error(413, "MSG_TOO_BIG", "H-MPUB-04")
+        return too_long
     return tuple(replace(answer, item="H-MPUB-04") for answer in ok) if not any(lines) else ok
 
 

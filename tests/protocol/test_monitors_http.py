@@ -248,3 +248,8 @@ def test_an_answer_to_head_has_no_body_and_the_next_answer_is_read_whole():
     answers.asked.extend(["HEAD", "GET"])
     assert answers.feed(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 405 Method Not Allowed\r\nContent-Length: 32\r\n\r\n"
                         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK") == [Response(405, b""), Response(200, b"OK")]
+
+
+def test_a_chunked_mpub_past_a_smaller_max_body_size_is_not_judged():
+    judge = judged(("POST", "/mpub?topic=t", b"a\n" * 1000, error(413, "BODY_TOO_BIG")))
+    assert judge.violations == [] and sum(judge.not_judged.values()) == 1
