@@ -143,8 +143,8 @@ class Judge:
                     delivery.settled, delivery.settled_at = "emptied", action.ts
 
     def http_exchange(self, exchange: HttpExchange) -> None:
-        """Any HTTP request to the broker with its answer (where ``http_seen``, every one); one that changes delivery
-        comes to ``http`` too."""
+        """Any HTTP request to the broker with its answer (where ``http_seen``, every one); whoever feeds the judge
+        gives one that changes delivery to ``http`` as well, where it feeds ``http``."""
         self._begin(exchange.ts)
         self._tick(exchange.ts)
         for monitor in self._active:
