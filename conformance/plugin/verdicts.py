@@ -296,7 +296,7 @@ def _monitored(item, case) -> list:
     if not isinstance(case, Case):
         return []
     expected = {i for marker in item.iter_markers("monitors_expect") for i in marker.args}
-    return [violation for violation in monitoring.judge(case.transcript).violations
+    return [violation for violation in monitoring.judge(case.transcript, case.version).violations
             if violation.side == monitors.BROKER and violation.item not in expected and case.has(violation.item)]
 
 

@@ -18,9 +18,9 @@ TOPIC_KEYS = frozenset({"topic_name", "channels", "depth", "backend_depth", "mes
 CHANNEL_KEYS = frozenset({"channel_name", "depth", "backend_depth", "in_flight_count", "deferred_count",
                           "message_count", "requeue_count", "timeout_count", "client_count", "clients", "paused",
                           "e2e_processing_latency"})
-INFO_KEYS = frozenset({"version", "broadcast_address", "hostname", "http_port", "tcp_port", "start_time",
-                       "max_heartbeat_interval", "max_output_buffer_size", "max_output_buffer_timeout",
-                       "max_deflate_level"})
+INFO_KEYS = frozenset({"version", "broadcast_address", "hostname", "http_port", "tcp_port", "start_time"})
+INFO_LIMITS = frozenset({"max_heartbeat_interval", "max_output_buffer_size", "max_output_buffer_timeout",
+                         "max_deflate_level"})  # H-INFO-02, since 1.3.0
 # what master adds after v1.3.0 (PR #1301's topology experiment): the channel's counts by locality (H-STATS-12, each
 # left out while zero) and /info's zone and region
 CHANNEL_LATER = frozenset({"global_msg_count", "zone_local_msg_count", "region_local_msg_count"})
@@ -72,8 +72,11 @@ class DocumentsAsNsqd(Monitor):
 
 
 def _info(document: dict) -> list[tuple[str, str, str]]:
-    if not INFO_KEYS <= set(document) <= INFO_KEYS | INFO_LATER:
-        return [("H-INFO-01", f"the keys {sorted(INFO_KEYS)}", f"{sorted(document)}")]
+    keys = set(document)
+    if not INFO_KEYS <= keys <= INFO_KEYS | INFO_LIMITS | INFO_LATER:
+        return [("H-INFO-01", f"the keys {sorted(INFO_KEYS)} and the limits", f"{sorted(keys)}")]
+    if not INFO_LIMITS <= keys:
+        return [("H-INFO-02", f"the limits {sorted(INFO_LIMITS)}", f"{sorted(keys)}")]
     faults = []
     for key, (default, other_units) in _DURATIONS.items():
         if document[key] in other_units:  # H-INFO-02: the default in ms or s, not ns

@@ -158,6 +158,8 @@ def test_the_real_nsqds_answers_break_no_rule():
     (("GET", "/stats", b"", document(stats())), "H-STATS-01"),
     (("GET", "/info", b"", document({**INFO, "extra": 1})), "H-INFO-01"),
     (("GET", "/info", b"", document({**INFO, "max_heartbeat_interval": 60000})), "H-INFO-02"),
+    (("GET", "/info", b"", document({key: value for key, value in INFO.items() if key != "max_deflate_level"})),
+     "H-INFO-02"),
     (("GET", "/stats?format=json", b"", document(stats(topics=None))), "H-STATS-04"),
     (("GET", "/stats?format=json", b"", document({**stats(), "uptime": 1})), "H-STATS-02"),
     (("GET", "/stats?format=json&include_mem=false", b"", document(stats())), "H-STATS-03"),
