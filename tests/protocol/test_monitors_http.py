@@ -9,6 +9,9 @@ import struct
 
 import pytest
 
+from conformance import monitoring
+from conformance.transcript import SERVER_TO_CLIENT, Transcript
+from conformance.versions import NsqVersion
 from nsq_protocol import monitors
 from nsq_protocol.http import HttpDecoder, HttpExchange, Request, Response
 from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
@@ -255,3 +258,11 @@ def test_an_answer_to_head_has_no_body_and_the_next_answer_is_read_whole():
 def test_a_chunked_mpub_past_a_smaller_max_body_size_is_not_judged():
     judge = judged(("POST", "/mpub?topic=t", b"a\n" * 1000, error(413, "BODY_TOO_BIG")))
     assert judge.violations == [] and sum(judge.not_judged.values()) == 1
+
+
+def test_the_suite_feeds_its_exchanges_with_nsqd_of_a_release_the_monitors_hold():
+    transcript = Transcript()
+    exchange = HttpExchange(T0, Request("POST", "/pub", b"", {}), error(400, "MISSING_ARG_TOPIC"), T0 + 0.1)
+    transcript.record("HTTP", SERVER_TO_CLIENT, ["400"], observed=(exchange,))
+    assert named(monitoring.judge(transcript)) == {("H-PUB-02", "broker")}
+    assert named(monitoring.judge(transcript, NsqVersion.parse("1.1.0"))) == set()
