@@ -120,10 +120,10 @@ class Case(FollowsRelease):
         if target.requires_tls("http"):  # plain HTTP is answered 403 TLS_REQUIRED (T-10): the cases use HTTPS
             self.http = HttpClient(target.https, self.transcript, target.time_scale, tls=target.tls, absent=(
                 f"profile {self.profile.name}: the target requires HTTPS (T-10), and there is no --https-target"),
-                unsupported_paths=unsupported_paths)
+                unsupported_paths=unsupported_paths, monitored=True)
         else:
             self.http = HttpClient(target.http, self.transcript, target.time_scale,
-                                   unsupported_paths=unsupported_paths)
+                                   unsupported_paths=unsupported_paths, monitored=True)
         self._connections: list[Connection | None] = []  # None: being opened
         self._naming = threading.Lock()
         self._topics: list[str] = []

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Endpoint, Transcript
+from nsq_protocol.http import HttpExchange, Request, Response
 
 
 class Mismatch(AssertionError):
@@ -198,8 +199,9 @@ class HttpClient:
 
     def __init__(self, address: tuple[str, int] | None, transcript: Transcript, time_scale: float,
                  tls: TlsClient | None = None, absent: str = "the target has no HTTP API (no --http-target)",
-                 unsupported_paths: dict[str, str] | None = None):
+                 unsupported_paths: dict[str, str] | None = None, monitored: bool = False):
         self.address = address
+        self.monitored = monitored  # nsqd's API: each exchange goes to the monitors (conformance/monitoring.py)
         self.unsupported_paths = unsupported_paths or {}  # path -> why the target lacks it (the profile)
         self.transcript = transcript
         self.time_scale = time_scale
@@ -217,6 +219,7 @@ class HttpClient:
         if path.split("?", 1)[0] in self.unsupported_paths:
             raise Unsupported(self.unsupported_paths[path.split("?", 1)[0]])
         body = body or b""
+        sent_at = self.transcript.now()
         self.transcript.record(self.scheme, CLIENT_TO_SERVER, [f"{method} {path}" + (
             f" [{len(body)} bytes] {body[:80]!r}" if body else "")])
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.address[0]}:{self.address[1]}",
@@ -247,8 +250,12 @@ class HttpClient:
                            repr(exc)) from exc
         finally:
             sock.close()
+        exchange = (HttpExchange(self.transcript.wall_started + sent_at, Request(method, path, body, {
+            name.lower(): value for name, value in (line.split(": ", 1) for line in head[1:])}),
+            Response(response.status, response.body, response.headers),
+            self.transcript.wall_started + self.transcript.now(), tls=self.tls is not None),) if self.monitored else ()
         self.transcript.record(self.scheme, SERVER_TO_CLIENT, [f"{response.status} {response.body[:200]!r}"],
-                               response.body)
+                               response.body, observed=exchange)
         return response
 
     def post(self, path: str, body: bytes | None = b"") -> HttpResponse:

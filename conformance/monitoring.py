@@ -6,16 +6,23 @@ about time say "not judged". A lookupd case's transcript goes through nsqlookupd
 from __future__ import annotations
 
 from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Transcript
+from conformance.versions import DEFAULT, NsqVersion
 from nsq_protocol import monitors
+from nsq_protocol.http import HttpExchange
 
 _SERVER_CLOSED = ("server closed the connection", "connection reset")
 _KILLED = "kill the target"  # case.py's note of a SIGKILL
 _CLIENT_CLOSES = "client closes"  # the note of a test connection's close (lookupd_client.V1Connection.close)
 _HTTP = "HTTP"  # the connection name of a case's HTTP exchanges (conformance.client.HttpClient)
+# the HTTP monitors hold nsqd's answers since 1.2.0 (run against v1.2.1 and v1.3.0); an older nsqd's /stats and
+# content types differ in ways the catalogue does not yet split by release: its HTTP exchanges are not fed
+HTTP_JUDGED_SINCE = NsqVersion.parse("1.2.0")
 
 
-def judge(transcript: Transcript) -> monitors.Judge:
-    """The monitors' judge over one case's V2 connections (its HTTP requests are not fed: ``http_seen`` False)."""
+def judge(transcript: Transcript, version: NsqVersion = NsqVersion.parse(DEFAULT)) -> monitors.Judge:
+    """The monitors' judge over one case's V2 connections and its exchanges with nsqd's HTTP API (conformance.client's
+    ``monitored`` HttpClient) where the release it follows (``version``) is one the HTTP monitors hold; ``http_seen``
+    False: other cases' requests reach the broker too."""
     judge = monitors.new_judge(timing=False, http_seen=False, wording=False)  # the cases judge nsqd's wording
     for event in transcript.events:
         name, at = event.connection, transcript.wall_time(event)
@@ -24,6 +31,10 @@ def judge(transcript: Transcript) -> monitors.Judge:
                 judge.close(name, at, monitors.BROKER)
             elif event.lines[0].startswith(_KILLED):
                 judge.crash(at)
+            continue
+        if event.observed and isinstance(event.observed[0], HttpExchange):
+            if version >= HTTP_JUDGED_SINCE:
+                judge.http_exchange(event.observed[0])
             continue
         if event.direction not in (CLIENT_TO_SERVER, SERVER_TO_CLIENT) or not event.observed and \
                 name not in judge.connections:

@@ -6,8 +6,9 @@ V2 codec: ``feed`` takes bytes and returns what completed; bodies are bounded, a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from urllib.parse import parse_qs, urlsplit
+from collections import deque
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, unquote_to_bytes, urlsplit
 
 from nsq_protocol.wire import ProtocolViolation
 
@@ -17,25 +18,77 @@ _REQUEST_LINE = re.compile(rb"([A-Z]+) (\S+) HTTP/1\.[01]\Z")
 _STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3})(?: .*)?\Z")
 
 
+_HEX = re.compile(r"%(?![0-9a-fA-F]{2})")
+
+
 @dataclass(frozen=True)
 class Request:
     method: str
     target: str
     body: bytes
+    headers: dict[str, str] = field(default_factory=dict, compare=False)  # names in lower case
+    size: int | None = None  # the body's whole size where ``body`` holds only its start (a capture's kept bytes)
 
     @property
     def path(self) -> str:
         return urlsplit(self.target).path
 
+    @property
+    def body_size(self) -> int:
+        return len(self.body) if self.size is None else self.size
+
     def query(self, name: str) -> str | None:
         values = parse_qs(urlsplit(self.target).query, keep_blank_values=True).get(name)
         return values[0] if values else None
+
+    def params(self) -> dict[str, str] | None:
+        """The query as nsqd reads it (Go's url.ParseQuery, H-07): each key's first value, ``+`` a space; None where
+        Go refuses the query (a ``%`` without two hex digits, a ``;``)."""
+        query = urlsplit(self.target).query
+        if ";" in query or _HEX.search(query):
+            return None
+        values: dict[str, str] = {}
+        for pair in query.split("&"):
+            key, _, value = pair.partition("=")
+            key, value = (unquote_to_bytes(part.replace("+", " ")).decode("utf-8", "surrogateescape")
+                          for part in (key, value))
+            if key:
+                values.setdefault(key, value)
+        return values
 
 
 @dataclass(frozen=True)
 class Response:
     status: int
     body: bytes
+    headers: dict[str, str] = field(default_factory=dict, compare=False)  # names in lower case
+    size: int | None = None  # as Request's
+
+    @property
+    def body_size(self) -> int:
+        return len(self.body) if self.size is None else self.size
+
+    @property
+    def whole(self) -> bool:
+        return self.size is None
+
+
+@dataclass(frozen=True)
+class HttpExchange:
+    """One request to a broker's HTTP API and its answer: ``ts`` when the request was sent, ``answered`` when the
+    answer came (the broker acted between them); ``tls``: over HTTPS."""
+
+    ts: float
+    request: Request
+    response: Response
+    answered: float
+    tls: bool = False
+
+    def describe(self) -> str:
+        """One line for a violation's evidence."""
+        request, response = self.request, self.response
+        sent = f" [{request.body_size} bytes]" if request.body_size else ""
+        return f"> {request.method} {request.target[:100]}{sent} < {response.status} {response.body[:100]!r}"
 
 
 class HttpDecoder:
@@ -45,6 +98,9 @@ class HttpDecoder:
         self.requests = requests
         self._buffer = bytearray()
         self._failed: ProtocolViolation | None = None
+        # a response decoder: the methods of the requests still to be answered, in order, where the caller knows
+        # them (an answer to HEAD has no body, whatever its Content-Length)
+        self.asked: deque[str] = deque()
 
     def feed(self, data: bytes) -> list[Request | Response]:
         if self._failed:
@@ -76,14 +132,22 @@ class HttpDecoder:
         match = (_REQUEST_LINE if self.requests else _STATUS_LINE).match(first)
         if not match:
             raise self._fail(f"not an HTTP/1.1 {'request' if self.requests else 'status'} line: {first[:60]!r}")
-        body = self._body(headers, head_end + 4)
+        interim = not self.requests and match.group(1)[:1] == b"1"  # 100 Continue: the answer still to come
+        bodiless = not self.requests and (interim or match.group(1) in (b"204", b"304") or
+                                          bool(self.asked) and self.asked[0] == "HEAD")
+        body = (b"", head_end + 4) if bodiless else self._body(headers, head_end + 4)
         if body is None:
             return None
         body, end = body
         del buffer[:end]
+        if interim:
+            return self._next()
+        if not self.requests and self.asked:
+            self.asked.popleft()
+        text = {name.decode("latin-1"): value.decode("latin-1") for name, value in headers.items()}
         if self.requests:
-            return Request(match.group(1).decode(), match.group(2).decode("latin-1"), body)
-        return Response(int(match.group(1)), body)
+            return Request(match.group(1).decode(), match.group(2).decode("latin-1"), body, text)
+        return Response(int(match.group(1)), body, text)
 
     def _body(self, headers: dict, start: int) -> tuple[bytes, int] | None:
         buffer = self._buffer

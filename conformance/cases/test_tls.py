@@ -25,7 +25,7 @@ def https(nsq, tls=None) -> HttpClient:
     """The target's HTTPS API, the suite presenting ``tls`` (default: --tls-ca and --tls-client-cert)."""
     if nsq.target.https is None:
         pytest.skip("no HTTPS address (--https-target)")
-    return HttpClient(nsq.target.https, nsq.transcript, nsq.time_scale, tls=tls or nsq.target.tls)
+    return HttpClient(nsq.target.https, nsq.transcript, nsq.time_scale, tls=tls or nsq.target.tls, monitored=True)
 
 
 def unrelated_client(nsq):
@@ -161,7 +161,7 @@ def test_plain_http_is_refused_with_the_https_port(nsq):
     api = https(nsq)
     if nsq.target.http is None:
         pytest.skip("no HTTP address (--http-target)")
-    plain = HttpClient(nsq.target.http, nsq.transcript, nsq.time_scale)
+    plain = HttpClient(nsq.target.http, nsq.transcript, nsq.time_scale, monitored=True)
     topic = nsq.topic()
     for method, path in (("GET", "/ping"), ("GET", "/nope"), ("POST", f"/pub?topic={topic}")):
         answer = plain.request(method, path, b"x" if method == "POST" else None)

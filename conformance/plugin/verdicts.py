@@ -362,7 +362,7 @@ def _monitored(item, case) -> list:
     if not isinstance(case, (Case, LookupdCase)):
         return []
     expected = {i for marker in item.iter_markers("monitors_expect") for i in marker.args}
-    judged = monitoring.judge(case.transcript) if isinstance(case, Case) else \
+    judged = monitoring.judge(case.transcript, case.version) if isinstance(case, Case) else \
         monitoring.judge_lookupd(case.transcript, case.name_prefix, case.target.limits)
     return [violation for violation in judged.violations
             if violation.side == monitors.BROKER and violation.item not in expected and case.has(violation.item)]

@@ -55,6 +55,8 @@ from nsq_protocol.monitors.framing import (
     OwnClosesSilent,
 )
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
+from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
+from nsq_protocol.monitors.http_documents import DocumentsAsNsqd
 from nsq_protocol.monitors.identify import FeaturesKept, IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.identify_values import IdentifyValues
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
@@ -78,7 +80,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     TlsRequired, OwnClosesSilent, CopiesAreOneMessage,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
-    TimedOutInTime, DeletionClosesConsumers, SettledByOwner,
+    TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

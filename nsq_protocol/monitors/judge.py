@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nsq_protocol.http import Request
+from nsq_protocol.http import HttpExchange, Request
 from nsq_protocol.monitors.application import Application
 from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS, Connection
 from nsq_protocol.monitors.events import COMMAND, ERROR, EVERY_KIND, MESSAGE, Observed, body_hash
@@ -155,6 +155,17 @@ class Judge:
             for key, delivery in self.messages.items():
                 if key[0] == action.topic and action.channel in (None, key[1]):
                     delivery.settled, delivery.settled_at = "emptied", action.ts
+
+    def http_exchange(self, exchange: HttpExchange) -> None:
+        """Any HTTP request to the broker with its answer (where ``http_seen``, every one); whoever feeds the judge
+        gives one that changes delivery to ``http`` as well, where it feeds ``http``."""
+        self._begin(exchange.ts)
+        self._tick(exchange.ts)
+        for monitor in self._active:
+            try:
+                monitor.http_exchange(self, exchange)
+            except Exception as exc:  # noqa: BLE001
+                self._failed(monitor, exc)
 
     def crash(self, ts: float) -> None:
         """The broker was killed and started again: its connections are gone; what the rules knew of its messages

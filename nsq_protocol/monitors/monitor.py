@@ -60,6 +60,9 @@ class Monitor:
     def http(self, judge, action) -> None:
         """An HTTP request to the broker that changes delivery (judge.HttpAction)."""
 
+    def http_exchange(self, judge, exchange) -> None:
+        """Any HTTP request to the broker and its answer (nsq_protocol.http.HttpExchange)."""
+
     def tick(self, judge, now: float) -> None:
         """``now`` passed ``due``."""
 

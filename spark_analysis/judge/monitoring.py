@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsq_protocol import monitors
-from nsq_protocol.http import HttpDecoder
+from nsq_protocol.http import HttpDecoder, HttpExchange, Request, Response
 from nsq_protocol.monitors import BROKER, CLIENT, Observed
 from nsq_protocol.monitors.events import COMMAND, ERROR, HEARTBEAT, JSON, MESSAGE, OUTSIDE_TLS, RESPONSE
 from nsq_protocol.wire import ProtocolViolation
@@ -48,7 +48,7 @@ VIOLATIONS_SCHEMA = pa.schema([
     ("evidence", pa.list_(pa.string())),  # the events that show it, in order
 ])
 OBSERVED = "observed"  # the exchange's table of them
-HTTP = "http"  # the exchange's table of the requests to the brokers' HTTP APIs that change delivery
+HTTP = "http"  # the exchange's table of the requests to the brokers' HTTP APIs and their answers
 HTTP_SCHEMA = pa.schema([
     ("host", pa.string()),
     ("ts_ns", pa.int64()),
@@ -60,7 +60,22 @@ HTTP_SCHEMA = pa.schema([
     ("defer_ms", pa.int64()),
     ("unreadable", pa.bool_()),  # the capture lost some of a connection to this host's HTTP API: its requests are
     # not all known
+    ("changes_delivery", pa.bool_()),  # the request is one the judge's ledger follows (judge.http_action)
+    # the whole exchange, for the monitors of the HTTP answers: bodies kept up to KEPT_*, with their whole sizes
+    ("answered_ts_ns", pa.int64()),
+    ("method", pa.string()),
+    ("target", pa.string()),
+    ("request_headers", pa.map_(pa.string(), pa.string())),
+    ("request_body", pa.binary()),
+    ("request_size", pa.int64()),
+    ("response_headers", pa.map_(pa.string(), pa.string())),
+    ("response_body", pa.binary()),
+    ("response_size", pa.int64()),
 ])
+KEPT_REQUEST = 64 * 1024  # of an /mpub's or a PUT /config's body: what the monitors read of a request's (a /pub's
+# is its size alone)
+KEPT_RESPONSE = 256 * 1024  # of an answer's body (a /stats document)
+_READ_BODIES = ("/mpub", "/config/")
 # What the monitors read of a V2 connection's rows: its commands (with the bodies each publish carried: its publish
 # rows), the broker's frames.
 OBSERVED_SCHEMA = pa.schema([
@@ -149,9 +164,10 @@ def openings(connections: pa.Table, undecoded: set[str]) -> dict[str, list[Openi
 class ServerJudging:
     """One nsqd's judge, fed its connections' observed rows sorted by (ts_ns, conn_id, seq) in as many parts as
     come (``feed``), then ``finish``. Connections open and close at the times their ``Opening`` gives, the HTTP
-    ``actions`` (None: the broker's HTTP requests are not known) come in time order among the rows."""
+    ``actions`` (http_actions': each exchange with what it does to delivery; None: the broker's HTTP requests are
+    not known) come in time order among the rows."""
 
-    def __init__(self, connections: Iterable[Opening], actions: list[monitors.HttpAction] | None):
+    def __init__(self, connections: Iterable[Opening], actions: list[tuple] | None):
         self.judge = monitors.new_judge(timing=True, http_seen=actions is not None)
         self.openings: dict[str, Opening] = {}
         self._answers: dict[str, dict | None] = {}
@@ -179,14 +195,14 @@ class ServerJudging:
             if opening.ended_at is not None:  # it ended since (watch: a later batch tells)
                 self._schedule(opening.ended_at, 2, opening)
 
-    def add_actions(self, actions: list[monitors.HttpAction] | None) -> None:
-        """More of the broker's HTTP requests that change delivery (watch: a batch's); None: from here on some are
-        not known."""
+    def add_actions(self, actions: list[tuple[HttpExchange, monitors.HttpAction | None]] | None) -> None:
+        """More of the broker's HTTP exchanges, each with what it does to delivery (watch: a batch's; http_actions);
+        None: from here on some are not known."""
         if actions is None:
             self.judge.http_seen = False
             return
-        for action in actions:
-            self._schedule(action.ts, 1, action)
+        for exchange, action in actions:
+            self._schedule(exchange.ts, 1, (exchange, action))
 
     def _schedule(self, ts: float, order: int, what) -> None:
         self._entries += 1
@@ -248,7 +264,10 @@ class ServerJudging:
         if order == 0:
             self.judge.open(what.conn_id, ts, what.started, what.whole)
         elif order == 1:
-            self.judge.http(what)
+            exchange, action = what
+            self.judge.http_exchange(exchange)
+            if action is not None:
+                self.judge.http(action)
         elif what.conn_id not in self._encrypted:
             self.judge.close(what.conn_id, ts, what.closed_by)
 
@@ -350,14 +369,14 @@ def http_actions_of(server: str, hosts: list[str], http: dict[str, list | None] 
 
 
 class HttpReading:
-    """One connection to a broker's HTTP API, window after window (``feed``, then ``end``): the requests that change
-    delivery (judge.http_action), each once its answer is read, as ``HTTP_SCHEMA`` rows; a capture that lost any of
-    the connection (its start, a gap, an answer to such a request) makes one ``unreadable`` row, and no more."""
+    """One connection to a broker's HTTP API, window after window (``feed``, then ``end``): each request with its
+    answer, once read, as an ``HTTP_SCHEMA`` row (``changes_delivery``: judge.http_action's); a capture that lost
+    any of the connection (its start, a gap, an answer) makes one ``unreadable`` row, and no more."""
 
     def __init__(self, host: str):
         self.host = host
         self.requests, self.responses = HttpDecoder(requests=True), HttpDecoder(requests=False)
-        self.asked: list[tuple[float, object]] = []  # (ts, request) awaiting their answers
+        self.asked: list[tuple[float, Request]] = []  # (ts, request) awaiting their answers
         self.unreadable = False
 
     def feed(self, conn) -> list[dict]:
@@ -368,14 +387,16 @@ class HttpReading:
         answers = []
         try:
             for _, data, ts_ns in conn.c2s.chunks:
-                self.asked += [(ts_ns / NS, request) for request in self.requests.feed(data)]
-            for _, data, _ in conn.s2c.chunks:
-                answers += self.responses.feed(data)
+                requests = self.requests.feed(data)
+                self.asked += [(ts_ns / NS, request) for request in requests]
+                self.responses.asked.extend(request.method for request in requests)
+            for _, data, ts_ns in conn.s2c.chunks:
+                answers += [(ts_ns / NS, response) for response in self.responses.feed(data)]
         except ProtocolViolation:
             return self._lost()
         answered, self.asked = self.asked[:len(answers)], self.asked[len(answers):]
-        return [row for (ts, request), answer in zip(answered, answers, strict=False)
-                if (row := self._row(monitors.http_action(ts, request, answer.status))) is not None]
+        return [self._row(ts, request, at, answer)
+                for (ts, request), (at, answer) in zip(answered, answers, strict=False)]
 
     def end(self) -> list[dict]:
         """The connection ended: a request that changes delivery still unanswered leaves its outcome unknown."""
@@ -387,25 +408,46 @@ class HttpReading:
         self.unreadable = True
         return [{"host": self.host, "ts_ns": 0, "unreadable": True}]
 
-    def _row(self, action: monitors.HttpAction | None) -> dict | None:
-        if action is None:
-            return None
-        return {"host": self.host, "ts_ns": round(action.ts * NS), "path": action.path, "topic": action.topic,
-                "channel": action.channel, "status": action.status,
-                "bodies": list(action.bodies) if action.bodies is not None else None, "defer_ms": action.defer_ms,
-                "unreadable": False}
+    def _row(self, ts: float, request: Request, answered: float, response: Response) -> dict:
+        action = monitors.http_action(ts, request, response.status)
+        kept = KEPT_REQUEST if request.path.startswith(_READ_BODIES) else 0
+        row = {"host": self.host, "ts_ns": round(ts * NS), "status": response.status, "unreadable": False,
+               "changes_delivery": action is not None,
+               "answered_ts_ns": round(answered * NS), "method": request.method, "target": request.target,
+               "request_headers": list(request.headers.items()), "request_body": request.body[:kept],
+               "request_size": len(request.body), "response_headers": list(response.headers.items()),
+               "response_body": response.body[:KEPT_RESPONSE], "response_size": len(response.body)}
+        if action is not None:
+            row.update(path=action.path, topic=action.topic, channel=action.channel,
+                       bodies=list(action.bodies) if action.bodies is not None else None, defer_ms=action.defer_ms)
+        return row
 
 
-def http_actions(rows: pa.Table) -> dict[str, list[monitors.HttpAction] | None]:
-    """The HTTP rows (``HTTP_SCHEMA``) as each host's actions in time order; None for a host with an unreadable
-    connection."""
+def http_actions(rows: pa.Table) -> dict[str, list[tuple[HttpExchange, monitors.HttpAction | None]] | None]:
+    """The HTTP rows (``HTTP_SCHEMA``) as each host's exchanges in time order, each with the action it is for the
+    judge's ledger (None: it changes no delivery); None for a host with an unreadable connection."""
     by_host: dict[str, list | None] = {}
     for row in rows.sort_by("ts_ns").to_pylist():
         host = row["host"]
         if row["unreadable"]:
             by_host[host] = None
         elif by_host.setdefault(host, []) is not None:
-            by_host[host].append(monitors.HttpAction(
+            by_host[host].append((_exchange(row), monitors.HttpAction(
                 row["ts_ns"] / NS, row["path"], row["topic"], row["channel"], row["status"],
-                tuple(row["bodies"]) if row["bodies"] is not None else None, row["defer_ms"]))
+                tuple(row["bodies"]) if row["bodies"] is not None else None, row["defer_ms"])
+                if row["changes_delivery"] else None))
     return by_host
+
+
+def _exchange(row: dict) -> HttpExchange:
+    def size(body: bytes, whole: int) -> int | None:
+        return None if len(body) == whole else whole
+
+    request_body, response_body = row["request_body"] or b"", row["response_body"] or b""
+    return HttpExchange(
+        row["ts_ns"] / NS,
+        Request(row["method"], row["target"], request_body, dict(row["request_headers"] or ()),
+                size(request_body, row["request_size"])),
+        Response(row["status"], response_body,
+                 dict(row["response_headers"] or ()), size(response_body, row["response_size"])),
+        row["answered_ts_ns"] / NS)

@@ -76,9 +76,10 @@ class Exchange:
             self.broker(ms, wire.encode_frame(wire.FRAME_RESPONSE, wire.HEARTBEAT)).client(ms + 1, b"NOP\n")
         return self
 
-    def http(self, ms: float, request: bytes, answer: bytes = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK"
-             ) -> Exchange:
-        """One request to the broker's HTTP API (port 4151) on a connection of its own, and its answer."""
+    def http(self, ms: float, request: bytes, answer: bytes = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; "
+             b"charset=utf-8\r\nX-Nsq-Content-Type: nsq; version=1.0\r\nContent-Length: 2\r\n\r\nOK") -> Exchange:
+        """One request to the broker's HTTP API (port 4151) on a connection of its own, and its answer (by default
+        nsqd's to a /pub)."""
         http = Connection(self.capture, "H", 40001, 5000)
         http.ports = {"c2s": (40001, 4151), "s2c": (4151, 40001)}
         http.open(EPOCH_NS + int(ms * MS))
@@ -134,9 +135,22 @@ def test_a_message_that_never_times_out_is_d11_where_the_brokers_http_api_is_in_
 
 def test_a_channel_emptied_over_http_is_no_lost_redelivery(tmp_path):
     exchange = Exchange(tmp_path / "a.pcap").subscribed().message(10, 1)
-    exchange.http(500, b"POST /channel/empty?topic=t&channel=c HTTP/1.1\r\nHost: x\r\n\r\n")
+    exchange.http(500, b"POST /channel/empty?topic=t&channel=c HTTP/1.1\r\nHost: x\r\n\r\n", EMPTY_200)
     exchange.heartbeats(9000).end(9000)
     assert named_with_http(tmp_path / "a.pcap") == set()
+
+
+def test_an_http_answer_nsqd_would_not_give_is_named_from_the_capture(tmp_path):
+    exchange = Exchange(tmp_path / "a.pcap").subscribed()
+    exchange.http(500, b"POST /pub HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+                  b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\n"
+                  b"X-Nsq-Content-Type: nsq; version=1.0\r\nContent-Length: 31\r\n\r\n"
+                  b'{"message":"MISSING_ARG_TOPIC"}')  # H-PUB-02: an empty body is refused before the topic
+    exchange.end(1000)
+    assert named_with_http(tmp_path / "a.pcap") == {("H-PUB-02", "broker")}
+
+
+EMPTY_200 = b"HTTP/1.1 200 OK\r\nX-Nsq-Content-Type: nsq; version=1.0\r\nContent-Length: 0\r\n\r\n"  # as nsqd
 
 
 def named_with_http(path) -> set[tuple[str, str]]:
