@@ -283,7 +283,15 @@ class Judge:
                 event.ts + timeout / 1000 if timeout else None)
             connection.in_flight.pop(event.msg_id, None)
             connection.in_flight[event.msg_id] = delivery
-            self.messages[self.message_key(connection, event.msg_id)] = delivery
+            key = self.message_key(connection, event.msg_id)
+            before = self.messages.get(key)
+            if before is not None and before.connection != connection.name and before.settled is None:
+                # D-12: a channel's message is in flight to one consumer at a time; delivered again, the one before
+                # had timed out (a capture does not show it)
+                earlier = self.connections[before.connection].in_flight
+                if earlier.get(event.msg_id) is before:
+                    del earlier[event.msg_id]
+            self.messages[key] = delivery
             if len(self.messages) > self._keep:
                 self._let_go(event.ts)
         elif kind == COMMAND and event.name in ("FIN", "REQ", "TOUCH") and event.msg_id is not None:

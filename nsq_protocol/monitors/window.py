@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, MESSAGE, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
@@ -35,6 +36,7 @@ class _Command:
 @dataclass
 class _Window:
     commands: list = field(default_factory=list)
+    applied: list = field(default_factory=list)  # those of ``commands`` that set the RDY (RDY, CLS): few
     taken: int = 0  # how many of ``commands`` the broker surely had taken (answered)
     suspects: list = field(default_factory=list)  # deliveries with room only if an unsure timeout had fired
 
@@ -84,6 +86,8 @@ class RdyWindow(Monitor):
         settles = connection.in_flight.get(event.msg_id) if event.name in ("FIN", "REQ") else None
         applied = event.name == "CLS" or (event.name == "RDY" and not connection.closing)  # P-RDY-01
         window.commands.append(_Command(event.ts, event, connection.rdy or 0, applied, settles))
+        if applied:
+            window.applied.append(window.commands[-1])
         if len(window.commands) > KEPT_COMMANDS:
             self._forget(window, event.ts - RDY_GRACE_S)
 
@@ -104,6 +108,7 @@ class RdyWindow(Monitor):
         if keep > 0:
             del window.commands[:keep]
             window.taken = max(0, window.taken - keep)
+            window.applied = [command for command in window.applied if command.ts >= window.commands[0].ts]
 
     # ---- a delivery -----------------------------------------------------------------------------------------
     def _delivery(self, connection, window, event):
@@ -112,32 +117,35 @@ class RdyWindow(Monitor):
         if commands and in_flight < commands[-1].rdy:
             return  # room under the last command sent, counting every message in flight: the common case
         first = max(1, window.taken, bisect.bisect_left(commands, event.ts - RDY_GRACE_S, key=lambda c: c.ts))
-        # in flight after every command sent: the ledger's, but for the message itself (a redelivery)
+        # in flight after every command sent: the ledger's, but for the message itself (a redelivery); one pass, as
+        # timed-out messages stay in the ledger (a capture does not show a timeout) and pile up
         sure, unsure = 0, []
         for msg_id, delivery in connection.in_flight.items():
             if msg_id != event.msg_id:
-                sure, unsure = _counted(delivery, event.ts, sure, unsure)
-        maybe_room = []  # (rdy, sure, unsure) of the states with room only if an unsure timeout had fired
+                sure += _counted(delivery, event.ts, unsure)
+        # (rdy, sure, how many of ``unsure`` were in flight) of the states with room only if an unsure timeout had
+        # fired: each state's unsure ones are a prefix of ``unsure``, which the loop only appends to
+        maybe_room = []
         for taken in range(len(commands), first - 1, -1):  # the state once the broker had taken ``taken`` commands
             command = commands[taken - 1]
             if sure + len(unsure) < command.rdy:
                 return
             if sure < command.rdy:
-                maybe_room.append((command.rdy, sure, unsure))
+                maybe_room.append((command.rdy, sure, len(unsure)))
             if command.settles is not None and command.event.msg_id != event.msg_id:
-                sure, unsure = _counted(command.settles, event.ts, sure, unsure)
-        verdict = _why_no_room(commands, first)
+                sure += _counted(command.settles, event.ts, unsure)
+        verdict = _why_no_room(window, first)
         if maybe_room:
-            window.suspects.append((event, verdict, maybe_room))
+            window.suspects.append((event, verdict, unsure, maybe_room))
         else:
             self._report(connection, event, verdict)
 
     def _resolve(self, connection, window, end):
         """The suspects, once the traffic tells whether the FINs and REQs that might have freed their room had
         settled anything: a refusal (E_*_FAILED) follows its command at once."""
-        for event, verdict, maybe_room in window.suspects:
-            if all(sure + sum(_settled(delivery, end) for delivery in unsure) >= rdy
-                   for rdy, sure, unsure in maybe_room):
+        for event, verdict, unsure, maybe_room in window.suspects:
+            settled = list(accumulate((_settled(delivery, end) for delivery in unsure), initial=0))
+            if all(sure + settled[in_flight] >= rdy for rdy, sure, in_flight in maybe_room):
                 self._report(connection, event, verdict)
         window.suspects.clear()
 
@@ -147,11 +155,13 @@ class RdyWindow(Monitor):
                     f"a delivery with the window full{cause}", event)
 
 
-def _counted(delivery, at: float, sure: int, unsure: list) -> tuple[int, list]:
-    """``delivery`` in flight: surely, or unless its timeout fired before ``at``."""
+def _counted(delivery, at: float, unsure: list) -> int:
+    """1 if ``delivery`` is surely in flight at ``at``; else it is in flight unless its timeout fired before: added
+    to ``unsure``, and 0."""
     if delivery.earliest_timeout is not None and delivery.earliest_timeout > at:
-        return sure + 1, unsure
-    return sure, [*unsure, delivery]
+        return 1
+    unsure.append(delivery)
+    return 0
 
 
 def _settled(delivery, known_until: float) -> bool:
@@ -160,11 +170,11 @@ def _settled(delivery, known_until: float) -> bool:
         delivery.settled_at is not None and known_until - delivery.settled_at >= SETTLED_S
 
 
-def _why_no_room(commands: list, first: int) -> tuple[str, str, str]:
+def _why_no_room(window: _Window, first: int) -> tuple[str, str, str]:
     """The item of the command that set the window in force, the RDYs the broker may have had, and why: no RDY
     since SUB (D-04), CLS (P-CLS-02), a RDY lower than an earlier one (D-03), or any RDY (D-01)."""
-    rdys = "/".join(map(str, sorted({command.rdy for command in commands[first - 1:]})))
-    applied = [command for command in commands if command.applied]
+    rdys = "/".join(map(str, sorted({command.rdy for command in window.commands[first - 1:]})))
+    applied = window.applied
     if not applied:
         return "D-04", rdys, ", before any RDY (a subscription starts at RDY 0)"
     if applied and applied[-1].event.name == "CLS":
