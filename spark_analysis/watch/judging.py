@@ -28,7 +28,14 @@ from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import TableWriter
 from spark_analysis.derive.tallies import Tallies
 from spark_analysis.judge.job import COUNTS_SCHEMA, Judged, written_counts
-from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_HTTP, LOOKUPD_SCHEMA, LookupdJudging, lookupd_exchanges
+from spark_analysis.judge.lookupd import (
+    LOOKUPD,
+    LOOKUPD_HTTP,
+    LOOKUPD_SCHEMA,
+    LookupdJudging,
+    lookupd_exchanges,
+    lookupd_servers,
+)
 from spark_analysis.judge.monitoring import (
     HTTP,
     HTTP_SCHEMA,
@@ -50,7 +57,7 @@ JUDGES = "judges.pickle"
 
 def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_ts_ns: int, final: Tallies,
                 tallied: Tallies, exchange_dir: str, tables_dir: str, state_dir: str, http_read: bool,
-                storage: Storage = LOCAL, lookupd_http_read: bool = False) -> Judged:
+                nsq_ports: frozenset[int], storage: Storage = LOCAL, lookupd_http_read: bool = False) -> Judged:
     """Batch ``batch_id``'s final observed rows (and HTTP requests, where the capture's HTTP traffic is read:
     ``http_read``; nsqlookupd's V1 rows, and its HTTP exchanges where they are read: ``lookupd_http_read``) judged,
     by the judges of batch ``previous`` (None: new ones), up to ``last_ts_ns``, the latest capture time so far,
@@ -59,7 +66,7 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
     as if it had ended, inside a frame maybe)."""
     connections = tallied.connections()
     by_server = openings(connections, final.undecoded())
-    lookupds = sorted(set(connections.filter(pc.fill_null(connections["is_lookupd"], False))["server"].to_pylist()))
+    lookupds = sorted(lookupd_servers(connections, nsq_ports))
     schemas = {OBSERVED: OBSERVED_SCHEMA, LOOKUPD: LOOKUPD_SCHEMA}
 
     def batch_parts(table: str, prefix: str = "") -> list[str]:
