@@ -332,7 +332,7 @@ class LookupdCase(FollowsRelease):
         self.time_scale = target.time_scale
         self.transcript = Transcript()
         self.verify = Verifier()
-        self.http = HttpClient(target.http, self.transcript, target.time_scale)
+        self.http = HttpClient(target.http, self.transcript, target.time_scale, monitored=True)
         self._connections: list[V1Connection] = []
         self._topics: list[str] = []
         self.name_prefix = _name_prefix("lk", name)

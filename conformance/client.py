@@ -201,7 +201,7 @@ class HttpClient:
                  tls: TlsClient | None = None, absent: str = "the target has no HTTP API (no --http-target)",
                  unsupported_paths: dict[str, str] | None = None, monitored: bool = False):
         self.address = address
-        self.monitored = monitored  # nsqd's API: each exchange goes to the monitors (conformance/monitoring.py)
+        self.monitored = monitored  # the case's target's API: each exchange to its monitors (conformance/monitoring.py)
         self.unsupported_paths = unsupported_paths or {}  # path -> why the target lacks it (the profile)
         self.transcript = transcript
         self.time_scale = time_scale

@@ -13,7 +13,6 @@ from nsq_protocol.http import HttpExchange
 _SERVER_CLOSED = ("server closed the connection", "connection reset")
 _KILLED = "kill the target"  # case.py's note of a SIGKILL
 _CLIENT_CLOSES = "client closes"  # the note of a test connection's close (lookupd_client.V1Connection.close)
-_HTTP = "HTTP"  # the connection name of a case's HTTP exchanges (conformance.client.HttpClient)
 # the HTTP monitors hold nsqd's answers since 1.2.0 (run against v1.2.1 and v1.3.0); an older nsqd's /stats and
 # content types differ in ways the catalogue does not yet split by release: its HTTP exchanges are not fed
 HTTP_JUDGED_SINCE = NsqVersion.parse("1.2.0")
@@ -56,25 +55,20 @@ def judge(transcript: Transcript, version: NsqVersion = NsqVersion.parse(DEFAULT
 
 
 def judge_lookupd(transcript: Transcript, own_names: str = "", limits: dict | None = None) -> monitors.LookupdJudge:
-    """nsqlookupd's monitors (LOOKUPD_MONITORS) over one lookupd case's V1 connections and HTTP exchanges. The
-    transcript keeps an HTTP answer's status and body, not its headers: the rules about headers say "not judged".
-    The lookupd serves other cases too: only the topics named ``own_names...`` (the case's own, LookupdCase.topic)
-    have all their registrations in the transcript. ``limits``: the lookupd profile's timeouts."""
+    """nsqlookupd's monitors (LOOKUPD_MONITORS) over one lookupd case's V1 connections and its exchanges with
+    lookupd's HTTP API (LookupdCase's ``monitored`` HttpClient: not those with another nsqlookupd). The lookupd
+    serves other cases too: only the topics named ``own_names...`` (the case's own, LookupdCase.topic) have all
+    their registrations in the transcript. ``limits``: the lookupd profile's timeouts."""
     limits = limits or {}
     judge = monitors.new_lookupd_judge(
         http_seen=True, wording=False,  # the cases judge lookupd's wording
         fresh=(lambda topic: topic.startswith(own_names)) if own_names else None,
         inactive_producer_timeout_s=limits.get("inactive_producer_timeout_ms", 300_000) / 1000,
         tombstone_lifetime_s=limits.get("tombstone_lifetime_ms", 45_000) / 1000)
-    request: list[str] | None = None
     for event in transcript.events:
         name, at = event.connection, transcript.wall_time(event)
-        if name == _HTTP:
-            if event.direction == CLIENT_TO_SERVER:
-                request = event.lines[0].split(" ", 2)[:2]
-            elif event.direction == SERVER_TO_CLIENT and request is not None:
-                judge.http(monitors.HttpExchange(at, *request, int(event.lines[0].split(" ", 1)[0]), event.wire))
-                request = None
+        if event.observed and isinstance(event.observed[0], HttpExchange):
+            judge.http(event.observed[0])
             continue
         if name not in transcript.endpoints:
             continue

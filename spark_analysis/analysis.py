@@ -45,7 +45,7 @@ from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, prepar
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA
 from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies
 from spark_analysis.judge.job import Judged, judge_traffic
-from spark_analysis.judge.lookupd import LOOKUPD, V1Rows, lookupd_servers
+from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_HTTP, LookupdHttpReading, V1Rows, lookupd_servers
 from spark_analysis.judge.monitoring import HTTP, HTTP_SCHEMA, OBSERVED, HttpReading, observed_rows, openings
 from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
 from spark_analysis.read.parquet_source import WrittenTables
@@ -56,7 +56,7 @@ from spark_analysis.read.storage import LOCAL, Storage, is_local, join
 DEFAULT_NSQ_PORTS = frozenset({4150})
 SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"]
 # what the decoding hands the judging (the exchange's), not tables of its own
-FOR_THE_JUDGE = frozenset({OBSERVED, HTTP, LOOKUPD})
+FOR_THE_JUDGE = frozenset({OBSERVED, HTTP, LOOKUPD, LOOKUPD_HTTP})
 # A connection's bytes decoded at a time: what its decoding holds is a few windows' worth, however long it lives.
 DEFAULT_WINDOW_BYTES = 16 << 20
 
@@ -80,11 +80,13 @@ def packets(
 def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str,
                      nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS, window_bytes: int = DEFAULT_WINDOW_BYTES,
                      storage: Storage = LOCAL, with_payloads: bool = False,
-                     http_ports: frozenset[int] = frozenset()) -> int:
+                     http_ports: frozenset[int] = frozenset(), lookupd_http_ports: frozenset[int] = frozenset()
+                     ) -> int:
     """Shuffle segments by flow; each task decodes its flows' connections, ``window_bytes`` of a connection at a
     time, writes their tables (derive/connection_tables.py) into ``tables_dir`` and what the lifecycles join into
-    ``exchange_dir`` (lifecycle.MessageExchange), with the requests to the brokers' HTTP APIs (``http_ports``)
-    that change delivery. Walker errors become error events. Returns the exchange's bucket count."""
+    ``exchange_dir`` (lifecycle.MessageExchange), with the exchanges with the brokers' HTTP APIs (``http_ports``)
+    and nsqlookupds' (``lookupd_http_ports``). Walker errors become error events. Returns the exchange's bucket
+    count."""
     ports = frozenset(nsq_ports)
     prepare_directories(tables_dir, SCHEMAS, storage)
     lifecycle.prepare_exchange(exchange_dir, storage)
@@ -103,7 +105,7 @@ def decode_to_tables(packet_frame: DataFrame, tables_dir: str, exchange_dir: str
         with (TableWriter(tables_dir, part, SCHEMAS, storage) as writer,
               lifecycle.MessageExchange(exchange_dir, part, buckets, storage) as exchange):
             for flow, runs in flow_runs(batches):
-                for name, table in decode_flow(flow, runs, ports, window_bytes, http_ports):
+                for name, table in decode_flow(flow, runs, ports, window_bytes, http_ports, lookupd_http_ports):
                     if name not in FOR_THE_JUDGE:
                         writer.add(name, table)
                     exchange.add(name, table)
@@ -188,15 +190,15 @@ def flow_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str | None, I
 
 
 def decode_flow(flow: str | None, runs: Iterable[pa.RecordBatch], ports: frozenset[int],
-                window_bytes: int | None = DEFAULT_WINDOW_BYTES, http_ports: frozenset[int] = frozenset()
-                ) -> Iterator[tuple[str, pa.Table]]:
+                window_bytes: int | None = DEFAULT_WINDOW_BYTES, http_ports: frozenset[int] = frozenset(),
+                lookupd_http_ports: frozenset[int] = frozenset()) -> Iterator[tuple[str, pa.Table]]:
     """A flow's tables, ``(name, rows)`` one window of a connection at a time (``window_bytes``; None: each
     connection whole). ``runs``: its segments in capture-time order."""
     if flow is None:
         for run in runs:
             yield from project(_walker_errors(run), DELIVERED_SCHEMA.empty_table(), lookupd=False)
         return
-    flow_decoder = FlowDecoder(flow, ports, window_bytes, http_ports=http_ports)
+    flow_decoder = FlowDecoder(flow, ports, window_bytes, http_ports=http_ports, lookupd_http_ports=lookupd_http_ports)
     yield from flow_decoder.feed(runs)
     yield from flow_decoder.end()
 
@@ -207,10 +209,11 @@ class FlowDecoder:
     connection from one capture file to the next."""
 
     def __init__(self, flow: str, ports: frozenset[int], window_bytes: int | None, carried: bool = False,
-                 http_ports: frozenset[int] = frozenset()):
-        self.reassembly = FlowReassembly(flow, ports | http_ports, window_bytes)
-        self.ports, self.carried, self.http_ports = ports, carried, http_ports
-        self.http: HttpReading | None = None  # a connection to a broker's HTTP API: its requests read
+                 http_ports: frozenset[int] = frozenset(), lookupd_http_ports: frozenset[int] = frozenset()):
+        self.reassembly = FlowReassembly(flow, ports | http_ports | lookupd_http_ports, window_bytes)
+        self.ports, self.carried = ports, carried
+        self.http_ports, self.lookupd_http_ports = http_ports, lookupd_http_ports
+        self.http: HttpReading | None = None  # a connection to a broker's or an nsqlookupd's HTTP API: its exchanges
         self.decoder: ConnectionDecoder | None = None
         self.v1_rows: V1Rows | None = None  # an nsqlookupd connection's rows for its judge
         self.released_rows = 0  # of the connection being decoded
@@ -242,14 +245,15 @@ class FlowDecoder:
     def _decoded(self, conn: Connection) -> Iterator[tuple[str, pa.Table]]:
         if self.decoder is None or self.decoder.conn is not conn:
             self.decoder, self.released_rows = ConnectionDecoder(conn, self.ports, self.carried), 0
-            self.http = HttpReading(conn.server[0]) if conn.server[1] in self.http_ports else None
+            self.http = HttpReading(conn.server[0]) if conn.server[1] in self.http_ports else \
+                LookupdHttpReading(conn.server[0]) if conn.server[1] in self.lookupd_http_ports else None
             # "  V1" sent to an nsqd is a client's bad magic (C-02), for nsqd's judge
             self.v1_rows = V1Rows() if is_lookupd(conn) and conn.server[1] not in self.ports else None
         if self.v1_rows is not None:
             yield LOOKUPD, self.v1_rows.window(conn)
         if self.http is not None:
-            yield HTTP, pa.Table.from_pylist(self.http.feed(conn) + (self.http.end() if conn.complete else []),
-                                             schema=HTTP_SCHEMA)
+            yield self.http.TABLE, pa.Table.from_pylist(
+                self.http.feed(conn) + (self.http.end() if conn.complete else []), schema=HTTP_SCHEMA)
         released = self.decoder.window()
         if released is not None:
             yield from self._tables(*released)
@@ -326,10 +330,12 @@ def run_analysis(
     step: Callable[[str], None] = lambda message: None,
     storage: Storage = LOCAL,
     http_ports: frozenset[int] = frozenset(),
+    lookupd_http_ports: frozenset[int] = frozenset(),
 ) -> dict:
     """Decode ``paths`` into ``out_dir``: tables/*.parquet, summary.json and (optionally) report.html. Paths and
     ``out_dir`` may be URLs of ``storage``'s filesystems. ``http_ports``: the brokers' HTTP API ports, when the
-    capture holds their traffic whole (the monitors then know every publish, pause and empty)."""
+    capture holds their traffic whole (the monitors then know every publish, pause and empty); ``lookupd_http_ports``
+    the nsqlookupds' (their monitors then judge its answers, and registrations made over it)."""
     storage.make_directory(out_dir)
     tables_dir = join(out_dir, "tables")
     started = time.monotonic()
@@ -340,14 +346,15 @@ def run_analysis(
     exchange_dir = join(out_dir, "exchange")
     buckets = decode_to_tables(packets(spark, paths, split_bytes, payload, storage), tables_dir, exchange_dir,
                                nsq_ports, window_bytes, storage, with_payloads=payload == "bytes",
-                               http_ports=http_ports)
+                               http_ports=http_ports, lookupd_http_ports=lookupd_http_ports)
     step("deriving tables")
     # before the lifecycles' job: its tasks take how connections ended, and the IDs E_FIN_FAILED named, from them
     tallied = Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage)
     step("judging (the catalogue's monitors, one task per nsqd)")
     connections = tallied.connections()
     judged = judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
-                           bool(http_ports), storage, lookupd_servers(connections, nsq_ports))
+                           bool(http_ports), storage, lookupd_servers(connections, nsq_ports),
+                           bool(lookupd_http_ports))
     tables, totals, result = derive(spark, tables_dir, lambda: lifecycle.tables(
         spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(), tallied.fin_failed_ids(), storage),
         tallied, judged, storage, step)

@@ -132,6 +132,15 @@ def _analysis_options(parser: argparse.ArgumentParser) -> None:
         "pauses and empties are read, so that the rules about every publish and every consumer judge",
     )
     parser.add_argument(
+        "--lookupd-http-port",
+        type=parse_port,
+        action="append",
+        dest="lookupd_http_ports",
+        default=[],
+        help="nsqlookupd HTTP API port whose traffic the capture holds (repeatable; none by default): its answers "
+        "are judged, each nsqlookupd by its host's, and the registrations made over it known",
+    )
+    parser.add_argument(
         "--split-size",
         type=parse_size,
         default=None,
@@ -243,6 +252,7 @@ def _analyze(parser, args) -> int:
             step=step,
             storage=storage,
             http_ports=frozenset(args.http_ports),
+            lookupd_http_ports=frozenset(args.lookupd_http_ports),
         )
     totals = result["totals"]
     step(
@@ -279,6 +289,7 @@ def _watch(parser, args) -> int:
     options = {
         "nsq_ports": frozenset(args.nsq_ports or DEFAULT_NSQ_PORTS),
         "http_ports": frozenset(args.http_ports),
+        "lookupd_http_ports": frozenset(args.lookupd_http_ports),
         "split_bytes": DEFAULT_SPLIT_BYTES if args.split_size is None else args.split_size,
         "window_bytes": DEFAULT_WINDOW_BYTES if args.window_size is None else args.window_size,
         "report": not args.no_report,

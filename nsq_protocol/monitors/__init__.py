@@ -61,7 +61,7 @@ from nsq_protocol.monitors.identify import FeaturesKept, IdentifyAnswer, Upgrade
 from nsq_protocol.monitors.identify_values import IdentifyValues
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
 from nsq_protocol.monitors.lookupd_http import RoutesAsLookupd
-from nsq_protocol.monitors.lookupd_judge import HttpExchange, LookupdJudge
+from nsq_protocol.monitors.lookupd_judge import LookupdJudge
 from nsq_protocol.monitors.lookupd_nsqd import NsqdRegisters
 from nsq_protocol.monitors.lookupd_registrations import RegistrationsAnswered
 from nsq_protocol.monitors.lookupd_v1 import AnswersAsLookupd, ErrorsClose, MagicAnswered, RepliesFramed
@@ -117,6 +117,6 @@ def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_lib
                  application=application)
 
 
-__all__ = ["Application", "BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "HttpExchange", "Judge",
+__all__ = ["Application", "BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "Judge",
            "LOOKUPD_MONITORS", "LookupdJudge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash",
            "from_command", "from_frame", "http_action", "new_judge", "new_lookupd_judge"]

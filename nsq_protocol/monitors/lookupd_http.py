@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
+from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER
-from nsq_protocol.monitors.lookupd_judge import HttpExchange
 from nsq_protocol.monitors.monitor import Monitor
 
 # path -> the methods routed to it (v1.3.0); the router answers OPTIONS itself (L-HTTP-20)
@@ -37,7 +37,8 @@ class RoutesAsLookupd(Monitor):
     KINDS = frozenset()  # HTTP only
 
     def http(self, judge, exchange: HttpExchange) -> None:
-        path, method, status = exchange.path, exchange.method, exchange.status
+        request, response = exchange.request, exchange.response
+        path, method, status = request.path, request.method, response.status
         methods = ROUTES.get(path)
         if methods is None:
             self._unrouted(exchange)
@@ -46,32 +47,30 @@ class RoutesAsLookupd(Monitor):
             return
         if method not in methods:
             self._check(exchange, "L-HTTP-14", status == 405, f"405 METHOD_NOT_ALLOWED ({method} {path})")
-            headers = exchange.headers
-            if status == 405 and headers is not None:
-                allowed = {name.strip() for name in headers.get("allow", "").split(",") if name.strip()}
+            if status == 405:
+                allowed = {name.strip() for name in response.headers.get("allow", "").split(",") if name.strip()}
                 self._check(exchange, "L-HTTP-14", set(methods) <= allowed, f"Allow naming {', '.join(methods)}")
                 self._check(exchange, "L-HTTP-20", "OPTIONS" in allowed, "Allow naming OPTIONS")
             return
         if path == "/ping":
-            self._check(exchange, "L-HTTP-01", status == 200 and exchange.body == b"OK", "200 OK")
-            if exchange.headers is not None:
-                self._check(exchange, "L-HTTP-01", "x-nsq-content-type" not in exchange.headers
-                            and exchange.headers.get("content-type", "").startswith("text/plain"),
-                            "plain text without X-NSQ-Content-Type")
+            self._check(exchange, "L-HTTP-01", status == 200 and response.body == b"OK", "200 OK")
+            self._check(exchange, "L-HTTP-01", "x-nsq-content-type" not in response.headers
+                        and response.headers.get("content-type", "").startswith("text/plain"),
+                        "plain text without X-NSQ-Content-Type")
         elif path == "/info":
-            self._check(exchange, "L-HTTP-02", status == 200 and _version_only(exchange.body), '200 {"version": ...}')
+            self._check(exchange, "L-HTTP-02", status == 200 and _version_only(response.body), '200 {"version": ...}')
         elif path == "/debug/pprof":
             self._check(exchange, "L-HTTP-18", status == 200, "200 and the profiles' index")
         else:
             # its handler's own 404s (TOPIC_NOT_FOUND, CHANNEL_NOT_FOUND) are not the router's
-            routers = status == 405 or status == 404 and _message(exchange.body) == "NOT_FOUND"
+            routers = status == 405 or status == 404 and _message(response.body) == "NOT_FOUND"
             self._check(exchange, "L-HTTP-14", not routers, f"{path} routed for {method}")
 
     def _unrouted(self, exchange: HttpExchange) -> None:
-        path = exchange.path
-        if path == "/debug/pprof/" and exchange.method == "GET":
-            location = (exchange.headers or {}).get("location", "/debug/pprof")
-            self._check(exchange, "L-HTTP-18", exchange.status == 301 and location == "/debug/pprof",
+        path, response = exchange.request.path, exchange.response
+        if path == "/debug/pprof/" and exchange.request.method == "GET":
+            location = response.headers.get("location", "/debug/pprof")
+            self._check(exchange, "L-HTTP-18", response.status == 301 and location == "/debug/pprof",
                         "301 to /debug/pprof")
             return
         redirected = path.rstrip("/") in ROUTES or (path + "/") in ROUTES or path.lower() in _LOWERED or \
@@ -80,13 +79,12 @@ class RoutesAsLookupd(Monitor):
             self.skip("L-HTTP-14", "a path the router redirects (trailing slash, case, unclean)")
             return
         item = "L-HTTP-15" if path in PRE_1_0 else "L-HTTP-14"
-        self._check(exchange, item, exchange.status == 404, f"404 NOT_FOUND ({path} is not routed)")
+        self._check(exchange, item, response.status == 404, f"404 NOT_FOUND ({path} is not routed)")
 
     def _check(self, exchange: HttpExchange, item: str, kept: bool, expected: str) -> None:
         if not kept:
-            self.report(item, BROKER, exchange.ts, "HTTP", expected,
-                        f"{exchange.method} {exchange.target}: {exchange.status} {exchange.body[:80]!r}"
-                        + (f" {exchange.headers}" if exchange.headers is not None else ""))
+            self.report(item, BROKER, exchange.answered, "HTTP", expected,
+                        f"{exchange.describe()} {exchange.response.headers}")
 
 
 def _message(body: bytes) -> str | None:

@@ -6,40 +6,19 @@ where lookupd's bytes are no reply. lookupd answers each command once, in order,
 command not yet answered.
 
 Feeding: ``open`` a connection, then ``client_bytes`` and ``server_bytes`` as they crossed the wire, ``close``
-when it ends, ``http`` for each HTTP exchange, and ``finish`` at the end of the traffic; all in time order."""
+when it ends, ``http`` for each HTTP exchange (nsq_protocol.http's, as nsqd's monitors take them) at its answer's
+time, and ``finish`` at the end of the traffic; all in time order."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from urllib.parse import parse_qs, urlsplit
 
+from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import COMMAND, ERROR, MAGIC, RESPONSE, STREAM, UNFRAMED, UNREADABLE, Observed
 from nsq_protocol.monitors.monitor import Monitor, Violation
 from nsq_protocol.wire import ProtocolViolation
 from nsq_protocol.wire_v1 import V1Command, V1CommandDecoder, V1ReplyDecoder, is_error
-
-
-@dataclass(frozen=True)
-class HttpExchange:
-    """One request to lookupd's HTTP API and its answer. ``headers``: the answer's, names in lower case; None where
-    the traffic does not show them (a suite case's transcript keeps status and body only)."""
-
-    ts: float
-    method: str
-    target: str
-    status: int
-    body: bytes
-    headers: dict[str, str] | None = None
-
-    @property
-    def path(self) -> str:
-        return urlsplit(self.target).path
-
-    def query(self, name: str) -> str | None:
-        values = parse_qs(urlsplit(self.target).query, keep_blank_values=True).get(name)
-        return values[0] if values else None
 
 
 class V1Connection:

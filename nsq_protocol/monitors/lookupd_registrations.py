@@ -11,13 +11,12 @@ read the answers (a suite case's), ``CAPTURE_MARGIN_S`` where they are a capture
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
+from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER, ERROR, RESPONSE, Observed
 from nsq_protocol.monitors.expected import valid_name
-from nsq_protocol.monitors.lookupd_judge import HttpExchange, V1Connection
+from nsq_protocol.monitors.lookupd_judge import V1Connection
 from nsq_protocol.monitors.monitor import Monitor
 
 MARGIN_S = 1.0
@@ -27,7 +26,6 @@ TOPIC, CHANNEL = "topic", "channel"
 UNKNOWN_NAMES = "a topic whose registrations are not all in the traffic (it may predate it, or be another's)"
 WILDCARD = "a name '*' (lookupd reads it as every topic or channel), a producer it should have refused, or a V1 " \
     "connection not read whole: the model stops there"
-_BAD_ESCAPE = re.compile(r"%(?![0-9a-fA-F]{2})")
 
 
 @dataclass
@@ -114,20 +112,24 @@ class RegistrationsAnswered(Monitor):
         self._leave(connection.name, connection.closed_at)
 
     def http(self, judge, exchange: HttpExchange) -> None:
-        handler = _HANDLERS.get((exchange.method, exchange.path))
+        request, response = exchange.request, exchange.response
+        handler = _HANDLERS.get((request.method, request.path))
         if handler is None or not judge.http_seen:
             return
         self._margin = CAPTURE_MARGIN_S if judge.timing else MARGIN_S
-        if _unparsable(urlsplit(exchange.target).query):
+        if request.method == "GET" and not response.whole:
+            self.skip(_LISTING[request.path], "an answer the capture kept only the start of")
+            return
+        if request.params() is None:
             self.skip("L-HTTP-04", "a query Go's url.ParseQuery refuses (400 INVALID_REQUEST) but Python reads")
             return
-        topic, channel = exchange.query("topic"), exchange.query("channel")
+        topic, channel = request.query("topic"), request.query("channel")
         if "*" in (topic, channel):
             self._wildcard = True
-        arguments = _argument_error(exchange.path, topic, channel, exchange.query("node"))
+        arguments = _argument_error(request.path, topic, channel, request.query("node"))
         if arguments is not None:
             item, message = arguments
-            self._check(exchange, item, exchange.status == 400 and _message(exchange.body) == message,
+            self._check(exchange, item, response.status == 400 and _message(response.body) == message,
                         f"400 {message}")
             return
         getattr(self, handler)(judge, exchange, topic, channel)
@@ -204,30 +206,31 @@ class RegistrationsAnswered(Monitor):
             if key in self._registrations:
                 self._empty_200(exchange, "L-HTTP-10")
             else:
-                self._check(exchange, "L-HTTP-10", exchange.status == 404 and
-                            _message(exchange.body) == "CHANNEL_NOT_FOUND", "404 CHANNEL_NOT_FOUND")
-        if exchange.status == 200:
+                self._check(exchange, "L-HTTP-10", exchange.response.status == 404 and
+                            _message(exchange.response.body) == "CHANNEL_NOT_FOUND", "404 CHANNEL_NOT_FOUND")
+        if exchange.response.status == 200:
             self._remove(key, "L-HTTP-10")
 
     def _tombstone(self, judge, exchange: HttpExchange, topic: str, channel) -> None:
         if not self._empty_200(exchange, "L-HTTP-12"):
             return
         registration = self._registrations.get((TOPIC, topic, ""))
-        node = exchange.query("node")
+        node = exchange.request.query("node")
         for name in (registration.producers if registration else ()):
             producer = self._producers.get(name)
             if producer is not None and f"{producer.peer[0]}:{producer.peer[2]}" == node:
-                registration.producers[name] = exchange.ts
+                registration.producers[name] = exchange.answered
 
     def _lookup(self, judge, exchange: HttpExchange, topic: str, channel) -> None:
         if not self._judged(judge, topic):
             return
-        self._settle(exchange.ts)
+        self._settle(exchange.answered)
         key = (TOPIC, topic, "")
         registration = self._registrations.get(key)
         if registration is None:
-            self._check(exchange, self._gone.get(key, "L-HTTP-04"), exchange.status == 404 and
-                        _message(exchange.body) == "TOPIC_NOT_FOUND", f"404 TOPIC_NOT_FOUND ({topic} unregistered)")
+            response = exchange.response
+            self._check(exchange, self._gone.get(key, "L-HTTP-04"), response.status == 404 and
+                        _message(response.body) == "TOPIC_NOT_FOUND", f"404 TOPIC_NOT_FOUND ({topic} unregistered)")
             return
         document = _document(exchange)
         if document is None or not isinstance(document.get("producers"), list):
@@ -269,7 +272,7 @@ class RegistrationsAnswered(Monitor):
         if self._wildcard or not judge.all_readable:
             self.skip("L-HTTP-13", WILDCARD)
             return
-        self._settle(exchange.ts)
+        self._settle(exchange.answered)
         document = _document(exchange)
         if document is None or not all(isinstance(entries, list) for entries in document.values()):
             self._check(exchange, "L-HTTP-13", False, "200 with a JSON object of lists")
@@ -308,7 +311,7 @@ class RegistrationsAnswered(Monitor):
         if self._wildcard or not judge.all_readable:
             self.skip("L-HTTP-07", WILDCARD)
             return
-        self._settle(exchange.ts)
+        self._settle(exchange.answered)
         document = _document(exchange)
         listed = document.get("producers") if document is not None else None
         if not isinstance(listed, list) or not all(isinstance(entry, dict) for entry in listed):
@@ -331,7 +334,7 @@ class RegistrationsAnswered(Monitor):
                 self._check(exchange, self._fresh_or("L-HTTP-07"), False, f"no producer {peer} (none identified)")
 
     def _node(self, judge, exchange: HttpExchange, producer: _Producer, name: str, entries: list[dict]) -> None:
-        shown, why = self._shown(judge, exchange.ts, producer, None, None)
+        shown, why = self._shown(judge, exchange.answered, producer, None, None)
         if shown is None or not shown and not entries:
             return
         if not shown:
@@ -353,7 +356,7 @@ class RegistrationsAnswered(Monitor):
             if key[1] not in flags:
                 self._check(exchange, registration.why or "L-HTTP-07", False, f"{producer.peer} with topic {key[1]}")
                 continue
-            tombstoned = self._tombstoned(judge, exchange.ts, registration.producers[name])
+            tombstoned = self._tombstoned(judge, exchange.answered, registration.producers[name])
             if tombstoned is not None and flags[key[1]] is not tombstoned:
                 self._check(exchange, "L-HTTP-12" if tombstoned else "L-HTTP-17", False,
                             f"{producer.peer}'s topic {key[1]} flagged tombstoned {str(tombstoned).lower()}")
@@ -383,7 +386,7 @@ class RegistrationsAnswered(Monitor):
             producer = self._producers.get(name)
             if producer is None:
                 continue
-            shown, why = self._shown(judge, exchange.ts, producer, tombstoned_at, registration)
+            shown, why = self._shown(judge, exchange.answered, producer, tombstoned_at, registration)
             bounds = counted.setdefault(producer.peer, [0, 0, why])
             bounds[0] += shown is True
             bounds[1] += shown is not False
@@ -448,13 +451,14 @@ class RegistrationsAnswered(Monitor):
         return True
 
     def _empty_200(self, exchange: HttpExchange, item: str) -> bool:
-        self._check(exchange, item, exchange.status == 200 and exchange.body == b"", "an empty 200")
-        return exchange.status == 200
+        self._check(exchange, item, exchange.response.status == 200 and exchange.response.body == b"", "an empty 200")
+        return exchange.response.status == 200
 
     def _check(self, exchange: HttpExchange, item: str, kept: bool, expected: str) -> None:
         if not kept:
-            self.report(item, BROKER, exchange.ts, "HTTP", expected,
-                        f"{exchange.method} {exchange.target}: {exchange.status} {exchange.body[:200]!r}")
+            request, response = exchange.request, exchange.response
+            self.report(item, BROKER, exchange.answered, "HTTP", expected,
+                        f"{request.method} {request.target}: {response.status} {response.body[:200]!r}")
 
 
 _HANDLERS = {("GET", "/lookup"): "_lookup", ("GET", "/channels"): "_channels_answer", ("GET", "/topics"): "_topics",
@@ -462,6 +466,8 @@ _HANDLERS = {("GET", "/lookup"): "_lookup", ("GET", "/channels"): "_channels_ans
              ("POST", "/topic/create"): "_create_topic", ("POST", "/topic/delete"): "_delete_topic",
              ("POST", "/channel/create"): "_create_channel", ("POST", "/channel/delete"): "_delete_channel",
              ("POST", "/topic/tombstone"): "_tombstone"}
+_LISTING = {"/lookup": "L-HTTP-04", "/channels": "L-HTTP-06", "/topics": "L-HTTP-05", "/nodes": "L-HTTP-07",
+            "/debug": "L-HTTP-13"}  # the item that judges each GET handler's document
 
 
 def _argument_error(path: str, topic: str | None, channel: str | None, node: str | None) -> tuple[str, str] | None:
@@ -486,10 +492,10 @@ def _argument_error(path: str, topic: str | None, channel: str | None, node: str
 
 
 def _document(exchange: HttpExchange) -> dict | None:
-    if exchange.status != 200:
+    if exchange.response.status != 200:
         return None
     try:
-        document = json.loads(exchange.body)
+        document = json.loads(exchange.response.body)
     except ValueError:
         return None
     return document if isinstance(document, dict) else None
@@ -501,11 +507,6 @@ def _message(body: bytes) -> str | None:
     except ValueError:
         return None
     return document.get("message") if isinstance(document, dict) else None
-
-
-def _unparsable(query: str) -> bool:
-    """Go's url.ParseQuery fails on a bad %-escape and on ';' (Go 1.17 on)."""
-    return ";" in query or _BAD_ESCAPE.search(query) is not None
 
 
 def _identified(body: str) -> dict | None:

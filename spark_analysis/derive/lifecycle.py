@@ -38,7 +38,7 @@ from spark_analysis.decode.kinds import Kind, Status
 from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, parquet_writer, prepare_directories
 from spark_analysis.derive.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA, DELIVERY_FIELDS, codes
-from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_SCHEMA
+from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_HTTP, LOOKUPD_SCHEMA
 from spark_analysis.judge.monitoring import HTTP, HTTP_SCHEMA, OBSERVED, OBSERVED_SCHEMA
 from spark_analysis.read.parquet_source import WrittenTables
 from spark_analysis.read.storage import LOCAL, Storage, join
@@ -93,8 +93,9 @@ EXCHANGED_SCHEMAS = {
     OBSERVED: OBSERVED_SCHEMA,
     HTTP: HTTP_SCHEMA,  # the requests to the brokers' HTTP APIs that change delivery (judge/monitoring.py)
     LOOKUPD: LOOKUPD_SCHEMA,  # nsqlookupd's connections, for the judging job (judge/lookupd.py)
+    LOOKUPD_HTTP: HTTP_SCHEMA,  # the exchanges with nsqlookupd's HTTP API, for its judge (judge/lookupd.py)
 }
-UNBUCKETED = ("connections", "fin_failed", OBSERVED, HTTP, LOOKUPD)
+UNBUCKETED = ("connections", "fin_failed", OBSERVED, HTTP, LOOKUPD, LOOKUPD_HTTP)
 EXCHANGE_ROWS = 1 << 18  # rows a decoding task gathers before it writes them into the buckets
 
 
@@ -121,7 +122,7 @@ class MessageExchange:
         if name == "events":
             self._unbucketed.add("connections", table.filter(pc.equal(table["kind"], Kind.CONNECTION)))
             return
-        if name in (OBSERVED, HTTP, LOOKUPD):
+        if name in (OBSERVED, HTTP, LOOKUPD, LOOKUPD_HTTP):
             self._unbucketed.add(name, table)
             return
         if name == "frames":

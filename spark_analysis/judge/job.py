@@ -19,7 +19,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import TableWriter, prepare_directories
-from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_SCHEMA, LookupdJudging
+from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_HTTP, LOOKUPD_SCHEMA, LookupdJudging, lookupd_exchanges
 from spark_analysis.judge.monitoring import (
     HTTP,
     NS,
@@ -61,11 +61,12 @@ class Judged:
 
 
 def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_server: dict[str, list[Opening]],
-                  http_read: bool, storage: Storage = LOCAL, lookupds: frozenset[str] = frozenset()) -> Judged:
+                  http_read: bool, storage: Storage = LOCAL, lookupds: frozenset[str] = frozenset(),
+                  lookupd_http_read: bool = False) -> Judged:
     """Judges every nsqd of ``by_server`` (judge/monitoring.py ``openings``) over the observed rows in
     ``exchange_dir``, and the HTTP requests there where the capture's HTTP traffic was read (``http_read``), and
-    every nsqlookupd of ``lookupds`` (their "host port") over its connections' rows; writes
-    ``tables_dir/violations``."""
+    every nsqlookupd of ``lookupds`` (their "host port") over its connections' rows, and the exchanges with its
+    host's HTTP API where the capture's were read (``lookupd_http_read``); writes ``tables_dir/violations``."""
     prepare_directories(tables_dir, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage)
     judged = Judged()
     if by_server:
@@ -77,9 +78,14 @@ def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_se
         judged.add(_judged(spark, exchange_dir, tables_dir, OBSERVED, OBSERVED_SCHEMA, len(by_server), nsqd_judgings,
                            storage))
     if lookupds:
-        # the HTTP exchanges of nsqlookupd's API are not cut into the exchange: its rules about them say "not judged"
-        judged.add(_judged(spark, exchange_dir, tables_dir, LOOKUPD, LOOKUPD_SCHEMA, len(lookupds),
-                           lambda: lambda name: LookupdJudging(None), storage))
+        def lookupd_judgings() -> Callable[[str], LookupdJudging]:
+            http = lookupd_exchanges(lifecycle.exchanged(exchange_dir, LOOKUPD_HTTP, storage=storage)) \
+                if lookupd_http_read else None
+            hosts = [name.split(" ")[0] for name in lookupds]
+            return lambda name: LookupdJudging(http_actions_of(name, hosts, http))
+
+        judged.add(_judged(spark, exchange_dir, tables_dir, LOOKUPD, LOOKUPD_SCHEMA, len(lookupds), lookupd_judgings,
+                           storage))
     return judged
 
 

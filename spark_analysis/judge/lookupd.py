@@ -1,29 +1,30 @@
 """A capture's nsqlookupd traffic through nsqlookupd's monitors (LOOKUPD_MONITORS).
 
 Each V1 connection (a decoding task's, window after window: ``V1Rows``) becomes rows of the exchange's ``lookupd``
-table: its opening, its bytes each way, its end, in the connection's order (``seq``). One ``LookupdJudging`` per
-nsqlookupd takes them in capture time, with the HTTP exchanges of its API where the capture holds them. The Spark
-job (judge/job.py) shuffles the rows by nsqlookupd and sorts them; ``judge_lookupd_capture`` does the same in this
-process for a small capture."""
+table: its opening, its bytes each way, its end, in the connection's order (``seq``); each connection to an
+nsqlookupd's HTTP API (its ports named: ``--lookupd-http-port``) rows of ``lookupd_http`` (``LookupdHttpReading``:
+the HTTP table's rows, nsqd's own apart). One ``LookupdJudging`` per nsqlookupd takes them in capture time, with the
+HTTP exchanges of its host's API where the capture holds them. The Spark job (judge/job.py) shuffles the rows by
+nsqlookupd and sorts them; ``judge_lookupd_capture`` does the same in this process for a small capture."""
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsq_protocol import monitors
-from nsq_protocol.http import HttpDecoder
+from nsq_protocol.http import HttpExchange, Request
 from nsq_protocol.monitors import BROKER, CLIENT
-from nsq_protocol.wire import ProtocolViolation
+from spark_analysis.judge.monitoring import HTTP_SCHEMA, HttpReading, http_actions, http_actions_of
 from spark_analysis.read.pcapfile import ByteRange, read_range
 from spark_analysis.read.reassembly import Connection, Gap, reassemble
 
 NS = 1_000_000_000
 LOOKUPD = "lookupd"  # the exchange's table of nsqlookupd's V1 connections, for the judging job
+LOOKUPD_HTTP = "lookupd_http"  # the exchange's table of nsqlookupd's HTTP exchanges (HTTP_SCHEMA)
 LOOKUPD_SCHEMA = pa.schema([
     ("server", pa.string()), ("conn_id", pa.string()), ("ts_ns", pa.int64()),
     ("seq", pa.int64()),  # the row's place in its connection: the order the judge takes rows of one instant in
@@ -79,22 +80,55 @@ class V1Rows:
         return pa.Table.from_pylist(rows, schema=LOOKUPD_SCHEMA)
 
 
+class LookupdHttpReading(HttpReading):
+    """One connection to an nsqlookupd's HTTP API: its exchanges as HTTP rows, for the exchange's ``lookupd_http``.
+    None changes delivery; one lookupd may not have answered changes its registrations if it is a POST (every
+    route that changes them is: nsqlookupd/http.go), which leaves them unknown."""
+
+    TABLE = LOOKUPD_HTTP
+
+    def changes(self, request: Request) -> bool:
+        return request.method == "POST"
+
+    def action(self, ts: float, request: Request, status: int) -> None:
+        return None
+
+
+def lookupd_exchanges(rows: pa.Table) -> dict[str, list[HttpExchange] | None]:
+    """The ``lookupd_http`` rows as each host's exchanges; None for a host with an unreadable connection."""
+    return {host: None if pairs is None else [exchange for exchange, _ in pairs]
+            for host, pairs in http_actions(rows).items()}
+
+
 class LookupdJudging:
     """One nsqlookupd's judge, fed its connections' rows sorted by (ts_ns, conn_id, seq), in as many parts as
-    come; ``http``: its API's exchanges (None: the capture does not hold them)."""
+    come; ``http``: its API's exchanges (None: the capture does not hold them), each taken at its answer's time
+    among the rows; ``add_exchanges``: more of them (watch: a batch's)."""
 
-    def __init__(self, http: list[monitors.HttpExchange] | None, **known):
+    def __init__(self, http: list[HttpExchange] | None, **known):
         self.judge = monitors.new_lookupd_judge(http_seen=http is not None, timing=True, **known)
-        self._http = deque(sorted(http or (), key=lambda exchange: exchange.ts))
+        self._http: list[tuple[float, int, HttpExchange]] = []  # a heap by answer time; the count, unique, keeps
+        # it from comparing exchanges
+        self._added = 0
         self._reported = 0
         self.last_ts = 0.0
+        self.add_exchanges(http or [])
+
+    def add_exchanges(self, exchanges: list[HttpExchange] | None) -> None:
+        """None: from here on some are not known."""
+        if exchanges is None:
+            self.judge.http_seen = False
+            return
+        for exchange in exchanges:
+            self._added += 1
+            heapq.heappush(self._http, (exchange.answered, self._added, exchange))
 
     def feed(self, rows: Iterable[dict]) -> None:
-        judge = self.judge
+        judge, http = self.judge, self._http
         for row in rows:
             ts = row["ts_ns"] / NS
-            while self._http and self._http[0].ts < ts:
-                judge.http(self._http.popleft())
+            while http and http[0][0] < ts:
+                judge.http(heapq.heappop(http)[2])
             self.last_ts = max(self.last_ts, ts)
             what, name = row["what"], row["conn_id"]
             if what == OPENED:
@@ -108,8 +142,8 @@ class LookupdJudging:
 
     def finish(self) -> monitors.LookupdJudge:
         while self._http:
-            exchange = self._http.popleft()
-            self.last_ts = max(self.last_ts, exchange.ts)
+            answered, _, exchange = heapq.heappop(self._http)
+            self.last_ts = max(self.last_ts, answered)
             self.judge.http(exchange)
         self.judge.finish(self.last_ts)
         return self.judge
@@ -130,42 +164,30 @@ def lookupd_servers(connections: pa.Table, nsq_ports: frozenset[int]) -> frozens
 
 def judge_lookupd_capture(path: str, tcp_ports: frozenset[int], http_ports: frozenset[int] = frozenset(),
                           whole: bool = False, nsqd_clients: bool = False) -> dict[str, monitors.LookupdJudge]:
-    """Each nsqlookupd's judge (by "host port" of its TCP side), in this process. ``whole``: the capture starts with
-    the lookupds (every registration is in it); ``nsqd_clients``: their V1 clients are nsqds (registration.toml's
-    rules judge them)."""
+    """Each nsqlookupd's judge (by "host port" of its TCP side), in this process; ``http_ports``: their HTTP APIs'.
+    ``whole``: the capture starts with the lookupds (every registration is in it); ``nsqd_clients``: their V1
+    clients are nsqds (registration.toml's rules judge them)."""
     flows: dict[str, list] = {}
     for batch in read_range(ByteRange(str(path), 0, 1 << 62)):
         for row in batch.to_pylist():
             if row["error"] is None:
                 flows.setdefault(row["flow"], []).append(tuple(row[name] for name in _SEGMENT))
     rows: dict[str, list[dict]] = {}
-    http: dict[str, list[monitors.HttpExchange]] = {}
+    http_rows: list[dict] = []
     for flow, segments in flows.items():
         for conn in reassemble(flow, sorted(segments, key=lambda row: row[0]), tcp_ports | http_ports):
             if conn.server[1] in tcp_ports:
                 for row in V1Rows().window(conn).to_pylist():
                     rows.setdefault(row["server"], []).append(row)
             else:
-                http.setdefault(conn.server[0], []).extend(_exchanges(conn))
+                reading = LookupdHttpReading(conn.server[0])
+                http_rows += reading.feed(conn) + reading.end()
+    http = lookupd_exchanges(pa.Table.from_pylist(http_rows, schema=HTTP_SCHEMA)) if http_ports else None
+    hosts = [server.split(" ")[0] for server in rows]
     judges = {}
     for server, server_rows in rows.items():
-        judging = LookupdJudging(http.get(server.split(" ")[0], []) if http_ports else None, whole=whole,
-                                 nsqd_clients=nsqd_clients)
+        judging = LookupdJudging(http_actions_of(server, hosts, http), whole=whole, nsqd_clients=nsqd_clients)
         judging.feed(heapq.nsmallest(len(server_rows), server_rows,
                                      key=lambda row: (row["ts_ns"], row["conn_id"], row["seq"])))
         judges[server] = judging.finish()
     return judges
-
-
-def _exchanges(conn: Connection) -> list[monitors.HttpExchange]:
-    """The exchanges, each at its answer's time; a connection the capture lost any of gives none."""
-    if conn.c2s.gap_count or conn.s2c.gap_count or not conn.c2s.syn_seen:
-        return []
-    requests, responses = HttpDecoder(requests=True), HttpDecoder(requests=False)
-    try:
-        asked = [request for _, data, _ in conn.c2s.chunks for request in requests.feed(data)]
-        answers = [(ts_ns / NS, answer) for _, data, ts_ns in conn.s2c.chunks for answer in responses.feed(data)]
-    except ProtocolViolation:
-        return []
-    return [monitors.HttpExchange(ts, request.method, request.target, answer.status, answer.body)
-            for request, (ts, answer) in zip(asked, answers, strict=False)]

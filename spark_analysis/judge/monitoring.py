@@ -363,7 +363,8 @@ def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | No
 
 
 def http_actions_of(server: str, hosts: list[str], http: dict[str, list | None] | None) -> list | None:
-    """A host's HTTP requests are this nsqd's only where it is the one nsqd on that host."""
+    """A host's HTTP requests are this server's (an nsqd's, or an nsqlookupd's) only where it is the one of
+    ``hosts`` (the nsqds', or the nsqlookupds') on that host."""
     host = server.split(" ")[0]
     return http.get(host, []) if http is not None and hosts.count(host) == 1 else None
 
@@ -371,7 +372,10 @@ def http_actions_of(server: str, hosts: list[str], http: dict[str, list | None] 
 class HttpReading:
     """One connection to a broker's HTTP API, window after window (``feed``, then ``end``): each request with its
     answer, once read, as an ``HTTP_SCHEMA`` row (``changes_delivery``: judge.http_action's); a capture that lost
-    any of the connection (its start, a gap, an answer) makes one ``unreadable`` row, and no more."""
+    any of the connection (its start, a gap, an answer) makes one ``unreadable`` row, and no more. Its rows go to
+    the exchange's ``TABLE``."""
+
+    TABLE = HTTP
 
     def __init__(self, host: str):
         self.host = host
@@ -399,17 +403,25 @@ class HttpReading:
                 for (ts, request), (at, answer) in zip(answered, answers, strict=False)]
 
     def end(self) -> list[dict]:
-        """The connection ended: a request that changes delivery still unanswered leaves its outcome unknown."""
-        if not self.unreadable and any(monitors.http_action(ts, request, 0) is not None for ts, request in self.asked):
+        """The connection ended: a request still unanswered that ``changes`` the broker leaves its outcome unknown."""
+        if not self.unreadable and any(self.changes(request) for _, request in self.asked):
             return self._lost()
         return []
+
+    def changes(self, request: Request) -> bool:
+        """The request changes what the judge follows of the broker (nsqd: delivery)."""
+        return monitors.http_action(0.0, request, 0) is not None
+
+    def action(self, ts: float, request: Request, status: int) -> monitors.HttpAction | None:
+        """What the request does to delivery (``changes_delivery``), for ServerJudging's ledger."""
+        return monitors.http_action(ts, request, status)
 
     def _lost(self) -> list[dict]:
         self.unreadable = True
         return [{"host": self.host, "ts_ns": 0, "unreadable": True}]
 
     def _row(self, ts: float, request: Request, answered: float, response: Response) -> dict:
-        action = monitors.http_action(ts, request, response.status)
+        action = self.action(ts, request, response.status)
         kept = KEPT_REQUEST if request.path.startswith(_READ_BODIES) else 0
         row = {"host": self.host, "ts_ns": round(ts * NS), "status": response.status, "unreadable": False,
                "changes_delivery": action is not None,

@@ -91,10 +91,11 @@ class Increments:
 
     def __init__(self, spark: SparkSession, out_dir: str, storage: Storage = LOCAL,
                  nsq_ports: frozenset[int] = DEFAULT_NSQ_PORTS, split_bytes: int = DEFAULT_SPLIT_BYTES,
-                 window_bytes: int = DEFAULT_WINDOW_BYTES, http_ports: frozenset[int] = frozenset()):
+                 window_bytes: int = DEFAULT_WINDOW_BYTES, http_ports: frozenset[int] = frozenset(),
+                 lookupd_http_ports: frozenset[int] = frozenset()):
         self.spark, self.storage = spark, storage
         self.ports, self.split_bytes, self.window_bytes = frozenset(nsq_ports), split_bytes, window_bytes
-        self.http_ports = frozenset(http_ports)
+        self.http_ports, self.lookupd_http_ports = frozenset(http_ports), frozenset(lookupd_http_ports)
         self.tables_dir = join(out_dir, "tables")
         self.exchange_dir = join(out_dir, "watch", "exchange")
         self.state_dir = join(out_dir, "watch", "state")
@@ -171,7 +172,7 @@ class _DecodeTask:
 
     def __init__(self, increments: Increments, batch_id: int, carried: dict):
         self.storage, self.ports, self.window_bytes = increments.storage, increments.ports, increments.window_bytes
-        self.http_ports = increments.http_ports
+        self.http_ports, self.lookupd_http_ports = increments.http_ports, increments.lookupd_http_ports
         self.tables_dir, self.exchange_dir = increments.tables_dir, increments.exchange_dir
         self.state_dir = join(increments.state_dir, f"{batch_id:010d}")
         self.batch_id, self.carried = batch_id, carried
@@ -214,7 +215,8 @@ class _DecodeTask:
 
     def _carried(self, flow: str) -> FlowDecoder:
         if flow not in self.carried["flows"]:
-            return FlowDecoder(flow, self.ports, self.window_bytes, carried=True, http_ports=self.http_ports)
+            return FlowDecoder(flow, self.ports, self.window_bytes, carried=True, http_ports=self.http_ports,
+                               lookupd_http_ports=self.lookupd_http_ports)
         path, offset, length, _ = self.carried["flows"][flow]
         with self.storage.open_input(path) as source, without_cycle_collection():
             return pickle.loads(source.read_at(length, offset))

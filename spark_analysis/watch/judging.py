@@ -1,6 +1,6 @@
 """``nsq-trace watch``'s judging: each micro-batch's final observed rows (judge/monitoring.py) through every nsqd's
-judge, and its nsqlookupd connections' rows (judge/lookupd.py) through every nsqlookupd's, carried from the batch
-before.
+judge, and its nsqlookupd connections' rows (judge/lookupd.py), with the exchanges with nsqlookupd's HTTP API where
+they are read, through every nsqlookupd's, carried from the batch before.
 
 The judges are pickled into the batch's state (``OUT/watch/state/<batch>/judges.pickle``, before ``index.json``
 makes the state whole), so a replayed batch starts again from the judges of the batch it carried on from. A batch's
@@ -28,7 +28,14 @@ from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import TableWriter
 from spark_analysis.derive.tallies import Tallies
 from spark_analysis.judge.job import COUNTS_SCHEMA, Judged, written_counts
-from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_SCHEMA, LookupdJudging, lookupd_servers
+from spark_analysis.judge.lookupd import (
+    LOOKUPD,
+    LOOKUPD_HTTP,
+    LOOKUPD_SCHEMA,
+    LookupdJudging,
+    lookupd_exchanges,
+    lookupd_servers,
+)
 from spark_analysis.judge.monitoring import (
     HTTP,
     HTTP_SCHEMA,
@@ -50,12 +57,13 @@ JUDGES = "judges.pickle"
 
 def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_ts_ns: int, final: Tallies,
                 tallied: Tallies, exchange_dir: str, tables_dir: str, state_dir: str, http_read: bool,
-                nsq_ports: frozenset[int], storage: Storage = LOCAL) -> Judged:
+                nsq_ports: frozenset[int], storage: Storage = LOCAL, lookupd_http_read: bool = False) -> Judged:
     """Batch ``batch_id``'s final observed rows (and HTTP requests, where the capture's HTTP traffic is read:
-    ``http_read``) judged, by the judges of batch ``previous`` (None: new ones), up to ``last_ts_ns``, the latest
-    capture time so far, less ``CARRIED_NS``. ``tallied``: the tallies with the
-    batch's open parts (every connection seen so far); ``final``: without them, whose errors are the bytes the decoder
-    could not read (an open part ends a connection as if it had ended, inside a frame maybe)."""
+    ``http_read``; nsqlookupd's V1 rows, and its HTTP exchanges where they are read: ``lookupd_http_read``) judged,
+    by the judges of batch ``previous`` (None: new ones), up to ``last_ts_ns``, the latest capture time so far,
+    less ``CARRIED_NS``. ``tallied``: the tallies with the batch's open parts (every connection seen so far);
+    ``final``: without them, whose errors are the bytes the decoder could not read (an open part ends a connection
+    as if it had ended, inside a frame maybe)."""
     connections = tallied.connections()
     by_server = openings(connections, final.undecoded())
     lookupds = sorted(lookupd_servers(connections, nsq_ports))
@@ -66,8 +74,9 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
                 if url.rsplit("/", 1)[-1].startswith(prefix + part_prefix(batch_id))]
 
     files = {table: (batch_parts(table), batch_parts(table, OPEN)) for table in schemas}
-    http_files = batch_parts(HTTP)
+    http_files, lookupd_http_files = batch_parts(HTTP), batch_parts(LOOKUPD_HTTP)
     hosts = [server.split(" ")[0] for server in by_server]
+    lookupd_hosts = [server.split(" ")[0] for server in lookupds]
     carried = None if previous is None else join(state_dir, f"{previous:010d}", JUDGES)
     kept = join(state_dir, f"{batch_id:010d}", JUDGES)
 
@@ -87,6 +96,8 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
             ready[table] = rows.filter(pc.less(rows["ts_ns"], until))
         observed, lookupd_rows = ready[OBSERVED], ready[LOOKUPD]
         http = http_actions(lifecycle.read_parts(http_files, HTTP_SCHEMA, storage)) if http_read else None
+        lookupd_http = lookupd_exchanges(lifecycle.read_parts(lookupd_http_files, HTTP_SCHEMA, storage)) \
+            if lookupd_http_read else None
         counts = []
         with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
             for server, connections in by_server.items():
@@ -98,8 +109,12 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
                     judging.add_actions(http_actions_of(server, hosts, http))
                 judging.feed(fed.new(sorted_rows(observed.filter(pc.equal(observed["server"], server)))))
                 counts += written_counts(server, judging, writer)
-            for server in lookupds:  # nsqlookupd's HTTP API is not in the exchange: its rules say "not judged"
-                judging = judgings.setdefault(server, LookupdJudging(None))
+            for server in lookupds:
+                judging = judgings.get(server)
+                if judging is None:
+                    judging = judgings[server] = LookupdJudging([] if lookupd_http_read else None)
+                if lookupd_http_read:
+                    judging.add_exchanges(http_actions_of(server, lookupd_hosts, lookupd_http))
                 judging.feed(fed.new(sorted_rows(lookupd_rows.filter(pc.equal(lookupd_rows["server"], server)))))
                 counts += written_counts(server, judging, writer)
         storage.make_directory(join(state_dir, f"{batch_id:010d}"))

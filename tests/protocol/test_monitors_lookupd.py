@@ -11,7 +11,8 @@ import pathlib
 import pytest
 
 from nsq_protocol import monitors, wire_v1
-from nsq_protocol.monitors import BROKER, HttpExchange
+from nsq_protocol.http import HttpExchange, Request, Response
+from nsq_protocol.monitors import BROKER
 from tests.broker.recorded import replay  # noqa: F401 (puts the recorder's modules on the path)
 
 import cluster  # noqa: E402 isort: skip
@@ -62,7 +63,7 @@ class Traffic:
         return self
 
     def http(self, method: str, target: str, status: int, body: bytes = b"", headers=None) -> Traffic:
-        self.judge.http(HttpExchange(self._tick(), method, target, status, body, headers))
+        self.judge.http(exchange(self._tick(), method, target, status, body, headers))
         return self
 
     def violations(self) -> list[tuple[str, str]]:
@@ -70,6 +71,11 @@ class Traffic:
 
     def not_judged(self, item: str) -> list[str]:
         return [why for (judged, why) in self.judge.not_judged if judged == item]
+
+
+def exchange(at: float, method: str, target: str, status: int, body: bytes, headers: dict | None) -> HttpExchange:
+    """An exchange answered at once; ``headers``: the answer's."""
+    return HttpExchange(at, Request(method, target, b""), Response(status, body, headers or {}), at)
 
 
 def producer() -> Traffic:
@@ -208,7 +214,7 @@ def test_routes_answered_as_lookupd_break_nothing():
     traffic = (Traffic().http("GET", "/ping", 200, b"OK", {"content-type": "text/plain; charset=utf-8"})
                .http("GET", "/info", 200, b'{"version":"1.3.0"}')
                .http("POST", "/ping", 405, b'{"message":"METHOD_NOT_ALLOWED"}', {"allow": "GET, OPTIONS"})
-               .http("HEAD", "/ping", 405, b"", None)
+               .http("HEAD", "/ping", 405, b"", {"allow": "GET, OPTIONS"})
                .http("GET", "/nope", 404, b'{"message":"NOT_FOUND"}')
                .http("POST", "/create_topic", 404, b'{"message":"NOT_FOUND"}')
                .http("GET", "/debug/pprof/", 301, b"", {"location": "/debug/pprof"})
@@ -328,6 +334,16 @@ def test_http_changes_and_their_argument_errors():
     deleted = registered().http("POST", "/channel/delete?topic=t&channel=c", 200)
     assert deleted.http("GET", "/channels?topic=t", 200, b'{"channels":["c"]}').violations() == [
         ("L-HTTP-10", BROKER)]
+
+
+def test_an_answer_the_capture_kept_only_the_start_of_is_not_judged():
+    """spark_analysis keeps an answer's first 256 KiB: a /topics cut there is no JSON, and no violation."""
+    traffic = registered()
+    cut = Response(200, b'{"topics":["t","', {}, size=300_000)
+    traffic.judge.http(HttpExchange(T0 + 1, Request("GET", "/topics", b""), cut, T0 + 1))
+    assert traffic.violations() == [] and traffic.not_judged("L-HTTP-05")
+    whole = registered().http("GET", "/topics", 200, b'{"topics":["t","')
+    assert whole.violations() == [("L-HTTP-05", BROKER)]
 
 
 def test_entries_name_the_producer_as_it_identified_l_tcp_04():
@@ -466,7 +482,7 @@ def judge_recording(transcript: dict) -> monitors.LookupdJudge:
             body = json.dumps(expected["json"], separators=(",", ":")).encode() if "json" in expected \
                 else expected.get("body", "").encode()
             headers = {key: value for key, value in expected.get("headers", {}).items() if value is not None}
-            judge.http(HttpExchange(at, request["method"], request["path"], expected["status"], body, headers))
+            judge.http(exchange(at, request["method"], request["path"], expected["status"], body, headers))
         elif "lookupd_expect" in step:
             _nsqd_said(judge, at, step["lookupd"], step["lookupd_expect"], values)
         elif step.get("close") in lookupd:
@@ -529,6 +545,10 @@ def test_a_lookupd_case_transcript_is_judged():
     transcript.record("L0", CLIENT_TO_SERVER, ["PING"], b"PING\n")
     transcript.record("L0", SERVER_TO_CLIENT, ["b'NO'"], wire_v1.encode_reply(b"NO"))
     transcript.record("HTTP", CLIENT_TO_SERVER, ["POST /create_topic?topic=t"])
+    transcript.record("HTTP", SERVER_TO_CLIENT, ["200 b''"], b"", observed=(
+        exchange(transcript.wall_started + transcript.now(), "POST", "/create_topic?topic=t", 200, b"", {}),))
+    # another nsqlookupd's (an unmonitored HttpClient's): not this one's to judge
+    transcript.record("HTTP", CLIENT_TO_SERVER, ["POST /delete_topic?topic=t"])
     transcript.record("HTTP", SERVER_TO_CLIENT, ["200 b''"], b"")
     judged = judge_lookupd(transcript)
     assert [(violation.item, violation.side) for violation in judged.violations] == [

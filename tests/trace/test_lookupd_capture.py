@@ -1,14 +1,18 @@
 """nsqlookupd's monitors over captures (spark_analysis/judge/lookupd.py): the real nsqlookupd's traffic in
 pcaps/cluster.pcap (nsqd v1.3.0 registering with it, from the magic on) breaks no rule, nor does the nsqd, and a
-lookupd bug written into a capture is named by its item."""
+lookupd bug written into a capture, in its V1 replies or its HTTP answers (read where its HTTP port is named), is
+named by its item."""
 
 from __future__ import annotations
 
 import pyarrow.parquet as pq
 
 from nsq_protocol import wire_v1
+from nsq_protocol.http import HttpExchange, Request, Response
 from spark_analysis.generate.capture import EPOCH_NS, MS, Capture, Connection
-from spark_analysis.judge.lookupd import judge_lookupd_capture
+from spark_analysis.judge.lookupd import _SEGMENT, LookupdJudging, V1Rows, judge_lookupd_capture
+from spark_analysis.read.pcapfile import ByteRange, read_range
+from spark_analysis.read.reassembly import reassemble
 from tests.trace.trace_helpers import PCAPS
 
 LOOKUPD_TCP, LOOKUPD_HTTP = 24160, 24161  # tests/trace/cluster_recording.py
@@ -27,7 +31,9 @@ def test_the_real_nsqlookupd_breaks_no_rule_in_the_cluster_capture():
     assert connection.identified and connection.replies == 6 and not judge.failures
 
 
-def lookupd_capture(path, reply: bytes) -> None:
+def lookupd_capture(path, reply: bytes, ping_type: bytes | None = None) -> None:
+    """A producer registering a bad name, lookupd replying ``reply``; with ``ping_type``, a GET /ping to lookupd's
+    HTTP API too, answered with that Content-Type."""
     capture = Capture(str(path), "pcap")
     conn = Connection(capture, "A", 40000, 1000)
     conn.ports = {"c2s": (40000, LOOKUPD_TCP), "s2c": (LOOKUPD_TCP, 40000)}
@@ -37,7 +43,19 @@ def lookupd_capture(path, reply: bytes) -> None:
     conn.send("c2s", EPOCH_NS + 3 * MS, wire_v1.encode_command("REGISTER", "bad!"))
     conn.send("s2c", EPOCH_NS + 4 * MS, wire_v1.encode_reply(reply))
     conn.close(EPOCH_NS + 5 * MS)
+    if ping_type is not None:
+        http = Connection(capture, "H", 40001, 5000)
+        http.ports = {"c2s": (40001, LOOKUPD_HTTP), "s2c": (LOOKUPD_HTTP, 40001)}
+        http.open(EPOCH_NS + 6 * MS)
+        http.send("c2s", EPOCH_NS + 7 * MS, b"GET /ping HTTP/1.1\r\nHost: lk\r\n\r\n")
+        http.send("s2c", EPOCH_NS + 8 * MS, b"HTTP/1.1 200 OK\r\nContent-Type: " + ping_type +
+                  b"\r\nContent-Length: 2\r\n\r\nOK")
+        http.close(EPOCH_NS + 9 * MS)
     capture.close()
+
+
+def found(judges) -> set[tuple[str, str]]:
+    return {(v.item, v.side) for judge in judges.values() for v in judge.violations}
 
 
 def test_a_bad_name_registered_is_named_l_tcp_11(tmp_path):
@@ -49,18 +67,60 @@ def test_a_bad_name_registered_is_named_l_tcp_11(tmp_path):
     assert [judge.violations for judge in judges.values()] == [[]]
 
 
+def test_lookupd_http_answers_are_judged_where_its_port_is_named(tmp_path):
+    lookupd_capture(tmp_path / "json.pcap", b"E_BAD_TOPIC REGISTER topic name 'bad!' is not valid", b"application/json")
+    [judge] = judge_lookupd_capture(tmp_path / "json.pcap", frozenset({LOOKUPD_TCP}),
+                                    frozenset({LOOKUPD_HTTP})).values()
+    assert judge.http_seen and found({"": judge}) == {("L-HTTP-01", "broker")}  # /ping is plain text
+    [unread] = judge_lookupd_capture(tmp_path / "json.pcap", frozenset({LOOKUPD_TCP})).values()
+    assert not unread.http_seen and unread.violations == []
+    lookupd_capture(tmp_path / "plain.pcap", b"E_BAD_TOPIC REGISTER topic name 'bad!' is not valid",
+                    b"text/plain; charset=utf-8")
+    assert found(judge_lookupd_capture(tmp_path / "plain.pcap", frozenset({LOOKUPD_TCP}),
+                                       frozenset({LOOKUPD_HTTP}))) == set()
+
+
+def test_exchanges_added_later_are_taken_in_answer_time_among_the_rows(tmp_path):
+    """watch hands a judging each batch's exchanges: taken where their answers fall among the rows, as if all had
+    come at once."""
+    lookupd_capture(tmp_path / "bad.pcap", b"OK")
+    flows: dict[str, list] = {}
+    for batch in read_range(ByteRange(str(tmp_path / "bad.pcap"), 0, 1 << 62)):
+        for row in batch.to_pylist():
+            flows.setdefault(row["flow"], []).append(tuple(row[name] for name in _SEGMENT))
+    [(flow, segments)] = flows.items()
+    [conn] = reassemble(flow, segments, frozenset({LOOKUPD_TCP}))
+    rows = V1Rows().window(conn).to_pylist()
+    at = EPOCH_NS / 1e9
+    ping = HttpExchange(at, Request("GET", "/ping", b""), Response(200, b"OK", {"content-type": "application/json"}),
+                        at + 0.0035)
+    info = HttpExchange(at, Request("GET", "/info", b""), Response(200, b"{}"), at + 0.0015)
+    at_once = LookupdJudging([ping, info])
+    at_once.feed(rows)
+    later = LookupdJudging([])
+    later.feed(rows[:2])  # the opening and the first bytes, before either answer
+    later.add_exchanges([ping, info])
+    later.feed(rows[2:])
+    assert [[(v.item, v.ts) for v in judging.finish().violations] for judging in (at_once, later)] == [[
+        ("L-HTTP-02", at + 0.0015), ("L-HTTP-01", at + 0.0035), ("L-TCP-11", at + 0.004)]] * 2
+
+
 def test_analyze_judges_nsqlookupd_as_the_monitors_do_without_spark(spark, tmp_path):
-    """The same monitors inside analyze's Spark tasks: the real nsqlookupd of cluster.pcap breaks no rule; a lookupd
-    that registers a bad name is named in the violations table, under its own server."""
+    """The same monitors inside analyze's Spark tasks, with nsqlookupd's HTTP API read (--lookupd-http-port): the
+    real nsqlookupd of cluster.pcap breaks no rule; a lookupd that registers a bad name and answers /ping as JSON is
+    named in the violations table as judge_lookupd_capture names it, under its own server."""
     from spark_analysis.analysis import run_analysis
 
-    summary = run_analysis(spark, [str(PCAPS / "cluster.pcap")], str(tmp_path / "cluster"), report=False)
+    ports = frozenset({LOOKUPD_HTTP})
+    summary = run_analysis(spark, [str(PCAPS / "cluster.pcap")], str(tmp_path / "cluster"), report=False,
+                           lookupd_http_ports=ports)
     assert not any(side == "broker" for sides in summary["violations"].values() for side in sides)
-    lookupd_capture(tmp_path / "bad.pcap", b"OK")
-    summary = run_analysis(spark, [str(tmp_path / "bad.pcap")], str(tmp_path / "out"), report=False)
-    assert summary["violations"] == {"L-TCP-11": {"broker": 1}}
-    [row] = pq.read_table(tmp_path / "out" / "tables" / "violations").to_pylist()
-    [judge] = judge_lookupd_capture(tmp_path / "bad.pcap", frozenset({LOOKUPD_TCP})).values()
-    [violation] = judge.violations
-    assert (row["server"], row["conn_id"], row["item"], row["ts_ns"]) == (
-        f"{LOOKUPD_ADDRESS} {LOOKUPD_TCP}", violation.connection, "L-TCP-11", round(violation.ts * 1e9))
+    lookupd_capture(tmp_path / "bad.pcap", b"OK", b"application/json")
+    summary = run_analysis(spark, [str(tmp_path / "bad.pcap")], str(tmp_path / "out"), report=False,
+                           lookupd_http_ports=ports)
+    assert summary["violations"] == {"L-TCP-11": {"broker": 1}, "L-HTTP-01": {"broker": 1}}
+    rows = pq.read_table(tmp_path / "out" / "tables" / "violations").to_pylist()
+    [judge] = judge_lookupd_capture(tmp_path / "bad.pcap", frozenset({LOOKUPD_TCP}), ports).values()
+    assert sorted((row["server"], row["conn_id"], row["item"], row["ts_ns"]) for row in rows) == sorted(
+        (f"{LOOKUPD_ADDRESS} {LOOKUPD_TCP}", violation.connection, violation.item, round(violation.ts * 1e9))
+        for violation in judge.violations)
