@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -46,7 +45,7 @@ from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, prepar
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA
 from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies
 from spark_analysis.judge.job import Judged, judge_traffic
-from spark_analysis.judge.lookupd import LOOKUPD, V1Rows
+from spark_analysis.judge.lookupd import LOOKUPD, V1Rows, lookupd_servers
 from spark_analysis.judge.monitoring import HTTP, HTTP_SCHEMA, OBSERVED, HttpReading, observed_rows, openings
 from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
 from spark_analysis.read.parquet_source import WrittenTables
@@ -244,7 +243,8 @@ class FlowDecoder:
         if self.decoder is None or self.decoder.conn is not conn:
             self.decoder, self.released_rows = ConnectionDecoder(conn, self.ports, self.carried), 0
             self.http = HttpReading(conn.server[0]) if conn.server[1] in self.http_ports else None
-            self.v1_rows = V1Rows() if is_lookupd(conn) else None  # as the decoder will tell
+            # "  V1" sent to an nsqd is a client's bad magic (C-02), for nsqd's judge
+            self.v1_rows = V1Rows() if is_lookupd(conn) and conn.server[1] not in self.ports else None
         if self.v1_rows is not None:
             yield LOOKUPD, self.v1_rows.window(conn)
         if self.http is not None:
@@ -346,9 +346,8 @@ def run_analysis(
     tallied = Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage)
     step("judging (the catalogue's monitors, one task per nsqd)")
     connections = tallied.connections()
-    lookupds = frozenset(connections.filter(pc.fill_null(connections["is_lookupd"], False))["server"].to_pylist())
     judged = judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
-                           bool(http_ports), storage, lookupds)
+                           bool(http_ports), storage, lookupd_servers(connections, nsq_ports))
     tables, totals, result = derive(spark, tables_dir, lambda: lifecycle.tables(
         spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(), tallied.fin_failed_ids(), storage),
         tallied, judged, storage, step)

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from nsq_protocol import monitors
 from nsq_protocol.http import HttpDecoder
@@ -118,6 +119,13 @@ class LookupdJudging:
         found = self.judge.violations
         new, self._reported = found[self._reported:], len(found)
         return new
+
+
+def lookupd_servers(connections: pa.Table, nsq_ports: frozenset[int]) -> frozenset[str]:
+    """The nsqlookupds of a connections table (derive/tallies.py): the servers of its V1 connections but the nsqds'
+    ports (V1Rows cuts no rows there)."""
+    servers = connections.filter(pc.fill_null(connections["is_lookupd"], False))["server"].to_pylist()
+    return frozenset(server for server in servers if int(server.rsplit(" ", 1)[1]) not in nsq_ports)
 
 
 def judge_lookupd_capture(path: str, tcp_ports: frozenset[int], http_ports: frozenset[int] = frozenset(),

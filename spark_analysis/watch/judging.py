@@ -28,7 +28,7 @@ from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import TableWriter
 from spark_analysis.derive.tallies import Tallies
 from spark_analysis.judge.job import COUNTS_SCHEMA, Judged, written_counts
-from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_SCHEMA, LookupdJudging
+from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_SCHEMA, LookupdJudging, lookupd_servers
 from spark_analysis.judge.monitoring import (
     HTTP,
     HTTP_SCHEMA,
@@ -50,7 +50,7 @@ JUDGES = "judges.pickle"
 
 def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_ts_ns: int, final: Tallies,
                 tallied: Tallies, exchange_dir: str, tables_dir: str, state_dir: str, http_read: bool,
-                storage: Storage = LOCAL) -> Judged:
+                nsq_ports: frozenset[int], storage: Storage = LOCAL) -> Judged:
     """Batch ``batch_id``'s final observed rows (and HTTP requests, where the capture's HTTP traffic is read:
     ``http_read``) judged, by the judges of batch ``previous`` (None: new ones), up to ``last_ts_ns``, the latest
     capture time so far, less ``CARRIED_NS``. ``tallied``: the tallies with the
@@ -58,7 +58,7 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
     could not read (an open part ends a connection as if it had ended, inside a frame maybe)."""
     connections = tallied.connections()
     by_server = openings(connections, final.undecoded())
-    lookupds = sorted(set(connections.filter(pc.fill_null(connections["is_lookupd"], False))["server"].to_pylist()))
+    lookupds = sorted(lookupd_servers(connections, nsq_ports))
     schemas = {OBSERVED: OBSERVED_SCHEMA, LOOKUPD: LOOKUPD_SCHEMA}
 
     def batch_parts(table: str, prefix: str = "") -> list[str]:

@@ -187,7 +187,7 @@ class Watcher:
         self.step(f"batch {batch_id}: judging (the catalogue's monitors)")
         judged = judge_batch(self.spark, batch_id, carried["previous"], carried["last_ts_ns"], final, tallied,
                              self.increments.exchange_dir, tables_dir, self.increments.state_dir,
-                             bool(self.increments.http_ports), self.storage)
+                             bool(self.increments.http_ports), self.increments.ports, self.storage)
         this_batch = part_prefix(batch_id)
         judged_part = functools.partial(Tallies.plus, name=VIOLATIONS, directories=self.directories,
                                         storage=self.storage, chosen=lambda name: name.startswith(this_batch))
