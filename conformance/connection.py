@@ -20,6 +20,7 @@ from collections.abc import Callable
 from conformance.client import Mismatch, TlsClient, Unsupported, Verifier, open_test_socket, setup_step
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
 from nsq_protocol import monitors, wire
+from nsq_protocol.monitors.events import MAGIC, STREAM, UNREADABLE
 
 
 class Closed(Exception):
@@ -56,6 +57,7 @@ class Connection:
         transcript.note(f"connected {self.sock.getsockname()[1]} -> {address[1]}", name)
         self.frames = wire.FrameDecoder(pause_at_upgrade=True)
         self.commands = wire.CommandDecoder()
+        self.unreadable_sent = False  # the client's bytes became ones nsqd cannot read (the monitors were told)
         self.inbox: deque[wire.Frame] = deque()  # frames read but not yet consumed
         self.heartbeats = 0
         self.closed = False
@@ -72,7 +74,7 @@ class Connection:
         for verb in started:
             if verb.decode("ascii") in self.unsupported_commands:
                 raise Unsupported(self.unsupported_commands[verb.decode("ascii")])
-        lines, commands = self._describe_sent(data)
+        lines, commands, unreadable = self._describe_sent(data)
         described = [line for line in lines if not line.startswith(("(+", "MAGIC", "raw "))]
         if described:
             self.last_command = described[-1][:100]
@@ -84,8 +86,10 @@ class Connection:
             self.last_verb = verbs[-1]
         on_wire = self._encoder.encode(data) if self._encoder else data
         at = self.transcript.wall_started + self.transcript.now()
-        self.transcript.record(self.name, CLIENT_TO_SERVER, lines, on_wire,
-                               observed=tuple(monitors.from_command(at, command) for command in commands))
+        observed = [monitors.from_command(at, command) for command in commands]
+        if unreadable is not None:
+            observed.append(monitors.Observed(at, UNREADABLE, *unreadable))
+        self.transcript.record(self.name, CLIENT_TO_SERVER, lines, on_wire, observed=tuple(observed))
         try:
             self.sock.sendall(on_wire)
         except OSError as exc:
@@ -95,18 +99,25 @@ class Connection:
     def command(self, name: str, *params, body: bytes | None = None) -> None:
         self.send(wire.encode_command(name, *params, body=body))
 
-    def _describe_sent(self, data: bytes) -> tuple[list[str], list[wire.Command]]:
-        """The transcript's lines for ``data``, and the commands it completed."""
+    def _describe_sent(self, data: bytes) -> tuple[list[str], list[wire.Command], tuple[str, str] | None]:
+        """The transcript's lines for ``data``, the commands it completed, and where and why its bytes are ones nsqd
+        cannot read (the first time only: the monitors' UNREADABLE event, C-02, C-19)."""
         try:
             commands = self.commands.feed(data)
         except wire.ProtocolViolation as exc:
-            return [f"raw {data[:80]!r}{'...' if len(data) > 80 else ''} ({exc.reason})"], exc.commands or []
+            unreadable = None
+            if not self.unreadable_sent:
+                self.unreadable_sent = True
+                bad_magic = self.commands.magic != wire.MAGIC_V2
+                unreadable = (MAGIC, repr(self.commands.magic)) if bad_magic else (STREAM, exc.reason)
+            return [f"raw {data[:80]!r}{'...' if len(data) > 80 else ''} ({exc.reason})"], exc.commands or [], \
+                unreadable
         lines = [command.describe() for command in commands]
         if self.commands.magic is not None and self.commands.offset <= 4 and data[:4] == self.commands.magic:
             lines.insert(0, f"MAGIC {self.commands.magic!r}")
         if self.commands.pending:
             lines.append(f"(+{self.commands.pending} bytes of an unfinished command)")
-        return lines or [f"raw {data[:80]!r}"], commands
+        return lines or [f"raw {data[:80]!r}"], commands, None
 
     def shutdown_write(self) -> None:
         self.transcript.note("client half-closes (SHUT_WR)", self.name)

@@ -9,6 +9,7 @@ from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Tra
 from conformance.versions import DEFAULT, NsqVersion
 from nsq_protocol import monitors
 from nsq_protocol.http import HttpExchange
+from nsq_protocol.monitors.events import MAGIC, UNREADABLE
 
 _SERVER_CLOSED = ("server closed the connection", "connection reset")
 _KILLED = "kill the target"  # case.py's note of a SIGKILL
@@ -39,9 +40,10 @@ def judge(transcript: Transcript, version: NsqVersion = NsqVersion.parse(DEFAULT
                 name not in judge.connections:
             continue
         if name not in judge.connections:
-            # a connection the suite opened with the V2 magic: its defaults are known from its start
-            judge.open(name, at, started=event.direction == CLIENT_TO_SERVER and event.lines[0].startswith(
-                "MAGIC b'  V2'"))
+            # a connection the suite opened with the V2 magic, or another (C-02): its defaults are known from its
+            # start
+            judge.open(name, at, started=event.direction == CLIENT_TO_SERVER and (event.lines[0].startswith(
+                "MAGIC b'  V2'") or bad_magic(event.observed)))
         for observed in event.observed:
             judge.observe(name, observed)
     end = transcript.wall_started + transcript.now()
@@ -88,6 +90,10 @@ def judge_lookupd(transcript: Transcript, own_names: str = "", limits: dict | No
     if judge.failures:
         raise MonitorFailed("; ".join(judge.failures))
     return judge
+
+
+def bad_magic(observed: tuple) -> bool:
+    return bool(observed) and observed[0].kind == UNREADABLE and observed[0].name == MAGIC
 
 
 class MonitorFailed(RuntimeError):

@@ -9,7 +9,7 @@ import re
 from collections import deque
 from heapq import heappop, heappush
 
-from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, JSON, RESPONSE
+from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, JSON, RESPONSE, UNREADABLE
 from nsq_protocol.monitors.expected import Answer, Expected, Session
 from nsq_protocol.monitors.monitor import Monitor
 
@@ -54,6 +54,9 @@ class AnswersAsNsqd(Monitor):
         if not connection.started:
             self.skip("C-13", "the connection's start (its state) is not in the traffic")
             self._done.add(name)
+            return
+        if event.kind == UNREADABLE:  # the broker's next answer is to these bytes (unreadable.py judges it)
+            self._forget(name)
             return
         session = self._sessions.setdefault(name, Session())
         pending = self._pending.setdefault(name, deque())

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from nsq_protocol import wire
 from spark_analysis.decode.identify import IDENTIFY_RESPONSE_TYPE, IDENTIFY_TYPE
-from spark_analysis.decode.kinds import Close, Direction, Kind, Status
+from spark_analysis.decode.kinds import BAD_MAGIC, Close, Direction, Kind, Status
 from spark_analysis.read.reassembly import Connection, Gap, Stream
 
 # The connection row's facts (kind connection): what the capture shows of the connection, and the protocol's.
@@ -291,6 +291,7 @@ class StreamWalk:
     ``reset()``, ``find_start(buffer, start)`` (the first boundary at or after ``start``)."""
 
     direction = ""
+    layer_failed = "decompression_failed"  # the error row's name where this direction's compression layer fails
 
     def __init__(self, stream: Stream):
         self.rows: Rows | None = None  # the current window's
@@ -318,7 +319,7 @@ class StreamWalk:
                 try:
                     data = self.decompressor.feed(data)
                 except wire.ProtocolViolation as exc:
-                    self._lose("decompression_failed", str(exc))
+                    self._lose(self.layer_failed, str(exc))
                     continue
             self._feed_resynchronising(data)
 
@@ -426,7 +427,7 @@ class CommandWalk(StreamWalk):
         except wire.ProtocolViolation as exc:
             self._commands(exc.decoded)
             if self.decoder.magic is not None and self.decoder.magic != self.decoder.MAGIC:  # C-02, L-TCP-03
-                self.rows.add(self.ts_ns, self.direction, Kind.ERROR, "bad_magic", explanation=repr(self.decoder.magic),
+                self.rows.add(self.ts_ns, self.direction, Kind.ERROR, BAD_MAGIC, explanation=repr(self.decoder.magic),
                               stream_offset=0)
                 self.lost = True
                 return

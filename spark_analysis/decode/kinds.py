@@ -18,6 +18,11 @@ class Kind(StrEnum):
 
 # the error row where TLS starts: not bytes the decoder failed on, bytes it cannot read
 TLS_OPAQUE = "tls_opaque"
+# the error rows of a V2 client's own bytes that nsqd cannot read, in a stream seen from its start without a gap:
+# its magic (C-02), its command stream (C-19), the compression layer it negotiated (ID-33, ID-34). nsqd ends the
+# connection there, so the client's direction is decoded no further; the monitors judge nsqd's answer to them.
+BAD_MAGIC, UNREADABLE_COMMAND, UNREADABLE_LAYER = "bad_magic", "unreadable_command", "unreadable_layer"
+CLIENT_UNREADABLE = (BAD_MAGIC, UNREADABLE_COMMAND, UNREADABLE_LAYER)
 
 
 class Direction(StrEnum):

@@ -35,7 +35,7 @@ from spark_analysis.decode.events import (
     first_bytes,
 )
 from spark_analysis.decode.identify import identify_struct, json_object, response_struct, stated
-from spark_analysis.decode.kinds import TLS_OPAQUE, Close, Direction, Kind, Status
+from spark_analysis.decode.kinds import TLS_OPAQUE, UNREADABLE_COMMAND, UNREADABLE_LAYER, Close, Direction, Kind, Status
 from spark_analysis.derive.in_flight import NS_PER_S, InFlight
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA, Settlements
 from spark_analysis.read.reassembly import Connection, Stream
@@ -276,7 +276,7 @@ class _V2Walk(StreamWalk):
             try:
                 rest = self.decompressor.feed(rest)
             except wire.ProtocolViolation as exc:
-                self._lose("decompression_failed", str(exc))
+                self._lose(self.layer_failed, str(exc))
                 return
         self._feed_resynchronising(rest)
 
@@ -416,6 +416,7 @@ _MESSAGE_HEADER = np.dtype([("ts", ">i8"), ("attempts", ">u2"), ("id", "V16")])
 
 class _ClientSide(_V2Walk, CommandWalk):
     command_start = _COMMAND_START
+    layer_failed = UNREADABLE_LAYER  # nsqd's reader fails there too: its loop ends (ID-33, ID-34)
 
     def __init__(self, stream, upgrade):
         super().__init__(stream, upgrade)
@@ -427,6 +428,19 @@ class _ClientSide(_V2Walk, CommandWalk):
         self.identify_struct: dict | None = None  # and as the connection row's identify_request
         # the bytes after the IDENTIFY while the server's answer is in a window still to come
         self.unanswered: bytearray | None = None
+        self.resumed = not stream.syn_seen  # decoded from a resync point, not the stream's start
+
+    def reset(self):
+        self.resumed = True
+        super().reset()
+
+    def violation(self, reason: str, exc: wire.ProtocolViolation):
+        """Bytes nsqd cannot read either, where the stream is seen whole up to them: nsqd reads no further, nor does
+        the walk (C-19); elsewhere the failure may be the resync's, and the walk resynchronises."""
+        if self.resumed:
+            super().violation(reason, exc)
+        else:
+            self._lose(UNREADABLE_COMMAND, exc.reason)
 
     def walk(self, rows):
         if self.unanswered is not None and self.upgrade.answered:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_analysis.decode.events import CONNECTION_TYPE
-from spark_analysis.decode.kinds import TLS_OPAQUE, Kind
+from spark_analysis.decode.kinds import CLIENT_UNREADABLE, TLS_OPAQUE, Kind
 from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import ACTIVITY_KEYS, SCHEMAS
 from spark_analysis.read.storage import LOCAL, Storage, join
@@ -70,8 +70,10 @@ SUMMARY_TALLIES = {
 
 
 def undecoded(rows: pa.Table) -> set[str]:
-    """The connections of ``rows`` (events, or their activity counts) with an error row other than TLS's start."""
-    errors = pc.and_(pc.equal(rows["kind"], Kind.ERROR), pc.not_equal(rows["name"], TLS_OPAQUE))
+    """The connections of ``rows`` (events, or their activity counts) with an error row other than TLS's start and
+    the client's own unreadable bytes (which the monitors see, and after which nsqd reads nothing)."""
+    errors = pc.and_(pc.equal(rows["kind"], Kind.ERROR),
+                     pc.invert(pc.is_in(rows["name"], pa.array([TLS_OPAQUE, *CLIENT_UNREADABLE]))))
     return set(rows.filter(errors)["conn_id"].to_pylist())
 
 

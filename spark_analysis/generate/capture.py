@@ -108,10 +108,12 @@ class Connection:
         self._segment("s2c", ts_ns + 20_000, 0x12)
         self._segment("c2s", ts_ns + 40_000, 0x10)
 
-    def close(self, ts_ns: int):
-        self._segment("c2s", ts_ns, 0x11)
-        self._segment("s2c", ts_ns + 30_000, 0x11)
-        self._segment("c2s", ts_ns + 60_000, 0x10)
+    def close(self, ts_ns: int, first: str = "c2s"):
+        """FIN from ``first``'s sender, the other's FIN, the last ACK."""
+        other = "s2c" if first == "c2s" else "c2s"
+        self._segment(first, ts_ns, 0x11)
+        self._segment(other, ts_ns + 30_000, 0x11)
+        self._segment(first, ts_ns + 60_000, 0x10)
 
     def send(self, direction: str, ts_ns: int, data: bytes, captured: bool = True, raw: bool = False):
         """``raw``: past the negotiated compression, as a broken peer may send it."""

@@ -20,12 +20,32 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nsq_protocol import monitors
+from nsq_protocol import monitors, wire
 from nsq_protocol.http import HttpDecoder, HttpExchange, Request, Response
 from nsq_protocol.monitors import BROKER, CLIENT, Observed
-from nsq_protocol.monitors.events import COMMAND, ERROR, HEARTBEAT, JSON, MESSAGE, OUTSIDE_TLS, RESPONSE
+from nsq_protocol.monitors.events import (
+    COMMAND,
+    ERROR,
+    HEARTBEAT,
+    JSON,
+    MAGIC,
+    MESSAGE,
+    OUTSIDE_TLS,
+    RESPONSE,
+    STREAM,
+    UNREADABLE,
+)
 from nsq_protocol.wire import ProtocolViolation
-from spark_analysis.decode.kinds import TLS_OPAQUE, Close, Direction, Kind, Status
+from spark_analysis.decode.kinds import (
+    BAD_MAGIC,
+    CLIENT_UNREADABLE,
+    TLS_OPAQUE,
+    UNREADABLE_COMMAND,
+    Close,
+    Direction,
+    Kind,
+    Status,
+)
 from spark_analysis.decode.v2 import decode_connection
 from spark_analysis.read.pcapfile import ByteRange, read_range
 from spark_analysis.read.reassembly import reassemble
@@ -34,6 +54,7 @@ NS = 1_000_000_000
 _FRAMES = {"message": MESSAGE, "heartbeat": HEARTBEAT, "response": RESPONSE, "error": ERROR}
 _CLOSED_BY = {Close.SERVER_FIN: BROKER, Close.CLIENT_FIN: CLIENT, Close.RST: None}
 _NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message_count"}
+_WHERE = {BAD_MAGIC: MAGIC, UNREADABLE_COMMAND: STREAM}  # the client's unreadable bytes; else its layer's
 _SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload")
 
 VIOLATIONS = "violations"
@@ -77,7 +98,7 @@ KEPT_REQUEST = 64 * 1024  # of an /mpub's or a PUT /config's body: what the moni
 KEPT_RESPONSE = 256 * 1024  # of an answer's body (a /stats document)
 _READ_BODIES = ("/mpub", "/config/")
 # What the monitors read of a V2 connection's rows: its commands (with the bodies each publish carried: its publish
-# rows), the broker's frames.
+# rows), the client's bytes nsqd cannot read (CLIENT_UNREADABLE's error rows), the broker's frames.
 OBSERVED_SCHEMA = pa.schema([
     ("server", pa.string()),
     ("conn_id", pa.string()),
@@ -100,17 +121,20 @@ OBSERVED_SCHEMA = pa.schema([
 
 
 def observed_rows(events: pa.Table, first_seq: int) -> pa.Table:
-    """A released window of a V2 connection's events as the monitors' rows: its commands, the broker's frames, and
-    where TLS starts (the traffic visible no more); ``first_seq``: how many of its rows the windows before held."""
+    """A released window of a V2 connection's events as the monitors' rows: its commands, the client's bytes nsqd
+    cannot read, the broker's frames, and where TLS starts (the traffic visible no more); ``first_seq``: how many of
+    its rows the windows before held."""
     from_server = pc.equal(events["direction"], Direction.SERVER).to_numpy(zero_copy_only=False)
     ranks = np.empty(events.num_rows, np.int64)
     # at the same instant a client's row before the server's (an answer follows its command), then in decode order
     ranks[np.lexsort((from_server, events["ts_ns"].to_numpy()))] = np.arange(events.num_rows)
     kind, from_the_server = events["kind"], pc.equal(events["direction"], Direction.SERVER)
+    is_error = pc.equal(kind, Kind.ERROR)
     wanted = pc.or_kleene(
-        pc.or_kleene(pc.equal(kind, Kind.COMMAND), pc.equal(kind, Kind.PUBLISH)),
+        pc.or_kleene(pc.or_kleene(pc.equal(kind, Kind.COMMAND), pc.equal(kind, Kind.PUBLISH)), pc.and_kleene(
+            is_error, pc.is_in(events["name"], pa.array(CLIENT_UNREADABLE)))),
         pc.and_kleene(from_the_server, pc.or_kleene(pc.equal(kind, Kind.FRAME), pc.and_kleene(
-            pc.equal(kind, Kind.ERROR), pc.equal(events["name"], TLS_OPAQUE)))))
+            is_error, pc.equal(events["name"], TLS_OPAQUE)))))
     rows = events.filter(wanted)
     name = rows["name"]
     number = pc.case_when(
@@ -124,7 +148,8 @@ def observed_rows(events: pa.Table, first_seq: int) -> pa.Table:
         "seq": pa.array(ranks[pc.filter(pa.array(np.arange(events.num_rows)), wanted).to_numpy()] + first_seq),
         "kind": rows["kind"], "name": name, "topic": rows["topic"], "channel": rows["channel"],
         "msg_id": rows["msg_id"], "attempts": rows["attempts"], "msg_ts_ns": rows["msg_ts_ns"],
-        "body_hash": rows["body_hash"], "number": number, "code": rows["code"], "text": rows["text"],
+        "body_hash": rows["body_hash"], "number": number, "code": rows["code"],
+        "text": pc.coalesce(rows["text"], rows["explanation"]),  # an error row's explanation
         "status": rows["status"], "identify": identify,
     }, schema=OBSERVED_SCHEMA)
 
@@ -151,12 +176,14 @@ def openings(connections: pa.Table, undecoded: set[str]) -> dict[str, list[Openi
         bad = row["conn_id"] in undecoded
         seen = bool(row["syn_seen"]) and not row["gaps"]
         # after bytes it cannot decode, nsqd ends the connection too (C-19, C-21): only its end can be missing;
-        # under TLS all of it but the start is
+        # under TLS all of it but the start is. The client's own unreadable bytes reach the monitors
+        # (CLIENT_UNREADABLE), whatever its magic was.
         whole = seen and row["codec"] != "tls" and (not bad or row["close"] != Close.OPEN)
+        started = seen and len(row["magic"] or "") == len(wire.MAGIC_V2) and not bad
         answer = {key: value for key, value in (row["identify_response"] or {}).items() if value is not None}
         ended = row["close"] != Close.OPEN
         by_server.setdefault(row["server"], []).append(Opening(
-            row["conn_id"], row["first_ts_ns"] / NS, seen and row["magic"] == "  V2" and not bad, whole,
+            row["conn_id"], row["first_ts_ns"] / NS, started, whole,
             row["last_ts_ns"] / NS if ended else None, _CLOSED_BY.get(row["close"]), answer or None))
     return by_server
 
@@ -238,10 +265,15 @@ class ServerJudging:
                     self._pending = (conn_id, row, [])
                 else:
                     judge.observe(conn_id, _command(row, []))
-            elif kind == Kind.ERROR:  # TLS starts: the rest is not seen, as if the connection had ended
+            elif kind == Kind.ERROR and row["name"] == TLS_OPAQUE:  # the rest is not seen, as if it had ended
                 if judge.connections[conn_id].open:
                     judge.close(conn_id, ts, None)
                 self._encrypted.add(conn_id)
+            elif kind == Kind.ERROR:
+                answer = judge.connections[conn_id].identify_answer or {}
+                where = _WHERE.get(row["name"]) or next(
+                    (layer for layer in ("snappy", "deflate") if answer.get(layer) is True), STREAM)
+                judge.observe(conn_id, Observed(ts, UNREADABLE, where, row["text"] or ""))
             elif kind == Kind.FRAME:
                 event = _frame(row)
                 answer = self._answers.get(conn_id)

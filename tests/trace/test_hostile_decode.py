@@ -17,7 +17,8 @@ from spark_analysis.analysis import DEFAULT_NSQ_PORTS, decode_flow, flow_runs
 from spark_analysis.decode.kinds import Direction
 
 # the errors after which a direction is not decoded any more: its bytes are not counted one by one
-DIRECTION_LOST = {"tls_opaque", "decompression_failed", "compressed_stream_gap", "bad_magic"}
+DIRECTION_LOST = {"tls_opaque", "decompression_failed", "compressed_stream_gap", "bad_magic", "unreadable_command",
+                  "unreadable_layer"}
 SIDES = {CLIENT: Direction.CLIENT, SERVER: Direction.SERVER}
 
 

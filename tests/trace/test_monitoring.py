@@ -178,3 +178,37 @@ def test_an_ok_in_plaintext_where_the_tls_handshake_belongs_is_id30(tmp_path, pl
                     + ok + server_hello)
     exchange.client(4, b"\x16\x03\x01\x00\x04\x01\x00\x00\x00").end(10)
     assert named(tmp_path / "a.pcap") == named_items
+
+
+def test_an_overlong_client_line_reaches_the_monitors_and_a_broker_that_keeps_the_connection_is_named(tmp_path):
+    """C-19: the decoder's row for a line over nsqd's 16 KiB buffer is the client's unreadable bytes to the judge;
+    nsqd closes at once and sends nothing, this broker still answers and closes only when the client gives up."""
+    exchange = Exchange(tmp_path / "a.pcap").client(2, b"NOP" + b"x" * wire.DEFAULT_MAX_LINE)
+    exchange.broker(3, wire.encode_frame(wire.FRAME_ERROR, b"E_INVALID invalid command")).end(3000)
+    [judge] = judged(tmp_path / "a.pcap").values()
+    assert {(v.item, v.side) for v in judge.violations if v.item == "C-19"} == {("C-19", "broker")}
+
+
+def test_an_overlong_client_line_closed_as_nsqd_does_is_not_named(tmp_path):
+    capture = Capture(str(tmp_path / "a.pcap"), "pcap")
+    conn = Connection(capture, "A", 40000, 1000)
+    conn.open(EPOCH_NS)
+    conn.send("c2s", EPOCH_NS + MS, wire.MAGIC_V2 + b"NOP" + b"x" * wire.DEFAULT_MAX_LINE)
+    conn.close(EPOCH_NS + 2 * MS, first="s2c")
+    capture.close()
+    [judge] = judged(tmp_path / "a.pcap").values()
+    assert judge.violations == []
+    assert not any(item == "C-19" for item, _ in judge.not_judged)
+
+
+def test_a_bad_magic_in_a_capture_answered_as_nsqd_is_not_named_and_a_silent_close_is_c02(tmp_path):
+    for answered, expected in ((True, set()), (False, {("C-02", "broker")})):
+        capture = Capture(str(tmp_path / "a.pcap"), "pcap")
+        conn = Connection(capture, "A", 40000, 1000)
+        conn.open(EPOCH_NS)
+        conn.send("c2s", EPOCH_NS + MS, b"  V3")
+        if answered:
+            conn.send("s2c", EPOCH_NS + 2 * MS, wire.encode_frame(wire.FRAME_ERROR, b"E_BAD_PROTOCOL"))
+        conn.close(EPOCH_NS + 3 * MS, first="s2c")
+        capture.close()
+        assert named(tmp_path / "a.pcap") == expected
