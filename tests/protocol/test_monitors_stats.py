@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 from nsq_protocol.http import HttpExchange, Request, Response
+from nsq_protocol.monitors import ephemeral_kept
+from nsq_protocol.monitors.ephemeral_kept import EphemeralKept
 from nsq_protocol.monitors.stats_counters import EPHEMERAL_AGAIN, OLDER, RESTARTED, UNSEEN_HTTP, CountersNeverBehind
 from tests.protocol.test_monitors import ID1, ID2, T0, Traffic, consumer
 
@@ -166,3 +168,61 @@ def test_a_text_answer_is_left_to_the_documents_monitor():
     traffic = stats(published(Traffic(), 0.0, times=2), 1.0, topic("t", 0), query="format=text")
     assert found(traffic, 2.0) == []
 
+
+
+# ---- ephemeral topics and channels that must stay ---------------------------------------------------------
+
+def ephemeral_created() -> Traffic:
+    """An answer tells the broker's life, then /channel/create of an ephemeral channel nobody subscribes to."""
+    return http(stats(Traffic(), 0.0), 0.5, "POST", "/channel/create?topic=t&channel=e%23ephemeral")
+
+
+def kept(traffic: Traffic) -> EphemeralKept:
+    return next(monitor for monitor in traffic.judge.monitors if isinstance(monitor, EphemeralKept))
+
+
+def ephemeral_found(traffic: Traffic, end: float) -> list[tuple[str, str]]:
+    return [found for found in traffic.violations(end) if found[0] in EphemeralKept.ITEMS]
+
+
+def test_an_ephemeral_channel_made_over_http_and_listed_keeps_d_51():
+    traffic = stats(ephemeral_created(), 1.0, topic("t", 0, channel("e#ephemeral")))
+    assert ephemeral_found(traffic, 2.0) == []
+
+
+def test_an_ephemeral_channel_made_over_http_and_never_subscribed_gone_is_d_51():
+    traffic = stats(ephemeral_created(), 1.0, topic("t", 0))
+    assert ephemeral_found(traffic, 2.0) == [("D-51", "broker")]
+
+
+def test_an_ephemeral_channel_a_client_subscribed_to_is_not_judged():
+    traffic = ephemeral_created().connect("B", 0.6).send(0.7, b"SUB", "t", "e#ephemeral", conn="B")
+    traffic.ok(0.71, "B").close(0.8, "client", "B")
+    assert ephemeral_found(stats(traffic, 1.0, topic("t", 0)), 2.0) == []
+    assert {item for item, _ in kept(traffic).not_judged} == {"D-51"}
+
+
+def test_an_ephemeral_channel_made_before_any_answer_told_the_brokers_life_is_no_claim():
+    traffic = http(Traffic(), 0.5, "POST", "/channel/create?topic=t&channel=e%23ephemeral")
+    assert ephemeral_found(stats(traffic, 1.0, topic("t", 0)), 2.0) == []
+
+
+def test_an_ephemeral_topic_with_a_normal_channel_kept_keeps_d_52_and_dropped_breaks_it():
+    shown = topic("t#ephemeral", 0, channel("c"))
+    traffic = stats(stats(Traffic(), 0.0, shown), 1.0, shown)
+    assert ephemeral_found(traffic, 2.0) == []
+    traffic = stats(stats(Traffic(), 0.0, shown), 1.0)
+    assert ephemeral_found(traffic, 2.0) == [("D-52", "broker")]
+
+
+def test_an_ephemeral_topic_whose_normal_channel_was_deleted_may_go():
+    traffic = http(stats(Traffic(), 0.0, topic("t#ephemeral", 0, channel("c"))), 0.5, "POST",
+                   "/channel/delete?topic=t%23ephemeral&channel=c")
+    assert ephemeral_found(stats(traffic, 1.0), 2.0) == []
+
+
+def test_without_every_http_request_the_ephemeral_ones_are_not_judged():
+    shown = topic("t#ephemeral", 0, channel("c"))
+    traffic = stats(stats(Traffic(http_seen=False), 0.0, shown), 1.0)
+    assert ephemeral_found(traffic, 2.0) == []
+    assert {why for _, why in kept(traffic).not_judged} == {ephemeral_kept.UNSEEN_HTTP}
