@@ -5,6 +5,7 @@ V2 codec: ``feed`` takes bytes and returns what completed; bodies are bounded, a
 
 from __future__ import annotations
 
+import json
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -71,6 +72,15 @@ class Response:
     @property
     def whole(self) -> bool:
         return self.size is None
+
+    @property
+    def message(self) -> str | None:
+        """An error answer's code: its JSON body's ``message`` (nsqd's and nsqlookupd's ``{"message": "..."}``)."""
+        try:
+            document = json.loads(self.body)
+        except ValueError:
+            return None
+        return document.get("message") if isinstance(document, dict) else None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from nsq_protocol.http import HttpExchange, Request
 from nsq_protocol.monitors.application import Application
 from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS, Connection
 from nsq_protocol.monitors.events import COMMAND, ERROR, EVERY_KIND, MESSAGE, Observed, body_hash
-from nsq_protocol.monitors.monitor import Monitor, Violation
+from nsq_protocol.monitors.monitor import Judging, Monitor, Violation
 from nsq_protocol.wire import ProtocolViolation, parse_mpub_body
 
 SCAN_S = 0.1  # D-14: the queue scan's period
@@ -74,14 +74,12 @@ def http_action(ts: float, request: Request, status: int) -> HttpAction | None:
                       int(defer) if defer.isdigit() else 0)
 
 
-class Judge:
+class Judge(Judging):
     def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True,
                  application: Application | None = None):
-        self.monitors = monitors
-        self._active = list(monitors)  # all but those that failed
+        super().__init__(monitors)
         self._watching: dict[str, list[Monitor]] = {}  # event kind -> the active monitors that read it
         self._dispatch()
-        self.failures: list[str] = []  # "<monitor>: <exception>", of the monitors that failed on this traffic
         # the events' times are when they crossed the wire (a capture), not when a client read them (the suite):
         # only then do the rules about time judge
         self.timing = timing
@@ -194,18 +192,6 @@ class Judge:
                 self._failed(monitor, exc)
         return self.violations
 
-    @property
-    def violations(self) -> list[Violation]:
-        return sorted((v for monitor in self.monitors for v in monitor.violations), key=lambda v: v.ts)
-
-    @property
-    def not_judged(self) -> dict[tuple[str, str], int]:
-        counts: dict[tuple[str, str], int] = {}
-        for monitor in self.monitors:
-            for key, count in monitor.not_judged.items():
-                counts[key] = counts.get(key, 0) + count
-        return counts
-
     # ---- what the monitors read ---------------------------------------------------------------------------
     @staticmethod
     def message_key(connection: Connection, msg_id: str) -> tuple:
@@ -237,17 +223,8 @@ class Judge:
                 self._failed(monitor, exc)
 
     def _failed(self, monitor: Monitor, exc: Exception) -> None:
-        """A monitor that failed stops judging and says so for each of its items; the others go on, and whoever
-        runs the judge shows ``failures`` (the suite as its own error, a capture's analysis as an error row)."""
-        if monitor not in self._active:
-            return
-        self._active = [active for active in self._active if active is not monitor]
+        super()._failed(monitor, exc)
         self._dispatch()
-        monitor.due = float("inf")
-        failure = f"{type(monitor).__name__}: {exc!r}"[:300]
-        self.failures.append(failure)
-        for item in monitor.ITEMS:
-            monitor.skip(item, f"its monitor failed ({failure})")
 
     def _dispatch(self) -> None:
         """Each event goes to the monitors that read its kind: those whose ``observe`` is their own and lists it."""

@@ -63,7 +63,7 @@ class RoutesAsLookupd(Monitor):
             self._check(exchange, "L-HTTP-18", status == 200, "200 and the profiles' index")
         else:
             # its handler's own 404s (TOPIC_NOT_FOUND, CHANNEL_NOT_FOUND) are not the router's
-            routers = status == 405 or status == 404 and _message(response.body) == "NOT_FOUND"
+            routers = status == 405 or status == 404 and response.message == "NOT_FOUND"
             self._check(exchange, "L-HTTP-14", not routers, f"{path} routed for {method}")
 
     def _unrouted(self, exchange: HttpExchange) -> None:
@@ -86,13 +86,6 @@ class RoutesAsLookupd(Monitor):
             self.report(item, BROKER, exchange.answered, "HTTP", expected,
                         f"{exchange.describe()} {exchange.response.headers}")
 
-
-def _message(body: bytes) -> str | None:
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return None
-    return document.get("message") if isinstance(document, dict) else None
 
 
 def _version_only(body: bytes) -> bool:

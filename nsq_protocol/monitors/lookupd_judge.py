@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import COMMAND, ERROR, MAGIC, RESPONSE, STREAM, UNFRAMED, UNREADABLE, Observed
-from nsq_protocol.monitors.monitor import Monitor, Violation
+from nsq_protocol.monitors.monitor import Judging, Monitor, Violation
 from nsq_protocol.wire import ProtocolViolation
 from nsq_protocol.wire_v1 import V1Command, V1CommandDecoder, V1ReplyDecoder, is_error
 
@@ -66,7 +66,7 @@ class V1Connection:
             return [Observed(ts, UNFRAMED, text=exc.reason)]
 
 
-class LookupdJudge:
+class LookupdJudge(Judging):
     """The same surface as nsqd's Judge (violations, not_judged, failures, finish) over one nsqlookupd's traffic.
     ``http_seen``: lookupd's HTTP exchanges are in the traffic; ``wording``: an error's description is judged, not
     only its code (the suite judges the wording itself, as a SHOULD). ``whole``: the traffic starts with lookupd and
@@ -79,9 +79,7 @@ class LookupdJudge:
                  whole: bool = False, fresh: Callable[[str], bool] | None = None,
                  inactive_producer_timeout_s: float = 300.0, tombstone_lifetime_s: float = 45.0,
                  nsqd_clients: bool = False):
-        self.monitors = monitors
-        self._active = list(monitors)
-        self.failures: list[str] = []
+        super().__init__(monitors)
         self.http_seen = http_seen
         self.timing = timing
         self.wording = wording
@@ -144,18 +142,6 @@ class LookupdJudge:
             self._call(monitor, monitor.finish, ts)
         return self.violations
 
-    @property
-    def violations(self) -> list[Violation]:
-        return sorted((v for monitor in self.monitors for v in monitor.violations), key=lambda v: v.ts)
-
-    @property
-    def not_judged(self) -> dict[tuple[str, str], int]:
-        counts: dict[tuple[str, str], int] = {}
-        for monitor in self.monitors:
-            for key, count in monitor.not_judged.items():
-                counts[key] = counts.get(key, 0) + count
-        return counts
-
     # ---- dispatch --------------------------------------------------------------------------------------
     def _dispatch(self, connection: V1Connection, event: Observed, answered: Observed | None) -> None:
         for monitor in self._active:
@@ -166,13 +152,7 @@ class LookupdJudge:
         try:
             hook(self, *args)
         except Exception as exc:  # noqa: BLE001 (a monitor's own bug on traffic it did not foresee)
-            if monitor not in self._active:
-                return
-            self._active.remove(monitor)
-            failure = f"{type(monitor).__name__}: {exc!r}"[:300]
-            self.failures.append(failure)
-            for item in monitor.ITEMS:
-                monitor.skip(item, f"its monitor failed ({failure})")
+            self._failed(monitor, exc)
 
 
 def _text(value: bytes) -> str:

@@ -129,7 +129,7 @@ class RegistrationsAnswered(Monitor):
         arguments = _argument_error(request.path, topic, channel, request.query("node"))
         if arguments is not None:
             item, message = arguments
-            self._check(exchange, item, response.status == 400 and _message(response.body) == message,
+            self._check(exchange, item, response.status == 400 and response.message == message,
                         f"400 {message}")
             return
         getattr(self, handler)(judge, exchange, topic, channel)
@@ -207,7 +207,7 @@ class RegistrationsAnswered(Monitor):
                 self._empty_200(exchange, "L-HTTP-10")
             else:
                 self._check(exchange, "L-HTTP-10", exchange.response.status == 404 and
-                            _message(exchange.response.body) == "CHANNEL_NOT_FOUND", "404 CHANNEL_NOT_FOUND")
+                            exchange.response.message == "CHANNEL_NOT_FOUND", "404 CHANNEL_NOT_FOUND")
         if exchange.response.status == 200:
             self._remove(key, "L-HTTP-10")
 
@@ -230,7 +230,7 @@ class RegistrationsAnswered(Monitor):
         if registration is None:
             response = exchange.response
             self._check(exchange, self._gone.get(key, "L-HTTP-04"), response.status == 404 and
-                        _message(response.body) == "TOPIC_NOT_FOUND", f"404 TOPIC_NOT_FOUND ({topic} unregistered)")
+                        response.message == "TOPIC_NOT_FOUND", f"404 TOPIC_NOT_FOUND ({topic} unregistered)")
             return
         document = _document(exchange)
         if document is None or not isinstance(document.get("producers"), list):
@@ -500,13 +500,6 @@ def _document(exchange: HttpExchange) -> dict | None:
         return None
     return document if isinstance(document, dict) else None
 
-
-def _message(body: bytes) -> str | None:
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return None
-    return document.get("message") if isinstance(document, dict) else None
 
 
 def _identified(body: str) -> dict | None:

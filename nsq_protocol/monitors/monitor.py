@@ -75,6 +75,40 @@ class Monitor:
         "not judged" (``LET_GO``) where they would have needed it."""
 
 
+class Judging:
+    """What every judge (nsqd's ``Judge``, nsqlookupd's ``LookupdJudge``) keeps of its monitors: those still judging,
+    those that failed, and what they found."""
+
+    def __init__(self, monitors: list[Monitor]):
+        self.monitors = monitors
+        self._active = list(monitors)  # all but those that failed
+        self.failures: list[str] = []  # "<monitor>: <exception>", of the monitors that failed on this traffic
+
+    @property
+    def violations(self) -> list[Violation]:
+        return sorted((v for monitor in self.monitors for v in monitor.violations), key=lambda v: v.ts)
+
+    @property
+    def not_judged(self) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        for monitor in self.monitors:
+            for key, count in monitor.not_judged.items():
+                counts[key] = counts.get(key, 0) + count
+        return counts
+
+    def _failed(self, monitor: Monitor, exc: Exception) -> None:
+        """A monitor that failed stops judging and says so for each of its items; the others go on, and whoever
+        runs the judge shows ``failures`` (the suite as its own error, a capture's analysis as an error row)."""
+        if monitor not in self._active:
+            return
+        self._active = [active for active in self._active if active is not monitor]
+        monitor.due = float("inf")
+        failure = f"{type(monitor).__name__}: {exc!r}"[:300]
+        self.failures.append(failure)
+        for item in monitor.ITEMS:
+            monitor.skip(item, f"its monitor failed ({failure})")
+
+
 def _printable(text: str) -> str:
     """``text`` as valid UTF-8: a broker's bytes that were not (an ID, an error text) are shown replaced."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
