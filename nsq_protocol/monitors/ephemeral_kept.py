@@ -6,11 +6,10 @@ cannot bound it, so only the keeping is judged here."""
 
 from __future__ import annotations
 
-import json
-
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER, COMMAND
 from nsq_protocol.monitors.monitor import Monitor
+from nsq_protocol.monitors.stats_counters import stats_document
 
 HTTP = "HTTP"
 EPHEMERAL = "#ephemeral"
@@ -57,18 +56,13 @@ class EphemeralKept(Monitor):
             self._stats(judge, exchange)
 
     def _stats(self, judge, exchange: HttpExchange) -> None:
-        params = exchange.request.params()
-        if params is None or params.get("format") != "json":
-            return
-        try:
-            document = json.loads(exchange.response.body)
-        except ValueError:
-            return
-        if not isinstance(document, dict) or not isinstance(document.get("topics"), list):
+        document = stats_document(exchange)
+        if document is None:
             return
         listed = {entry.get("topic_name"): {one.get("channel_name") for one in entry.get("channels") or ()
                                             if isinstance(one, dict)}
                   for entry in document["topics"] if isinstance(entry, dict)}
+        params = exchange.request.params()  # a stats_document's request parses
         wanted_topic, wanted_channel = params.get("topic", ""), params.get("channel", "")
         if document.get("start_time") != self._start_time or not judge.http_seen:
             if not judge.http_seen and (self._created or self._kept):

@@ -136,14 +136,8 @@ class CountersNeverBehind(Monitor):
             self._channels.pop((topic, channel), None)
 
     def _stats(self, judge, exchange: HttpExchange) -> None:
-        params = exchange.request.params()
-        if params is None or params.get("format") != "json":
-            return
-        try:
-            document = json.loads(exchange.response.body)
-        except ValueError:
-            return
-        if not isinstance(document, dict) or not isinstance(document.get("topics"), list):
+        document = stats_document(exchange)
+        if document is None:
             return
         if not judge.http_seen:
             for item in self.ITEMS:
@@ -209,3 +203,15 @@ class CountersNeverBehind(Monitor):
 def _number(value) -> float:
     """A counter as the answer gives it; anything else is no floor's concern (DocumentsAsNsqd judges the shape)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else float("inf")
+
+
+def stats_document(exchange: HttpExchange) -> dict | None:
+    """A /stats?format=json answer's document, with its topics; None for any other answer."""
+    params = exchange.request.params()
+    if params is None or params.get("format") != "json":
+        return None
+    try:
+        document = json.loads(exchange.response.body)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) and isinstance(document.get("topics"), list) else None
