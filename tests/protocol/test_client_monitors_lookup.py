@@ -80,6 +80,8 @@ def test_polls_too_fast_or_stopping_are_lookup_002():
     assert stopped.items(6.0) == ["NSQC-LOOKUP-002"], "no query in the 5 s after the second"
     jittered = Consumer().query(0.0, P1).joins("A", 0.1, P1).polls(1.3, 9.0, P1, every=1.3)
     assert jittered.items(9.5) == []
+    retried = Consumer().down(0.0).down(0.001).down(0.005).query(1.0, P1).joins("A", 1.1, P1).polls(2.0, 5.0, P1)
+    assert retried.items(5.5) == [], "an HTTP client's retries of a query reset are no polls"
 
 
 def test_a_client_that_stopped_or_a_poll_interval_not_told_is_not_judged():
