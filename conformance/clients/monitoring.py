@@ -24,7 +24,8 @@ from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import CLIENT
 from nsq_protocol.wire import MAGIC_V2
 
-FAKE_NSQD_DEPARTS = {"C-28": "it sends a heartbeat when a case says so, not on a ticker"}
+FAKE_NSQD_DEPARTS = {"C-28": "it sends a heartbeat when a case says so, not on a ticker",
+                     "ID-20": "its answer turns on a layer not asked for where a case says so (NSQC-NEG-002)"}
 _CLOSES = {CLOSED_BY_CLIENT: monitors.CLIENT, RESET_BY_CLIENT: monitors.CLIENT, CLOSED_BY_BROKER: monitors.BROKER}
 
 
