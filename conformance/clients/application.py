@@ -1,7 +1,8 @@
 """What a case's application asked of the library under test, for the monitors (nsq_protocol.monitors.Application):
-what its drivers were told (the contract's environment), the requeue delay the driver's manifest documents, and
-the handler's order in each message body the fake nsqds sent. A setting the library lacks (the manifest's
-``lacks``) is left unknown: the library does not take it, so nothing is judged against it."""
+what its drivers were told (the contract's environment), the requeue delay, default max attempts and fixed poll
+interval the driver's manifest documents, and the handler's order in each message body the fake nsqds sent. A
+setting the library lacks (the manifest's ``lacks``) is left unknown: the library does not take it, so nothing is
+judged against it."""
 from __future__ import annotations
 
 import json
@@ -28,10 +29,20 @@ def application(driver: Driver, told: list[dict[str, str]], transcript: Transcri
         heartbeat_interval_ms=int(intervals.pop()) if len(intervals) == 1 and None not in intervals else None,
         layers=layers.pop() if len(layers) == 1 else None,
         max_in_flight=_setting(driver, "max_in_flight", consumer.get(contract.MAX_IN_FLIGHT)),
-        max_attempts=_setting(driver, "max_attempts", consumer.get(contract.MAX_ATTEMPTS)),
+        max_attempts=_setting(driver, "max_attempts", consumer.get(contract.MAX_ATTEMPTS)) or driver.max_attempts,
         requeue_delay_ms=driver.requeue_delay_ms,
         publishes=_publishes(driver, publisher) if publisher else None,
-        orders=_orders(driver, transcript) if consumer else {})
+        orders=_orders(driver, transcript) if consumer else {},
+        **_lookup(driver, consumer))
+
+
+def _lookup(driver: Driver, consumer: dict[str, str]) -> dict:
+    """How many lookupds the consumer was given and how often it polls them: as told, or the library's own."""
+    given = [address for address in consumer.get(contract.LOOKUPD_HTTP_ADDRESSES, "").split(",") if address]
+    if not given or "lookupd" in driver.lacks:
+        return {}
+    return {"lookupds": len(given), "lookupd_poll_interval_ms": driver.lookupd_poll_interval_ms
+            or int(consumer[contract.LOOKUPD_POLL_INTERVAL_MS])}
 
 
 def _setting(driver: Driver, feature: str, value: str | None) -> int | None:

@@ -32,6 +32,12 @@ class Driver:
     # "times_attempts" (the delay grows with the message's attempts) and "max_ms" (its cap)
     requeue_delay: dict
     path: str | None  # the environment variable naming a folder the library was installed into apart (PYTHONPATH)
+    # the max attempts the library applies when the application sets none, as it documents it (0: no limit); None:
+    # not declared, and a message of attempt 2 or more is not judged against it
+    max_attempts: int | None = None
+    # the /lookup poll interval of a library that polls at its own whatever it is told (NSQC-LOOKUP-002); None: it
+    # takes the one configured
+    lookupd_poll_interval_ms: int | None = None
 
     def requeue_delay_ms(self, attempts: int) -> int:
         delay = self.requeue_delay["ms"] * (attempts if self.requeue_delay.get("times_attempts") else 1)
@@ -56,7 +62,7 @@ def drivers() -> dict[str, Driver]:
     manifest = tomllib.loads((DRIVERS_DIR / "drivers.toml").read_text())
     return {name: Driver(name, entry["library"], entry["language"], tuple(entry["command"]), entry["install"],
                          frozenset(entry.get("lacks", ())), entry.get("built"), entry["requeue_delay"],
-                         entry.get("path"))
+                         entry.get("path"), entry.get("max_attempts"), entry.get("lookupd_poll_interval_ms"))
             for name, entry in manifest.items()}
 
 

@@ -6,7 +6,10 @@ It answers like nsqlookupd v1.3.0 (L-HTTP-04): ``GET /lookup?topic=T`` -> 200 ``
 ``/ping`` -> ``OK``; JSON with ``X-NSQ-Content-Type: nsq; version=1.0`` (H-01), which clients such as gnsq read to
 tell the v1 answer from the old wrapped one. Producers left out of ``listed`` are what tombstoned, inactive or
 vanished producers are to a client: absent from /lookup (L-HTTP-04, L-HTTP-12, L-TCP-19). A lookupd that is down
-resets every connection at once: its port stays bound (parallel runs on loopback would take a freed one)."""
+resets every connection at once: its port stays bound (parallel runs on loopback would take a freed one).
+
+Each query reaches the client's monitors (conformance/clients/monitoring.py) through the transcript: an answered one
+as a note carrying its ``HttpExchange`` (transcript times), one reset while down as the note ``QUERY_RESET``."""
 from __future__ import annotations
 
 import asyncio
@@ -17,7 +20,10 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 from conformance.clients.judge import ClientFault
-from conformance.transcript import Transcript
+from conformance.transcript import NOTE, Transcript
+from nsq_protocol.http import HttpExchange, Request, Response
+
+QUERY_RESET = "a query reset: the lookupd is down"
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class FakeNsqlookupd:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if not self.up:
             self.refused += 1
+            self.transcript.note(QUERY_RESET, self.name)
             writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.close()  # with SO_LINGER 0: a reset, as close to "connection refused" as a bound port gets
             return
@@ -74,12 +81,17 @@ class FakeNsqlookupd:
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError, OSError):
             writer.close()
             return
+        asked = self.transcript.now()
         status, body = await self._answer(method, target)
-        self.transcript.note(f"HTTP {method} {target} -> {status} {body.decode()}", self.name)
-        content_type = b"text/plain; charset=utf-8" if body == b"OK" else b"application/json; charset=utf-8"
-        writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (
-            status, {200: b"OK", 400: b"Bad Request", 404: b"Not Found"}[status], content_type,
-            b"" if body == b"OK" else b"X-Nsq-Content-Type: nsq; version=1.0\r\n", len(body), body))
+        headers = {"content-type": "text/plain; charset=utf-8" if body == b"OK" else "application/json; charset=utf-8",
+                   **({} if body == b"OK" else {"x-nsq-content-type": "nsq; version=1.0"})}
+        exchange = HttpExchange(asked, Request(method, target, b""), Response(status, body, headers),
+                                self.transcript.now())
+        self.transcript.record(self.name, NOTE, [f"HTTP {method} {target} -> {status} {body.decode()}"],
+                               observed=(exchange,))
+        lines = "".join(f"{name.title()}: {value}\r\n" for name, value in headers.items())
+        writer.write(b"HTTP/1.1 %d %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (
+            status, {200: b"OK", 400: b"Bad Request", 404: b"Not Found"}[status], lines.encode(), len(body), body))
         try:
             await writer.drain()
         except (ConnectionError, OSError):

@@ -3,7 +3,9 @@ transcript the fake nsqds recorded, both directions of every connection, timed w
 bytes (loopback: the wire's times), judged as a capture of one client's traffic, with what its application asked of
 the library (conformance/clients/application.py: what the drivers were told, the handler's orders in the bodies
 sent) and none of the case's own checks. The case's fake nsqds are judged together (one client's connections to
-them, so a backoff or a reconnect is followed across them).
+them, so a backoff or a reconnect is followed across them), with the client's queries of its fake nsqlookupds
+(fake_nsqlookupd.py notes each one), and each connection's nsqd as the client dialed it (``dialed``: what /lookup
+lists where a selftest proxy stands in front of an nsqd).
 
 A client-side violation is the library's: graded at its item's level into the case's verdict (``judge.graded``),
 unless the case provokes it on purpose (``@pytest.mark.monitors_expect(ID, ...)``). A broker-side one means the fake
@@ -11,15 +13,19 @@ nsqd broke a rule of nsqd's: the harness's bug, an ERROR. The fake nsqd departs 
 (``FAKE_NSQD_DEPARTS``); those items are not judged of it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from conformance.clients.fake_nsqd import CLOSED_BY_BROKER, CLOSED_BY_CLIENT, REFUSED, RESET_BY_CLIENT
+from conformance.clients.fake_nsqlookupd import QUERY_RESET
 from conformance.transcript import CLIENT_TO_SERVER, NOTE, Transcript
 from nsq_protocol import monitors
+from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import CLIENT
 from nsq_protocol.wire import MAGIC_V2
 
-FAKE_NSQD_DEPARTS = {"C-28": "it sends a heartbeat when a case says so, not on a ticker"}
+FAKE_NSQD_DEPARTS = {"C-28": "it sends a heartbeat when a case says so, not on a ticker",
+                     "ID-20": "its answer turns on a layer not asked for where a case says so (NSQC-NEG-002)"}
 _CLOSES = {CLOSED_BY_CLIENT: monitors.CLIENT, RESET_BY_CLIENT: monitors.CLIENT, CLOSED_BY_BROKER: monitors.BROKER}
 
 
@@ -34,9 +40,11 @@ class Findings:
                 + [{**violation.as_dict(), "declared": True} for violation in self.declared])
 
 
-def judge(transcript: Transcript, application: monitors.Application | None = None) -> monitors.Judge:
-    """The monitors' judge over the case's connections to its fake nsqds, up to now. Connections still open stay
-    open: the traffic ends there."""
+def judge(transcript: Transcript, application: monitors.Application | None = None,
+          dialed: Mapping[str, str] | None = None) -> monitors.Judge:
+    """The monitors' judge over the case's connections to its fake nsqds and its queries of its fake nsqlookupds, up
+    to now. Connections still open stay open: the traffic ends there. ``dialed``: an nsqd's own host:port -> the one
+    the client was given for it, where they differ."""
     # the cases' scripted errors are stimuli, not nsqd's words: the fake nsqd's codes and states are judged, not its
     # wording (C-08)
     judge = monitors.new_judge(timing=True, http_seen=False, wording=False, client_library=True,
@@ -45,10 +53,13 @@ def judge(transcript: Transcript, application: monitors.Application | None = Non
                and event.lines[0] == f"MAGIC {MAGIC_V2!r}"}
     for event in transcript.events:
         name, at = event.connection, transcript.wall_time(event)
+        if event.direction == NOTE and (event.lines[0] == QUERY_RESET or event.observed):
+            _lookupd_query(judge, transcript, name, at, event)
         if name not in transcript.endpoints:  # the driver's reports, the lookupds', the selftest proxy's notes
             continue
         if name not in judge.connections:
-            judge.open(name, at, started=name in started)
+            server = "%s:%d" % transcript.endpoints[name].server
+            judge.open(name, at, started=name in started, server=(dialed or {}).get(server, server))
         for observed in event.observed:
             judge.observe(name, observed)
         if event.direction == NOTE:
@@ -59,9 +70,19 @@ def judge(transcript: Transcript, application: monitors.Application | None = Non
     return judge
 
 
-def findings(transcript: Transcript, declared: set[str],
-             application: monitors.Application | None = None) -> Findings:
-    violations = judge(transcript, application).violations
+def _lookupd_query(judge: monitors.Judge, transcript: Transcript, lookupd: str, at: float, event) -> None:
+    if event.lines[0] == QUERY_RESET:
+        judge.lookupd_query(lookupd, at, None)
+        return
+    for exchange in event.observed:
+        if isinstance(exchange, HttpExchange):  # transcript times, as the judge's clock
+            judge.lookupd_query(lookupd, at, replace(exchange, ts=transcript.wall_started + exchange.ts,
+                                                     answered=transcript.wall_started + exchange.answered))
+
+
+def findings(transcript: Transcript, declared: set[str], application: monitors.Application | None = None,
+             dialed: Mapping[str, str] | None = None) -> Findings:
+    violations = judge(transcript, application, dialed).violations
     departs = [v for v in violations if v.side != CLIENT and v.item not in FAKE_NSQD_DEPARTS]
     client = [v for v in violations if v.side == CLIENT]
     return Findings([v for v in client if v.item not in declared], [v for v in client if v.item in declared],

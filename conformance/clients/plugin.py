@@ -113,7 +113,7 @@ class Collector:
             declared = {identifier for marker in item.iter_markers("monitors_expect") for identifier in marker.args}
             told = application(self.driver, [process.orders for process in case_run.processes],
                                case_run.transcript)
-            found = monitoring.findings(case_run.transcript, declared, told)
+            found = monitoring.findings(case_run.transcript, declared, told, case_run.dialed())
             verdict, message = graded(verdict, message, found)
         pcap = None
         if case_run and case_run.transcript.endpoints and verdict not in (PASS, UNSUPPORTED):

@@ -55,6 +55,11 @@ class CaseRun:
                     server.address, self.transcript, http=isinstance(server, FakeNsqlookupd),
                     shared=self._proxies_shared).start())
 
+    def dialed(self) -> dict[str, str]:
+        """Each nsqd's own host:port -> the one the client reaches it at, where the selftest's proxy stands between."""
+        return {"%s:%d" % proxy.upstream: proxy.tcp_address for proxy in self.proxies
+                if any(proxy.upstream == broker.address for broker in self.brokers)}
+
     async def list_producers(self, lookupd: FakeNsqlookupd, *brokers: FakeNsqd) -> None:
         """From now on ``lookupd``'s /lookup lists these nsqds (as the client reaches them), and only these."""
         await self._start_proxies()

@@ -33,6 +33,7 @@ from nsq_protocol.monitors.client_handler import SettlesAsOrdered
 from nsq_protocol.monitors.client_heartbeats import NopAnswersHeartbeat
 from nsq_protocol.monitors.client_identify import ClientIdentifies
 from nsq_protocol.monitors.client_layers import ClientBytesReadable, UnaskedLayerRefused
+from nsq_protocol.monitors.client_lookup import JoinsListedProducers, LeavesDroppedProducers, PollsLookupd
 from nsq_protocol.monitors.client_publishes import PublishesAsTold
 from nsq_protocol.monitors.client_rdy_shared import RdySharedWithinMaxInFlight
 from nsq_protocol.monitors.client_settles import SettlesWhatItHolds
@@ -96,6 +97,8 @@ CLIENT_MONITORS: tuple[type[Monitor], ...] = (
     # judged against what the application asked of the library (new_judge's application)
     IdentifiesAsConfigured, SubscribesAsConfigured, FirstRdyWithinMaxInFlight, SettlesAsOrdered, PublishesAsTold,
     BacksOffAfterFailure, RdySharedWithinMaxInFlight,
+    # over its queries of nsqlookupd too (Judge.lookupd_query)
+    PollsLookupd, JoinsListedProducers, LeavesDroppedProducers,
 )
 
 # nsqlookupd's rules (conformance/spec/nsqlookupd.toml), and nsqd's as it registers there (registration.toml): judged

@@ -40,8 +40,19 @@ class Application:
     heartbeat_interval_ms: int | None = None  # what every connection of it was configured with
     layers: frozenset[str] | None = None  # of LAYERS: what every connection of it was told to ask for
     max_in_flight: int | None = None
-    max_attempts: int | None = None  # None: the library's own default, which the application left to it
+    # the attempts past which the library finishes a message unhandled, the application's or the library's documented
+    # default; 0: no limit; None: not known (left to a library whose default the judge was not told)
+    max_attempts: int | None = None
     # a failed handler's REQ delay in ms for a message of so many attempts, as the library documents it
     requeue_delay_ms: Callable[[int], int] | None = None
     publishes: frozenset[Publish] | None = None  # None: it was told to publish nothing known
     orders: Mapping[int, Order] = field(default_factory=dict)  # a message's body_hash -> its handler's order
+    lookupds: int | None = None  # how many nsqlookupd addresses its consumer was given (None: not known)
+    lookupd_poll_interval_ms: int | None = None  # how often it polls them: as configured, or the library's fixed one
+
+    def handled(self, attempts: int) -> bool | None:
+        """Whether the handler gets a message of so many attempts (max_attempts, P-REQ-02); None: not known."""
+        most = self.max_attempts
+        if attempts <= 1 or most == 0:
+            return True
+        return None if most is None else attempts <= most

@@ -163,5 +163,5 @@ class BacksOffAfterFailure(Monitor):
 
 def _fails(application, order, attempts) -> bool:
     """The message's handler fails: its order says so, and it reaches the handler (not over max_attempts; a message
-    of attempt 2 or more only against a max_attempts the application set)."""
-    return order is not None and order.action == FAIL and (attempts or 1) <= (application.max_attempts or 1)
+    of attempt 2 or more only against a max_attempts known: the application's, or the library's documented one)."""
+    return order is not None and order.action == FAIL and application.handled(attempts or 1) is True

@@ -9,8 +9,8 @@ from nsq_protocol.monitors.events import CLIENT, COMMAND, MESSAGE
 from nsq_protocol.monitors.monitor import Monitor
 
 ORDER_ITEMS = {FIN: "NSQC-MSG-001", REQ: "NSQC-MSG-002", TOUCH: "NSQC-MSG-003", FAIL: "NSQC-MSG-004"}
-UNKNOWN_MAX_ATTEMPTS = ("a message of attempt 2 or more, and the application left max_attempts to the library: "
-                        "whether its handler runs is the library's default")
+UNKNOWN_MAX_ATTEMPTS = ("a message of attempt 2 or more, and the application left max_attempts to a library whose "
+                        "default the judge was not told: whether its handler runs is that default")
 
 
 class SettlesAsOrdered(Monitor):
@@ -19,7 +19,8 @@ class SettlesAsOrdered(Monitor):
     ``touch`` (NSQC-MSG-003); REQ for ``fail`` (NSQC-MSG-004), its delay the library's documented one for the
     message's attempts (NSQC-MSG-006); and whatever the order, FIN for a message over the application's max_attempts
     (NSQC-MSG-005, P-REQ-02: the handler never sees it). A message of attempt 2 or more is judged only against a
-    max_attempts the application set. A FIN or REQ of another ID is SettlesWhatItHolds'."""
+    max_attempts known: the application's, or the library's documented default (0: none). A FIN or REQ of another
+    ID is SettlesWhatItHolds'."""
 
     ITEMS = ("NSQC-MSG-001", "NSQC-MSG-002", "NSQC-MSG-003", "NSQC-MSG-004", "NSQC-MSG-005", "NSQC-MSG-006")
     KINDS = frozenset({COMMAND, MESSAGE})
@@ -48,15 +49,15 @@ class SettlesAsOrdered(Monitor):
 
     def _judge(self, application, name, order, message, touches, answer):
         attempts = message.attempts or 1
-        most = application.max_attempts
-        if most is not None and attempts > most:
+        handled = application.handled(attempts)
+        if handled is False:
             if answer.name != "FIN":
                 self.report("NSQC-MSG-005", CLIENT, answer.ts, name,
-                            f"FIN of a message of attempt {attempts}, over max_attempts {most}",
+                            f"FIN of a message of attempt {attempts}, over max_attempts {application.max_attempts}",
                             answer.describe()[2:], message, answer)
             return
         item = ORDER_ITEMS[order.action]
-        if attempts > 1 and most is None:
+        if handled is None:
             for skipped in (item, "NSQC-MSG-006") if order.action == FAIL else (item,):
                 self.skip(skipped, UNKNOWN_MAX_ATTEMPTS)
             return

@@ -3,7 +3,8 @@ through every monitor. Rules about one message follow it across the connections 
 timed out on one consumer comes back on another), so the judge keeps one ledger of deliveries for all of them.
 
 Feeding: ``open`` a connection, then ``observe`` its events, ``http`` for the broker's HTTP requests, ``close``
-when it ends, and ``finish`` at the end of the traffic; events of all connections in time order."""
+when it ends, and ``finish`` at the end of the traffic; events of all connections in time order. A client library's
+traffic (the client suite's) may carry its queries of nsqlookupd too (``lookupd_query``)."""
 
 from __future__ import annotations
 
@@ -105,10 +106,12 @@ class Judge(Judging):
         self._due = float("inf")
 
     # ---- feeding ---------------------------------------------------------------------------------------
-    def open(self, name: str, ts: float, started: bool, whole: bool | None = None) -> Connection:
+    def open(self, name: str, ts: float, started: bool, whole: bool | None = None,
+             server: str | None = None) -> Connection:
         """``started``: the V2 connection's start is in the traffic; ``whole``: nothing it did can be missing from
-        the traffic (by default, as started; a connection that never spoke V2 hides nothing)."""
-        connection = self.connections[name] = Connection(name, started, opened_at=ts)
+        the traffic (by default, as started; a connection that never spoke V2 hides nothing); ``server``: the
+        host:port the client dialed, where known."""
+        connection = self.connections[name] = Connection(name, started, opened_at=ts, server=server)
         self.all_started &= started if whole is None else whole
         self._begin(ts)
         return connection
@@ -162,6 +165,17 @@ class Judge(Judging):
         for monitor in self._active:
             try:
                 monitor.http_exchange(self, exchange)
+            except Exception as exc:  # noqa: BLE001
+                self._failed(monitor, exc)
+
+    def lookupd_query(self, lookupd: str, ts: float, exchange: HttpExchange | None) -> None:
+        """The client's query of the nsqlookupd named ``lookupd`` at ``ts``: its HTTP exchange, or None where the
+        lookupd was down (the connection refused or reset before a request)."""
+        self._begin(ts)
+        self._tick(ts)
+        for monitor in self._active:
+            try:
+                monitor.lookupd_query(self, lookupd, ts, exchange)
             except Exception as exc:  # noqa: BLE001
                 self._failed(monitor, exc)
 

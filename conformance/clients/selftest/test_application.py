@@ -1,5 +1,6 @@
 """What the monitors are told of a case's application (application.py): the drivers' orders, the manifest's requeue
-delay, the handler's order in each message body sent; a setting the library lacks, or left to its default, unknown."""
+delay, default max attempts and fixed poll interval, the handler's order in each message body sent; a setting the
+library lacks, or left to a default its manifest does not document, unknown."""
 from conformance.clients import contract
 from conformance.clients.application import application
 from conformance.clients.driver import drivers
@@ -28,9 +29,29 @@ def test_a_consumer_told_its_settings_and_its_handler_orders():
     req, touch = contract.instruction(contract.REQUEUE, delay_ms=1500), contract.instruction(contract.TOUCH, times=2)
     told = application(drivers()["pynsq"], [CONSUMER], sent(req, touch, b"not an order"))
     assert (told.topic, told.channel, told.heartbeat_interval_ms, told.max_in_flight) == ("t", "c", 1000, 3)
-    assert told.layers == frozenset({"snappy"}) and told.max_attempts is None and told.publishes is None
+    assert told.layers == frozenset({"snappy"}) and told.publishes is None
+    assert told.max_attempts == 5, "left to the library: pynsq's documented max_tries"
+    assert told.handled(6) is False and told.handled(5) is True
     assert told.orders == {body_hash(req): Order("req", 1500), body_hash(touch): Order("touch", touches=2)}
     assert told.requeue_delay_ms(2) == 180_000
+
+
+def test_max_attempts_told_or_left_to_a_default_documented_or_not():
+    assert application(drivers()["pynsq"], [{**CONSUMER, contract.MAX_ATTEMPTS: "3"}], Transcript()).max_attempts == 3
+    unlimited = application(drivers()["nsqjs"], [CONSUMER], Transcript())
+    assert unlimited.max_attempts == 0 and unlimited.handled(100) is True
+    undocumented = application(drivers()["asyncnsq"], [CONSUMER], Transcript())
+    assert undocumented.max_attempts is None and undocumented.handled(2) is None
+
+
+def test_a_consumer_on_lookupds_told_how_many_and_how_often():
+    on_lookupds = {**CONSUMER, contract.LOOKUPD_HTTP_ADDRESSES: "127.0.0.1:1,127.0.0.1:2",
+                   contract.LOOKUPD_POLL_INTERVAL_MS: "1000"}
+    told = application(drivers()["pynsq"], [on_lookupds], Transcript())
+    assert (told.lookupds, told.lookupd_poll_interval_ms) == (2, 1000)
+    assert application(drivers()["nsq-py"], [on_lookupds], Transcript()).lookupd_poll_interval_ms == 60_000, \
+        "nsq-py polls every 60 s whatever it is told"
+    assert application(drivers()["pynsq"], [CONSUMER], Transcript()).lookupds is None
 
 
 def test_what_the_library_lacks_is_not_told():
