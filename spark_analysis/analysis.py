@@ -22,14 +22,11 @@ storage the payloads travel with the segments, read once by ranged reads.
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import itertools
 import json
 import time
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
 
 import pyarrow as pa
 from pyspark import StorageLevel
@@ -47,6 +44,7 @@ from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies
 from spark_analysis.judge.job import Judged, judge_traffic
 from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_HTTP, LookupdHttpReading, V1Rows, lookupd_servers
 from spark_analysis.judge.monitoring import HTTP, HTTP_SCHEMA, OBSERVED, HttpReading, observed_rows, openings
+from spark_analysis.memory import return_freed_memory, without_cycle_collection
 from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
 from spark_analysis.read.parquet_source import WrittenTables
 from spark_analysis.read.pcapfile import PACKET_DDL, read_payloads
@@ -276,31 +274,6 @@ def _segments(runs: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
                 *(run.column(name).to_pylist() for name in ("file", "payload_offset", "payload_length"))
             )
         yield from zip(*columns, strict=True)
-
-
-@contextmanager
-def without_cycle_collection():
-    """A connection's rows are millions of live objects, none in a reference cycle, and the cycle collector's
-    passes over them grow with their number: ~20 % of decoding a 738,618-row connection. Reference counting
-    still frees everything; the collector runs again after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def return_freed_memory():
-    """A Python worker lives on for the next job's tasks: what decoding freed goes back to the system, not kept by
-    Arrow's allocator or C's for a job that will not need it (~700 MB after a long connection)."""
-    gc.collect()
-    pa.default_memory_pool().release_unused()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc: its allocator returns memory its own way
 
 
 def _walker_errors(table: pa.RecordBatch) -> pa.Table:

@@ -47,6 +47,7 @@ from spark_analysis.decode.kinds import (
     Status,
 )
 from spark_analysis.decode.v2 import decode_connection
+from spark_analysis.memory import without_cycle_collection
 from spark_analysis.read.pcapfile import ByteRange, read_range
 from spark_analysis.read.reassembly import reassemble
 
@@ -244,6 +245,10 @@ class ServerJudging:
         return sorted(found, key=lambda violation: violation.ts)
 
     def feed(self, rows: Iterable[dict]) -> None:
+        with without_cycle_collection():  # the judge holds up to MESSAGES_KEPT messages, none in a cycle
+            self._feed(rows)
+
+    def _feed(self, rows: Iterable[dict]) -> None:
         judge, scheduled = self.judge, self._scheduled
         for row in rows:
             ts = row["ts_ns"] / NS

@@ -50,11 +50,10 @@ from spark_analysis.analysis import (
     packets,
     payload_kind,
     placed_by_size,
-    return_freed_memory,
-    without_cycle_collection,
 )
 from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter
+from spark_analysis.memory import return_freed_memory, without_cycle_collection
 from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES
 from spark_analysis.read.storage import LOCAL, Storage, join
 

@@ -55,7 +55,6 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark_analysis.analysis import return_freed_memory
 from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import TableWriter
 from spark_analysis.derive.lifecycle import (
@@ -68,6 +67,7 @@ from spark_analysis.derive.lifecycle import (
 )
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA
 from spark_analysis.derive.tallies import Tallies
+from spark_analysis.memory import return_freed_memory
 from spark_analysis.read.parquet_source import WrittenTables
 from spark_analysis.read.storage import LOCAL, Storage, join
 from spark_analysis.watch.increments import CARRIED_NS, NS_PER_S, OPEN, batch_of, part_name, part_prefix
