@@ -32,6 +32,7 @@ from spark_analysis.judge.monitoring import (
     http_actions,
     http_actions_of,
 )
+from spark_analysis.memory import without_cycle_collection
 from spark_analysis.read.parquet_source import read_table
 from spark_analysis.read.storage import LOCAL, Storage, join
 
@@ -102,7 +103,10 @@ def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str,
         counts: list[dict] = []
         judging = None
         server = None
-        with TableWriter(tables_dir, part, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
+        # a judge holds up to MESSAGES_KEPT messages, none in a reference cycle: the cycle collector's passes over
+        # them would grow with the capture (spark_analysis/memory.py)
+        with TableWriter(tables_dir, part, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer, \
+                without_cycle_collection():
             for batch in batches:
                 names = batch.column("server").to_pylist()
                 start = 0

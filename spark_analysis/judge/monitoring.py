@@ -245,10 +245,6 @@ class ServerJudging:
         return sorted(found, key=lambda violation: violation.ts)
 
     def feed(self, rows: Iterable[dict]) -> None:
-        with without_cycle_collection():  # the judge holds up to MESSAGES_KEPT messages, none in a cycle
-            self._feed(rows)
-
-    def _feed(self, rows: Iterable[dict]) -> None:
         judge, scheduled = self.judge, self._scheduled
         for row in rows:
             ts = row["ts_ns"] / NS
@@ -392,10 +388,11 @@ def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | No
     delivery by the broker's host (None: not read; a host without any had none)."""
     hosts = [server.split(" ")[0] for server in by_server]
     judges = {}
-    for server, connections in by_server.items():
-        judging = ServerJudging(connections, http_actions_of(server, hosts, http))
-        judging.feed(rows_of(server))
-        judges[server] = judging.finish()
+    with without_cycle_collection():
+        for server, connections in by_server.items():
+            judging = ServerJudging(connections, http_actions_of(server, hosts, http))
+            judging.feed(rows_of(server))
+            judges[server] = judging.finish()
     return judges
 
 

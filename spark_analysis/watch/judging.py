@@ -49,6 +49,7 @@ from spark_analysis.judge.monitoring import (
     openings,
     sorted_rows,
 )
+from spark_analysis.memory import without_cycle_collection
 from spark_analysis.read.storage import LOCAL, Storage, join
 from spark_analysis.watch.increments import CARRIED_NS, OPEN, part_name, part_prefix
 
@@ -99,7 +100,9 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
         lookupd_http = lookupd_exchanges(lifecycle.read_parts(lookupd_http_files, HTTP_SCHEMA, storage)) \
             if lookupd_http_read else None
         counts = []
-        with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
+        with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer, \
+                without_cycle_collection():  # as judge/job.py's
+
             for server, connections in by_server.items():
                 judging = judgings.get(server)
                 if judging is None:
