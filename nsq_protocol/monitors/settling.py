@@ -3,6 +3,7 @@ consumer's FIN, REQ or TOUCH works, another consumer of the channel is told it d
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from heapq import heappop, heappush
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, NON_FATAL_ERRORS
@@ -26,7 +27,9 @@ class SettledByOwner(Monitor):
 
     def __init__(self):
         super().__init__()
-        self._owned: dict[tuple, float] = {}  # (connection, ID) -> its owner's settle, in time order
+        # (connection, ID) -> its owner's settle, in time order: an OrderedDict, whose oldest entry is found at once
+        # however many went before it (a dict's first live entry is found past every deleted one)
+        self._owned: OrderedDict[tuple, float] = OrderedDict()
         self._foreign: list = []  # heap of (due, sequence, connection, ID, verb, sent at)
         self._waiting: set[tuple] = set()  # (connection, ID) of the foreign settles not yet judged
         self._refused: dict[tuple, object] = {}  # (connection, ID) -> the E_*_FAILED a foreign settle got
@@ -105,7 +108,7 @@ class SettledByOwner(Monitor):
     def _expire(self, now: float) -> None:
         """The owners' settles past ``SETTLED_S`` succeeded: no refusal came."""
         while self._owned:
-            oldest = next(iter(self._owned))
-            if self._owned[oldest] >= now - SETTLED_S:
+            _, sent = next(iter(self._owned.items()))
+            if sent >= now - SETTLED_S:
                 return
-            del self._owned[oldest]
+            self._owned.popitem(last=False)
