@@ -192,6 +192,10 @@ def check_reachable(address: tuple[str, int], option: str) -> None:
         raise TargetError(f"{option} {address[0]}:{address[1]} is unreachable: {exc.strerror or exc}") from exc
 
 
+PORT_TAKEN = "Address already in use"  # the reference broker's listen failure, as its log says it
+RETRY_S = 0.5
+
+
 class EmbeddedBroker:
     """`python -m reference_broker` on free loopback ports, with the profile's flags."""
 
@@ -257,9 +261,19 @@ class EmbeddedBroker:
         # the ports it listened on; after a start that failed, the ones it had before
         self._ports = (self.tcp_address or self._ports[0], self.http_address or self._ports[1],
                        self.https_address or self._ports[2])
-        self.tcp_address = self.http_address = self.https_address = None
-        self._found.clear()
-        self.start(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            self.tcp_address = self.http_address = self.https_address = None
+            self._found.clear()
+            try:
+                self.start(max(1.0, deadline - time.monotonic()))
+                return
+            except TargetError as exc:
+                # its ports are loopback ports the system hands out to any socket: one may hold one of them for a
+                # moment (a client's outgoing connection), so the same ports are tried again while time is left
+                if PORT_TAKEN not in str(exc) or time.monotonic() + RETRY_S > deadline:
+                    raise
+                time.sleep(RETRY_S)
 
     @property
     def data_path(self) -> Path | None:

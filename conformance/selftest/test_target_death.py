@@ -130,3 +130,24 @@ def test_a_hung_broker_is_restarted_by_the_restart_command_and_the_run_goes_on(b
     assert {case_id: seen[case_id] for case_id in (BEFORE, *AFTER)} == dict.fromkeys((BEFORE, *AFTER), "PASS")
     assert len(report["summary"]["target_deaths"]) == 1
     assert completed.returncode == 1
+
+
+def test_a_restart_waits_for_its_ports_while_another_socket_holds_one(tmp_path):
+    """The restart keeps the ports (P-RST-01); a loopback port another socket holds for a moment (the system hands
+    it out to outgoing connections too) delays the restart, bounded, rather than failing the run."""
+    import socket
+    import time
+
+    with EmbeddedBroker(Profile.load("nsqd-defaults"), tmp_path / "broker.log") as running:
+        port = running.tcp_address[1]
+        running._terminate()
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        threading.Timer(1.5, holder.close).start()
+        started = time.monotonic()
+        running.restart(timeout=10)
+        assert running.tcp_address == ("127.0.0.1", port)
+        assert 1.0 <= time.monotonic() - started < 10  # it waited for the holder (1.5 s), bounded by the timeout
+        with pytest.raises(OSError, match="Address already in use"), socket.socket() as taken:
+            taken.bind(("127.0.0.1", port))  # the broker listens there again
