@@ -163,6 +163,12 @@ class ClientConnection:
                         self._unreadable(f"undecodable input: {violation.reason}", violation.reason,
                                          None if decoder.magic != wire.MAGIC_V2 else self._layer() or STREAM)
                         self.malformed = violation.reason
+                        layer = self._layer()
+                        if layer and violation.reason.startswith(f"{layer}:"):
+                            # ID-33, ID-34: bytes the layer cannot read end nsqd's read loop: it closes, no frame
+                            self.refused_with = "the close, no error frame"
+                            await self.close()
+                            return
                         # C-02: nsqd answers a bad magic with E_BAD_PROTOCOL and closes; other garbage E_INVALID
                         await self._fatal(b"E_BAD_PROTOCOL" if decoder.magic != wire.MAGIC_V2 else b"E_INVALID",
                                           violation.reason.encode())
