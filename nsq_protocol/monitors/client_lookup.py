@@ -16,9 +16,11 @@ from nsq_protocol.monitors.events import CLIENT, COMMAND
 from nsq_protocol.monitors.monitor import Monitor
 
 FASTEST = 0.5  # of the poll interval: NSQC-LOOKUP-002's "never faster than half of it"
-# of the poll interval: a longer silence is a poll missed (libraries add up to 30 % jitter to a poll; a loaded
-# machine delays one more); NSQC-LOOKUP-002's "3 to 10 queries in 5 intervals" is its case's count
-MISSED = 2.5
+# of the poll interval: a longer silence is a poll missed. Libraries add up to 30 % jitter and the time of the
+# query and its connects to a poll, and a loaded machine stalls one more: ansq's 1 s poll was seen 2.5 s late
+# with six libraries judged at once on 2 cores. NSQC-LOOKUP-002's "3 to 10 queries in 5 intervals" is its case's
+# count, which judges the interval itself
+MISSED = 4.0
 JOIN_WITHIN_S = 6.0  # NSQC-LOOKUP-003, NSQC-LOOKUP-005, NSQC-LOOKUP-006
 FIRST_JOIN_WITHIN_S = 10.0  # NSQC-LOOKUP-001 says no time: its case's wait for each connection
 NO_CLOCK = "the times are when the client read the frames, not when they arrived"

@@ -80,6 +80,10 @@ def test_polls_too_fast_or_stopping_are_lookup_002():
     assert stopped.items(6.0) == ["NSQC-LOOKUP-002"], "no query in the 5 s after the second"
     jittered = Consumer().query(0.0, P1).joins("A", 0.1, P1).polls(1.3, 9.0, P1, every=1.3)
     assert jittered.items(9.5) == []
+    late = Consumer().query(0.0, P1).joins("A", 0.1, P1).query(1.0, P1).polls(4.9, 9.0, P1)
+    assert late.items(9.5) == [], "one poll 3.9 intervals late (a stalled process on a loaded machine) is no finding"
+    missed = Consumer().query(0.0, P1).joins("A", 0.1, P1).query(1.0, P1).polls(5.1, 9.0, P1)
+    assert missed.items(9.5) == ["NSQC-LOOKUP-002"], "a silence of 4.1 intervals is a poll missed"
     retried = Consumer().down(0.0).down(0.001).down(0.005).query(1.0, P1).joins("A", 1.1, P1).polls(2.0, 5.0, P1)
     assert retried.items(5.5) == [], "an HTTP client's retries of a query reset are no polls"
 

@@ -126,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(results, time.monotonic() - started)
     return published(args.reports_dir, "clients-passive", summary, results, render_markdown(summary, results),
                      f"named by the monitors: {summary['score']} % ({summary['named']}/"
-                     f"{summary['faults_reaching_nsqd']})")
+                     f"{summary['faults_reaching_nsqd']})" if summary["score"] is not None else
+                     "no fault picked changes what reaches nsqd: none scored (their findings are listed above)")
+
 
 if __name__ == "__main__":
     sys.exit(main())
