@@ -12,6 +12,9 @@ from conformance.transcript import Transcript
 
 HEARTBEAT_INTERVAL_MS = 1000  # the lowest nsqd accepts (ID-02): heartbeats in a case come from the case anyway
 LOOKUPD_POLL_INTERVAL_MS = 1000  # the lowest every library takes (pynsq, gnsq and nsqjs count whole seconds)
+# seconds for a driver's first connection or query: its interpreter, the library's imports and its first connect. A
+# loaded 2-core machine was seen to take over 10 s for gnsq (gevent); a driver that exits ends the wait at once
+STARTS_WITHIN_S = 30.0
 
 
 class CaseRun:
@@ -103,7 +106,7 @@ class CaseRun:
     async def subscribed(self, broker: FakeNsqd, **settings):
         """A consumer on ``broker`` that has sent SUB and its first RDY: its driver and its connection."""
         process = await self.consumer(broker, **settings)
-        connection = await broker.next_connection(timeout=10.0)
+        connection = await broker.next_connection(timeout=STARTS_WITHIN_S)
         await connection.subscribed(timeout=10.0)
         return process, connection
 

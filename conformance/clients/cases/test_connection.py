@@ -2,6 +2,7 @@
 import pytest
 
 from conformance.clients.judge import check
+from conformance.clients.session import STARTS_WITHIN_S
 from nsq_protocol import wire
 from nsq_protocol.monitors.client_identify import identify_refusal
 
@@ -9,7 +10,7 @@ from nsq_protocol.monitors.client_identify import identify_refusal
 async def _identified(run):
     broker = await run.nsqd()
     await run.consumer(broker)
-    connection = await broker.next_connection(timeout=10.0)
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S)
     return connection, await connection.expect(b"IDENTIFY", b"SUB", timeout=5.0,
                                                why="the client identifies or subscribes")
 
@@ -18,7 +19,7 @@ async def _identified(run):
 async def test_magic_first(run):
     broker = await run.nsqd()
     await run.consumer(broker)
-    connection = await broker.next_connection(timeout=10.0)
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S)
     await connection.expect(b"IDENTIFY", b"SUB", timeout=5.0, why="the client sends a first command")
     check(connection.magic == wire.MAGIC_V2, "the first 4 bytes", repr(wire.MAGIC_V2), repr(connection.magic))
 
@@ -53,7 +54,7 @@ async def test_identify_heartbeat_interval(run):
 async def test_sub_topic_and_channel(run):
     broker = await run.nsqd()
     await run.consumer(broker)
-    connection = await broker.next_connection(timeout=10.0)
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S)
     sub = await connection.expect(b"SUB", timeout=5.0, why="the consumer subscribes")
     expected = (run.topic.encode(), run.channel.encode())
     check(sub.params == expected, "SUB's parameters", " ".join(p.decode() for p in expected), sub.describe())
@@ -67,7 +68,7 @@ async def test_identify_values_in_bounds(run):
     await run.consumer(consumer_broker)
     await run.publisher(publisher_broker, [])
     for role, broker in (("consumer", consumer_broker), ("publisher", publisher_broker)):
-        connection = await broker.next_connection(timeout=10.0, why=f"the {role} connects")
+        connection = await broker.next_connection(timeout=STARTS_WITHIN_S, why=f"the {role} connects")
         identify = await connection.expect(b"IDENTIFY", timeout=5.0, why=f"the {role} identifies")
         refusal = identify_refusal(connection.identify) if isinstance(connection.identify, dict) else None
         check(refusal is None, f"the {role}'s IDENTIFY values (heartbeat_interval, output_buffer_timeout, "

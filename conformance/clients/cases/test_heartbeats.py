@@ -5,6 +5,7 @@ import time
 import pytest
 
 from conformance.clients.judge import check
+from conformance.clients.session import STARTS_WITHIN_S
 
 ANSWER_WITHIN = 1.0
 
@@ -29,7 +30,8 @@ async def test_consumer_answers_heartbeats(run):
 async def test_publisher_answers_heartbeats(run):
     broker = await run.nsqd()
     await run.publisher(broker, [])
-    connection = await broker.next_connection(timeout=10.0, why="the publisher connects before its first PUB")
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S,
+                                              why="the publisher connects before its first PUB")
     await connection.expect(b"IDENTIFY", timeout=5.0, why="the publisher identifies")
     await asyncio.sleep(0.2)
     await _answers(connection)

@@ -8,12 +8,12 @@ import asyncio
 import pytest
 
 from conformance.clients.judge import check
+from conformance.clients.session import STARTS_WITHIN_S
 
 POLLS = 5.0  # seconds after the first /lookup in which a 1 s poll interval makes 4-5 more (3 to 10 accepted)
 FASTEST_GAP = 0.5  # seconds: half the poll interval; pynsq's and nsqjs's jitter delays a poll, never hastens it
 JOINS_WITHIN = 6.0  # seconds for a producer that appears on /lookup to get a connection (3 polls and a connect)
 LEFT_FOR = 4.0  # seconds that a producer gone from /lookup is watched for a reconnect
-FIRST_QUERY_WITHIN = 10.0  # seconds for a consumer's first /lookup (a loaded machine starts a driver slowly)
 DOWN_AFTER_FIRST_QUERY = 2.0  # seconds its lookupds stay down after that: one or two more polls find them down
 
 
@@ -39,7 +39,8 @@ async def test_lookup_finds_the_producers(run):
     first, second = await run.nsqd(), await run.nsqd()
     await run.list_producers(lookupd, first, second)
     await run.consumer(max_in_flight=2, lookupds=(lookupd,))
-    query, = await lookupd.queried(1, timeout=10.0, why="the consumer asks its lookupd for its topic's producers")
+    query, = await lookupd.queried(1, timeout=STARTS_WITHIN_S,
+                                   why="the consumer asks its lookupd for its topic's producers")
     check(query.path == "/lookup" and query.topic == run.topic, "the consumer's query",
           f"GET /lookup?topic={run.topic}", query.target)
     for broker in (first, second):
@@ -106,11 +107,11 @@ async def _back_after_being_down(run, lookupds, returning):
         await lookupd.stop()
         await run.list_producers(lookupd, broker)
     process = await run.consumer(max_in_flight=2, lookupds=tuple(lookupds))
-    deadline = asyncio.get_running_loop().time() + FIRST_QUERY_WITHIN
+    deadline = asyncio.get_running_loop().time() + STARTS_WITHIN_S
     while not any(lookupd.refused for lookupd in lookupds) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.05)
     check(any(lookupd.refused for lookupd in lookupds), "the consumer's first query, its lookupds down",
-          f"a GET /lookup within {FIRST_QUERY_WITHIN:g} s", "none" + (f"; the driver exited with {process.exit_code}"
+          f"a GET /lookup within {STARTS_WITHIN_S:g} s", "none" + (f"; the driver exited with {process.exit_code}"
                                                                      if process.exit_code is not None else ""))
     await asyncio.sleep(DOWN_AFTER_FIRST_QUERY)
     await returning.start()

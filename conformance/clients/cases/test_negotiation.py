@@ -9,6 +9,7 @@ import pytest
 
 from conformance.clients import contract
 from conformance.clients.judge import check
+from conformance.clients.session import STARTS_WITHIN_S
 from nsq_protocol import wire
 
 SECRET = "nsqc-secret"
@@ -19,7 +20,7 @@ async def test_asks_for_no_layer_unless_told(run):
     broker = await run.nsqd()
     broker.offers = {"tls_v1", "snappy", "deflate"}  # a client that asked would get them
     await run.consumer(broker)
-    connection = await broker.next_connection(timeout=10.0)
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S)
     await connection.expect(b"IDENTIFY", timeout=5.0, why="the consumer identifies")
     asked = [layer for layer in ("tls_v1", "snappy", "deflate") if (connection.identify or {}).get(layer) is True]
     check(not asked, "the layers IDENTIFY asks for (the driver was told none)", "none", ", ".join(asked))
@@ -30,7 +31,7 @@ async def test_refuses_a_layer_it_did_not_ask_for(run):
     broker = await run.nsqd()
     broker.force = {"snappy"}  # the answer turns snappy on, and the broker compresses from then on
     await run.consumer(broker)
-    connection = await broker.next_connection(timeout=10.0)
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S)
     await connection.expect(b"IDENTIFY", timeout=5.0, why="the consumer identifies")
     try:
         await asyncio.wait_for(connection.closed.wait(), 3.0)
@@ -49,7 +50,7 @@ async def _through(run, layer: str, feature: str):
     broker = await run.nsqd()
     broker.offers = {layer}
     await run.consumer(broker, layers=(feature,))
-    connection = await broker.next_connection(timeout=10.0)
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S)
     await connection.expect(b"IDENTIFY", timeout=5.0, why="the consumer identifies")
     check((connection.identify or {}).get(layer) is True, f"IDENTIFY's {layer} (the driver was told to ask)",
           "true", repr((connection.identify or {}).get(layer)))
@@ -81,7 +82,7 @@ async def test_auth_before_sub(run):
     broker = await run.nsqd()
     broker.auth_secret = SECRET.encode()
     await run.consumer(broker, auth_secret=SECRET)
-    connection = await broker.next_connection(timeout=10.0)
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S)
     first = await connection.expect(b"AUTH", b"SUB", timeout=5.0, why="the consumer authenticates (auth_required)")
     check(first.name == b"AUTH", "the command after IDENTIFY when the answer says auth_required", "AUTH",
           first.describe())

@@ -2,12 +2,13 @@
 import pytest
 
 from conformance.clients.judge import check
+from conformance.clients.session import STARTS_WITHIN_S
 
 
 async def _published(run, operations: list[dict]):
     broker = await run.nsqd()
     process = await run.publisher(broker, operations)
-    connection = await broker.next_connection(timeout=10.0, why="the publisher connects")
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S, why="the publisher connects")
     return process, connection
 
 
@@ -50,7 +51,7 @@ async def test_pub_error_reaches_caller(run):
     broker = await run.nsqd()
     broker.overrides[b"PUB"] = (b"E_PUB_FAILED PUB failed topic is exiting", True)  # fatal, as in nsqd
     process = await run.publisher(broker, [{"op": "pub", "body": "refused"}])
-    connection = await broker.next_connection(timeout=10.0, why="the publisher connects")
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S, why="the publisher connects")
     await connection.expect(b"PUB", timeout=5.0, why="the publisher sends PUB")
     (done,) = await process.report("published", timeout=5.0, why="the publisher reports the PUB's outcome")
     check(done["ok"] is False, "the outcome of a PUB answered E_PUB_FAILED", "a failure", str(done.fields))

@@ -7,6 +7,7 @@ import pytest
 
 from conformance.clients import contract
 from conformance.clients.judge import check
+from conformance.clients.session import STARTS_WITHIN_S
 
 SETTLE = 0.1  # seconds: a client updates its connections' RDY one after the other
 STARVED_AFTER = 8.0  # seconds without RDY > 0 on a connection that max_in_flight leaves room for
@@ -47,7 +48,7 @@ async def test_first_rdy_within_max_in_flight(run):
     run.driver.require("max_in_flight")
     broker = await run.nsqd()
     await run.consumer(broker, max_in_flight=3)
-    connection = await broker.next_connection(timeout=10.0)
+    connection = await broker.next_connection(timeout=STARTS_WITHIN_S)
     rdy = await connection.subscribed()
     count = rdy.params[0] if rdy.params else b""
     check(count.isdigit() and 1 <= int(count) <= 3, "the first RDY (max_in_flight 3)", "RDY 1..3", rdy.describe())
@@ -58,7 +59,7 @@ async def test_rdy_spread_over_two_nsqds(run):
     run.driver.require("max_in_flight")
     first, second = await run.nsqd(), await run.nsqd()
     await run.consumer(first, second, max_in_flight=4)
-    connections = [await first.next_connection(timeout=10.0), await second.next_connection(timeout=10.0)]
+    connections = [await broker.next_connection(timeout=STARTS_WITHIN_S) for broker in (first, second)]
     for connection in connections:
         await connection.expect(b"SUB", timeout=5.0, why="the consumer subscribes on both nsqds")
     # go-nsq gives a connection the RDY it could not give within max_in_flight 5 s later
@@ -106,7 +107,7 @@ async def test_rdy_redistributed_over_more_nsqds_than_max_in_flight(run):
     run.driver.require("max_in_flight")
     brokers = [await run.nsqd() for _ in range(3)]
     await run.consumer(*brokers, max_in_flight=2)
-    connections = [await broker.next_connection(timeout=10.0) for broker in brokers]
+    connections = [await broker.next_connection(timeout=STARTS_WITHIN_S) for broker in brokers]
     for connection in connections:
         await connection.expect(b"SUB", timeout=5.0, why="the consumer subscribes on the three nsqds")
     deadline = time.monotonic() + REDISTRIBUTED_WITHIN

@@ -2,20 +2,13 @@
 ansq has no max_in_flight setting (each connection asks RDY 1) and no max_attempts (drivers.toml: lacks)."""
 import asyncio
 import json
-import os
-import signal
 
 import ansq
 from ansq import ConnectionFeatures, ConnectionOptions
+from driver_contract import carry_out, emit, env, listed, publish_each, serve
 
-
-def emit(event, **fields):
-    print(json.dumps({"event": event, **fields}), flush=True)
-
-
-env = os.environ
-addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
-lookupds = [address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
+addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
+lookupds = listed("NSQC_LOOKUPD_HTTP_ADDRESSES")
 poll_interval = int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000"))  # ansq takes ms
 options = ConnectionOptions(features=ConnectionFeatures(
     heartbeat_interval=int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000"))))
@@ -23,21 +16,9 @@ options = ConnectionOptions(features=ConnectionFeatures(
 
 async def handle(message):
     body = message.body.decode()
-    order = json.loads(body)
     emit("message", id=message.id, attempts=message.attempts, body=body)
-    action = order["do"]
-    if action == "fin":
-        await message.fin()
-    elif action == "fail":
-        await message.req()  # ansq's handlers say failure themselves: a requeue with its default timeout
-    elif action == "req":
-        await message.req(order["delay_ms"])
-    elif action == "touch":
-        for _ in range(order["times"]):
-            await asyncio.sleep(order["every_ms"] / 1000)
-            await message.touch()
-        await asyncio.sleep(order["every_ms"] / 1000)
-        await message.fin()
+    # ansq's handlers say failure themselves: req() requeues with its default timeout
+    await carry_out(json.loads(body), message.fin, message.req, message.touch)
 
 
 async def consume():
@@ -58,22 +39,18 @@ async def consume():
 
 async def publish():
     writer = await ansq.create_writer(nsqd_tcp_addresses=addresses, connection_options=options)
+    topic = env["NSQC_TOPIC"]
 
-    async def operations():
-        topic = env["NSQC_TOPIC"]
-        for operation in json.loads(env.get("NSQC_PUBLISH", "[]")):
-            op = operation["op"]
-            try:
-                if op == "pub":
-                    response = await writer.pub(topic, operation["body"].encode())
-                elif op == "mpub":
-                    response = await writer.mpub(topic, *(body.encode() for body in operation["bodies"]))
-                else:
-                    response = await writer.dpub(topic, operation["body"].encode(), operation["defer_ms"])
-                emit("published", op=op, ok=response.is_ok, error="" if response.is_ok else str(response))
-            except Exception as error:  # the library's error, whatever it is, is the outcome reported
-                emit("published", op=op, ok=False, error=repr(error))
-    task = asyncio.create_task(operations())
+    async def one(operation):
+        op = operation["op"]
+        if op == "pub":
+            response = await writer.pub(topic, operation["body"].encode())
+        elif op == "mpub":
+            response = await writer.mpub(topic, *(body.encode() for body in operation["bodies"]))
+        else:
+            response = await writer.dpub(topic, operation["body"].encode(), operation["defer_ms"])
+        return "" if response.is_ok else str(response)
+    task = asyncio.create_task(publish_each(one))
 
     async def close():
         task.cancel()
@@ -81,13 +58,4 @@ async def publish():
     return close
 
 
-async def main():
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    close = await (consume() if env["NSQC_ROLE"] == "consumer" else publish())
-    await stop.wait()
-    await close()
-    emit("stopped")
-
-
-asyncio.run(main())
+serve(consume, publish)

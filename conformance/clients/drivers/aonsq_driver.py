@@ -2,20 +2,12 @@
 address (an NSQ object speaks to one nsqd). aonsq's handler returns True (FIN) or False (REQ, with no delay of its
 own choosing); it has no TOUCH, no max_in_flight (RDY 50), no max_attempts, no DPUB, no lookupd, no TLS, snappy,
 deflate setting or AUTH (drivers.toml: lacks). Its pub() queues a body that a worker sends in an MPUB."""
-import asyncio
 import json
-import os
-import signal
 
 from aonsq import NSQ
+from driver_contract import emit, env, host_ports, publish_operations, serve
 
-
-def emit(event, **fields):
-    print(json.dumps({"event": event, **fields}), flush=True)
-
-
-env = os.environ
-addresses = [address.rsplit(":", 1) for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
+addresses = host_ports("NSQC_NSQD_TCP_ADDRESSES")
 
 
 async def handle(message):
@@ -26,7 +18,7 @@ async def handle(message):
 
 
 async def consume():
-    clients = [NSQ(host=host, port=int(port)) for host, port in addresses]
+    clients = [NSQ(host=host, port=port) for host, port in addresses]
     for client in clients:
         await client.sub(env["NSQC_TOPIC"], env["NSQC_CHANNEL"], handle)
 
@@ -38,23 +30,14 @@ async def consume():
 
 async def publish():
     (host, port), = addresses
-    client = NSQ(host=host, port=int(port))
+    client = NSQ(host=host, port=port)
     await client.connect()
     topic = env["NSQC_TOPIC"]
-    for operation in json.loads(env.get("NSQC_PUBLISH", "[]")):
+    for operation in publish_operations():
         bodies = [operation["body"]] if operation["op"] == "pub" else operation["bodies"]
         queued = [await client.pub(topic, body.encode()) for body in bodies]
         emit("published", op=operation["op"], ok=all(queued), error="" if all(queued) else "not queued")
     return client.disconnect
 
 
-async def main():
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    close = await (consume() if env["NSQC_ROLE"] == "consumer" else publish())
-    await stop.wait()
-    await close()
-    emit("stopped")
-
-
-asyncio.run(main())
+serve(consume, publish)

@@ -2,21 +2,12 @@
 writer. asyncnsq has no max_attempts (drivers.toml: lacks); a publish error is raised (asyncnsq.exceptions)."""
 import asyncio
 import json
-import os
-import signal
 
 import asyncnsq
+from driver_contract import carry_out, emit, env, host_ports, listed, publish_each, serve
 
-
-def emit(event, **fields):
-    print(json.dumps({"event": event, **fields}), flush=True)
-
-
-env = os.environ
-addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
-# asyncnsq takes lookupds as (host, port) pairs and has no poll interval setting
-lookupds = [(host, int(port)) for host, port in (address.rsplit(":", 1) for address in
-                                                 env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address)]
+addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
+lookupds = host_ports("NSQC_LOOKUPD_HTTP_ADDRESSES")  # asyncnsq takes (host, port) pairs, and no poll interval
 heartbeat_interval = int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000"))
 
 # asyncnsq's TLS takes no CA: its context is ssl.SSLContext(PROTOCOL_TLSv1), verifying nothing
@@ -32,21 +23,9 @@ def text(value):
 
 async def handle(message):
     body = text(message.body)
-    order = json.loads(body)
     emit("message", id=text(message.message_id), attempts=message.attempts, body=body)
-    action = order["do"]
-    if action == "fin":
-        await message.fin()
-    elif action == "fail":
-        await message.req()  # asyncnsq's handlers say failure themselves: a requeue with its default timeout
-    elif action == "req":
-        await message.req(order["delay_ms"])
-    elif action == "touch":
-        for _ in range(order["times"]):
-            await asyncio.sleep(order["every_ms"] / 1000)
-            await message.touch()
-        await asyncio.sleep(order["every_ms"] / 1000)
-        await message.fin()
+    # asyncnsq's handlers say failure themselves: req() requeues with its default timeout
+    await carry_out(json.loads(body), message.fin, message.req, message.touch)
 
 
 async def consume():
@@ -67,25 +46,20 @@ async def consume():
 
 
 async def publish():
-    host, port = addresses[0].split(":")
-    writer = await asyncnsq.create_writer(host=host, port=int(port), heartbeat_interval=heartbeat_interval)
+    (host, port), *_ = host_ports("NSQC_NSQD_TCP_ADDRESSES")
+    writer = await asyncnsq.create_writer(host=host, port=port, heartbeat_interval=heartbeat_interval)
+    topic = env["NSQC_TOPIC"]
 
-    async def operations():
-        topic = env["NSQC_TOPIC"]
-        for operation in json.loads(env.get("NSQC_PUBLISH", "[]")):
-            op = operation["op"]
-            try:
-                if op == "pub":
-                    response = await writer.pub(topic, operation["body"].encode())
-                elif op == "mpub":
-                    response = await writer.mpub(topic, *(body.encode() for body in operation["bodies"]))
-                else:
-                    response = await writer.dpub(topic, operation["defer_ms"], operation["body"].encode())
-                emit("published", op=op, ok=text(response) == "OK", error="" if text(response) == "OK"
-                     else text(response))
-            except Exception as error:  # the library's error, whatever it is, is the outcome reported
-                emit("published", op=op, ok=False, error=repr(error))
-    task = asyncio.create_task(operations())
+    async def one(operation):
+        op = operation["op"]
+        if op == "pub":
+            response = await writer.pub(topic, operation["body"].encode())
+        elif op == "mpub":
+            response = await writer.mpub(topic, *(body.encode() for body in operation["bodies"]))
+        else:
+            response = await writer.dpub(topic, operation["defer_ms"], operation["body"].encode())
+        return "" if text(response) == "OK" else text(response)
+    task = asyncio.create_task(publish_each(one))
 
     async def close():
         task.cancel()
@@ -93,14 +67,4 @@ async def publish():
     return close
 
 
-async def main():
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    close = await (consume() if env["NSQC_ROLE"] == "consumer" else publish())
-    await stop.wait()
-    await close()
-    await asyncio.sleep(0.2)  # the closes are writes on the loop
-    emit("stopped")
-
-
-asyncio.run(main())
+serve(consume, publish, settle_s=0.2)  # the closes are writes on the loop

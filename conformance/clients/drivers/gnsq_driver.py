@@ -5,22 +5,16 @@ from gevent import monkey
 monkey.patch_all()
 
 import json  # noqa: E402 (after gevent's patching, as gnsq asks)
-import os  # noqa: E402
 import signal  # noqa: E402
 import ssl  # noqa: E402
 import sys  # noqa: E402
 
 import gevent  # noqa: E402
 import gnsq  # noqa: E402
+from driver_contract import emit, env, listed, publish_operations  # noqa: E402
 
-
-def emit(event, **fields):
-    print(json.dumps({"event": event, **fields}), flush=True)
-
-
-env = os.environ
-addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
-lookupds = ["http://" + address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
+addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
+lookupds = ["http://" + address for address in listed("NSQC_LOOKUPD_HTTP_ADDRESSES")]
 poll_interval = int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000")) / 1000  # gnsq takes seconds
 # gnsq takes whole seconds and sends 1000 times them: a float (1.0) would go out as 1000.0, which nsqd refuses
 heartbeat_interval = max(1, int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000")) // 1000)
@@ -80,7 +74,7 @@ def publish():
 
     def operations():
         topic = env["NSQC_TOPIC"]
-        for operation in json.loads(env.get("NSQC_PUBLISH", "[]")):
+        for operation in publish_operations():
             op = operation["op"]
             try:
                 if op == "pub":

@@ -5,33 +5,21 @@ touches itself every 30 s), no MPUB, no TLS, snappy, deflate or AUTH (IDENTIFY's
 false) (drivers.toml: lacks)."""
 import asyncio
 import json
-import os
 import signal
 
 import lightbringer
+from driver_contract import carry_out, emit, env, listed, publish_each
 
-
-def emit(event, **fields):
-    print(json.dumps({"event": event, **fields}), flush=True)
-
-
-env = os.environ
-addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
-lookupds = [address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
+addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
+lookupds = listed("NSQC_LOOKUPD_HTTP_ADDRESSES")
 identify = {"heartbeat_interval": int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000"))}
 
 
 async def handle(message):
     body = message.body.decode()
-    order = json.loads(body)
     emit("message", id=message.mid, attempts=message.attempts, body=body)
-    action = order["do"]
-    if action == "fin":
-        await message.fin()
-    elif action == "fail":
-        await message.req()  # lightbringer's requeue of a failed message: req() with its default timeout
-    elif action == "req":
-        await message.req(order["delay_ms"])
+    # lightbringer's requeue of a failed message: req() with its default timeout; no TOUCH (lacks: touch)
+    await carry_out(json.loads(body), message.fin, message.req, touch=None)
 
 
 async def consume(stop):
@@ -51,15 +39,13 @@ async def consume(stop):
 
 async def publish(stop):
     async with lightbringer.Writer(addresses[0], topic=env["NSQC_TOPIC"], identify_opts=identify) as writer:
-        for operation in json.loads(env.get("NSQC_PUBLISH", "[]")):
-            try:
-                if operation["op"] == "pub":
-                    await writer.pub(operation["body"].encode())
-                else:
-                    await writer.dpub(operation["defer_ms"], operation["body"].encode())
-                emit("published", op=operation["op"], ok=True, error="")
-            except Exception as error:  # the library's error, whatever it is, is the outcome reported
-                emit("published", op=operation["op"], ok=False, error=repr(error))
+        async def one(operation):  # an error is raised
+            if operation["op"] == "pub":
+                await writer.pub(operation["body"].encode())
+            else:
+                await writer.dpub(operation["defer_ms"], operation["body"].encode())
+            return ""
+        await publish_each(one)
         await stop.wait()
 
 

@@ -4,26 +4,22 @@ library is the library's doing, and the selftest breaks its output to show that 
 import asyncio
 import itertools
 import json
-import os
 import signal
 import socket
 import ssl
 from collections import deque
 from urllib.parse import quote
 
+from driver_contract import emit, env, listed
+
 from nsq_protocol import wire
 
-env = os.environ
 NON_FATAL = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")  # C-23
 # seconds: the first reconnect delay and backoff, each doubled while failures go on, up to the bound
 RECONNECT_AFTER, MAX_RECONNECT_AFTER, BACKOFF, MAX_BACKOFF, REDISTRIBUTE_EVERY = 0.5, 8.0, 0.5, 4.0, 2.0
 # the layers the client may ask for (ID-30), each turned on by its order ("1")
 ASKED = {layer for layer, order in (("tls_v1", "NSQC_TLS"), ("snappy", "NSQC_SNAPPY"), ("deflate", "NSQC_DEFLATE"))
          if env.get(order) == "1"}
-
-
-def emit(event, **fields):
-    print(json.dumps({"event": event, **fields}), flush=True)
 
 
 class Connection:
@@ -134,8 +130,8 @@ class Client:
     def __init__(self):
         self.consumer = env["NSQC_ROLE"] == "consumer"
         self.stopping = False
-        self.connections = [Connection(self, address) for address in addresses("NSQC_NSQD_TCP_ADDRESSES")]
-        self.lookupds = addresses("NSQC_LOOKUPD_HTTP_ADDRESSES")
+        self.connections = [Connection(self, address) for address in listed("NSQC_NSQD_TCP_ADDRESSES")]
+        self.lookupds = listed("NSQC_LOOKUPD_HTTP_ADDRESSES")
         self.poll_interval = int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000")) / 1000
         self.tasks = set()
         self.max_in_flight = int(env.get("NSQC_MAX_IN_FLIGHT", "1"))
@@ -251,10 +247,6 @@ class Client:
                     pass
             if connection.writer:
                 connection.writer.close()
-
-
-def addresses(variable: str) -> list[str]:
-    return [address for address in env.get(variable, "").split(",") if address]
 
 
 async def lookup(lookupd: str, topic: str) -> list[str]:

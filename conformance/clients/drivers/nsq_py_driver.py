@@ -4,18 +4,14 @@ pynsq's: it is installed apart and found on NSQC_NSQ_PY_PATH (drivers.toml `path
 (drivers.toml: lacks); no lookupd poll interval either: its ConnectionChecker polls every 60 s, whatever the user
 wants, so NSQC_LOOKUPD_POLL_INTERVAL_MS cannot be passed on."""
 import json
-import os
 import signal
 import sys
 import time
 
+from driver_contract import emit, env, listed, publish_operations
 from nsq.client import Client
 from nsq.reader import Reader
 from nsq.response import Error, Message
-
-
-def emit(event, **fields):
-    print(json.dumps({"event": event, **fields}), flush=True)
 
 
 class Stop(Exception):
@@ -30,9 +26,8 @@ def stop(*_):
     raise Stop
 
 
-env = os.environ
-addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
-lookupds = ["http://" + address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
+addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
+lookupds = ["http://" + address for address in listed("NSQC_LOOKUPD_HTTP_ADDRESSES")]
 identify = {"heartbeat_interval": int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000"))}  # sent as given: ms
 
 
@@ -85,7 +80,7 @@ def publish():
     try:
         while not any(connection.alive() for connection in client.connections()):
             time.sleep(0.02)
-        for operation in json.loads(env.get("NSQC_PUBLISH", "[]")):
+        for operation in publish_operations():
             if operation["op"] == "pub":
                 answers = client.pub(topic, operation["body"].encode())
             else:

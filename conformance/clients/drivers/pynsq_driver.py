@@ -1,22 +1,16 @@
 """The driver of pynsq (tornado): the driver contract (conformance/clients/README.md) on nsq.Reader and nsq.Writer."""
 import json
-import os
 import signal
 import ssl
 import sys
 
 import nsq
 import tornado.ioloop
-
-
-def emit(event, **fields):
-    print(json.dumps({"event": event, **fields}), flush=True)
-
+from driver_contract import emit, env, listed, publish_operations
 
 loop = tornado.ioloop.IOLoop.current()
-env = os.environ
-addresses = [address for address in env.get("NSQC_NSQD_TCP_ADDRESSES", "").split(",") if address]
-lookupds = ["http://" + address for address in env.get("NSQC_LOOKUPD_HTTP_ADDRESSES", "").split(",") if address]
+addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
+lookupds = ["http://" + address for address in listed("NSQC_LOOKUPD_HTTP_ADDRESSES")]
 poll_interval = max(1, int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "60000")) // 1000)  # whole seconds
 heartbeat_interval = max(1, int(env.get("NSQC_HEARTBEAT_INTERVAL_MS", "30000")) // 1000)  # whole seconds
 
@@ -65,7 +59,7 @@ def consume():
 
 def publish():
     writer = nsq.Writer(addresses, heartbeat_interval=heartbeat_interval)
-    operations = iter(json.loads(env.get("NSQC_PUBLISH", "[]")))
+    operations = iter(publish_operations())
 
     def done(operation):
         def callback(_conn, data):
