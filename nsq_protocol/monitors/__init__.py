@@ -45,6 +45,7 @@ from nsq_protocol.monitors.delivery import (
     NotTimedOutEarly,
     SettledOrTimedOutComesBack,
 )
+from nsq_protocol.monitors.emptying import EmptiedStaysEmpty
 from nsq_protocol.monitors.ephemeral_kept import EphemeralKept
 from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
 from nsq_protocol.monitors.framing import (
@@ -68,6 +69,7 @@ from nsq_protocol.monitors.lookupd_nsqd import NsqdRegisters
 from nsq_protocol.monitors.lookupd_registrations import RegistrationsAnswered
 from nsq_protocol.monitors.lookupd_v1 import AnswersAsLookupd, ErrorsClose, MagicAnswered, RepliesFramed
 from nsq_protocol.monitors.monitor import Monitor, Violation
+from nsq_protocol.monitors.pausing import PausedHoldsBack
 from nsq_protocol.monitors.publishing import DeferredWaits, DeliveredAsPublished, PublishedIsDelivered
 from nsq_protocol.monitors.requeues import RequeueDelayKept
 from nsq_protocol.monitors.sampling import SampledShare
@@ -85,7 +87,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
-    CountersNeverBehind, EphemeralKept,
+    CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

@@ -80,7 +80,7 @@ class TimedOutInTime(Monitor):
         between), its output buffer flushed by ``now``, and no sampling (D-45 drops what it takes)."""
         return connection.opened_at is not None and connection.opened_at < delivered_at \
             and self._window_set.get(connection.name, 0.0) <= since and connection.has_room(since) \
-            and connection.has_room(now) and since + _buffered_s(connection) + LATE_S <= now \
+            and connection.has_room(now) and since + buffered_s(connection) + LATE_S <= now \
             and not (connection.identify or {}).get("sample_rate")
 
     def _wait(self, judge, due, key, delivered_at):
@@ -136,10 +136,10 @@ class TimedOutInTime(Monitor):
 
 
 def _due(made: float, deadline: float, connection) -> float:
-    return max(deadline, made + REFRESH_S) + SCAN_S + _buffered_s(connection) + LATE_S
+    return max(deadline, made + REFRESH_S) + SCAN_S + buffered_s(connection) + LATE_S
 
 
-def _buffered_s(connection) -> float:
+def buffered_s(connection) -> float:
     answer = connection.identify_answer or {}
     buffered = answer.get("output_buffer_timeout")
     if isinstance(buffered, int) and buffered < 0:
