@@ -9,7 +9,7 @@ import json
 from nsq_protocol import monitors, wire
 from nsq_protocol.monitors import BROKER
 from nsq_protocol.monitors.answers import AnswersAsNsqd
-from tests.protocol.test_monitors import ID1, T0, Traffic
+from tests.protocol.test_monitors import ID1, T0, Traffic, consumer
 
 CLOSE_WAIT = b"CLOSE_WAIT"
 
@@ -175,3 +175,18 @@ def test_a_req_timeout_above_the_maximum_is_lowered_never_refused_p_req_05():
     refused = line(subscribed(), 0.1, b"REQ 0000000000000001 7200000\n")
     refused.error(0.11, b"E_INVALID REQ timeout 7200000000000 out of range 0-3600000000000")
     assert refused.close(0.12, BROKER).violations(0.2) == [("P-REQ-05", BROKER)]
+
+
+def test_a_req_delay_above_the_maximum_defers_for_the_maximum_d_23():
+    def requeued(shown: bool) -> Traffic:
+        traffic = consumer(timeout_ms=60_000)
+        if shown:  # on a publisher's connection, which the fatal error ends
+            traffic.connect("B", 0.03).send(0.03, b"DPUB", "t", 9000, body=b"x", conn="B")
+            traffic.error(0.04, b"E_INVALID DPUB timeout 9000 out of range 0-500", conn="B").close(0.05, BROKER, "B")
+        return traffic.message(0.1, ID1).send(0.2, b"REQ", ID1.decode(), 1000)
+    assert requeued(shown=True).message(0.75, ID1, attempts=2).violations(1.0) == []
+    assert requeued(shown=True).message(0.4, ID1, attempts=2).violations(1.0) == [("D-23", BROKER)]
+    # above nsqd's default hour, with no range shown: the broker's maximum is not assumed
+    huge = consumer(timeout_ms=60_000).message(0.1, ID1).send(0.2, b"REQ", ID1.decode(), 7_200_000)
+    assert huge.message(0.4, ID1, attempts=2).violations(1.0) == []
+    assert not_judged(huge, "D-23")
