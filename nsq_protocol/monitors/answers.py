@@ -10,7 +10,7 @@ from collections import deque
 from heapq import heappop, heappush
 
 from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, JSON, RESPONSE, UNREADABLE
-from nsq_protocol.monitors.expected import Answer, Expected, Session
+from nsq_protocol.monitors.expected import LINE_ITEMS, Answer, Expected, Session
 from nsq_protocol.monitors.monitor import Monitor
 
 UNANSWERED_S = 0.2  # nsqd answers a command it has read at once: a close this much later without the answer is no race
@@ -28,16 +28,20 @@ class AnswersAsNsqd(Monitor):
     """C-13: answers in command order, C-22: every command nsqd answers answered; C-08: an error's description as
     nsqd words it; C-21, P-ID-01, P-SUB-01, P-RDY-02, P-CLS-01, ...: a command refused in the state where nsqd
     refuses it; P-PUB-02, P-PUB-03, P-FIN-04, ...: the error code nsqd gives; C-23: the fatal error frame comes before
-    the close; ID-11, P-ID-04: IDENTIFY is answered, whatever its deflate_level."""
+    the close; ID-11, P-ID-04: IDENTIFY is answered, whatever its deflate_level; P-ID-02, P-CLS-03, P-PUB-01,
+    P-MPUB-01: what each state still takes; C-14, C-17: a CRLF line, or one with parameters beyond the command's own,
+    answered as its plain form; C-24: a malformed FIN, REQ or TOUCH refused fatally; P-RDY-04, P-RDY-05, P-RDY-06:
+    the count read as nsqd reads it, against the --max-rdy-count the IDENTIFY answer showed."""
 
-    ITEMS = ("C-08", "C-13", "C-15", "C-16", "C-20", "C-21", "C-22", "C-23", "C-34", "ID-11", "ID-12", "P-G-01",
-             "P-ID-01", "P-ID-03", "P-ID-04", "P-AUTH-01", "P-AUTH-04", "P-AUTH-05", "P-AUTH-08", "P-AUTH-09",
-             "P-AUTH-10", "P-AUTH-12", "P-AUTH-14", "P-AUTH-17",
-             "P-SUB-01", "P-SUB-02", "P-SUB-03", "P-SUB-04", "P-SUB-06", "P-SUB-08",
-             "P-RDY-01", "P-RDY-02", "P-RDY-04", "P-RDY-07", "P-FIN-01", "P-FIN-02", "P-FIN-03", "P-FIN-04",
-             "P-REQ-01", "P-REQ-02", "P-REQ-03", "P-REQ-04", "P-REQ-06", "P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-03",
-             "P-CLS-01", "P-CLS-02", "P-NOP-01", "P-PUB-02", "P-PUB-03", "P-PUB-04",
-             "P-DPUB-01", "P-DPUB-02", "P-DPUB-04", "P-MPUB-02", "P-MPUB-06")
+    ITEMS = ("C-08", "C-13", "C-14", "C-15", "C-16", "C-17", "C-20", "C-21", "C-22", "C-23", "C-24", "C-34", "ID-11",
+             "ID-12", "P-G-01", "P-ID-01", "P-ID-02", "P-ID-03", "P-ID-04", "P-AUTH-01", "P-AUTH-02", "P-AUTH-03",
+             "P-AUTH-04", "P-AUTH-05", "P-AUTH-08", "P-AUTH-09", "P-AUTH-10", "P-AUTH-12", "P-AUTH-14", "P-AUTH-17",
+             "P-SUB-01", "P-SUB-02", "P-SUB-03", "P-SUB-04", "P-SUB-05", "P-SUB-06", "P-SUB-08",
+             "P-RDY-01", "P-RDY-02", "P-RDY-04", "P-RDY-05", "P-RDY-06", "P-RDY-07",
+             "P-FIN-01", "P-FIN-02", "P-FIN-03", "P-FIN-04", "P-REQ-01", "P-REQ-02", "P-REQ-03", "P-REQ-04", "P-REQ-05",
+             "P-REQ-06", "P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-03", "P-CLS-01", "P-CLS-02", "P-CLS-03", "P-NOP-01",
+             "P-PUB-01", "P-PUB-02", "P-PUB-03", "P-PUB-04", "P-DPUB-01", "P-DPUB-02", "P-DPUB-04",
+             "P-MPUB-01", "P-MPUB-02", "P-MPUB-06")
 
     def __init__(self):
         super().__init__()
@@ -58,10 +62,17 @@ class AnswersAsNsqd(Monitor):
         if event.kind == UNREADABLE:  # the broker's next answer is to these bytes (unreadable.py judges it)
             self._forget(name)
             return
-        session = self._sessions.setdefault(name, Session())
+        session = self._sessions.get(name)
+        if session is None:
+            session = self._sessions[name] = Session()
+            if event.kind == COMMAND and event.params is None:
+                for item in ("C-14", "C-17"):
+                    self.skip(item, "the command lines' parameters and endings are not in the traffic as decoded")
         pending = self._pending.setdefault(name, deque())
         if event.kind == COMMAND:
             expected = session.expect(event)
+            if expected.unjudged is not None:
+                self.skip(*expected.unjudged)
             pending.append((event, expected))
             while judge.timing and pending[0][1].silent and pending[0][0].ts < event.ts - SILENT_AFTER_S:
                 session.answered(pending.popleft()[0], None)
@@ -106,6 +117,19 @@ class AnswersAsNsqd(Monitor):
         """``event`` fits no command it could answer; ``due``: the first command that must be answered, if any."""
         self._done.add(connection.name)
         candidates = pending[:due + 1] if due is not None else pending
+        for command, expected in candidates:
+            refuted = expected.refuting(event)
+            if refuted is not None:
+                self.report(refuted.item, BROKER, event.ts, connection.name, _described_all(expected),
+                            f"{event.name} {event.text[:80]}", command, event)
+                return
+        # the command it answers: the one due, else the first of those nsqd may have let pass in silence (an error:
+        # a response answering none is AnswersOnlyToCommands')
+        answering = pending[due] if due is not None else candidates[0] if candidates and event.kind == ERROR else None
+        if answering is not None and answering[1].item in LINE_ITEMS:  # a CRLF or extra parameters misread (C-14, C-17)
+            self.report(answering[1].item, BROKER, event.ts, connection.name, _described_all(answering[1]),
+                        event.describe()[2:], *answering[:1], event)
+            return
         # after a command nsqd refuses, it reads no further: a later command's answer is not one out of order
         later = next((command for command, expected in pending[due + 1:] if expected.fitting(event)), None) \
             if due is not None and not pending[due][1].only_errors else None
@@ -129,9 +153,9 @@ class AnswersAsNsqd(Monitor):
                             f"{event.name} {_described(expected, event)}", f"{event.name} {event.text[:80]}",
                             command, event)
                 return
-        if due is not None:
-            command, expected = pending[due]
-            self.report(expected.item, BROKER, event.ts, connection.name, _described_all(expected),
+        if answering is not None:  # a silent command answered, or one answered otherwise
+            command, expected = answering
+            self.report(expected.item, BROKER, event.ts, connection.name, _described_all(expected) or "no answer",
                         event.describe()[2:], command, event)
 
     def _forget(self, name):

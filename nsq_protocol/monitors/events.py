@@ -42,12 +42,15 @@ class Observed(NamedTuple):
     text: str = ""  # an error's description; an unparsable parameter as sent
     msg_id: str | None = None  # message frames; FIN, REQ, TOUCH; the ID an E_FIN_FAILED, ... names
     attempts: int | None = None  # message frames (C-12)
-    number: int | None = None  # RDY's count (P-RDY-05), REQ's and DPUB's delay in ms, MPUB's message count
+    number: int | None = None  # RDY's count (P-RDY-05), REQ's and DPUB's delay in ms, MPUB's message count,
+    # AUTH's body size
     topic: str | None = None  # SUB, PUB, MPUB, DPUB
     channel: str | None = None  # SUB
     bodies: tuple[int, ...] = ()  # body_hash of a message frame's body, of each body a publish carries
     fields: dict | None = None  # IDENTIFY's JSON body; the JSON answer (None: it is not all in the traffic)
     msg_ts_ns: int | None = None  # message frames: the publish time the broker wrote in them (C-09)
+    params: int | None = None  # commands: the parameters on the line as nsqd splits it (C-17); None: not shown
+    crlf: bool | None = None  # commands: the line ended in CRLF (C-14); None: not shown
 
     @property
     def sender(self) -> str:
@@ -100,6 +103,12 @@ def _json_object(data: bytes | None) -> dict | None:
 
 
 def from_command(ts: float, command: wire.Command) -> Observed:
+    """``command`` as the monitors read it, with its line's shape: how many parameters, and whether it ended in CRLF
+    (``_event`` reads the rest)."""
+    return _event(ts, command)._replace(params=len(command.params), crlf=command.crlf)
+
+
+def _event(ts: float, command: wire.Command) -> Observed:
     verb, params = _text(command.name), command.params
     first = _text(params[0]) if params else None
     if verb == "SUB":
@@ -129,6 +138,8 @@ def from_command(ts: float, command: wire.Command) -> Observed:
                         bodies=tuple(body_hash(message) for message in messages))
     if verb == "IDENTIFY":
         return Observed(ts, COMMAND, verb, fields=_json_object(command.body))
+    if verb == "AUTH" and command.body is not None:  # P-AUTH-03: its body's size
+        return Observed(ts, COMMAND, verb, number=len(command.body))
     return Observed(ts, COMMAND, verb)
 
 

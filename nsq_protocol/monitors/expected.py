@@ -7,7 +7,7 @@ description is matched as nsqd words it (C-08)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nsq_protocol.monitors.events import ERROR, JSON, NON_FATAL_ERRORS, RESPONSE, Observed, body_hash
 
@@ -18,6 +18,13 @@ SETTLING_ITEMS = {  # verb -> (state, parameters, ID length, not in flight) item
     "REQ": ("P-REQ-01", "P-REQ-02", "P-REQ-03", "P-REQ-06"),
     "TOUCH": ("P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-02", "P-TOUCH-03"),
 }
+# C-17: the parameters each command reads; nsqd ignores any beyond them (AUTH, which refuses any, is P-AUTH-02's)
+OWN_PARAMS = {"IDENTIFY": 0, "SUB": 2, "RDY": 1, "FIN": 1, "REQ": 2, "TOUCH": 1, "PUB": 1, "MPUB": 1, "DPUB": 2,
+              "NOP": 0, "CLS": 0}
+# the items a command nsqd takes in a state breaks when it is refused there as out of state
+STATELESS = {"PUB": "P-PUB-01", "MPUB": "P-MPUB-01"}  # no state requirement
+AFTER_CLS = frozenset({"FIN", "REQ", "TOUCH", "PUB", "MPUB", "DPUB", "NOP"})  # P-CLS-03: they still work
+LINE_ITEMS = frozenset({"C-14", "C-17"})  # a wrong answer to a line of that shape is named by its shape first
 EMPTY_BODY = body_hash(b"")
 TEXT_KEPT = 300  # characters of an error's description a capture's decoder keeps (spark_analysis decode)
 _NAME = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?\Z")  # D-39
@@ -57,6 +64,8 @@ class Expected:
     answers: tuple[Answer, ...]
     silent: bool  # nsqd may answer nothing
     item: str
+    refuted: tuple[Answer, ...] = ()  # answers nsqd never gives here, each with the rule it breaks (named first)
+    unjudged: tuple[str, str] | None = None  # (item, why): what the answer hangs on that the traffic does not show
 
     @property
     def only_errors(self) -> bool:
@@ -65,6 +74,10 @@ class Expected:
 
     def fitting(self, event: Observed, wording: bool = True) -> Answer | None:
         return next((answer for answer in self.answers if answer.fits(event, wording)), None)
+
+    def refuting(self, event: Observed) -> Answer | None:
+        """The answer nsqd never gives here that ``event`` is, if any."""
+        return next((answer for answer in self.refuted if answer.fits(event)), None)
 
 
 @dataclass
@@ -78,11 +91,13 @@ class Session:
     auth_possible: bool = True  # an auth server may still refuse a publish or SUB (P-AUTH-09)
     auth_enabled: bool = False  # an IDENTIFY answer said auth_required (P-AUTH-14)
     authed: bool = False  # an AUTH was answered with its JSON: the client holds authorizations (P-AUTH-04)
+    identified: int = 0  # IDENTIFYs taken: more may follow before SUB (P-ID-02)
+    max_rdy_count: int | None = None  # --max-rdy-count, as an IDENTIFY answer showed it (P-RDY-04)
 
     def expect(self, command: Observed) -> Expected:
         verb = command.name
         if verb == "IDENTIFY":
-            return self._identify(command)
+            return self._named(command, self._identify(command))
         tls = (_error("E_INVALID", f"cannot {re.escape(verb)} in current state \\(TLS required\\)", "P-G-01"),) \
             if self.tls_possible else ()
         if verb not in VERBS:
@@ -90,7 +105,27 @@ class Session:
             item = "C-20" if verb == "" else "C-16" if verb.upper() in VERBS else "C-21"
             return Expected((_error("E_INVALID", f"invalid command {re.escape(verb)}", item), *tls), False, item)
         expected = getattr(self, "_" + verb.lower())(command)
-        return Expected((*expected.answers, *tls), expected.silent, expected.item)
+        return self._named(command, replace(expected, answers=(*expected.answers, *tls)))
+
+    def _named(self, command: Observed, expected: Expected) -> Expected:
+        """The rules a wrong answer to a command nsqd takes breaks beyond the verb's own: the state it takes the
+        command in (P-CLS-03, P-PUB-01, P-MPUB-01, P-ID-02), the line's CRLF (C-14), parameters beyond those the
+        command reads (C-17)."""
+        if expected.only_errors:
+            return expected
+        verb, item = command.name, expected.item
+        state_item = "P-CLS-03" if self.state == CLOSING and verb in AFTER_CLS else STATELESS.get(verb) or (
+            "P-ID-02" if self.identified and verb in ("IDENTIFY", "SUB", "AUTH") and self.state == INIT else None)
+        refuted = expected.refuted
+        if state_item is not None:
+            refuted += (_error("E_INVALID", f"cannot {verb} in current state", state_item),)
+            if self.state != INIT or verb == "IDENTIFY":  # PUB before SUB, a SUB after IDENTIFY: their own rules
+                item = state_item
+        if command.params is not None and command.params > OWN_PARAMS.get(verb, command.params):
+            item = "C-17"
+        if command.crlf:
+            item = "C-14"
+        return replace(expected, item=item, refuted=refuted)
 
     def answered(self, command: Observed, answer: Answer | None) -> None:
         """``command`` got ``answer`` (None: none, it was silent): what that changes."""
@@ -108,13 +143,18 @@ class Session:
         elif verb == "CLS" and self.state == SUBSCRIBED:
             self.state = CLOSING
         elif verb == "IDENTIFY" and self.state == INIT:
+            self.identified += 1
             fields = {key.lower(): value for key, value in (command.fields or {}).items()}
             interval = fields.get("heartbeat_interval")
             if isinstance(interval, int) and not isinstance(interval, bool) and interval != 0:
                 self.heartbeats = interval > 0  # ID-02: 0 or absent keeps the current value
 
     def told(self, answer: dict) -> None:
-        """A JSON answer to IDENTIFY says whether the server has an auth address (P-AUTH-14)."""
+        """A JSON answer to IDENTIFY says whether the server has an auth address (P-AUTH-14), and its
+        --max-rdy-count (P-RDY-04)."""
+        most = answer.get("max_rdy_count")
+        if isinstance(most, int) and not isinstance(most, bool):
+            self.max_rdy_count = most
         if answer.get("auth_required") is False:
             self.auth_possible = False
         elif answer.get("auth_required") is True:
@@ -144,21 +184,34 @@ class Session:
     def _auth(self, command: Observed) -> Expected:
         if self.state != INIT:
             return Expected((_error("E_INVALID", "cannot AUTH in current state", "P-AUTH-01"),), False, "P-AUTH-01")
-        # what the traffic does not show: the line's parameters (P-AUTH-02) and the body's size (P-AUTH-03)
-        unseen = (_error("E_INVALID", "AUTH invalid number of parameters", "P-AUTH-02"),
-                  _error("E_BAD_BODY", "AUTH (failed to read body( size)?|body too big [0-9]+ > [0-9]+|invalid body "
-                         "size -?[0-9]+)", "P-AUTH-03"))
+        # P-AUTH-02: a parameter on the line is refused before the body is read
+        params = _error("E_INVALID", "AUTH invalid number of parameters", "P-AUTH-02")
+        if command.params:
+            return Expected((params,), False, "P-AUTH-02")
+        unjudged = ("P-AUTH-02", "the AUTH line's parameters are not in the traffic as decoded") \
+            if command.params is None else ("P-AUTH-03", "the AUTH body's size is not in the traffic as decoded") \
+            if command.number is None else None
+        # P-AUTH-03: the body's size checked, in nsqd's order, against --max-body-size, which the traffic does not show
+        size = command.number
+        if size == 0:
+            return Expected((_error("E_BAD_BODY", "AUTH invalid body size 0", "P-AUTH-03"),), False, "P-AUTH-03")
+        too_big = f"body too big {size} > [0-9]+" if size is not None else \
+            "failed to read body( size)?|body too big [0-9]+ > [0-9]+|invalid body size -?[0-9]+"
+        unseen = (*((params,) if command.params is None else ()),
+                  _error("E_BAD_BODY", f"AUTH ({too_big})", "P-AUTH-03"))
+        refuted = (params,) if command.params == 0 else ()
         if self.authed:
-            return Expected((_error("E_INVALID", "AUTH already set", "P-AUTH-04"), *unseen), False, "P-AUTH-04")
+            return Expected((_error("E_INVALID", "AUTH already set", "P-AUTH-04"), *unseen), False, "P-AUTH-04",
+                            refuted, unjudged)
         disabled = _error("E_AUTH_DISABLED", "AUTH disabled", "P-AUTH-05", worded_by="P-AUTH-17")
         if not self.auth_possible:
-            return Expected((disabled, *unseen), False, "P-AUTH-05")
+            return Expected((disabled, *unseen), False, "P-AUTH-05", refuted, unjudged)
         asked = (Answer(RESPONSE, JSON, item="P-AUTH-08"), _error("E_AUTH_FAILED", "AUTH failed", "P-AUTH-06"),
                  _error("E_UNAUTHORIZED", "AUTH no authorizations found", "P-AUTH-07"),
                  _error("E_AUTH_ERROR", "AUTH error .+", "P-AUTH-08"))
         if self.auth_enabled:
-            return Expected((*asked, *unseen), False, "P-AUTH-14")
-        return Expected((*asked, disabled, *unseen), False, "P-AUTH-08")
+            return Expected((*asked, *unseen), False, "P-AUTH-14", refuted, unjudged)
+        return Expected((*asked, disabled, *unseen), False, "P-AUTH-08", refuted, unjudged)
 
     def _sub(self, command: Observed) -> Expected:
         if self.state != INIT:
@@ -171,7 +224,10 @@ class Session:
                                                                           command.channel)):
             if not valid_name(name):
                 item = "C-15" if name == "" else "P-SUB-04"
-                return Expected((_error(code, f"SUB {what} name {_quoted(name)} is not valid", item),), False, item)
+                # P-SUB-05: the names are checked before the permission
+                early = tuple(replace(answer, item="P-SUB-05") for answer in self._permission("SUB"))
+                return Expected((_error(code, f"SUB {what} name {_quoted(name)} is not valid", item),), False, item,
+                                early)
         return Expected((Answer(RESPONSE, "OK", item="P-SUB-08"), _error("E_SUB_FAILED", "SUB failed .+", "P-SUB-06"),
                          *self._permission("SUB")), False, "P-SUB-08")
 
@@ -180,30 +236,51 @@ class Session:
             return Expected((), True, "P-RDY-01")
         if self.state != SUBSCRIBED:
             return _refused("cannot RDY in current state", "P-RDY-02")
-        # P-RDY-03, P-RDY-04, P-RDY-06: the count's parse and its range against --max-rdy-count
-        refused = _error("E_INVALID", "RDY could not parse count .*|RDY count -?[0-9]+ out of range 0-[0-9]+",
-                         "P-RDY-04")
-        return Expected((refused,), True, "P-RDY-07")
+        count = command.number
+        if count is None:  # a count that does not parse, or one the traffic's decoder did not read
+            return Expected((_error("E_INVALID", "RDY could not parse count .*|RDY count -?[0-9]+ out of range "
+                                    "0-[0-9]+", "P-RDY-04"),), True, "P-RDY-07")
+        # P-RDY-06: nsqd reads the digits into 64 bits, wrapping, then as a signed count; P-RDY-05: 'RDY' is 1
+        read = count % 2**64 - (2**64 if count % 2**64 >= 2**63 else 0)
+        item = "P-RDY-06" if count >= 2**63 else "P-RDY-05" if command.params == 0 else "P-RDY-04"
+        most = self.max_rdy_count
+        out_of_range = _error("E_INVALID", f"RDY count {read} out of range 0-{'[0-9]+' if most is None else most}",
+                              item)
+        if read < 0 or most is not None and read > most:
+            return Expected((out_of_range,), False, item)
+        # P-RDY-03: digits always parse; P-RDY-05: 'RDY ' is 0
+        unparsed = _error("E_INVALID", "RDY could not parse count .*", "P-RDY-05" if count == 0 else item)
+        if most is None:
+            return Expected((out_of_range,), True, item if item != "P-RDY-04" else "P-RDY-07", (unparsed,),
+                            ("P-RDY-04", "--max-rdy-count is not in the traffic (no IDENTIFY answer showed it)"))
+        return Expected((), True, item if item != "P-RDY-04" else "P-RDY-07", (unparsed, out_of_range))
 
     def _settle(self, command: Observed) -> Expected:
         verb = command.name
         state_item, params_item, id_item, failed_item = SETTLING_ITEMS[verb]
         if self.state not in (SUBSCRIBED, CLOSING):
             return _refused(f"cannot {verb} in current state", state_item)
-        if command.msg_id is None:
-            return _refused(f"{verb} insufficient number of params", params_item)
-        unsure = ()
-        if verb == "REQ" and command.number is None:  # no timeout, or one that does not parse (P-REQ-04)
-            unsure = (_error("E_INVALID", "REQ insufficient number of params|REQ could not parse timeout .*",
-                             "P-REQ-04"),)
+        # C-24: a FIN, REQ or TOUCH nsqd cannot read is a fatal E_INVALID, never the non-fatal E_<VERB>_FAILED
+        failed_any = (_error(f"E_{verb}_FAILED", ANY_TEXT, "C-24"),)
+        insufficient = _error("E_INVALID", f"{verb} insufficient number of params", params_item)
+        if command.msg_id is None or command.params is not None and command.params < OWN_PARAMS[verb]:
+            return Expected((insufficient,), False, "C-24", failed_any)
+        unparsed = _error("E_INVALID", "REQ could not parse timeout .*", "P-REQ-04")
+        # REQ without a timeout, or with one that does not parse: where the traffic does not show which, either
+        unsure = (insufficient,) if verb == "REQ" and command.number is None and command.params is None else ()
         size = id_size(command.msg_id)
         invalid_id = _error("E_INVALID", "invalid message ID", id_item, worded_by="C-34")
         if size is not None and size != 16:
-            return Expected((invalid_id, *unsure), False, id_item)
+            return Expected((invalid_id, *unsure), False, "C-24", failed_any)
+        if verb == "REQ" and command.number is None and command.params is not None and size is not None:
+            return Expected((unparsed,), False, "C-24", failed_any)  # the suite's decoder reads any digits
         named = re.escape(command.msg_id) if size is not None else ".+"
         failed = _error(f"E_{verb}_FAILED", f"{verb} {named} failed .+", failed_item)
-        invalid_id = (invalid_id,) if size is None else ()
-        return Expected((failed, *unsure, *invalid_id), True, failed_item)
+        unsure += (unparsed,) if verb == "REQ" and command.number is None else ()
+        # P-REQ-05: a timeout above --max-req-timeout is lowered to it, never refused
+        clamped = (_error("E_INVALID", "REQ timeout .*", "P-REQ-05"),) if verb == "REQ" and \
+            command.number is not None else ()
+        return Expected((failed, *unsure, *((invalid_id,) if size is None else ())), True, failed_item, clamped)
 
     _fin = _req = _touch = _settle
 

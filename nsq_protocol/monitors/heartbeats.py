@@ -17,7 +17,7 @@ class HeartbeatsOnTheTicker(Monitor):
     interval after (C-27: 30 s without IDENTIFY; C-30: the negotiated one after it); C-32: none after
     heartbeat_interval -1. Judged only where the interval is known and the times are the wire's."""
 
-    ITEMS = ("C-27", "C-28", "C-30", "C-32")
+    ITEMS = ("C-27", "C-28", "C-30", "C-32", "P-CLS-03")
 
     def __init__(self):
         super().__init__()
@@ -91,7 +91,8 @@ class HeartbeatsOnTheTicker(Monitor):
         gap = now - since
         if gap > LATE_FACTOR * interval / 1000 + LATE_SLACK_S:
             self._reported.add(connection.name)
-            self.report("C-28", BROKER, now, connection.name, f"a heartbeat every {interval} ms",
+            item = "P-CLS-03" if connection.closing else "C-28"  # P-CLS-03: they go on after CLS
+            self.report(item, BROKER, now, connection.name, f"a heartbeat every {interval} ms",
                         f"none for {gap:.1f} s", *([event] if event else []))
 
 

@@ -1,6 +1,6 @@
 """A REQ with a positive timeout defers the message (D-21): it is not delivered again before the timeout has passed.
-nsqd clamps a timeout above --max-req-timeout to the maximum (P-REQ-05, D-23); the flag is not in the traffic, so
-the rule judges nsqd's default unless a DPUB's E_INVALID shows the broker's range."""
+nsqd clamps a timeout above --max-req-timeout to the maximum (P-REQ-05, D-23); the flag is not in the traffic: a
+timeout up to nsqd's default is judged whole, one above it only where a DPUB's E_INVALID showed the broker's range."""
 
 from __future__ import annotations
 
@@ -22,15 +22,17 @@ class RequeueDelayKept(Monitor):
     its delivery plus msg_timeout, less what the output buffer may have held it: the broker's defaults where the
     IDENTIFY answer does not show them), to a connection open since before the REQ (a restart, which ends every
     connection, hands deferred messages on at once: D-33), the broker not crashed and the REQ's connection
-    without a fatal error."""
+    without a fatal error. D-23: a timeout above --max-req-timeout defers for the maximum, judged where a DPUB's
+    refusal showed it."""
 
-    ITEMS = ("D-21",)
+    ITEMS = ("D-21", "D-23")
     KINDS = frozenset({COMMAND, MESSAGE, ERROR, RESPONSE})
 
     def __init__(self):
         super().__init__()
         self._deferred: dict[tuple, tuple] = {}  # message key -> (REQ's time, its delay in ms, the Delivery, conn)
         self._max_ms = DEFAULT_MAX_REQ_TIMEOUT_MS
+        self._max_shown = False  # a DPUB's E_INVALID showed the broker's --max-req-timeout
 
     def observe(self, judge, connection, event, answered):
         kind = event.kind
@@ -45,7 +47,7 @@ class RequeueDelayKept(Monitor):
             if event.name == "E_INVALID" and answered is not None and answered.name == "DPUB":
                 shown = _DPUB_RANGE.search(event.text)
                 if shown:
-                    self._max_ms = int(shown.group(1))
+                    self._max_ms, self._max_shown = int(shown.group(1)), True
         elif kind == MESSAGE and self._deferred and event.msg_id is not None:
             deferred = self._deferred.pop(judge.message_key(connection, event.msg_id), None)
             if deferred is not None:
@@ -58,9 +60,15 @@ class RequeueDelayKept(Monitor):
         if connection.opened_at is None or connection.opened_at >= requeued_at:
             self.skip("D-21", "redelivered on a connection opened after the REQ: the broker may have restarted")
             return
-        deferred_ms = min(delay_ms, self._max_ms)  # P-REQ-05: clamped to --max-req-timeout
+        item = "D-21"
+        if delay_ms > self._max_ms:  # D-23: clamped to --max-req-timeout, which only the traffic may show
+            if not self._max_shown:
+                self.skip("D-23", "the broker's --max-req-timeout is not in the traffic (no DPUB refusal showed it)")
+                return
+            item = "D-23"
+        deferred_ms = min(delay_ms, self._max_ms)
         if event.ts < requeued_at + deferred_ms / 1000 - EARLY_SLACK_S:
-            self.report("D-21", BROKER, event.ts, connection.name,
+            self.report(item, BROKER, event.ts, connection.name,
                         f"no redelivery before {deferred_ms} ms after REQ {delay_ms}",
                         f"redelivered {(event.ts - requeued_at) * 1000:.0f} ms after it", event)
 

@@ -154,8 +154,8 @@ class CommandSpans:
 
     def command(self, index: int):
         data, newline, end = self.data, self.newlines[index], self.ends[index]
-        name, *params = self.decoder.split(data[self.starts[index]:newline])
-        return self.decoder.command(name, tuple(params), data[newline + 5:end] if end > newline + 1 else None)
+        return self.decoder.line_command(data[self.starts[index]:newline],
+                                         data[newline + 5:end] if end > newline + 1 else None)
 
     def commands(self) -> list:
         return [self.command(index) for index in range(len(self.starts))]
@@ -168,6 +168,7 @@ class Command:
     name: bytes
     params: tuple[bytes, ...]
     body: bytes | None = None
+    crlf: bool = False  # the line ended in CRLF, which nsqd reads as LF (C-14)
 
     @property
     def messages(self) -> list[bytes]:
@@ -348,6 +349,11 @@ class CommandLineDecoder(_StreamDecoder):
     def command(self, name: bytes, params: tuple[bytes, ...], body: bytes | None):
         raise NotImplementedError
 
+    def line_command(self, line: bytes, body: bytes | None):
+        """The command of ``line`` (without its newline) and its body."""
+        name, *params = self.split(line)
+        return self.command(name, tuple(params), body)
+
     def body_end(self, buffer, name: bytes, start: int, size: int, end: int) -> int | None:
         """Where the body that starts at ``start`` ends, its size word said ``size``; None: not all there yet; -1:
         larger than the decoder's bound."""
@@ -442,6 +448,10 @@ class CommandDecoder(CommandLineDecoder):
 
     def command(self, name: bytes, params: tuple[bytes, ...], body: bytes | None) -> Command:
         return Command(name, params, body)
+
+    def line_command(self, line: bytes, body: bytes | None) -> Command:
+        name, *params = self.split(line)
+        return Command(name, tuple(params), body, line.endswith(b"\r"))
 
     def body_end(self, buffer, name: bytes, start: int, size: int, end: int) -> int | None:
         """P-MPUB-04: nsqd reads an MPUB body by its message count and each message's size, never by the outer

@@ -68,7 +68,7 @@ ID1, ID2, ID3 = b"0000000000000001", b"0000000000000002", b"0000000000000003"
 def consumer(timeout_ms: int = 2000, rdy: int = 1, timing: bool = True, also=()) -> Traffic:
     """Subscribed with msg_timeout negotiated, answered as nsqd answers it."""
     answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
-        "msg_timeout": timeout_ms, "max_msg_timeout": 900_000, "output_buffer_timeout": 250,
+        "max_rdy_count": 2500, "msg_timeout": timeout_ms, "max_msg_timeout": 900_000, "output_buffer_timeout": 250,
         "output_buffer_size": 16_384, "tls_v1": False, "snappy": False, "deflate": False}
     return (Traffic(timing, also=also).connect().identify(0.0, {"feature_negotiation": True, "msg_timeout": timeout_ms})
             .receive(0.001, wire.FRAME_RESPONSE, json.dumps(answer).encode())
@@ -446,6 +446,7 @@ def test_a_close_right_after_a_non_fatal_error_is_c23_unless_a_shutdown_or_a_del
 
 def negotiated(asked: dict, **answered) -> Traffic:
     answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
+        "max_rdy_count": 2500,
         "tls_v1": False, "snappy": False, "deflate": False, "deflate_level": 6, "max_deflate_level": 6,
         "output_buffer_size": 16_384} | answered
     return Traffic().connect().identify(0.0, {"feature_negotiation": True, **asked}).receive(

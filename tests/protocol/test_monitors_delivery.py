@@ -54,7 +54,7 @@ def _subscribed(traffic: Traffic, timeout_ms: int = 1000, max_ms: int = 900_000)
     """As ``consumer``, on a channel made over HTTP 6 s before: on nsqd's scan list by then."""
     traffic.judge.http(HttpAction(T0 - 6.0, "/channel/create", "t", "c", 200))
     answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
-        "msg_timeout": timeout_ms, "max_msg_timeout": max_ms, "output_buffer_timeout": 250,
+        "max_rdy_count": 2500, "msg_timeout": timeout_ms, "max_msg_timeout": max_ms, "output_buffer_timeout": 250,
         "output_buffer_size": 16_384, "tls_v1": False, "snappy": False, "deflate": False}
     traffic.connect().identify(0.0, {"feature_negotiation": True, "msg_timeout": timeout_ms})
     traffic.receive(0.001, wire.FRAME_RESPONSE, json.dumps(answer).encode())
@@ -118,6 +118,7 @@ def _touched(answered_max: bool) -> Traffic:
     traffic.send(0.01, b"SUB", "t", "c").ok(0.011).send(0.02, b"RDY", 1)
     if answered_max:
         answer = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
+            "max_rdy_count": 2500,
             "msg_timeout": 2000, "max_msg_timeout": 2000, "output_buffer_timeout": 250, "output_buffer_size": 16_384,
             "tls_v1": False, "snappy": False, "deflate": False}
         traffic.connect("B", at=0.03).identify(0.04, {"feature_negotiation": True}, conn="B")
