@@ -16,6 +16,9 @@ import time
 
 SETTLE_SECONDS = 1.0  # the sniffer must be listening before the command starts, and drain after
 RECEIVE_BUFFER = 16 << 20
+# bytes read per frame: loopback's MTU of 65,536 and its link header make frames longer than scapy's default read of
+# 65,535, which would cut them; 262,144 is the largest snaplen in use
+FRAME_READ = 262_144
 SO_RCVBUFFORCE, SOL_PACKET, PACKET_STATISTICS = 33, 263, 6  # <linux/socket.h>, <linux/if_packet.h>
 
 
@@ -54,12 +57,16 @@ def _scapy_capture(ports: list[int], output: str, command: list[str], interface:
     counts = {"cut": 0}
     # The sending socket type drops the kernel's outgoing copy of each packet, as tcpdump does: on loopback every
     # packet is seen twice by a listening socket.
-    sock = conf.L2socket(iface=interface)
+    class WholeFrames(conf.L2socket):
+        def recv(self, x=FRAME_READ, **kwargs):
+            return super().recv(x, **kwargs)
+
+    sock = WholeFrames(iface=interface)
     for option in (SO_RCVBUFFORCE, socket.SO_RCVBUF):  # FORCE goes past net.core.rmem_max (root, CAP_NET_ADMIN)
         with contextlib.suppress(OSError):
             sock.ins.setsockopt(socket.SOL_SOCKET, option, RECEIVE_BUFFER)
             break
-    writer = PcapWriter(output, linktype=conf.l2types.layer2num.get(sock.LL), sync=False)
+    writer = PcapWriter(output, linktype=conf.l2types.layer2num.get(sock.LL), sync=False, snaplen=FRAME_READ)
 
     def keep(packet):
         writer.write(packet)
