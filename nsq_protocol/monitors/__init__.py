@@ -62,6 +62,7 @@ from nsq_protocol.monitors.http_documents import DocumentsAsNsqd
 from nsq_protocol.monitors.identify import FeaturesKept, IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.identify_values import IdentifyValues
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
+from nsq_protocol.monitors.lookupd_announces import NsqdAnnounces
 from nsq_protocol.monitors.lookupd_http import RoutesAsLookupd
 from nsq_protocol.monitors.lookupd_judge import LookupdJudge
 from nsq_protocol.monitors.lookupd_nsqd import NsqdRegisters
@@ -105,7 +106,7 @@ CLIENT_MONITORS: tuple[type[Monitor], ...] = (
 # over one nsqlookupd's traffic (LookupdJudge)
 LOOKUPD_MONITORS: tuple[type[Monitor], ...] = (
     MagicAnswered, RepliesFramed, AnswersAsLookupd, ErrorsClose, RoutesAsLookupd, RegistrationsAnswered,
-    NsqdRegisters,
+    NsqdRegisters, NsqdAnnounces,
 )
 
 
