@@ -117,12 +117,13 @@ def new_lookupd_judge(*, http_seen: bool, **known) -> LookupdJudge:
 
 
 def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False,
-              application: Application | None = None) -> Judge:
+              application: Application | None = None, readers: tuple[Monitor, ...] = ()) -> Judge:
     """``client_library``: the traffic is a client library's, judged by CLIENT_MONITORS too; ``application``: what
-    its application asked of the library (application.py), which some of them judge it against."""
+    its application asked of the library (application.py), which some of them judge it against; ``readers``:
+    monitors that judge nothing but read the traffic for another judge (nsqd_names.NamesChanged)."""
     chosen = (*MONITORS, *CLIENT_MONITORS) if client_library else MONITORS
-    return Judge([monitor() for monitor in chosen], timing=timing, http_seen=http_seen, wording=wording,
-                 application=application)
+    return Judge([*(monitor() for monitor in chosen), *readers], timing=timing, http_seen=http_seen,
+                 wording=wording, application=application)
 
 
 __all__ = ["Application", "BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "Judge",

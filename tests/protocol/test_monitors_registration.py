@@ -176,3 +176,41 @@ def test_test_clients_of_lookupd_owe_nothing():
     cluster = Cluster(nsqd_clients=False)
     assert cluster.v2("A", "PUB", "t").later(ANNOUNCE_S + 1).found() == []
     assert NsqdAnnounces in monitors.LOOKUPD_MONITORS
+
+
+class LoggedLookupd:
+    """What conformance.lookupd_fake.FakeLookupd logged (its ``since``), at the transcript's clock."""
+
+    def __init__(self, events: list):
+        self.events = events
+
+    def since(self, start: int) -> list:
+        return self.events[start:]
+
+
+def test_a_registration_case_judges_the_fake_lookupds_log():
+    """conformance/monitoring.judge_registration: the case's HTTP exchanges with nsqd and what the fake lookupd
+    logged reach NsqdAnnounces, on one clock; only the case's own topics are judged."""
+    from conformance.lookupd_fake import Event
+    from conformance.monitoring import judge_registration
+    from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
+
+    transcript = Transcript()
+    at = transcript.started
+    body = {**IDENTIFY, "tcp_port": 4150}
+    opening = [Event(at, 1, "MAGIC"), Event(at, 1, "IDENTIFY", body), Event(at + 0.01, 1, "REGISTER own0 c"),
+               Event(at + 0.01, 1, "REGISTER other c")]
+    for path in ("/channel/delete?topic=own0&channel=c", "/channel/delete?topic=other&channel=c"):
+        transcript.record("HTTP", CLIENT_TO_SERVER, [f"POST {path}"])
+        sent = transcript.wall_started + 0.02
+        transcript.record("HTTP", SERVER_TO_CLIENT, ["200 b''"], b"", observed=(
+            HttpExchange(sent, Request("POST", path, b""), Response(200, b"", {}), sent + 0.001),))
+    later = [Event(at + ANNOUNCE_S + 1, 1, "PING")]
+
+    def found(logged: list) -> list:
+        judges = judge_registration(transcript, LoggedLookupd(logged), "127.0.0.1:4150", "own")
+        return [(violation.item, violation.side) for judge in judges for violation in judge.violations
+                if violation.item.startswith("R-")]  # nsqd's HTTP monitors judge the bare answers made here
+
+    assert found(opening + later) == [("R-04", BROKER)]
+    assert found(opening + [Event(at + 0.03, 1, "UNREGISTER own0 c")] + later) == []
