@@ -1,29 +1,42 @@
 """Every case's live transcript through the catalogue's monitors (nsq_protocol.monitors): a case also checks every
 invariant the monitors know, not only its own assertion. The suite's times are when its client read a frame, not
 when the frame arrived, so the judge runs without timing: the rules about order and content judge, the rules
-about time say "not judged". A lookupd case's transcript goes through nsqlookupd's monitors (``judge_lookupd``)."""
+about time say "not judged". A lookupd case's transcript goes through nsqlookupd's monitors (``judge_lookupd``), a
+registration case's fake nsqlookupd's log through nsqd's rules of registering (``judge_registration``)."""
 
 from __future__ import annotations
 
+import heapq
+import json
+
+from conformance.lookupd_fake import FakeLookupd
 from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Transcript
 from conformance.versions import DEFAULT, NsqVersion
-from nsq_protocol import monitors
+from nsq_protocol import monitors, wire_v1
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import MAGIC, UNREADABLE
+from nsq_protocol.monitors.lookupd_announces import NsqdAnnounces
+from nsq_protocol.monitors.lookupd_nsqd import NsqdRegisters
+from nsq_protocol.monitors.nsqd_names import NameChange, NamesChanged
 
 _SERVER_CLOSED = ("server closed the connection", "connection reset")
 _KILLED = "kill the target"  # case.py's note of a SIGKILL
 _CLIENT_CLOSES = "client closes"  # the note of a test connection's close (lookupd_client.V1Connection.close)
+# the fake lookupd's IDENTIFY answer as the monitors read it: any JSON (lookupd_fake.py's names a port of its own)
+_FAKE_ANSWER = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "conformance-lookupd", "http_port": 1,
+                           "tcp_port": 1, "version": "1.3.0"}).encode()
 # the HTTP monitors hold nsqd's answers since 1.2.0 (run against v1.2.1 and v1.3.0); an older nsqd's /stats and
 # content types differ in ways the catalogue does not yet split by release: its HTTP exchanges are not fed
 HTTP_JUDGED_SINCE = NsqVersion.parse("1.2.0")
 
 
-def judge(transcript: Transcript, version: NsqVersion = NsqVersion.parse(DEFAULT)) -> monitors.Judge:
+def judge(transcript: Transcript, version: NsqVersion = NsqVersion.parse(DEFAULT),
+          readers: tuple[monitors.Monitor, ...] = ()) -> monitors.Judge:
     """The monitors' judge over one case's V2 connections and its exchanges with nsqd's HTTP API (conformance.client's
     ``monitored`` HttpClient) where the release it follows (``version``) is one the HTTP monitors hold; ``http_seen``
-    False: other cases' requests reach the broker too."""
-    judge = monitors.new_judge(timing=False, http_seen=False, wording=False)  # the cases judge nsqd's wording
+    False: other cases' requests reach the broker too. ``readers``: see monitors.new_judge."""
+    judge = monitors.new_judge(timing=False, http_seen=False, wording=False,  # the cases judge nsqd's wording
+                               readers=readers)
     for event in transcript.events:
         name, at = event.connection, transcript.wall_time(event)
         if event.direction == NOTE:
@@ -90,6 +103,47 @@ def judge_lookupd(transcript: Transcript, own_names: str = "", limits: dict | No
     if judge.failures:
         raise MonitorFailed("; ".join(judge.failures))
     return judge
+
+
+def judge_registration(transcript: Transcript, lookupd: FakeLookupd, nsqd: str, own_names: str,
+                       version: NsqVersion = NsqVersion.parse(DEFAULT)) -> tuple[monitors.Judge, monitors.LookupdJudge]:
+    """A registration case (the ``registration`` fixture): nsqd's monitors over its transcript, as ``judge``, and
+    nsqd's rules of registering (NsqdRegisters, NsqdAnnounces) over what the case's fake nsqlookupd logged, told
+    the changes of the case's own topics (``own_names...``) the transcript shows. ``nsqd``: "host:port" of the
+    target's TCP side. The fake logged each command on arrival, on the transcript's clock (time.monotonic)."""
+    changes: list[NameChange] = []
+    nsqd_judge = judge(transcript, version, (NamesChanged(changes.append, lambda topic: topic.startswith(own_names)),))
+    registering = monitors.LookupdJudge([NsqdRegisters(), NsqdAnnounces()], http_seen=False, nsqd_clients=True)
+    logged = [(transcript.wall_started + event.at - transcript.started, event) for event in lookupd.since(0)]
+    end = transcript.wall_started + transcript.now()
+    for at, what in heapq.merge(((change.ts, change) for change in changes), logged, key=lambda pair: pair[0]):
+        end = max(end, at)
+        if isinstance(what, NameChange):
+            registering.nsqd_changed(nsqd, what)
+        else:
+            _fake_logged(registering, at, what)
+    registering.finish(end)
+    if registering.failures:
+        raise MonitorFailed("; ".join(registering.failures))
+    return nsqd_judge, registering
+
+
+def _fake_logged(judge: monitors.LookupdJudge, at: float, event) -> None:
+    """One line of the fake lookupd's log (lookupd_fake.Event) as the bytes that crossed the wire, answered as the
+    fake answers: its JSON to IDENTIFY, OK to the rest."""
+    name = f"fake-lookupd-{event.connection}"
+    if name not in judge.connections:
+        judge.open(name, at, started=event.line == "MAGIC")
+    if event.line == "MAGIC":
+        judge.client_bytes(name, at, wire_v1.MAGIC_V1)
+    elif event.line == "CLOSED":
+        judge.close(name, at, None)
+    elif event.line == "IDENTIFY":
+        judge.client_bytes(name, at, wire_v1.encode_command("IDENTIFY", body=json.dumps(event.body).encode()))
+        judge.server_bytes(name, at, wire_v1.encode_reply(_FAKE_ANSWER))
+    else:
+        judge.client_bytes(name, at, event.line.encode() + b"\n")
+        judge.server_bytes(name, at, wire_v1.encode_reply(b"OK"))
 
 
 def bad_magic(observed: tuple) -> bool:

@@ -362,9 +362,14 @@ def _monitored(item, case) -> list:
     if not isinstance(case, (Case, LookupdCase)):
         return []
     expected = {i for marker in item.iter_markers("monitors_expect") for i in marker.args}
-    judged = monitoring.judge(case.transcript, case.version) if isinstance(case, Case) else \
-        monitoring.judge_lookupd(case.transcript, case.name_prefix, case.target.limits)
-    return [violation for violation in judged.violations
+    if isinstance(case, LookupdCase):
+        judged = [monitoring.judge_lookupd(case.transcript, case.name_prefix, case.target.limits)]
+    elif getattr(case, "lookupd", None) is not None:  # the registration fixture's fake nsqlookupd
+        judged = monitoring.judge_registration(case.transcript, case.lookupd, "%s:%d" % case.target.tcp,
+                                               case.name_prefix, case.version)
+    else:
+        judged = [monitoring.judge(case.transcript, case.version)]
+    return [violation for judge in judged for violation in judge.violations
             if violation.side == monitors.BROKER and violation.item not in expected and case.has(violation.item)]
 
 

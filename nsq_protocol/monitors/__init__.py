@@ -63,6 +63,7 @@ from nsq_protocol.monitors.http_documents import DocumentsAsNsqd
 from nsq_protocol.monitors.identify import FeaturesKept, IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.identify_values import IdentifyValues
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
+from nsq_protocol.monitors.lookupd_announces import NsqdAnnounces
 from nsq_protocol.monitors.lookupd_http import RoutesAsLookupd
 from nsq_protocol.monitors.lookupd_judge import LookupdJudge
 from nsq_protocol.monitors.lookupd_nsqd import NsqdRegisters
@@ -107,7 +108,7 @@ CLIENT_MONITORS: tuple[type[Monitor], ...] = (
 # over one nsqlookupd's traffic (LookupdJudge)
 LOOKUPD_MONITORS: tuple[type[Monitor], ...] = (
     MagicAnswered, RepliesFramed, AnswersAsLookupd, ErrorsClose, RoutesAsLookupd, RegistrationsAnswered,
-    NsqdRegisters,
+    NsqdRegisters, NsqdAnnounces,
 )
 
 
@@ -118,12 +119,13 @@ def new_lookupd_judge(*, http_seen: bool, **known) -> LookupdJudge:
 
 
 def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False,
-              application: Application | None = None) -> Judge:
+              application: Application | None = None, readers: tuple[Monitor, ...] = ()) -> Judge:
     """``client_library``: the traffic is a client library's, judged by CLIENT_MONITORS too; ``application``: what
-    its application asked of the library (application.py), which some of them judge it against."""
+    its application asked of the library (application.py), which some of them judge it against; ``readers``:
+    monitors that judge nothing but read the traffic for another judge (nsqd_names.NamesChanged)."""
     chosen = (*MONITORS, *CLIENT_MONITORS) if client_library else MONITORS
-    return Judge([monitor() for monitor in chosen], timing=timing, http_seen=http_seen, wording=wording,
-                 application=application)
+    return Judge([*(monitor() for monitor in chosen), *readers], timing=timing, http_seen=http_seen,
+                 wording=wording, application=application)
 
 
 __all__ = ["Application", "BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "Judge",

@@ -7,7 +7,8 @@ command not yet answered.
 
 Feeding: ``open`` a connection, then ``client_bytes`` and ``server_bytes`` as they crossed the wire, ``close``
 when it ends, ``http`` for each HTTP exchange (nsq_protocol.http's, as nsqd's monitors take them) at its answer's
-time, and ``finish`` at the end of the traffic; all in time order."""
+time, ``nsqd_changed`` for what a registering nsqd's own traffic showed (a cluster's), and ``finish`` at the end
+of the traffic; all in time order."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import COMMAND, ERROR, MAGIC, RESPONSE, STREAM, UNFRAMED, UNREADABLE, Observed
 from nsq_protocol.monitors.monitor import Judging, Monitor, Violation
+from nsq_protocol.monitors.nsqd_names import NameChange
 from nsq_protocol.wire import ProtocolViolation
 from nsq_protocol.wire_v1 import V1Command, V1CommandDecoder, V1ReplyDecoder, is_error
 
@@ -136,6 +138,12 @@ class LookupdJudge(Judging):
     def http(self, exchange: HttpExchange) -> None:
         for monitor in self._active:
             self._call(monitor, monitor.http, exchange)
+
+    def nsqd_changed(self, nsqd: str, change: NameChange) -> None:
+        """A change of a topic or channel that the traffic of the nsqd at ``nsqd`` ("host:port" of its TCP side),
+        one of this lookupd's V1 clients, showed (nsqd_names.NamesChanged), in time order with the rest."""
+        for monitor in self._active:
+            self._call(monitor, monitor.nsqd_changed, nsqd, change)
 
     def finish(self, ts: float) -> list[Violation]:
         for monitor in self._active:

@@ -66,6 +66,9 @@ class Monitor:
     def lookupd_query(self, judge, lookupd: str, ts: float, exchange) -> None:
         """The client's query of an nsqlookupd (judge.lookupd_query): the HttpExchange, None where it was down."""
 
+    def nsqd_changed(self, judge, nsqd: str, change) -> None:
+        """nsqlookupd's judge: a topic or channel of a registering nsqd changed (nsqd_names.NameChange)."""
+
     def tick(self, judge, now: float) -> None:
         """``now`` passed ``due``."""
 

@@ -10,9 +10,11 @@ import pathlib
 
 import pytest
 
-from nsq_protocol import monitors, wire_v1
+from nsq_protocol import monitors, wire, wire_v1
 from nsq_protocol.http import HttpExchange, Request, Response
 from nsq_protocol.monitors import BROKER
+from nsq_protocol.monitors.events import ERROR, RESPONSE, Observed, from_command
+from nsq_protocol.monitors.nsqd_names import NamesChanged
 from tests.broker.recorded import replay  # noqa: F401 (puts the recorder's modules on the path)
 
 import cluster  # noqa: E402 isort: skip
@@ -467,6 +469,7 @@ def judge_recording(transcript: dict) -> monitors.LookupdJudge:
         inactive_producer_timeout_s=float(flags.get("inactive-producer-timeout", "300s").rstrip("s")),
         tombstone_lifetime_s=float(flags.get("tombstone-lifetime", "45s").rstrip("s")))
     lookupd: set[str] = set()
+    nsqd = NsqdTraffic(judge, "127.0.0.1:%d" % values["nsqd_tcp_port"])
     request = None
     at = T0
     for step in transcript["steps"]:
@@ -475,18 +478,26 @@ def judge_recording(transcript: dict) -> monitors.LookupdJudge:
         if "connect" in step and step.get("server") == "lookupd":
             lookupd.add(step["connect"])
             judge.open(step["connect"], at, True)
+        elif "connect" in step:
+            nsqd.connect(step["connect"], at)
         elif "http" in step:
-            request = step["http"] if step["http"].get("server") == "lookupd" else None
+            request = step["http"]
         elif "expect_http" in step and request is not None:
             expected = cluster.fill(step["expect_http"], values)
             body = json.dumps(expected["json"], separators=(",", ":")).encode() if "json" in expected \
                 else expected.get("body", "").encode()
             headers = {key: value for key, value in expected.get("headers", {}).items() if value is not None}
-            judge.http(exchange(at, request["method"], request["path"], expected["status"], body, headers))
+            answered = exchange(at, request["method"], request["path"], expected["status"], body, headers)
+            if request.get("server") == "lookupd":
+                judge.http(answered)
+            elif request.get("server") in (None, "nsqd"):
+                nsqd.judge.http_exchange(answered)
         elif "lookupd_expect" in step:
             _nsqd_said(judge, at, step["lookupd"], step["lookupd_expect"], values)
         elif step.get("close") in lookupd:
             judge.close(step["close"], at, monitors.CLIENT)
+        elif name in nsqd.judge.connections:
+            nsqd.step(name, at, step, values)
         elif name not in lookupd:
             continue
         elif "send" in step:
@@ -497,8 +508,37 @@ def judge_recording(transcript: dict) -> monitors.LookupdJudge:
                 judge.server_bytes(name, at, wire_v1.encode_reply(data.encode()))
         elif "expect_close" in step:
             judge.close(name, at, BROKER)
+    nsqd.judge.finish(at + 1)
     judge.finish(at + 1)
     return judge
+
+
+class NsqdTraffic:
+    """The recording's nsqd traffic (its V2 connections and HTTP exchanges, the answers as recorded), read for the
+    topics and channels nsqd created and deleted, which the lookupd judge is told of (R-03 to R-07)."""
+
+    def __init__(self, lookupd: monitors.LookupdJudge, address: str):
+        names = NamesChanged(lambda change: lookupd.nsqd_changed(address, change), lambda topic: True)
+        self.judge = monitors.Judge([names], timing=True, http_seen=True)
+        self._decoders: dict[str, wire.CommandDecoder] = {}
+
+    def connect(self, name: str, at: float) -> None:
+        self.judge.open(name, at, True)
+        self._decoders[name] = wire.CommandDecoder()
+
+    def step(self, name: str, at: float, step: dict, values: dict) -> None:
+        if "send" in step:
+            for command in self._decoders[name].feed(nsqwire.decode_spec(step["send"])):
+                self.judge.observe(name, from_command(at, command))
+        elif "expect" in step:
+            for frame in cluster.fill(step["expect"], values):
+                if frame.get("type") == wire.FRAME_RESPONSE:
+                    self.judge.observe(name, Observed(at, RESPONSE, frame.get("data", "")))
+                elif frame.get("type") == wire.FRAME_ERROR:
+                    code, _, text = frame.get("data", "").partition(" ")
+                    self.judge.observe(name, Observed(at, ERROR, code, text))
+        elif "close" in step or "expect_close" in step:
+            self.judge.close(name, at, BROKER if "expect_close" in step else monitors.CLIENT)
 
 
 def _nsqd_said(judge, at: float, lookupd: int, lines: list[dict], values: dict) -> None:

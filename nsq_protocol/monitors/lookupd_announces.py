@@ -1,0 +1,189 @@
+"""What nsqd must tell the nsqlookupds it registers with when its topics and channels come and go
+(registration.toml, R-03 to R-07), judged on its V1 connections to an nsqlookupd against the changes its own
+traffic shows (nsqd_names.NameChange, told through ``LookupdJudge.nsqd_changed``).
+
+nsqd/lookup.go lookupLoop sends each notification (nsqd.go Notify: a goroutine each, so in no fixed order) to every
+lookupd peer: REGISTER for a topic or channel that is not exiting, UNREGISTER for one that is. A creation's
+REGISTER may cross the wire before the client reads its OK, and a deletion's UNREGISTER before the HTTP answer:
+a REGISTER already holding, or an UNREGISTER seen since the request, counts. A creation raced by its deletion
+sends UNREGISTER twice and no REGISTER: a deletion lifts the creation's due. A connection that ends loses what
+was due on it (R-10's reconnection registers anew).
+
+Both sides' times are one clock (a capture's; the suite's, where the client read nsqd's answers later than nsqd
+acted and the fake lookupd logged on arrival): a change told at ``ts`` is due by ``ts + ANNOUNCE_S``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from nsq_protocol.monitors.events import BROKER, COMMAND, Observed
+from nsq_protocol.monitors.lookupd_judge import V1Connection
+from nsq_protocol.monitors.monitor import Monitor
+from nsq_protocol.monitors.nsqd_names import CREATED, EPHEMERAL, LEFT, NameChange
+
+# nsqd's lookupLoop sends a notification within milliseconds; a lookupd peer that does not answer holds it up to
+# its 1 s read timeout (lookup_peer.go), and a loaded machine more
+ANNOUNCE_S = 5.0
+ENDED = "the traffic ended before it was due"
+
+
+@dataclass
+class _Due:
+    verb: str  # REGISTER or UNREGISTER
+    key: tuple[str, str | None]  # (topic, channel or None)
+    item: str
+    cause: NameChange
+    by: float
+
+
+@dataclass
+class _Peer:
+    """One nsqd's V1 connection to this lookupd, read from its start."""
+
+    nsqd_port: int  # its IDENTIFY's tcp_port
+    host: str | None  # its client end's host, where the traffic shows it
+    identified_at: float
+    registered: set = field(default_factory=set)  # (topic, None) and (topic, channel) REGISTERed, not UNREGISTERed
+    unregistered_at: dict = field(default_factory=dict)  # key -> its last UNREGISTER
+    due: list[_Due] = field(default_factory=list)
+
+
+class NsqdAnnounces(Monitor):
+    """R-03: a topic or channel nsqd creates (PUB, SUB, /pub, /topic/create, /channel/create) is REGISTERed on each
+    of its lookupd connections (a channel's REGISTER names its topic too); R-04: a /channel/delete answered 200 is
+    followed by 'UNREGISTER t c'; R-05: a /topic/delete by 'UNREGISTER t' and one for each channel it had; R-06:
+    an ephemeral channel's last consumer leaving by its UNREGISTER; R-07: an ephemeral topic whose last channel went
+    so by 'UNREGISTER t' too."""
+
+    ITEMS = ("R-03", "R-04", "R-05", "R-06", "R-07")
+    KINDS = frozenset({COMMAND})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._peers: dict[str, _Peer] = {}  # connection -> what it told
+        self._has: dict[str, dict[str, set]] = {}  # nsqd "host:port" -> its topics -> their channels, as told
+        self._earliest = float("inf")  # the earliest due of any peer
+
+    # ---- the lookupd side -----------------------------------------------------------------------------
+    def observe(self, judge, connection: V1Connection, event: Observed, answered: Observed | None) -> None:
+        self._overdue(judge, event.ts)
+        peer = self._peers.get(connection.name)
+        if peer is None:
+            if event.name == "IDENTIFY" and connection.started and judge.nsqd_clients:
+                port = _tcp_port(event.text)
+                if port is not None:
+                    host = connection.client_address.rsplit(":", 1)[0] if connection.client_address else None
+                    self._peers[connection.name] = _Peer(port, host, event.ts)
+            return
+        key = (event.topic, event.channel) if event.topic else None
+        if key is None:
+            return
+        if event.name == "REGISTER":
+            peer.registered.add(key)
+            peer.registered.add((event.topic, None))
+            if event.channel:  # nsqd has the channel (perhaps one lookupd's /channels named: nsqd.go GetTopic)
+                for nsqd, topics in self._has.items():
+                    if self._of(peer, nsqd) and event.topic in topics:
+                        topics[event.topic].add(event.channel)
+        elif event.name == "UNREGISTER":
+            peer.registered.discard(key)
+            peer.unregistered_at[key] = event.ts
+        else:
+            return
+        peer.due = [due for due in peer.due if not _met(due, event)]
+
+    def closed(self, judge, connection: V1Connection) -> None:
+        self._overdue(judge, connection.closed_at)
+        self._peers.pop(connection.name, None)  # what it had due is lost with it (R-10)
+
+    # ---- the nsqd side --------------------------------------------------------------------------------
+    def nsqd_changed(self, judge, nsqd: str, change: NameChange) -> None:
+        """``nsqd``: "host:port" of its TCP side; ``change``: what its traffic showed."""
+        self._overdue(judge, change.ts)
+        topics = self._has.setdefault(nsqd, {})
+        topic, channel = change.topic, change.channel
+        peers = [peer for peer in self._peers.values() if self._of(peer, nsqd) and peer.identified_at < change.since]
+        if change.change == CREATED:
+            new = [(topic, None)] if topic not in topics else []
+            if channel is not None and channel not in topics.get(topic, ()):
+                new.append((topic, channel))
+            topics.setdefault(topic, set()).update(() if channel is None else (channel,))
+            for peer in peers:
+                for key in new:
+                    self._expect(peer, "REGISTER", key, "R-03", change)
+            return
+        for peer in peers:  # a deletion: the creation's REGISTER may never come (an exiting one is UNREGISTERed)
+            peer.due = [due for due in peer.due if not (due.verb == "REGISTER" and due.key[0] == topic and
+                                                        (channel is None or due.key[1] in (None, channel)))]
+        if change.change == LEFT and not change.last:
+            return
+        item = "R-06" if change.change == LEFT else "R-04" if channel is not None else "R-05"
+        channels = topics.get(topic, set())
+        if channel is None:
+            for peer in peers:
+                for gone in channels | {key[1] for key in peer.registered if key[0] == topic and key[1]}:
+                    self._expect(peer, "UNREGISTER", (topic, gone), item, change)
+                self._expect(peer, "UNREGISTER", (topic, None), item, change)
+            topics.pop(topic, None)
+            return
+        channels.discard(channel)
+        for peer in peers:
+            self._expect(peer, "UNREGISTER", (topic, channel), item, change)
+        left = channels | {key[1] for peer in peers for key in peer.registered if key[0] == topic and key[1]}
+        left.discard(channel)  # its UNREGISTER may not have come yet
+        if topic.endswith(EPHEMERAL) and not left:  # nsqd/topic.go DeleteExistingChannel: its last channel gone
+            for peer in peers:
+                self._expect(peer, "UNREGISTER", (topic, None), "R-07", change)
+            topics.pop(topic, None)
+
+    def finish(self, judge, now: float) -> None:
+        self._overdue(judge, now)
+        for peer in self._peers.values():
+            for due in peer.due:
+                self.skip(due.item, ENDED)
+
+    # ---- dues ---------------------------------------------------------------------------------------------
+    def _expect(self, peer: _Peer, verb: str, key: tuple, item: str, cause: NameChange) -> None:
+        if verb == "REGISTER" and key in peer.registered:
+            return
+        if verb == "UNREGISTER" and key not in peer.registered and \
+                peer.unregistered_at.get(key, float("-inf")) >= cause.since:
+            return
+        peer.due.append(_Due(verb, key, item, cause, cause.ts + ANNOUNCE_S))
+        self._earliest = min(self._earliest, cause.ts + ANNOUNCE_S)
+
+    def _overdue(self, judge, now: float | None) -> None:
+        if now is None or now < self._earliest:
+            return
+        self._earliest = float("inf")
+        for name, peer in self._peers.items():
+            for due in peer.due:
+                if due.by <= now:
+                    line = " ".join((due.verb, due.key[0], *(() if due.key[1] is None else (due.key[1],))))
+                    self.report(due.item, BROKER, due.by, name, f"'{line}' within {ANNOUNCE_S:g} s of nsqd's "
+                                f"{due.cause.change} {'/'.join(filter(None, due.key))} at {due.cause.ts:.3f}",
+                                "none")
+            peer.due = [due for due in peer.due if due.by > now]
+            self._earliest = min([self._earliest, *(due.by for due in peer.due)])
+
+    @staticmethod
+    def _of(peer: _Peer, nsqd: str) -> bool:
+        host, _, port = nsqd.rpartition(":")
+        return str(peer.nsqd_port) == port and peer.host in (None, host)
+
+
+def _met(due: _Due, event: Observed) -> bool:
+    if event.name != due.verb or event.topic != due.key[0]:
+        return False
+    # a channel's REGISTER registers its topic too (nsqlookupd/lookup_protocol_v1.go REGISTER)
+    return event.channel == due.key[1] or due.verb == "REGISTER" and due.key[1] is None
+
+
+def _tcp_port(body: str) -> int | None:
+    try:
+        fields = json.loads(body)
+    except ValueError:
+        return None
+    port = fields.get("tcp_port") if isinstance(fields, dict) else None
+    return port if isinstance(port, int) and not isinstance(port, bool) else None
