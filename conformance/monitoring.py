@@ -42,8 +42,10 @@ def judge(transcript: Transcript, version: NsqVersion = NsqVersion.parse(DEFAULT
         if name not in judge.connections:
             # a connection the suite opened with the V2 magic, or another (C-02): its defaults are known from its
             # start
+            endpoint = transcript.endpoints.get(name)
             judge.open(name, at, started=event.direction == CLIENT_TO_SERVER and (event.lines[0].startswith(
-                "MAGIC b'  V2'") or bad_magic(event.observed)))
+                "MAGIC b'  V2'") or bad_magic(event.observed)),
+                server=endpoint and address(endpoint.server), client=endpoint and address(endpoint.client))
         for observed in event.observed:
             judge.observe(name, observed)
     end = transcript.wall_started + transcript.now()
@@ -90,6 +92,12 @@ def judge_lookupd(transcript: Transcript, own_names: str = "", limits: dict | No
     if judge.failures:
         raise MonitorFailed("; ".join(judge.failures))
     return judge
+
+
+def address(host_port: tuple[str, int]) -> str:
+    """A socket's address as Go's net.Addr names it (nsqd's /stats remote_address): [v6]:port."""
+    host, port = host_port[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def bad_magic(observed: tuple) -> bool:

@@ -73,6 +73,7 @@ from nsq_protocol.monitors.requeues import RequeueDelayKept
 from nsq_protocol.monitors.sampling import SampledShare
 from nsq_protocol.monitors.scan import TimedOutInTime
 from nsq_protocol.monitors.settling import SettledByOwner
+from nsq_protocol.monitors.stats_clients import ClientsAsConnected
 from nsq_protocol.monitors.stats_counters import CountersNeverBehind
 from nsq_protocol.monitors.tls import TlsRequired
 from nsq_protocol.monitors.unreadable import UnreadableBytesEnd
@@ -85,7 +86,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
-    CountersNeverBehind, EphemeralKept,
+    CountersNeverBehind, EphemeralKept, ClientsAsConnected,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that
