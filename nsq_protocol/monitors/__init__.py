@@ -59,6 +59,7 @@ from nsq_protocol.monitors.framing import (
 from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
 from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
 from nsq_protocol.monitors.http_documents import DocumentsAsNsqd
+from nsq_protocol.monitors.http_no_auth import HttpWithoutAuth
 from nsq_protocol.monitors.identify import FeaturesKept, IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.identify_values import IdentifyValues
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
@@ -75,6 +76,7 @@ from nsq_protocol.monitors.scan import TimedOutInTime
 from nsq_protocol.monitors.settling import SettledByOwner
 from nsq_protocol.monitors.stats_clients import ClientsAsConnected
 from nsq_protocol.monitors.stats_counters import CountersNeverBehind
+from nsq_protocol.monitors.stats_topics import RefusedMpubMadeTopic
 from nsq_protocol.monitors.tls import TlsRequired
 from nsq_protocol.monitors.unreadable import UnreadableBytesEnd
 from nsq_protocol.monitors.window import RdyWindow
@@ -86,7 +88,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
-    CountersNeverBehind, EphemeralKept, ClientsAsConnected,
+    CountersNeverBehind, EphemeralKept, ClientsAsConnected, HttpWithoutAuth, RefusedMpubMadeTopic,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

@@ -9,7 +9,9 @@ import json
 from nsq_protocol import wire
 from nsq_protocol.http import HttpExchange, Request, Response
 from nsq_protocol.monitors import stats_clients
+from nsq_protocol.monitors.http_no_auth import HttpWithoutAuth
 from nsq_protocol.monitors.stats_clients import ClientsAsConnected
+from nsq_protocol.monitors.stats_topics import RefusedMpubMadeTopic
 from tests.protocol.test_monitors import ID1, T0, Traffic
 
 ADDRESS = "127.0.0.1:40001"
@@ -50,8 +52,11 @@ def identified(fields: dict, answer: dict | None = None) -> Traffic:
     return traffic.receive(0.01, wire.FRAME_RESPONSE, json.dumps(answer).encode())
 
 
+MINE = frozenset({*ClientsAsConnected.ITEMS, *HttpWithoutAuth.ITEMS, *RefusedMpubMadeTopic.ITEMS})
+
+
 def found(traffic: Traffic, end: float = 5.0) -> list[tuple[str, str]]:
-    return [one for one in traffic.violations(end) if one[0] in ClientsAsConnected.ITEMS]
+    return [one for one in traffic.violations(end) if one[0] in MINE]
 
 
 def skipped(traffic: Traffic) -> set[tuple[str, str]]:
@@ -202,3 +207,74 @@ def test_a_request_answered_after_the_tallies_reach_is_not_judged():
     traffic.message(5.0, ID1, attempts=2).message(100.0, ID1, attempts=3)
     traffic = stats(traffic, 1.0, [entry(state=3, message_count=0)], took=99.5)
     assert found(traffic, 101.0) == [] and ("H-STATS-09", stats_clients.LONG_ASKED) in skipped(traffic)
+
+
+# ---- P-AUTH-15: the HTTP API asks no secret ----------------------------------------------------------------
+
+def http(traffic: Traffic, at: float, target: str, status: int, body: bytes) -> Traffic:
+    traffic.judge.http_exchange(HttpExchange(T0 + at, Request("POST", target, b"x"), Response(status, body),
+                                             T0 + at + 0.01))
+    return traffic
+
+
+def authed() -> Traffic:
+    return identified({"feature_negotiation": True}, JSON_ANSWER | {"auth_required": True})
+
+
+def test_with_auth_on_an_http_publish_refused_for_a_secret_is_p_auth_15_and_tls_required_is_not():
+    assert found(http(authed(), 1.0, "/pub?topic=t", 401, b'{"message":"AUTH_REQUIRED"}')) == [("P-AUTH-15", "broker")]
+    assert found(http(authed(), 1.0, "/pub?topic=t", 403, b'{"message":"TLS_REQUIRED"}')) == []
+    assert found(http(authed(), 1.0, "/pub?topic=t", 200, b"OK")) == []
+
+
+def test_a_refusal_with_no_connection_telling_auth_is_on_is_not_judged():
+    traffic = http(identified({"feature_negotiation": True}, JSON_ANSWER).close(0.5, "client"), 1.0, "/pub?topic=t",
+                   401, b"{}")
+    monitor = next(one for one in traffic.judge.monitors if isinstance(one, HttpWithoutAuth))
+    assert found(traffic) == [] and monitor.not_judged
+
+
+# ---- P-MPUB-05: an MPUB refused for its body made its topic ------------------------------------------------------
+
+def refused_mpub(known_life: bool = True, http_seen: bool = True) -> Traffic:
+    traffic = Traffic(http_seen=http_seen)
+    traffic.judge.open("A", T0, True, client=ADDRESS)
+    if known_life:
+        stats(traffic, 0.0)
+    traffic.send(0.1, b"MPUB", "made", body=struct_body())
+    return traffic.error(0.11, b"E_BAD_MESSAGE MPUB invalid message body size 0")
+
+
+def struct_body() -> bytes:
+    return b"\x00\x00\x00\x01\x00\x00\x00\x00"
+
+
+def listing(traffic: Traffic, at: float, *names: str) -> Traffic:
+    document = {"version": "1.3.0", "health": "OK", "start_time": int(T0) - 100, "producers": [],
+                "topics": [{"topic_name": name, "channels": []} for name in names]}
+    traffic.judge.http_exchange(HttpExchange(T0 + at, Request("GET", "/stats?format=json", b""),
+                                             Response(200, json.dumps(document).encode()), T0 + at + 0.01))
+    return traffic
+
+
+def test_the_topic_of_an_mpub_refused_for_its_body_listed_keeps_p_mpub_05_and_missing_breaks_it():
+    assert found(listing(refused_mpub(), 1.0, "made")) == []
+    assert found(listing(refused_mpub(), 1.0)) == [("P-MPUB-05", "broker")]
+
+
+def test_an_mpub_before_any_answer_told_the_life_or_with_unseen_http_is_not_judged():
+    assert found(listing(refused_mpub(known_life=False), 1.0)) == []
+    traffic = listing(refused_mpub(http_seen=False), 1.0)
+    monitor = next(one for one in traffic.judge.monitors if isinstance(one, RefusedMpubMadeTopic))
+    assert found(traffic) == [] and monitor.not_judged
+
+
+# ---- H-08: a name's '#' sent as %23 -----------------------------------------------------------------------
+
+def test_an_ephemeral_channel_listed_with_its_23_kept_is_h_08_and_listed_decoded_keeps_it():
+    from tests.protocol.test_monitors_stats import channel, ephemeral_created, ephemeral_found, topic
+    from tests.protocol.test_monitors_stats import stats as topics_stats
+    traffic = topics_stats(ephemeral_created(), 1.0, topic("t", 0, channel("e%23ephemeral")))
+    assert ephemeral_found(traffic, 2.0) == [("H-08", "broker")]
+    traffic = topics_stats(ephemeral_created(), 1.0, topic("t", 0, channel("e#ephemeral")))
+    assert ephemeral_found(traffic, 2.0) == []
