@@ -29,6 +29,10 @@ CLIENT_KEYS = frozenset({"client_id", "hostname", "version", "remote_address", "
                          "sample_rate", "deflate", "snappy", "user_agent", "tls", "tls_cipher_suite", "tls_version",
                          "tls_negotiated_protocol", "tls_negotiated_protocol_is_mutual"})
 CLIENT_OMITTED = frozenset({"authed", "auth_identity", "auth_identity_url", "pub_counts"})  # omitempty
+# what master adds after v1.3.0 (PR #1301's topology experiment): the client's zone and region, its deliveries by
+# locality (each left out while zero)
+CLIENT_LATER = frozenset({"topology_zone", "topology_region", "zone_local_msg_count", "region_local_msg_count",
+                          "global_msg_count"})
 TLS_VERSIONS = ("TLS1.0", "TLS1.1", "TLS1.2", "TLS1.3", "Unknown ")  # prettyConnectionState.GetVersion
 _BOOL = {"true": True, "1": True, "false": False, "0": False}  # nsqd/http.go: boolParams; anything else is true
 BUCKET_S = 0.25  # the tallies' resolution: a bucket that straddles the request counts as after it
@@ -211,7 +215,7 @@ class ClientsAsConnected(Monitor):
     def _keys(self, exchange: HttpExchange, entry: dict) -> None:
         """H-STATS-09: every entry's keys, whatever connection it describes."""
         keys = set(entry)
-        if not CLIENT_KEYS <= keys <= CLIENT_KEYS | CLIENT_OMITTED:
+        if not CLIENT_KEYS <= keys <= CLIENT_KEYS | CLIENT_OMITTED | CLIENT_LATER:
             self.report("H-STATS-09", BROKER, exchange.ts, HTTP, f"a client entry's keys {sorted(CLIENT_KEYS)} and "
                         f"at most {sorted(CLIENT_OMITTED)}", f"{sorted(keys)}", exchange)
         elif entry.get("version") != "V2":
