@@ -13,6 +13,8 @@ from nsq_protocol.monitors.http_no_auth import HttpWithoutAuth
 from nsq_protocol.monitors.stats_clients import ClientsAsConnected
 from nsq_protocol.monitors.stats_topics import RefusedMpubMadeTopic
 from tests.protocol.test_monitors import ID1, T0, Traffic
+from tests.protocol.test_monitors_stats import channel, ephemeral_created, ephemeral_found, topic
+from tests.protocol.test_monitors_stats import stats as topics_stats
 
 ADDRESS = "127.0.0.1:40001"
 JSON_ANSWER = {"max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout": 900_000, "msg_timeout": 60_000,
@@ -150,6 +152,8 @@ def test_missing_keys_a_wrong_sample_rate_or_fewer_messages_than_delivered_are_h
     broken = entry(state=3)
     del broken["connect_ts"]
     assert found(stats(traffic, 1.0, [broken])) == [("H-STATS-09", "broker")]
+    master = entry(state=3, topology_zone="", topology_region="")  # master's keys after v1.3.0: no fault
+    assert found(stats(connected().send(0.1, b"SUB", "t", "c").ok(0.11), 1.0, [master])) == []
     traffic = identified({"sample_rate": 10}).send(0.1, b"SUB", "t", "c").ok(0.11)
     assert found(stats(traffic, 1.0, [entry(state=3, client_id="", hostname="")])) == [("H-STATS-09", "broker")]
     traffic = connected().send(0.1, b"SUB", "t", "c").ok(0.11).send(0.12, b"RDY", 1).message(0.2, ID1)
@@ -272,8 +276,6 @@ def test_an_mpub_before_any_answer_told_the_life_or_with_unseen_http_is_not_judg
 # ---- H-08: a name's '#' sent as %23 -----------------------------------------------------------------------
 
 def test_an_ephemeral_channel_listed_with_its_23_kept_is_h_08_and_listed_decoded_keeps_it():
-    from tests.protocol.test_monitors_stats import channel, ephemeral_created, ephemeral_found, topic
-    from tests.protocol.test_monitors_stats import stats as topics_stats
     traffic = topics_stats(ephemeral_created(), 1.0, topic("t", 0, channel("e%23ephemeral")))
     assert ephemeral_found(traffic, 2.0) == [("H-08", "broker")]
     traffic = topics_stats(ephemeral_created(), 1.0, topic("t", 0, channel("e#ephemeral")))
