@@ -55,8 +55,10 @@ def judge(transcript: Transcript, version: NsqVersion = NsqVersion.parse(DEFAULT
         if name not in judge.connections:
             # a connection the suite opened with the V2 magic, or another (C-02): its defaults are known from its
             # start
+            endpoint = transcript.endpoints.get(name)
             judge.open(name, at, started=event.direction == CLIENT_TO_SERVER and (event.lines[0].startswith(
-                "MAGIC b'  V2'") or bad_magic(event.observed)))
+                "MAGIC b'  V2'") or bad_magic(event.observed)),
+                server=endpoint and address(endpoint.server), client=endpoint and address(endpoint.client))
         for observed in event.observed:
             judge.observe(name, observed)
     end = transcript.wall_started + transcript.now()
@@ -144,6 +146,12 @@ def _fake_logged(judge: monitors.LookupdJudge, at: float, event) -> None:
     else:
         judge.client_bytes(name, at, event.line.encode() + b"\n")
         judge.server_bytes(name, at, wire_v1.encode_reply(b"OK"))
+
+
+def address(host_port: tuple[str, int]) -> str:
+    """A socket's address as Go's net.Addr names it (nsqd's /stats remote_address): [v6]:port."""
+    host, port = host_port[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def bad_magic(observed: tuple) -> bool:

@@ -31,6 +31,7 @@ class Connection:
     started: bool  # the traffic showed the connection's start (its magic): its defaults are known
     opened_at: float | None = None
     server: str | None = None  # host:port the client dialed (an nsqd /lookup lists so), where the feeder knows it
+    client: str | None = None  # host:port of the client's end, as the broker names it (/stats remote_address)
     identify: dict | None = None  # the first IDENTIFY's body, once answered without an error (ID-40)
     identify_answer: dict | None = None  # its JSON answer
     identified_at: float | None = None

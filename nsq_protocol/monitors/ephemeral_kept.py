@@ -6,6 +6,8 @@ cannot bound it, so only the keeping is judged here."""
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER, COMMAND
 from nsq_protocol.monitors.monitor import Monitor
@@ -20,9 +22,10 @@ UNSEEN_SUB = "a connection not seen whole may have subscribed to the channel and
 class EphemeralKept(Monitor):
     """D-51: an ephemeral channel made by /channel/create and never subscribed stays in every /stats JSON answer
     asked after; D-52: an ephemeral topic an answer showed with a normal channel stays in every later answer. Both
-    until a /topic/delete or /channel/delete of theirs or a restart (another start_time)."""
+    until a /topic/delete or /channel/delete of theirs or a restart (another start_time). H-08: such a channel's
+    name, its '#' sent as %23 (a bare one begins the URL's fragment), is listed decoded, not as sent."""
 
-    ITEMS = ("D-51", "D-52")
+    ITEMS = ("D-51", "D-52", "H-08")
     KINDS = frozenset({COMMAND})
 
     def __init__(self) -> None:
@@ -81,8 +84,14 @@ class EphemeralKept(Monitor):
                 self.skip("D-51", UNSEEN_SUB if (topic, channel) not in self._subscribed else
                           "a client subscribed: its leaving removes the channel")
             elif channel not in listed.get(topic, ()):  # D-51: only a client's leaving removes it
-                self.report("D-51", BROKER, exchange.ts, HTTP, f"ephemeral channel {topic}/{channel}, made by "
-                            "/channel/create and never subscribed, still listed", "not listed", exchange)
+                encoded = [name for name in listed.get(topic, ()) if isinstance(name, str) and name != channel
+                           and unquote(name) == channel]
+                if encoded:  # H-08: the %23 it was sent as kept in the name
+                    self.report("H-08", BROKER, exchange.ts, HTTP, f"ephemeral channel {topic}/{channel}, its '#' "
+                                "sent as %23", f"{encoded[0]} listed instead", exchange)
+                else:
+                    self.report("D-51", BROKER, exchange.ts, HTTP, f"ephemeral channel {topic}/{channel}, made by "
+                                "/channel/create and never subscribed, still listed", "not listed", exchange)
         for topic in self._kept:
             if wanted_topic in ("", topic) and not wanted_channel and topic not in listed:
                 self.report("D-52", BROKER, exchange.ts, HTTP, f"ephemeral topic {topic}, shown with a normal "

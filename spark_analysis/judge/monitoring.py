@@ -167,6 +167,8 @@ class Opening:
     ended_at: float | None  # None: still open where the capture ends
     closed_by: str | None
     identify_answer: dict | None  # nsqd's JSON answer to IDENTIFY, as the decoder read it whole
+    client: str | None = None  # host:port of the client's end, as nsqd names it (its /stats remote_address)
+    server: str | None = None  # host:port the client dialed
 
 
 def openings(connections: pa.Table, undecoded: set[str]) -> dict[str, list[Opening]]:
@@ -185,7 +187,8 @@ def openings(connections: pa.Table, undecoded: set[str]) -> dict[str, list[Openi
         ended = row["close"] != Close.OPEN
         by_server.setdefault(row["server"], []).append(Opening(
             row["conn_id"], row["first_ts_ns"] / NS, started, whole,
-            row["last_ts_ns"] / NS if ended else None, _CLOSED_BY.get(row["close"]), answer or None))
+            row["last_ts_ns"] / NS if ended else None, _CLOSED_BY.get(row["close"]), answer or None,
+            _address(row["client"]), _address(row["server"])))
     return by_server
 
 
@@ -295,7 +298,7 @@ class ServerJudging:
         ts, order, _, what = entry
         self.last_ts = max(self.last_ts, ts)
         if order == 0:
-            self.judge.open(what.conn_id, ts, what.started, what.whole)
+            self.judge.open(what.conn_id, ts, what.started, what.whole, server=what.server, client=what.client)
         elif order == 1:
             exchange, action = what
             self.judge.http_exchange(exchange)
@@ -303,6 +306,14 @@ class ServerJudging:
                 self.judge.http(action)
         elif what.conn_id not in self._encrypted:
             self.judge.close(what.conn_id, ts, what.closed_by)
+
+
+def _address(end: str | None) -> str | None:
+    """An end of a connection ("ip port", the events' column) as Go's net.Addr names it: [v6]:port."""
+    if not end or " " not in end:
+        return None
+    host, port = end.rsplit(" ", 1)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _command(row: dict, bodies: list) -> Observed:
