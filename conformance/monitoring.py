@@ -17,10 +17,11 @@ from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import MAGIC, UNREADABLE
 from nsq_protocol.monitors.lookupd_announces import NsqdAnnounces
 from nsq_protocol.monitors.lookupd_nsqd import NsqdRegisters
-from nsq_protocol.monitors.nsqd_names import NameChange, NamesChanged
+from nsq_protocol.monitors.nsqd_names import RESTARTED, NameChange, NamesChanged
 
 _SERVER_CLOSED = ("server closed the connection", "connection reset")
 _KILLED = "kill the target"  # case.py's note of a SIGKILL
+_RESTARTS = (_KILLED, "restart the target")  # case.py's notes of a restart (SIGKILL or SIGTERM)
 _CLIENT_CLOSES = "client closes"  # the note of a test connection's close (lookupd_client.V1Connection.close)
 # the fake lookupd's IDENTIFY answer as the monitors read it: any JSON (lookupd_fake.py's names a port of its own)
 _FAKE_ANSWER = json.dumps({"broadcast_address": "127.0.0.1", "hostname": "conformance-lookupd", "http_port": 1,
@@ -111,10 +112,14 @@ def judge_registration(transcript: Transcript, lookupd: FakeLookupd, nsqd: str, 
                        version: NsqVersion = NsqVersion.parse(DEFAULT)) -> tuple[monitors.Judge, monitors.LookupdJudge]:
     """A registration case (the ``registration`` fixture): nsqd's monitors over its transcript, as ``judge``, and
     nsqd's rules of registering (NsqdRegisters, NsqdAnnounces) over what the case's fake nsqlookupd logged, told
-    the changes of the case's own topics (``own_names...``) the transcript shows. ``nsqd``: "host:port" of the
-    target's TCP side. The fake logged each command on arrival, on the transcript's clock (time.monotonic)."""
+    the changes of the case's own topics (``own_names...``) the transcript shows, and the target's restarts. ``nsqd``:
+    "host:port" of the target's TCP side. The fake logged each command on arrival, on the transcript's clock
+    (time.monotonic)."""
     changes: list[NameChange] = []
     nsqd_judge = judge(transcript, version, (NamesChanged(changes.append, lambda topic: topic.startswith(own_names)),))
+    changes.extend(NameChange(transcript.wall_time(event), transcript.wall_time(event), RESTARTED, "")
+                   for event in transcript.events if event.direction == NOTE and event.lines[0].startswith(_RESTARTS))
+    changes.sort(key=lambda change: change.ts)
     registering = monitors.LookupdJudge([NsqdRegisters(), NsqdAnnounces()], http_seen=False, nsqd_clients=True)
     logged = [(transcript.wall_started + event.at - transcript.started, event) for event in lookupd.since(0)]
     end = transcript.wall_started + transcript.now()

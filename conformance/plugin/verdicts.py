@@ -364,8 +364,9 @@ def _monitored(item, case) -> list:
     expected = {i for marker in item.iter_markers("monitors_expect") for i in marker.args}
     if isinstance(case, LookupdCase):
         judged = [monitoring.judge_lookupd(case.transcript, case.name_prefix, case.target.limits)]
-    elif getattr(case, "lookupd", None) is not None:  # the registration fixture's fake nsqlookupd
-        judged = monitoring.judge_registration(case.transcript, case.lookupd, "%s:%d" % case.target.tcp,
+    elif (lookupd := getattr(case, "lookupd", None) or case.target.lookupd) is not None:
+        # the registration fixture's fake nsqlookupd, or the one a crashable target registers with from its start
+        judged = monitoring.judge_registration(case.transcript, lookupd, "%s:%d" % case.target.tcp,
                                                case.name_prefix, case.version)
     else:
         judged = [monitoring.judge(case.transcript, case.version)]

@@ -1,6 +1,7 @@
 """What nsqd must tell the nsqlookupds it registers with when its topics and channels come and go
-(registration.toml, R-03 to R-07), judged on its V1 connections to an nsqlookupd against the changes its own
-traffic shows (nsqd_names.NameChange, told through ``LookupdJudge.nsqd_changed``).
+(registration.toml, R-03 to R-07), and on each new connection to one (R-10, R-11), judged on its V1 connections
+to an nsqlookupd against the changes its own traffic shows (nsqd_names.NameChange, told through
+``LookupdJudge.nsqd_changed``).
 
 nsqd/lookup.go lookupLoop sends each notification (nsqd.go Notify: a goroutine each, so in no fixed order) to every
 lookupd peer: REGISTER for a topic or channel that is not exiting, UNREGISTER for one that is. A creation's
@@ -8,6 +9,13 @@ REGISTER may cross the wire before the client reads its OK, and a deletion's UNR
 a REGISTER already holding, or an UNREGISTER seen since the request, counts. A creation raced by its deletion
 sends UNREGISTER twice and no REGISTER: a deletion lifts the creation's due. A connection that ends loses what
 was due on it (R-10's reconnection registers anew).
+
+nsqd/lookup_peer.go Command connects whenever its peer is not connected (at nsqd's start, at the first command
+after a lost connection, after a PUT of the lookupds' list) and runs lookup.go connectCallback before the command:
+IDENTIFY, then a REGISTER of each channel nsqd has and of each topic without channels, from one snapshot taken after
+the IDENTIFY's answer. A topic or channel the model knows at the IDENTIFY is in that snapshot unless a deletion
+came in between, which lifts its due. The commands that follow (a PING at the next tick at the latest) come after
+the snapshot's REGISTERs: those still due ``ANNOUNCE_S`` after the connection's first PING are missing.
 
 Both sides' times are one clock (a capture's; the suite's, where the client read nsqd's answers later than nsqd
 acted and the fake lookupd logged on arrival): a change told at ``ts`` is due by ``ts + ANNOUNCE_S``."""
@@ -19,13 +27,15 @@ from dataclasses import dataclass, field
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, Observed
 from nsq_protocol.monitors.lookupd_judge import V1Connection
+from nsq_protocol.monitors.lookupd_nsqd import PING_S, PING_SLACK_S
 from nsq_protocol.monitors.monitor import Monitor
-from nsq_protocol.monitors.nsqd_names import CREATED, EPHEMERAL, LEFT, NameChange
+from nsq_protocol.monitors.nsqd_names import CREATED, EPHEMERAL, LEFT, LOOKUPDS, RESTARTED, NameChange
 
 # nsqd's lookupLoop sends a notification within milliseconds; a lookupd peer that does not answer holds it up to
 # its 1 s read timeout (lookup_peer.go), and a loaded machine more
 ANNOUNCE_S = 5.0
 ENDED = "the traffic ended before it was due"
+_CONNECTED = frozenset({"R-10", "R-11"})  # the dues of a new connection's connectCallback
 
 
 @dataclass
@@ -47,6 +57,7 @@ class _Peer:
     registered: set = field(default_factory=set)  # (topic, None) and (topic, channel) REGISTERed, not UNREGISTERed
     unregistered_at: dict = field(default_factory=dict)  # key -> its last UNREGISTER
     due: list[_Due] = field(default_factory=list)
+    pinged: bool = False  # its connectCallback is over: a PING came after it
 
 
 class NsqdAnnounces(Monitor):
@@ -54,9 +65,10 @@ class NsqdAnnounces(Monitor):
     of its lookupd connections (a channel's REGISTER names its topic too); R-04: a /channel/delete answered 200 is
     followed by 'UNREGISTER t c'; R-05: a /topic/delete by 'UNREGISTER t' and one for each channel it had; R-06:
     an ephemeral channel's last consumer leaving by its UNREGISTER; R-07: an ephemeral topic whose last channel went
-    so by 'UNREGISTER t' too."""
+    so by 'UNREGISTER t' too; R-10: a new connection (after a lost one, or at nsqd's start) REGISTERs every
+    channel and topic nsqd has before its first PING; R-11: so does one opened for a PUT of nsqd's lookupds' list."""
 
-    ITEMS = ("R-03", "R-04", "R-05", "R-06", "R-07")
+    ITEMS = ("R-03", "R-04", "R-05", "R-06", "R-07", "R-10", "R-11")
     KINDS = frozenset({COMMAND})
 
     def __init__(self) -> None:
@@ -64,6 +76,7 @@ class NsqdAnnounces(Monitor):
         self._peers: dict[str, _Peer] = {}  # connection -> what it told
         self._has: dict[str, dict[str, set]] = {}  # nsqd "host:port" -> its topics -> their channels, as told
         self._earliest = float("inf")  # the earliest due of any peer
+        self._replaced: dict[str, NameChange] = {}  # nsqd -> its latest PUT of its lookupds' list
 
     # ---- the lookupd side -----------------------------------------------------------------------------
     def observe(self, judge, connection: V1Connection, event: Observed, answered: Observed | None) -> None:
@@ -74,8 +87,15 @@ class NsqdAnnounces(Monitor):
                 port = _tcp_port(event.text)
                 if port is not None:
                     host = connection.client_address.rsplit(":", 1)[0] if connection.client_address else None
-                    self._peers[connection.name] = _Peer(port, host, event.ts)
+                    peer = self._peers[connection.name] = _Peer(port, host, event.ts)
+                    self._connected(peer, connection, event)
             return
+        if event.name == "PING" and not peer.pinged:
+            peer.pinged = True
+            for due in peer.due:
+                if due.item in _CONNECTED:
+                    due.by = min(due.by, event.ts + ANNOUNCE_S)
+            self._earliest = min([self._earliest, *(due.by for due in peer.due)])
         key = (event.topic, event.channel) if event.topic else None
         if key is None:
             return
@@ -97,10 +117,30 @@ class NsqdAnnounces(Monitor):
         self._overdue(judge, connection.closed_at)
         self._peers.pop(connection.name, None)  # what it had due is lost with it (R-10)
 
+    def _connected(self, peer: _Peer, connection: V1Connection, identify: Observed) -> None:
+        """R-10, R-11: connectCallback's REGISTERs of what nsqd has (a channel's names its topic too)."""
+        for nsqd, topics in self._has.items():
+            if not self._of(peer, nsqd):
+                continue
+            replaced = self._replaced.get(nsqd)
+            item = "R-11" if replaced is not None and replaced.since <= connection.opened_at <= \
+                replaced.ts + ANNOUNCE_S else "R-10"
+            cause = NameChange(connection.opened_at, identify.ts, "connected", "")
+            by = identify.ts + PING_S + PING_SLACK_S  # the first PING's tick at the latest (R-08)
+            peer.due.extend(_Due("REGISTER", (topic, channel), item, cause, by)
+                            for topic, channels in topics.items() for channel in channels or (None,))
+            self._earliest = min(self._earliest, by)
+
     # ---- the nsqd side --------------------------------------------------------------------------------
     def nsqd_changed(self, judge, nsqd: str, change: NameChange) -> None:
         """``nsqd``: "host:port" of its TCP side; ``change``: what its traffic showed."""
         self._overdue(judge, change.ts)
+        if change.change == LOOKUPDS:
+            self._replaced[nsqd] = change
+            return
+        if change.change == RESTARTED:  # what it restored is not known (R-09): none of it is due on a connection
+            self._has.pop(nsqd, None)
+            return
         topics = self._has.setdefault(nsqd, {})
         topic, channel = change.topic, change.channel
         peers = [peer for peer in self._peers.values() if self._of(peer, nsqd) and peer.identified_at < change.since]
@@ -113,7 +153,9 @@ class NsqdAnnounces(Monitor):
                 for key in new:
                     self._expect(peer, "REGISTER", key, "R-03", change)
             return
-        for peer in peers:  # a deletion: the creation's REGISTER may never come (an exiting one is UNREGISTERed)
+        # a deletion: the creation's REGISTER may never come (an exiting one is UNREGISTERed), nor a connection's
+        # since the deletion's request (its snapshot may be later)
+        for peer in (peer for peer in self._peers.values() if self._of(peer, nsqd)):
             peer.due = [due for due in peer.due if not (due.verb == "REGISTER" and due.key[0] == topic and
                                                         (channel is None or due.key[1] in (None, channel)))]
         if change.change == LEFT and not change.last:
@@ -139,9 +181,12 @@ class NsqdAnnounces(Monitor):
 
     def finish(self, judge, now: float) -> None:
         self._overdue(judge, now)
-        for peer in self._peers.values():
+        for name, peer in self._peers.items():
             for due in peer.due:
-                self.skip(due.item, ENDED)
+                if due.item in _CONNECTED and peer.pinged:  # the whole traffic is told: no deletion lifts it now
+                    self._missing(name, due)
+                else:
+                    self.skip(due.item, ENDED)
 
     # ---- dues ---------------------------------------------------------------------------------------------
     def _expect(self, peer: _Peer, verb: str, key: tuple, item: str, cause: NameChange) -> None:
@@ -160,12 +205,18 @@ class NsqdAnnounces(Monitor):
         for name, peer in self._peers.items():
             for due in peer.due:
                 if due.by <= now:
-                    line = " ".join((due.verb, due.key[0], *(() if due.key[1] is None else (due.key[1],))))
-                    self.report(due.item, BROKER, due.by, name, f"'{line}' within {ANNOUNCE_S:g} s of nsqd's "
-                                f"{due.cause.change} {'/'.join(filter(None, due.key))} at {due.cause.ts:.3f}",
-                                "none")
+                    self._missing(name, due)
             peer.due = [due for due in peer.due if due.by > now]
             self._earliest = min([self._earliest, *(due.by for due in peer.due)])
+
+    def _missing(self, name: str, due: _Due) -> None:
+        line = " ".join((due.verb, due.key[0], *(() if due.key[1] is None else (due.key[1],))))
+        if due.item in _CONNECTED:
+            expected = f"'{line}' (nsqd has it) after the IDENTIFY at {due.cause.ts:.3f}, before the first PING"
+        else:
+            expected = f"'{line}' within {ANNOUNCE_S:g} s of nsqd's {due.cause.change} " \
+                f"{'/'.join(filter(None, due.key))} at {due.cause.ts:.3f}"
+        self.report(due.item, BROKER, due.by, name, expected, "none")
 
     @staticmethod
     def _of(peer: _Peer, nsqd: str) -> bool:

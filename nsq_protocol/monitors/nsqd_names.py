@@ -13,16 +13,21 @@ from nsq_protocol.monitors.events import RESPONSE, Observed
 from nsq_protocol.monitors.monitor import Monitor
 
 CREATED, DELETED, LEFT = "created", "deleted", "left"
+# not a name's change: nsqd's list of lookupds replaced (R-11), nsqd restarted (it then has what it restored: R-09)
+LOOKUPDS, RESTARTED = "lookupds", "restarted"
 EPHEMERAL = "#ephemeral"
 PUBLISHES = frozenset({"PUB", "MPUB", "DPUB"})
 # nsqd's HTTP routes that make a topic (GetTopic) or a channel (GetChannel) exist, when answered 200
 _HTTP_CREATES = frozenset({"/pub", "/mpub", "/topic/create", "/channel/create"})
+_LOOKUPDS_PATH = "/config/nsqlookupd_tcp_addresses"
 
 
 class NameChange(NamedTuple):
     """``CREATED``: the topic (and ``channel``) exists in nsqd after ``ts``; ``DELETED``: nsqd answered its deletion
-    over HTTP; ``LEFT``: a consumer of the ephemeral channel left, ``last``: the last (nsqd deletes the channel).
-    nsqd did it between ``since`` (the request, or the close) and ``ts`` (its answer)."""
+    over HTTP; ``LEFT``: a consumer of the ephemeral channel left, ``last``: the last (nsqd deletes the channel);
+    ``LOOKUPDS``: a PUT of its lookupds' list answered 200; ``RESTARTED`` (told by whoever knows it: the suite's
+    note of a restart): what its traffic showed it having no longer holds (``topic`` empty for both). nsqd did it
+    between ``since`` (the request, or the close) and ``ts`` (its answer)."""
 
     since: float
     ts: float
@@ -68,6 +73,9 @@ class NamesChanged(Monitor):
 
     def http_exchange(self, judge, exchange: HttpExchange) -> None:
         request = exchange.request
+        if request.path == _LOOKUPDS_PATH and request.method == "PUT" and exchange.response.status == 200:
+            self._tell(NameChange(exchange.ts, exchange.answered, LOOKUPDS, ""))
+            return
         topic, channel = request.query("topic"), request.query("channel")
         if exchange.response.status != 200 or request.method != "POST" or not topic or not self._knows(topic):
             return
