@@ -52,7 +52,9 @@ from spark_analysis.read.reassembly import Connection, FlowReassembly
 from spark_analysis.read.storage import LOCAL, Storage, is_local, join
 
 DEFAULT_NSQ_PORTS = frozenset({4150})
-SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload"]
+# a segment as reassembly takes it; the ACK number last (older tuples without it stay valid)
+SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload", "ack"]
+_PAYLOAD = SEGMENT_COLUMNS.index("payload")
 # what the decoding hands the judging (the exchange's), not tables of its own
 FOR_THE_JUDGE = frozenset({OBSERVED, HTTP, LOOKUPD, LOOKUPD_HTTP})
 # A connection's bytes decoded at a time: what its decoding holds is a few windows' worth, however long it lives.
@@ -270,7 +272,7 @@ def _segments(runs: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
     for run in runs:
         columns = [run.column(name).to_pylist() for name in SEGMENT_COLUMNS]
         if run.column("payload").null_count:
-            columns[-1] = read_payloads(
+            columns[_PAYLOAD] = read_payloads(
                 *(run.column(name).to_pylist() for name in ("file", "payload_offset", "payload_length"))
             )
         yield from zip(*columns, strict=True)

@@ -35,7 +35,7 @@ LOOKUPD_SCHEMA = pa.schema([
     ("closed_by", pa.string()),  # CLOSED: client, broker, or null where the capture does not say (or lost bytes)
 ])
 OPENED, FROM_CLIENT, FROM_SERVER, CLOSED = range(4)
-_SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload")
+_SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload", "ack")
 
 
 class V1Rows:

@@ -56,7 +56,7 @@ _FRAMES = {"message": MESSAGE, "heartbeat": HEARTBEAT, "response": RESPONSE, "er
 _CLOSED_BY = {Close.SERVER_FIN: BROKER, Close.CLIENT_FIN: CLIENT, Close.RST: None}
 _NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message_count"}
 _WHERE = {BAD_MAGIC: MAGIC, UNREADABLE_COMMAND: STREAM}  # the client's unreadable bytes; else its layer's
-_SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload")
+_SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload", "ack")
 
 VIOLATIONS = "violations"
 VIOLATIONS_SCHEMA = pa.schema([

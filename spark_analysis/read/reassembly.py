@@ -17,7 +17,9 @@ Policy (declared, tested):
   the current end (counted as ``retransmitted_bytes``; differing overlap content is counted as
   ``conflicting_bytes``, compared with the chunks still held).
 - Missing bytes become a ``Gap`` (offset, length); nothing is zero-filled. A FIN whose sequence
-  number lies past the end also reveals a trailing gap.
+  number lies past the end also reveals a trailing gap, and so does the peer's ACK of bytes the capture never
+  showed (a sniffer that dropped packets): the peer had them, so they were sent before the ACK was captured, and
+  the hole is given up then, not when the stream's next bytes come (which may be never, or long after).
 - A chunk's time is the latest capture time of any byte up to its end: the earliest moment a
   receiver could have decoded what it completes.
 
@@ -73,6 +75,7 @@ class Stream:
     _latest: int = 0
     _arrivals: int = 0
     _fins: list[tuple[int, int, int]] = field(default_factory=list)  # (seq, payload length, ts)
+    _acked: tuple[int, int] | None = None  # the highest ACK of this stream's bytes by the peer: (seq, ts)
 
     @property
     def chunks(self) -> list[tuple[int, bytes, int]]:
@@ -98,6 +101,21 @@ class Stream:
         else:
             self._push(seq, ts_ns, payload)
 
+    def acknowledged(self, ts_ns: int, ack: int) -> None:
+        """The peer acknowledged this stream's bytes up to ``ack``."""
+        if self._acked is None or (ack - self._acked[0]) % SEQ_MOD < SEQ_HALF:
+            self._acked = (ack, ts_ns)
+
+    def _acked_end(self) -> tuple[int, int] | None:
+        """The end of the bytes the peer acknowledged, as an offset, and when (a FIN's sequence number is no byte)."""
+        if self._acked is None or self._base is None:
+            return None
+        ack, ts_ns = self._acked
+        end = _relative(ack, self._base)
+        if any(end == _relative(seq, self._base) + length + 1 for seq, length, _ in self._fins):
+            end -= 1
+        return (end, ts_ns) if 0 < end < SEQ_HALF else None
+
     def _push(self, seq: int, ts_ns: int, payload: bytes) -> None:
         self._arrivals += 1
         heapq.heappush(self._unplaced, (_relative(seq, self._base), ts_ns, self._arrivals, payload))
@@ -116,10 +134,11 @@ class Stream:
         """Lay out what is contiguous; with ``give_up_holes``, every hole before held bytes becomes a gap."""
         self._anchor()
         end = self.length
+        acked = self._acked_end()
         while self._unplaced:
             relative, ts_ns, _, payload = self._unplaced[0]
             stop = relative + len(payload)
-            if relative > end and not give_up_holes:
+            if relative > end and not give_up_holes and (acked is None or acked[0] < relative):
                 break
             heapq.heappop(self._unplaced)
             if relative < 0:  # bytes before the ISN: a bogus or pre-epoch segment
@@ -129,11 +148,12 @@ class Stream:
                 self._drop(payload)
                 self.conflicting_bytes += self._conflicts(relative, payload)
                 continue
-            self._latest = max(self._latest, ts_ns)
-            if relative > end:
-                self._ready.append(Gap(end, relative - end, ts_ns))
+            if relative > end:  # known lost when these bytes came, or when the peer acknowledged the hole
+                known = ts_ns if acked is None or acked[0] <= end else min(ts_ns, acked[1])
+                self._ready.append(Gap(end, relative - end, known))
                 self.gap_count += 1
                 end = relative
+            self._latest = max(self._latest, ts_ns)
             overlap = end - relative
             if overlap:
                 self.retransmitted_bytes += overlap
@@ -143,6 +163,11 @@ class Stream:
             self._recent.append(chunk)
             self.held_bytes -= overlap
             end = stop
+        if acked is not None and acked[0] > end:  # acknowledged, never captured, and no bytes after them yet
+            self._latest = max(self._latest, acked[1])
+            self._ready.append(Gap(end, acked[0] - end, self._latest))
+            self.gap_count += 1
+            end = acked[0]
         self.length = end
 
     def _drop(self, payload: bytes) -> None:
@@ -224,14 +249,16 @@ class Connection:
         return f"{self.client[0]}:{self.client[1]}>{self.server[0]}:{self.server[1]}#{self.epoch}"
 
     def add(self, segment: tuple) -> None:
-        ts_ns, src, _, sport, _, seq, flags, payload = segment
+        ts_ns, src, _, sport, _, seq, flags, payload, *ack = segment
         self.packets += 1
         if ts_ns is not None:
             self.first_ts_ns = min(self.first_ts_ns, ts_ns)
             self.last_ts_ns = max(self.last_ts_ns, ts_ns)
         self.rst_seen = self.rst_seen or bool(flags & TCP_RST)
-        stream = self.c2s if (src, sport) == self.client else self.s2c
+        stream, peer = (self.c2s, self.s2c) if (src, sport) == self.client else (self.s2c, self.c2s)
         stream.add(ts_ns or 0, seq, flags, payload)
+        if flags & TCP_ACK and ack and ack[0] is not None:
+            peer.acknowledged(ts_ns or 0, ack[0])
 
     def windows(self, window_bytes: int) -> Iterator[Connection]:
         """While the bytes held reach ``window_bytes``: this connection with a window of pieces in its streams."""

@@ -50,6 +50,35 @@ def test_missing_bytes_become_an_explicit_gap():
     assert conn.c2s.window_pieces == [(0, b"abc", 2), Gap(3, 6, 4), (9, b"xyz", 4)]
 
 
+ACK, FINACK = 0x10, 0x11
+
+
+def acked(ts, direction, seq, ack, flags=ACK, payload=b""):
+    """A segment carrying the ACK number (the tuple's ninth field, as the analysis reads it)."""
+    return (*seg(ts, direction, seq, payload, flags), ack)
+
+
+def test_bytes_the_peer_acknowledged_but_the_capture_lost_are_a_gap_from_the_ack():
+    """A sniffer that dropped the server's answer: the client's ACK shows it was sent (10 bytes), long before the
+    stream's next bytes, so the gap is known at the ACK's time; an ACK of a FIN alone reveals nothing."""
+    segments = [seg(1, "c2s", 100, flags=SYN), seg(1, "s2c", 500, flags=SYNACK), seg(2, "c2s", 101, b"abc"),
+                seg(3, "s2c", 501, b"ok"), acked(4, "c2s", 104, 513), seg(9, "s2c", 513, b"late")]
+    windowed = [piece for conn in reassemble("f", segments, PORTS, window_bytes=1) for piece in conn.s2c.gaps]
+    assert windowed == [Gap(2, 10, 4)], "given up at the ACK, not when 'late' comes"
+    [whole] = reassembled(segments[:5])
+    assert whole.s2c.gaps == [Gap(2, 10, 4)], "a lost tail: no later byte reveals it, the ACK does"
+    closed = [*segments[:4], seg(5, "s2c", 503, flags=FINACK), acked(6, "c2s", 104, 504, flags=FINACK)]
+    [clean] = reassembled(closed)
+    assert clean.s2c.gaps == [] and clean.c2s.gaps == []
+
+
+def test_an_ack_within_what_was_captured_reveals_nothing():
+    segments = [seg(1, "c2s", 100, flags=SYN), seg(1, "s2c", 500, flags=SYNACK), seg(2, "s2c", 501, b"hello"),
+                acked(3, "c2s", 101, 504), acked(4, "c2s", 101, 506)]
+    [conn] = reassembled(segments)
+    assert conn.s2c.gaps == [] and [data for _, data, _ in conn.s2c.chunks] == [b"hello"]
+
+
 def test_new_syn_starts_a_new_connection_and_retransmitted_syn_does_not():
     segments = [
         seg(1, "c2s", 10, flags=SYN),
