@@ -4,10 +4,12 @@ lacks what the rule needs."""
 
 from __future__ import annotations
 
+from nsq_protocol import wire
 from nsq_protocol.monitors import CLIENT
 from nsq_protocol.monitors.ephemeral_gone import GONE_S, NOT_TIMED, REFUSED, EphemeralChannelGone
+from nsq_protocol.monitors.stats_restart import RestartForgets
 from tests.protocol.test_monitors import T0, Traffic
-from tests.protocol.test_monitors_stats import channel, http, stats, topic
+from tests.protocol.test_monitors_stats import START, channel, http, stats, topic
 
 EPHEMERAL = "e#ephemeral"
 
@@ -68,3 +70,50 @@ def test_the_broker_finishing_a_command_sent_before_the_fin_moves_the_end():
 def test_suite_times_are_not_judged():
     traffic = listed(consumer_left(timing=False), 3.0)
     assert violations(traffic) == [] and ("D-50", NOT_TIMED) in gone(traffic).not_judged
+
+
+# ---- after a restart (stats_restart.py) ---------------------------------------------------------------------------
+def restart_monitor(traffic: Traffic) -> RestartForgets:
+    return next(monitor for monitor in traffic.judge.monitors if isinstance(monitor, RestartForgets))
+
+
+def restart_found(traffic: Traffic) -> list[tuple[str, str]]:
+    return [(violation.item, violation.side) for violation in restart_monitor(traffic).violations]
+
+
+def before_restart(http_seen: bool = True) -> Traffic:
+    """An ephemeral channel and a topic with 5 messages, shown by an answer; then the broker restarts."""
+    traffic = Traffic(http_seen=http_seen).connect("A", 0.0)
+    traffic.send(0.1, b"SUB", "t", EPHEMERAL).ok(0.11).send(0.2, b"MPUB", "t", body=wire.mpub_body([b"x"] * 5)).ok(0.3)
+    traffic = stats(traffic, 1.0, topic("t", 5, channel(EPHEMERAL), channel("durable")))
+    traffic.judge.close("A", T0 + 1.5, None)
+    return traffic
+
+
+def test_after_a_restart_only_the_normal_channel_and_no_old_count_keep_d_54_p_rst_06_p_rst_13():
+    traffic = stats(before_restart(), 3.0, topic("t", 0, channel("durable")), start=START + 10)
+    traffic.connect("B", 3.1).send(3.2, b"PUB", "t", body=b"y", conn="B").ok(3.3, "B")
+    traffic = stats(traffic, 3.5, topic("t", 1, channel("durable")), start=START + 10)
+    assert restart_found(traffic) == []
+
+
+def test_an_ephemeral_channel_back_after_a_restart_is_d_54_and_p_rst_06():
+    traffic = stats(before_restart(), 3.0, topic("t", 0, channel(EPHEMERAL), channel("durable")), start=START + 10)
+    assert restart_found(traffic) == [("D-54", "broker"), ("P-RST-06", "broker")]
+
+
+def test_an_ephemeral_channel_subscribed_again_after_the_restart_is_no_violation():
+    traffic = before_restart().connect("B", 2.0).send(2.1, b"SUB", "t", EPHEMERAL, conn="B").ok(2.2, "B")
+    traffic = stats(traffic, 3.0, topic("t", 0, channel(EPHEMERAL), channel("durable")), start=START + 10)
+    assert restart_found(traffic) == []
+
+
+def test_a_message_count_carried_over_a_restart_is_p_rst_13():
+    traffic = stats(before_restart(), 3.0, topic("t", 5, channel("durable")), start=START + 10)
+    assert restart_found(traffic) == [("P-RST-13", "broker")]
+
+
+def test_without_every_http_request_after_a_restart_nothing_is_judged():
+    traffic = stats(before_restart(http_seen=False), 3.0, topic("t", 5, channel(EPHEMERAL)), start=START + 10)
+    assert restart_found(traffic) == []
+    assert {item for item, _ in restart_monitor(traffic).not_judged} == {"D-54", "P-RST-06", "P-RST-13"}
