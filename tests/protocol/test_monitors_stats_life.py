@@ -5,8 +5,10 @@ lacks what the rule needs."""
 from __future__ import annotations
 
 from nsq_protocol import wire
+from nsq_protocol.http import HttpExchange, Request, Response
 from nsq_protocol.monitors import CLIENT
 from nsq_protocol.monitors.ephemeral_gone import GONE_S, NOT_TIMED, REFUSED, EphemeralChannelGone
+from nsq_protocol.monitors.ephemeral_queue import NO_SIZE, EphemeralQueueInMemory
 from nsq_protocol.monitors.stats_restart import RestartForgets
 from tests.protocol.test_monitors import T0, Traffic
 from tests.protocol.test_monitors_stats import START, channel, http, stats, topic
@@ -117,3 +119,40 @@ def test_without_every_http_request_after_a_restart_nothing_is_judged():
     traffic = stats(before_restart(http_seen=False), 3.0, topic("t", 5, channel(EPHEMERAL)), start=START + 10)
     assert restart_found(traffic) == []
     assert {item for item, _ in restart_monitor(traffic).not_judged} == {"D-54", "P-RST-06", "P-RST-13"}
+
+
+# ---- an ephemeral queue (ephemeral_queue.py) ----------------------------------------------------------------------
+def queue_found(traffic: Traffic) -> list[tuple[str, str]]:
+    monitor = next(monitor for monitor in traffic.judge.monitors if isinstance(monitor, EphemeralQueueInMemory))
+    return [(violation.item, violation.side) for violation in monitor.violations]
+
+
+def with_size(size: int) -> Traffic:
+    traffic = stats(Traffic(), 0.5, topic("t", 0))
+    traffic.judge.http_exchange(HttpExchange(T0 + 1.0, Request("GET", "/config/mem_queue_size", b""),
+                                             Response(200, str(size).encode()), T0 + 1.01))
+    return traffic
+
+
+def queue(depth: int, backend_depth: int = 0) -> dict:
+    return {**topic("t", 6, {**channel(EPHEMERAL, 6), "depth": depth, "backend_depth": backend_depth}),
+            "depth": 0, "backend_depth": 0}
+
+
+def test_an_ephemeral_channel_within_its_memory_queue_and_no_disk_keeps_d_50_d_53():
+    assert queue_found(stats(with_size(2), 2.0, queue(2))) == []
+
+
+def test_an_ephemeral_channel_deeper_than_mem_queue_size_is_d_53_or_d_74_at_zero():
+    assert queue_found(stats(with_size(2), 2.0, queue(3))) == [("D-53", "broker")]
+    assert queue_found(stats(with_size(0), 2.0, queue(1))) == [("D-74", "broker")]
+
+
+def test_an_ephemeral_channel_with_a_backend_depth_is_d_50():
+    assert queue_found(stats(Traffic(), 2.0, queue(0, 4))) == [("D-50", "broker")]
+
+
+def test_without_the_size_in_the_same_life_depth_is_not_judged():
+    traffic = stats(with_size(2), 2.0, queue(5), start=START + 10)
+    monitor = next(monitor for monitor in traffic.judge.monitors if isinstance(monitor, EphemeralQueueInMemory))
+    assert queue_found(traffic) == [] and ("D-53", NO_SIZE) in monitor.not_judged
