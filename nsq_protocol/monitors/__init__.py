@@ -82,6 +82,7 @@ from nsq_protocol.monitors.settling import SettledByOwner
 from nsq_protocol.monitors.stats_clients import ClientsAsConnected
 from nsq_protocol.monitors.stats_counters import CountersNeverBehind
 from nsq_protocol.monitors.stats_restart import RestartForgets
+from nsq_protocol.monitors.stats_text import TextStatsClients
 from nsq_protocol.monitors.stats_topics import RefusedMpubMadeTopic
 from nsq_protocol.monitors.tls import TlsRequired
 from nsq_protocol.monitors.unreadable import UnreadableBytesEnd
@@ -96,7 +97,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
     CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty, ClientsAsConnected, HttpWithoutAuth,
     RefusedMpubMadeTopic, EphemeralChannelGone, RestartForgets,
-    EphemeralQueueInMemory,
+    EphemeralQueueInMemory, TextStatsClients,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that
