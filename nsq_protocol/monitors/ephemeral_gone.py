@@ -3,7 +3,9 @@ connection's IOLoop reads the client's end (its FIN), calls RemoveClient (nsqd/c
 goroutine for the last client of an ephemeral channel; that runs Topic.DeleteExistingChannel (nsqd/topic.go), which
 empties the channel and takes it out of the topic's map. No timer, disk or network lies on that path, only goroutine
 hops and locks held for memory work, so a /stats request sent ``GONE_S`` after the client's end no longer lists it.
-The broker's IOLoop finishes what the client sent before its end first: the end counts from the last answer too."""
+The broker's IOLoop finishes what the client sent before its end first: the end counts from the last answer too.
+A capture tells the judge of a close at the connection's last packet, which a broker that noticed the FIN late
+delays too: the answers asked before that are held until then."""
 
 from __future__ import annotations
 
@@ -23,12 +25,14 @@ UNANSWERED = "its last consumer left with a command unanswered: the broker may s
 
 
 class _Channel:
-    __slots__ = ("consumers", "refused", "left_at")
+    __slots__ = ("consumers", "refused", "left_at", "made_at", "listed")
 
     def __init__(self) -> None:
         self.consumers: set[str] = set()  # the connections whose SUB of it was answered OK
         self.refused = False  # a SUB of it was not answered OK
         self.left_at: float | None = None  # when its last consumer's end reached the broker; None: one remains
+        self.made_at = float("-inf")  # the last SUB naming it
+        self.listed: HttpExchange | None = None  # the last /stats answer that listed it
 
 
 class EphemeralChannelGone(Monitor):
@@ -48,7 +52,7 @@ class EphemeralChannelGone(Monitor):
         if event.kind == COMMAND:
             if event.name == "SUB" and event.channel and event.channel.endswith(EPHEMERAL):
                 channel = self._channels.setdefault((event.topic, event.channel), _Channel())
-                channel.left_at = None  # it is made again, or gets a client
+                channel.left_at, channel.made_at = None, event.ts  # it is made again, or gets a client
             return
         self._last_answer[connection.name] = event.ts
         if answered is None or answered.name != "SUB" or not (answered.channel or "").endswith(EPHEMERAL):
@@ -66,15 +70,23 @@ class EphemeralChannelGone(Monitor):
             return
         if any(judge.connections[name].open for name in channel.consumers):
             return
-        if connection.client_done_at is not None and connection.closed_by == CLIENT:
-            end = connection.client_done_at  # the broker's own FIN comes only after RemoveClient
-        else:
-            end = connection.closed_at
         if any(judge.connections[name].unanswered for name in channel.consumers):
             self.skip("D-50", UNANSWERED)
             channel.refused = True
             return
-        channel.left_at = max(end, self._last_answer.get(connection.name, end))
+        channel.left_at = max(self._end(judge.connections[name]) for name in channel.consumers)
+        listed = channel.listed
+        if listed is not None and listed.ts > channel.left_at + GONE_S and channel.made_at < channel.left_at:
+            self._judge(judge, listed, subscription, channel)  # asked before the close reached the judge
+
+    def _end(self, connection) -> float:
+        """When the broker read the client's end, at the latest: its FIN (the broker's own comes only after
+        RemoveClient), or the connection's last packet, and not before the last answer to what it sent."""
+        if connection.client_done_at is not None and connection.closed_by == CLIENT:
+            end = connection.client_done_at
+        else:
+            end = connection.closed_at
+        return max(end, self._last_answer.get(connection.name, end))
 
     def http_exchange(self, judge, exchange: HttpExchange):
         request, response = exchange.request, exchange.response
@@ -82,6 +94,7 @@ class EphemeralChannelGone(Monitor):
             channel = self._channels.get((request.query("topic"), request.query("channel")))
             if channel is not None:
                 channel.refused = True  # made without a client: it stays
+                channel.left_at = None
             return
         if request.path != "/stats" or request.method != "GET" or response.status != 200 or not response.whole:
             return
@@ -94,7 +107,10 @@ class EphemeralChannelGone(Monitor):
             for listed in topic.get("channels") or ():
                 key = (topic.get("topic_name"), listed.get("channel_name") if isinstance(listed, dict) else None)
                 channel = self._channels.get(key)
-                if channel is not None and channel.left_at is not None and exchange.ts > channel.left_at + GONE_S:
+                if channel is None:
+                    continue
+                channel.listed = exchange
+                if channel.left_at is not None and exchange.ts > channel.left_at + GONE_S:
                     self._judge(judge, exchange, key, channel)
 
     def _judge(self, judge, exchange: HttpExchange, key: tuple[str, str], channel: _Channel) -> None:
@@ -106,4 +122,4 @@ class EphemeralChannelGone(Monitor):
             self.report("D-50", BROKER, exchange.ts, HTTP, f"ephemeral channel {key[0]}/{key[1]} gone: its last "
                         f"consumer left {exchange.ts - channel.left_at:.2f} s before the request (more than "
                         f"{GONE_S} s)", "still listed", exchange)
-        channel.left_at = None  # once is enough
+        channel.left_at = channel.listed = None  # once is enough

@@ -59,7 +59,23 @@ def test_a_sub_or_create_after_the_last_consumer_left_makes_it_again():
     assert violations(listed(traffic, 3.0)) == []
     traffic = http(consumer_left(), 1.2, "POST", "/channel/create?topic=t&channel=e%23ephemeral")
     assert violations(listed(traffic, 3.0)) == []
-    assert ("D-50", REFUSED) in gone(traffic).not_judged
+
+
+def test_a_refused_sub_leaves_the_channel_unjudged():
+    traffic = Traffic().connect("A", 0.0).connect("B", 0.0)
+    traffic.send(0.1, b"SUB", "t", EPHEMERAL).ok(0.11).send(0.2, b"SUB", "t", EPHEMERAL, conn="B")
+    traffic.error(0.21, b"E_TOO_MANY_CHANNEL_CONSUMERS max", conn="B").close(0.3, None, "B")
+    traffic.judge.close("A", T0 + 1.0, CLIENT, client_done=T0 + 1.0)
+    assert violations(listed(traffic, 3.0)) == [] and ("D-50", REFUSED) in gone(traffic).not_judged
+
+
+def test_answers_asked_before_the_close_reached_the_judge_are_held_against_the_fin():
+    """A broker that noticed the FIN late closes late too: the capture's close comes after the answers."""
+    traffic = Traffic().connect("A", 0.0)
+    traffic.send(0.1, b"SUB", "t", EPHEMERAL).ok(0.11)
+    traffic = listed(listed(traffic, 1.2), 1.0 + GONE_S + 0.3)
+    traffic.judge.close("A", T0 + 3.0, CLIENT, client_done=T0 + 1.0)
+    assert [violation.item for violation in violations(traffic)] == ["D-50"]
 
 
 def test_the_broker_finishing_a_command_sent_before_the_fin_moves_the_end():
