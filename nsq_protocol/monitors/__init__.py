@@ -46,7 +46,9 @@ from nsq_protocol.monitors.delivery import (
     SettledOrTimedOutComesBack,
 )
 from nsq_protocol.monitors.emptying import EmptiedStaysEmpty
+from nsq_protocol.monitors.ephemeral_gone import EphemeralChannelGone
 from nsq_protocol.monitors.ephemeral_kept import EphemeralKept
+from nsq_protocol.monitors.ephemeral_queue import EphemeralQueueInMemory
 from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
 from nsq_protocol.monitors.framing import (
     AnswersOnlyToCommands,
@@ -79,6 +81,8 @@ from nsq_protocol.monitors.scan import TimedOutInTime
 from nsq_protocol.monitors.settling import SettledByOwner
 from nsq_protocol.monitors.stats_clients import ClientsAsConnected
 from nsq_protocol.monitors.stats_counters import CountersNeverBehind
+from nsq_protocol.monitors.stats_restart import RestartForgets
+from nsq_protocol.monitors.stats_text import TextStatsClients
 from nsq_protocol.monitors.stats_topics import RefusedMpubMadeTopic
 from nsq_protocol.monitors.tls import TlsRequired
 from nsq_protocol.monitors.unreadable import UnreadableBytesEnd
@@ -92,7 +96,8 @@ MONITORS: tuple[type[Monitor], ...] = (
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
     CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty, ClientsAsConnected, HttpWithoutAuth,
-    RefusedMpubMadeTopic,
+    RefusedMpubMadeTopic, EphemeralChannelGone, RestartForgets,
+    EphemeralQueueInMemory, TextStatsClients,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

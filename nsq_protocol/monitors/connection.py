@@ -42,6 +42,9 @@ class Connection:
     closing: bool = False  # CLS answered
     closed_at: float | None = None
     closed_by: str | None = None  # BROKER, CLIENT, or None: the traffic did not say
+    # when the client's FIN came, where a capture shows it: it sent nothing after, and nsqd reads its end there
+    # (D-50), while ``closed_at`` is the connection's last packet
+    client_done_at: float | None = None
     fatal_error: Observed | None = None  # the first fatal error frame (C-23)
     last_command_at: float | None = None
     in_flight: dict = field(default_factory=dict)  # msg_id -> the Delivery (ledger.py) in flight to it
@@ -57,6 +60,11 @@ class Connection:
     def upgrades_pending(self) -> bool:
         """An upgrade the JSON answer agreed to has not sent its OK yet (ID-30)."""
         return self._upgrade_oks > 0
+
+    @property
+    def unanswered(self) -> bool:
+        """A command that gets an answer (C-13) has not had it."""
+        return bool(self._unanswered)
 
     @property
     def subscription(self) -> tuple[str, str] | None:
@@ -146,6 +154,6 @@ class Connection:
                 self.identify_answer = answer.fields
                 self._upgrade_oks = sum(bool(answer.fields.get(name)) for name in UPGRADES)
 
-    def close(self, ts: float, by: str | None) -> None:
+    def close(self, ts: float, by: str | None, client_done: float | None = None) -> None:
         if self.closed_at is None:
-            self.closed_at, self.closed_by = ts, by
+            self.closed_at, self.closed_by, self.client_done_at = ts, by, client_done

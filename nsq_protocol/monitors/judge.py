@@ -187,10 +187,11 @@ class Judge(Judging):
                 self.close(name, ts, None)
         self.crashed_at = ts
 
-    def close(self, name: str, ts: float, by: str | None) -> None:
+    def close(self, name: str, ts: float, by: str | None, client_done: float | None = None) -> None:
+        """``client_done``: when the client's FIN came, where the traffic shows it (Connection.client_done_at)."""
         self._tick(ts)
         connection = self.connections[name]
-        connection.close(ts, by)
+        connection.close(ts, by, client_done)
         for monitor in self._active:
             try:
                 monitor.closed(self, connection)

@@ -251,7 +251,7 @@ class ClientsAsConnected(Monitor):
         identifies = [change for change in changes if change[0].name == "IDENTIFY"]
         if identifies:
             command, _, answer = identifies[-1]
-            expected = _identity(command.fields) if answer.kind == RESPONSE else None
+            expected = identity_strings(command.fields) if answer.kind == RESPONSE else None
             if expected is None:
                 self.skip("ID-01", "the IDENTIFY failed or its body is not all in the traffic")
                 return
@@ -361,7 +361,7 @@ class ClientsAsConnected(Monitor):
                             f"({sorted(name for name, floor in floors.items() if floor)[:5]})", "none", exchange)
 
 
-def _identity(fields: dict | None) -> tuple[str, str, str] | None:
+def identity_strings(fields: dict | None) -> tuple[str, str, str] | None:
     """client_id, hostname, user_agent as Go's json.Unmarshal fills identifyDataV2 from ``fields`` (keys in any
     case, absent or null ones empty); None where that is not certain (a name given twice, non-ASCII names, text
     Go would have replaced)."""

@@ -24,6 +24,7 @@ CONNECTION_TYPE = pa.struct(
         ("codec", pa.string()),  # plain | snappy | deflate | tls
         ("syn_seen", pa.bool_()),
         ("last_ts_ns", pa.int64()),
+        ("client_fin_ts_ns", pa.int64()),  # the client's first FIN, where the capture shows one
         ("c2s_bytes", pa.int64()),
         ("s2c_bytes", pa.int64()),
         ("gaps", pa.int32()),
@@ -537,6 +538,7 @@ def connection_row(rows: Rows, name: str, close: Close, magic: bytes, **facts) -
             "packets": conn.packets,
             "syn_seen": conn.c2s.syn_seen,
             "last_ts_ns": conn.last_ts_ns,
+            "client_fin_ts_ns": conn.c2s.fin_ts_ns,
             "c2s_bytes": conn.c2s.length,
             "s2c_bytes": conn.s2c.length,
             "gaps": conn.c2s.gap_count + conn.s2c.gap_count,

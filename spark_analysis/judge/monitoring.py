@@ -169,6 +169,7 @@ class Opening:
     identify_answer: dict | None  # nsqd's JSON answer to IDENTIFY, as the decoder read it whole
     client: str | None = None  # host:port of the client's end, as nsqd names it (its /stats remote_address)
     server: str | None = None  # host:port the client dialed
+    client_fin: float | None = None  # when the client's FIN came
 
 
 def openings(connections: pa.Table, undecoded: set[str]) -> dict[str, list[Opening]]:
@@ -188,7 +189,8 @@ def openings(connections: pa.Table, undecoded: set[str]) -> dict[str, list[Openi
         by_server.setdefault(row["server"], []).append(Opening(
             row["conn_id"], row["first_ts_ns"] / NS, started, whole,
             row["last_ts_ns"] / NS if ended else None, _CLOSED_BY.get(row["close"]), answer or None,
-            _address(row["client"]), _address(row["server"])))
+            _address(row["client"]), _address(row["server"]),
+            row["client_fin_ts_ns"] / NS if row["client_fin_ts_ns"] is not None else None))
     return by_server
 
 
@@ -305,7 +307,7 @@ class ServerJudging:
             if action is not None:
                 self.judge.http(action)
         elif what.conn_id not in self._encrypted:
-            self.judge.close(what.conn_id, ts, what.closed_by)
+            self.judge.close(what.conn_id, ts, what.closed_by, what.client_fin)
 
 
 def _address(end: str | None) -> str | None:
