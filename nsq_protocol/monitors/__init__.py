@@ -57,7 +57,7 @@ from nsq_protocol.monitors.framing import (
     NonFatalErrorsKeepOpen,
     OwnClosesSilent,
 )
-from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
+from nsq_protocol.monitors.heartbeats import AnyCommandAnswersHeartbeats, ClientAnswersHeartbeats, HeartbeatsOnTheTicker
 from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
 from nsq_protocol.monitors.http_documents import DocumentsAsNsqd
 from nsq_protocol.monitors.http_no_auth import HttpWithoutAuth
@@ -93,7 +93,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
     CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty, ClientsAsConnected, HttpWithoutAuth,
-    RefusedMpubMadeTopic, LimitsHeld,
+    RefusedMpubMadeTopic, LimitsHeld, AnyCommandAnswersHeartbeats,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

@@ -159,3 +159,68 @@ def test_a_restart_between_two_values_keeps_lim_01():
 def test_limits_not_shown_are_not_judged():
     traffic = judged(LimitsHeld(), None).identify(0.0, {}).ok(0.01)
     assert traffic.violations(1.0) == [] and not_judged(traffic, "LIM-01")
+
+
+# ---- ID-40: a second IDENTIFY's values are echoed, the first one's kept -------------------------------------
+
+def identified_twice(second: dict, first_timeout: int = 5000) -> Traffic:
+    """Heartbeats every second and a msg_timeout of ``first_timeout``, then a second IDENTIFY of ``second``."""
+    traffic = negotiated(Traffic().connect(), 0.0, {"heartbeat_interval": 1000, "msg_timeout": first_timeout},
+                         msg_timeout=first_timeout)
+    return negotiated(traffic, 0.01, second, **second).send(0.02, b"SUB", "t", "c").ok(0.03).send(0.04, b"RDY", 1)
+
+
+def test_heartbeats_after_a_second_identify_follow_the_first_id_40():
+    kept = identified_twice({"heartbeat_interval": 4000})
+    for at in (1.0, 2.0, 3.0):
+        kept.heartbeat(at).send(at + 0.01, b"NOP")
+    assert [item for item in kept.violations(3.5) if item[0] in ("ID-40", "C-28")] == []
+    taken = identified_twice({"heartbeat_interval": 4000}).heartbeat(4.0)
+    assert [item for item in taken.violations(4.1) if item[0] in ("ID-40", "C-28")] == [("ID-40", BROKER)]
+    unexplained = identified_twice({}).heartbeat(4.0)
+    assert [item for item in unexplained.violations(4.1) if item[0] in ("ID-40", "C-28")] == [("C-28", BROKER)]
+
+
+def test_messages_after_a_second_identify_time_out_by_the_first_id_40():
+    def redelivered(second: dict, at: float) -> list:
+        traffic = identified_twice(second).message(0.05, ID1)
+        return [item for item in traffic.message(at, ID1, attempts=2).violations(at + 0.1)
+                if item[0] in ("ID-40", "D-11")]
+
+    assert redelivered({"msg_timeout": 1000}, 5.2) == []
+    assert redelivered({"msg_timeout": 1000}, 0.3) == [("D-11", BROKER)]
+    assert redelivered({"msg_timeout": 1000}, 1.2) == [("ID-40", BROKER)]
+    assert redelivered({}, 1.2) == [("D-11", BROKER)]
+
+
+# ---- C-26: any command answers a heartbeat -------------------------------------------------------------------
+
+def answered_by(command: bytes, closed: float = 0.9, others: bool = True) -> list:
+    traffic = negotiated(Traffic().connect(), 0.0, {"heartbeat_interval": 1000}).connect("B", 0.0)
+    traffic.heartbeat(0.5).send(0.6, command, "t", body=b"x") if command == b"PUB" else \
+        traffic.heartbeat(0.5).send(0.6, command)
+    if command == b"PUB":
+        traffic.ok(0.61)
+    traffic.close(closed, BROKER)
+    if others:
+        traffic.heartbeat(closed + 0.1, conn="B")
+    return [item for item in traffic.violations(closed + 0.2) if item[0] == "C-26"]
+
+
+def test_a_heartbeat_answered_with_another_command_keeps_the_connection_c_26():
+    assert answered_by(b"NOP") == []
+    assert answered_by(b"PUB") == [("C-26", BROKER)]
+    assert answered_by(b"PUB", others=False) == [], "a shutdown closes every connection"
+
+
+def test_a_heartbeat_in_an_error_frame_breaks_c_26():
+    traffic = Traffic().connect().error(0.1, b"_heartbeat_")
+    assert ("C-26", BROKER) in traffic.violations(0.2)
+
+
+def test_c_26_not_judged_without_the_http_requests():
+    traffic = Traffic(http_seen=False).connect().identify(0.0, {}).ok(0.01).heartbeat(30.0).send(30.1, b"PUB", "t",
+                                                                                                body=b"x")
+    traffic.ok(30.11).close(30.5, BROKER)
+    traffic.violations(31.0)
+    assert not_judged(traffic, "C-26")
