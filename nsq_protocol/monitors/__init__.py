@@ -53,6 +53,7 @@ from nsq_protocol.monitors.framing import (
     CopiesAreOneMessage,
     ErrorsAreErrorFrames,
     FatalErrorsClose,
+    FramesSized,
     MessageFields,
     NonFatalErrorsKeepOpen,
     OwnClosesSilent,
@@ -93,7 +94,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
     CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty, ClientsAsConnected, HttpWithoutAuth,
-    RefusedMpubMadeTopic, LimitsHeld, AnyCommandAnswersHeartbeats,
+    RefusedMpubMadeTopic, LimitsHeld, AnyCommandAnswersHeartbeats, FramesSized,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

@@ -224,3 +224,21 @@ def test_c_26_not_judged_without_the_http_requests():
     traffic.ok(30.11).close(30.5, BROKER)
     traffic.violations(31.0)
     assert not_judged(traffic, "C-26")
+
+
+# ---- C-06: a frame's size covers its type word ------------------------------------------------------------------
+
+def unframed(reason: str) -> list:
+    traffic = Traffic().connect()
+    traffic.judge.observe("A", monitors.Observed(T0 + 0.1, monitors.events.UNFRAMED, text=reason))
+    return [item for item in traffic.violations(0.2) if item[0] == "C-06"]
+
+
+def test_a_frame_size_below_its_type_word_breaks_c_06():
+    assert unframed("frame size 3 out of range") == [("C-06", BROKER)]
+    assert unframed("frame size 5000000 out of range") == [], "a frame above the decoder's bound is no C-06"
+
+
+def test_c_06_needs_the_decoders_event():
+    traffic = Traffic().connect().identify(0.0, {}).ok(0.1)
+    assert traffic.violations(0.2) == []
