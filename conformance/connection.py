@@ -20,7 +20,7 @@ from collections.abc import Callable
 from conformance.client import Mismatch, TlsClient, Unsupported, Verifier, open_test_socket, setup_step
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
 from nsq_protocol import monitors, wire
-from nsq_protocol.monitors.events import MAGIC, STREAM, UNREADABLE
+from nsq_protocol.monitors.events import MAGIC, STREAM, UNFRAMED, UNREADABLE
 
 
 class Closed(Exception):
@@ -196,8 +196,13 @@ class Connection:
         try:
             frames = self.frames.feed(plain)
         except wire.ProtocolViolation as exc:
+            at = self.transcript.wall_started + self.transcript.now()
+            # the monitors read the frames before it, then why the rest is no frame (C-06)
+            observed = (*(monitors.from_frame(at, frame) for frame in exc.frames),
+                        monitors.Observed(at, UNFRAMED, text=exc.reason))
             self.transcript.record(self.name, SERVER_TO_CLIENT,
-                                   [frame.describe() for frame in exc.frames] + [f"UNDECODABLE: {exc}"], on_wire)
+                                   [frame.describe() for frame in exc.frames] + [f"UNDECODABLE: {exc}"], on_wire,
+                                   observed=observed)
             raise Mismatch("every frame is [size][type][data] with a known type (C-06, C-07)",
                            "decodable frames", str(exc)) from exc
         lines = [frame.describe() for frame in frames] or [f"({len(plain)} bytes of a partial frame)"]

@@ -37,7 +37,7 @@ def judge(transcript: Transcript, version: NsqVersion = NsqVersion.parse(DEFAULT
     ``monitored`` HttpClient) where the release it follows (``version``) is one the HTTP monitors hold; ``http_seen``
     False: other cases' requests reach the broker too. ``readers``: see monitors.new_judge."""
     judge = monitors.new_judge(timing=False, http_seen=False, wording=False,  # the cases judge nsqd's wording
-                               readers=readers)
+                               readers=readers, release=version.key)
     for event in transcript.events:
         name, at = event.connection, transcript.wall_time(event)
         if event.direction == NOTE:

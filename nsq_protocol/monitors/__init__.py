@@ -55,17 +55,19 @@ from nsq_protocol.monitors.framing import (
     CopiesAreOneMessage,
     ErrorsAreErrorFrames,
     FatalErrorsClose,
+    FramesSized,
     MessageFields,
     NonFatalErrorsKeepOpen,
     OwnClosesSilent,
 )
-from nsq_protocol.monitors.heartbeats import ClientAnswersHeartbeats, HeartbeatsOnTheTicker
+from nsq_protocol.monitors.heartbeats import AnyCommandAnswersHeartbeats, ClientAnswersHeartbeats, HeartbeatsOnTheTicker
 from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
 from nsq_protocol.monitors.http_documents import DocumentsAsNsqd
 from nsq_protocol.monitors.http_no_auth import HttpWithoutAuth
 from nsq_protocol.monitors.identify import FeaturesKept, IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.identify_values import IdentifyValues
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
+from nsq_protocol.monitors.limits import LimitsHeld
 from nsq_protocol.monitors.lookupd_announces import NsqdAnnounces
 from nsq_protocol.monitors.lookupd_http import RoutesAsLookupd
 from nsq_protocol.monitors.lookupd_judge import LookupdJudge
@@ -96,8 +98,8 @@ MONITORS: tuple[type[Monitor], ...] = (
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
     CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty, ClientsAsConnected, HttpWithoutAuth,
-    RefusedMpubMadeTopic, EphemeralChannelGone, RestartForgets,
-    EphemeralQueueInMemory, TextStatsClients,
+    RefusedMpubMadeTopic, EphemeralChannelGone, RestartForgets, EphemeralQueueInMemory, TextStatsClients, LimitsHeld,
+    AnyCommandAnswersHeartbeats, FramesSized,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that
@@ -128,13 +130,15 @@ def new_lookupd_judge(*, http_seen: bool, **known) -> LookupdJudge:
 
 
 def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False,
-              application: Application | None = None, readers: tuple[Monitor, ...] = ()) -> Judge:
+              application: Application | None = None, readers: tuple[Monitor, ...] = (),
+              release: tuple[int, ...] | None = None) -> Judge:
     """``client_library``: the traffic is a client library's, judged by CLIENT_MONITORS too; ``application``: what
     its application asked of the library (application.py), which some of them judge it against; ``readers``:
-    monitors that judge nothing but read the traffic for another judge (nsqd_names.NamesChanged)."""
+    monitors that judge nothing but read the traffic for another judge (nsqd_names.NamesChanged); ``release``: the
+    nsqd release the broker follows, where whoever runs the judge knows it (release.py)."""
     chosen = (*MONITORS, *CLIENT_MONITORS) if client_library else MONITORS
     return Judge([*(monitor() for monitor in chosen), *readers], timing=timing, http_seen=http_seen,
-                 wording=wording, application=application)
+                 wording=wording, application=application, release=release)
 
 
 __all__ = ["Application", "BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "Judge",

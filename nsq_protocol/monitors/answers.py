@@ -31,7 +31,8 @@ class AnswersAsNsqd(Monitor):
     the close; ID-11, P-ID-04: IDENTIFY is answered, whatever its deflate_level; P-ID-02, P-CLS-03, P-PUB-01,
     P-MPUB-01: what each state still takes; C-14, C-17: a CRLF line, or one with parameters beyond the command's own,
     answered as its plain form; C-24: a malformed FIN, REQ or TOUCH refused fatally; P-RDY-04, P-RDY-05, P-RDY-06:
-    the count read as nsqd reads it, against the --max-rdy-count the IDENTIFY answer showed."""
+    the count read as nsqd reads it, against the --max-rdy-count the IDENTIFY answer showed; P-REQ-05, P-REQ-08: a
+    REQ timeout above --max-req-timeout lowered to it, or (before 1.1.0) refused, by the release the judge knows."""
 
     ITEMS = ("C-08", "C-13", "C-14", "C-15", "C-16", "C-17", "C-20", "C-21", "C-22", "C-23", "C-24", "C-34", "ID-11",
              "ID-12", "P-G-01", "P-ID-01", "P-ID-02", "P-ID-03", "P-ID-04", "P-AUTH-01", "P-AUTH-02", "P-AUTH-03",
@@ -39,7 +40,8 @@ class AnswersAsNsqd(Monitor):
              "P-SUB-01", "P-SUB-02", "P-SUB-03", "P-SUB-04", "P-SUB-05", "P-SUB-06", "P-SUB-08",
              "P-RDY-01", "P-RDY-02", "P-RDY-04", "P-RDY-05", "P-RDY-06", "P-RDY-07",
              "P-FIN-01", "P-FIN-02", "P-FIN-03", "P-FIN-04", "P-REQ-01", "P-REQ-02", "P-REQ-03", "P-REQ-04", "P-REQ-05",
-             "P-REQ-06", "P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-03", "P-CLS-01", "P-CLS-02", "P-CLS-03", "P-NOP-01",
+             "P-REQ-06", "P-REQ-08", "P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-03", "P-CLS-01", "P-CLS-02", "P-CLS-03",
+             "P-NOP-01",
              "P-PUB-01", "P-PUB-02", "P-PUB-03", "P-PUB-04", "P-DPUB-01", "P-DPUB-02", "P-DPUB-04",
              "P-MPUB-01", "P-MPUB-02", "P-MPUB-06")
 
@@ -70,6 +72,9 @@ class AnswersAsNsqd(Monitor):
                     self.skip(item, "the command lines' parameters and endings are not in the traffic as decoded")
         pending = self._pending.setdefault(name, deque())
         if event.kind == COMMAND:
+            session.release = judge.release
+            if event.name == "REQ":
+                session.max_req_timeout_ns = judge.limits.value("max_req_timeout", connection)
             expected = session.expect(event)
             if expected.unjudged is not None:
                 self.skip(*expected.unjudged)

@@ -34,6 +34,8 @@ class Connection:
     client: str | None = None  # host:port of the client's end, as the broker names it (/stats remote_address)
     identify: dict | None = None  # the first IDENTIFY's body, once answered without an error (ID-40)
     identify_answer: dict | None = None  # its JSON answer
+    identify_later: dict | None = None  # the latest IDENTIFY after it answered without an error: nsqd's answer echoes
+    # it, its message pump keeps the first one's heartbeat and msg timeout (ID-40)
     identified_at: float | None = None
     topic: str | None = None
     channel: str | None = None
@@ -146,7 +148,14 @@ class Connection:
             self._answered(command, event)
         return command
 
+    def later(self, name: str) -> int | None:
+        """The positive ``name`` (heartbeat_interval, msg_timeout) a later IDENTIFY asked for (ID-40), if any."""
+        value = (self.identify_later or {}).get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
     def _answered(self, command: Observed, answer: Observed) -> None:
+        if command.name == "IDENTIFY" and self.identify is not None:
+            self.identify_later = {key.lower(): value for key, value in (command.fields or {}).items()}
         if command.name == "IDENTIFY" and self.identify is None:
             self.identify = {key.lower(): value for key, value in (command.fields or {}).items()}  # ID-14
             self.identified_at = answer.ts

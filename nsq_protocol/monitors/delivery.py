@@ -80,7 +80,7 @@ class NotTimedOutEarly(Monitor):
     answer had shown --max-msg-timeout by the TOUCH, a redelivery before the TOUCH's deadline is judged at the end,
     against the maximum an answer showed by then, or nsqd's default."""
 
-    ITEMS = ("D-11", "P-TOUCH-04", "D-15")
+    ITEMS = ("D-11", "P-TOUCH-04", "D-15", "ID-40")
     KINDS = frozenset({MESSAGE})
 
     def __init__(self):
@@ -100,9 +100,13 @@ class NotTimedOutEarly(Monitor):
             self.skip("D-11", "the msg_timeout of the first delivery is the broker's flag, not in the traffic")
             return
         if event.ts < delivery.earliest_timeout:
-            gone = judge.connections[delivery.connection].closed_at
-            # D-15: a consumer's close does not requeue its messages in flight
-            item = "P-TOUCH-04" if delivery.touched else "D-15" if gone is not None and gone <= event.ts else "D-11"
+            holder = judge.connections[delivery.connection]
+            gone, later = holder.closed_at, holder.later("msg_timeout")
+            # D-15: a consumer's close does not requeue its messages in flight; ID-40: the msg_timeout of a later
+            # IDENTIFY, which nsqd's message pump does not take, would explain it
+            item = "P-TOUCH-04" if delivery.touched else "D-15" if gone is not None and gone <= event.ts else \
+                "ID-40" if later is not None and event.ts >= delivery.at + later / 1000 - buffered_margin(holder) \
+                else "D-11"
             self.report(item, BROKER, event.ts, connection.name,
                         f"no redelivery before {delivery.earliest_timeout - delivery.at:.2f} s after the delivery",
                         f"redelivered after {event.ts - delivery.at:.2f} s", event)

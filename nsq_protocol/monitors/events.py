@@ -22,7 +22,9 @@ OUTSIDE_TLS = "in plaintext where TLS was negotiated"
 # STREAM for the plain command stream), its ``text`` what was wrong; nsqd ends the connection on them (C-02, C-21)
 UNREADABLE = "unreadable"
 MAGIC, STREAM = "magic", "stream"
-UNFRAMED = "unframed"  # nsqlookupd's bytes that are no [4-byte size][data] reply (L-TCP-02)
+# nsqlookupd's bytes that are no [4-byte size][data] reply (L-TCP-02), nsqd's that are no [size][type][data] frame
+# (C-06): its ``text`` says why
+UNFRAMED = "unframed"
 EVERY_KIND = frozenset({COMMAND, RESPONSE, ERROR, MESSAGE, HEARTBEAT, UNREADABLE, UNFRAMED})
 
 # why a rule is not judged on a message the judge let go of (judge.MESSAGES_KEPT)

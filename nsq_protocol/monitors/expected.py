@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, replace
 
 from nsq_protocol.monitors.events import ERROR, JSON, NON_FATAL_ERRORS, RESPONSE, Observed, body_hash
+from nsq_protocol.monitors.release import UNKNOWN, V1_1, Release, before
 
 INIT, SUBSCRIBED, CLOSING = "init", "subscribed", "closing"
 VERBS = frozenset({"IDENTIFY", "AUTH", "SUB", "RDY", "FIN", "REQ", "TOUCH", "PUB", "MPUB", "DPUB", "NOP", "CLS"})
@@ -27,6 +28,7 @@ AFTER_CLS = frozenset({"FIN", "REQ", "TOUCH", "PUB", "MPUB", "DPUB", "NOP"})  # 
 LINE_ITEMS = frozenset({"C-14", "C-17"})  # a wrong answer to a line of that shape is named by its shape first
 EMPTY_BODY = body_hash(b"")
 TEXT_KEPT = 300  # characters of an error's description a capture's decoder keeps (spark_analysis decode)
+NS_PER_MS = 1_000_000
 _NAME = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?\Z")  # D-39
 ANY_TEXT = ".*"
 
@@ -93,6 +95,9 @@ class Session:
     authed: bool = False  # an AUTH was answered with its JSON: the client holds authorizations (P-AUTH-04)
     identified: int = 0  # IDENTIFYs taken: more may follow before SUB (P-ID-02)
     max_rdy_count: int | None = None  # --max-rdy-count, as an IDENTIFY answer showed it (P-RDY-04)
+    # what the judge knows of the broker, told before each command (judge.release, judge.limits)
+    release: Release | None = None
+    max_req_timeout_ns: int | None = None
 
     def expect(self, command: Observed) -> Expected:
         verb = command.name
@@ -277,10 +282,25 @@ class Session:
         named = re.escape(command.msg_id) if size is not None else ".+"
         failed = _error(f"E_{verb}_FAILED", f"{verb} {named} failed .+", failed_item)
         unsure += (unparsed,) if verb == "REQ" and command.number is None else ()
-        # P-REQ-05: a timeout above --max-req-timeout is lowered to it, never refused
-        clamped = (_error("E_INVALID", "REQ timeout .*", "P-REQ-05"),) if verb == "REQ" and \
-            command.number is not None else ()
-        return Expected((failed, *unsure, *((invalid_id,) if size is None else ())), True, failed_item, clamped)
+        unknown_id = (invalid_id,) if size is None else ()
+        if verb != "REQ" or command.number is None:
+            return Expected((failed, *unsure, *unknown_id), True, failed_item)
+        older = before(self.release, V1_1)
+        if older is False:  # P-REQ-05: a timeout above --max-req-timeout is lowered to it, never refused
+            return Expected((failed, *unknown_id), True, failed_item, (_error("E_INVALID", "REQ timeout .*",
+                                                                              "P-REQ-05"),))
+        # P-REQ-08: before 1.1.0, one above it is a fatal E_INVALID naming the range in nanoseconds
+        timeout, most = command.number * NS_PER_MS, self.max_req_timeout_ns
+        ranged = _error("E_INVALID", f"REQ timeout {timeout} out of range 0-{'[0-9]+' if most is None else most}",
+                        "P-REQ-08")
+        if older is None:
+            return Expected((failed, ranged, *unknown_id), True, failed_item, (), ("P-REQ-05", UNKNOWN))
+        if most is None:
+            return Expected((failed, ranged, *unknown_id), True, failed_item, (),
+                            ("P-REQ-08", "--max-req-timeout is not in the traffic (no refusal or /config showed it)"))
+        if timeout > most:
+            return Expected((ranged, *unknown_id), False, "P-REQ-08")
+        return Expected((failed, *unknown_id), True, failed_item, (ranged,))
 
     _fin = _req = _touch = _settle
 

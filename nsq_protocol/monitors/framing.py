@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import re
 
-from nsq_protocol.monitors.events import BROKER, CLIENT, ERROR, HEARTBEAT, MESSAGE, NON_FATAL_ERRORS, RESPONSE
+from nsq_protocol.monitors.events import (
+    BROKER,
+    CLIENT,
+    ERROR,
+    HEARTBEAT,
+    MESSAGE,
+    NON_FATAL_ERRORS,
+    RESPONSE,
+    UNFRAMED,
+)
 from nsq_protocol.monitors.monitor import Monitor
 
 _ERROR_CODE = re.compile(r"E_[A-Z_]+\Z")
@@ -17,6 +26,7 @@ KEEP_OPEN_S = 1.0  # a broker's close this soon after a non-fatal error is that 
 ALIVE_S = 0.5  # a broker that answers on another connection this soon after a close did not shut down
 IDLE_FACTOR, IDLE_LEAST_S = 1.5, 10.0  # an error frame this long after the client's last command answers none (C-25)
 
+_FRAME_SIZE = re.compile(r"frame size (-?[0-9]+) out of range")  # the wire decoder's reason (C-06)
 
 class ErrorsAreErrorFrames(Monitor):
     """C-08: an error is an error frame (type 1) whose data starts with its E_ code; C-07: a response frame is not
@@ -221,3 +231,27 @@ class OwnClosesSilent(Monitor):
         if interval and idle >= max(IDLE_FACTOR * interval / 1000, IDLE_LEAST_S):
             self.report("C-25", BROKER, event.ts, connection.name, "the broker's own close without an error frame",
                         f"{event.name} {event.text[:60]} {idle:.1f} s after the client's last command", event)
+
+
+class FramesSized(Monitor):
+    """C-06: a frame's size covers its type word and its data, so it is never below 4: the broker stream decoder's
+    ``UNFRAMED`` event says where one was (the suite's feeding gives it; a capture's decoder does not yet)."""
+
+    ITEMS = ("C-06",)
+    KINDS = frozenset({UNFRAMED})
+
+    def __init__(self):
+        super().__init__()
+        self._told = False
+
+    def observe(self, judge, connection, event, answered):
+        self._told = True
+        size = _FRAME_SIZE.match(event.text)
+        if size is not None and int(size.group(1)) < 4:
+            self.report("C-06", BROKER, event.ts, connection.name, "a frame size of 4 (its type word) or more",
+                        f"frame size {size.group(1)}", event)
+
+    def finish(self, judge, now):
+        if judge.timing and not self._told:  # a capture's
+            self.skip("C-06", "a frame the capture's decoder could not read is not among its events (nsq-trace gives "
+                              "none yet)")

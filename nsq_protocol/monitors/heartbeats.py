@@ -1,23 +1,27 @@
-"""Heartbeats: the broker's on a fixed ticker (C-28), and the client's duty to answer (C-29)."""
+"""Heartbeats: response frames (C-26) on a fixed ticker (C-28), and the client's duty to answer, with any command
+(C-26, C-29)."""
 
 from __future__ import annotations
 
 from nsq_protocol.monitors.connection import DEFAULT_HEARTBEAT_MS
-from nsq_protocol.monitors.events import BROKER, CLIENT, HEARTBEAT
+from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, HEARTBEAT, MESSAGE, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
 LATE_FACTOR = 1.5  # a heartbeat is missing once 1.5 intervals pass without one (the ticker is exact, the wire not)
 LATE_SLACK_S = 1.0
 EARLY_SLACK_S = 0.5  # a ticker's first tick is exact; this is the capture's clock
+ALIVE_S = 1.0  # the broker sent on another connection this soon after a close: it was no shutdown
+HEARTBEAT_TEXT = "_heartbeat_"
 
 
 class HeartbeatsOnTheTicker(Monitor):
     """C-28: every V2 connection gets a heartbeat every interval, publishers and idle connections included. The
     ticker starts with the connection and again at IDENTIFY (ID-02), its first heartbeat no earlier than one
     interval after (C-27: 30 s without IDENTIFY; C-30: the negotiated one after it); C-32: none after
-    heartbeat_interval -1. Judged only where the interval is known and the times are the wire's."""
+    heartbeat_interval -1; ID-40: a later IDENTIFY's interval changes nothing (named where it would explain a gap).
+    Judged only where the interval is known and the times are the wire's."""
 
-    ITEMS = ("C-27", "C-28", "C-30", "C-32", "P-CLS-03")
+    ITEMS = ("C-27", "C-28", "C-30", "C-32", "ID-40", "P-CLS-03")
 
     def __init__(self):
         super().__init__()
@@ -89,11 +93,19 @@ class HeartbeatsOnTheTicker(Monitor):
         if interval == 0 or connection.fatal_error is not None or connection.name in self._reported:
             return
         gap = now - since
-        if gap > LATE_FACTOR * interval / 1000 + LATE_SLACK_S:
+        if gap > _late(interval):
             self._reported.add(connection.name)
-            item = "P-CLS-03" if connection.closing else "C-28"  # P-CLS-03: they go on after CLS
+            later = connection.later("heartbeat_interval")
+            # P-CLS-03: they go on after CLS; ID-40: a later IDENTIFY's interval, which the ticker does not take
+            item = "ID-40" if later is not None and gap <= _late(later) else \
+                "P-CLS-03" if connection.closing else "C-28"
             self.report(item, BROKER, now, connection.name, f"a heartbeat every {interval} ms",
                         f"none for {gap:.1f} s", *([event] if event else []))
+
+
+def _late(interval_ms: int) -> float:
+    """The longest gap between heartbeats of ``interval_ms`` the capture may show."""
+    return LATE_FACTOR * interval_ms / 1000 + LATE_SLACK_S
 
 
 class ClientAnswersHeartbeats(Monitor):
@@ -113,3 +125,62 @@ class ClientAnswersHeartbeats(Monitor):
             self.report("C-29", CLIENT, connection.closed_at, connection.name,
                         f"a command within 2 x {interval} ms (an answer to the heartbeats)",
                         f"none for {connection.closed_at - last:.1f} s; the broker closed")
+
+
+class AnyCommandAnswersHeartbeats(Monitor):
+    """C-26: a heartbeat is a response frame ('_heartbeat_' in an error frame is not one), and any command answers
+    it, not only NOP: a broker close of a connection whose client answered its last heartbeat within the interval
+    with another command breaks it, where nothing else explains the close (no fatal error, no HTTP delete of a
+    channel or topic (D-62), the client's last command within two intervals (C-29), the broker sending on another
+    connection right afterwards: no shutdown). Judged where the times are the wire's and its HTTP requests are in
+    the traffic."""
+
+    ITEMS = ("C-26",)
+    KINDS = frozenset({COMMAND, RESPONSE, ERROR, MESSAGE, HEARTBEAT})
+
+    def __init__(self):
+        super().__init__()
+        self._heartbeat_at: dict[str, float] = {}  # connection -> its latest heartbeat not yet answered
+        self._answered: dict[str, object] = {}  # connection -> the command other than NOP that answered it
+        self._closes: list = []  # (close time, connection, answer): closes still to be told from a shutdown
+        self._deleted_at: list[float] = []
+
+    def observe(self, judge, connection, event, answered):
+        name, kind = connection.name, event.kind
+        if kind == HEARTBEAT:
+            self._heartbeat_at[name] = event.ts
+            self._answered.pop(name, None)
+        elif kind == COMMAND:
+            beat, interval = self._heartbeat_at.pop(name, None), connection.heartbeat_ms
+            if beat is not None and event.name != "NOP" and interval and event.ts - beat <= interval / 1000:
+                self._answered[name] = event
+        elif kind == ERROR and event.name == HEARTBEAT_TEXT:
+            self.report("C-26", BROKER, event.ts, name, "a heartbeat in a response frame", "one in an error frame",
+                        event)
+        if event.sender == BROKER and self._closes:
+            for close in [close for close in self._closes if close[1] != name]:
+                self._closes.remove(close)
+                closed_at, closed, answer = close
+                if closed_at < event.ts <= closed_at + ALIVE_S:
+                    self.report("C-26", BROKER, closed_at, closed, "any command, not only NOP, answers a heartbeat",
+                                f"closed by the broker {closed_at - answer.ts:.1f} s after the heartbeat's answer "
+                                f"{answer.name}", answer)
+
+    def http(self, judge, action):
+        if action.path in ("/channel/delete", "/topic/delete") and action.status == 200:
+            self._deleted_at.append(action.ts)
+
+    def closed(self, judge, connection):
+        self._heartbeat_at.pop(connection.name, None)
+        answer = self._answered.pop(connection.name, None)
+        if answer is None or not judge.timing or connection.closed_by != BROKER or \
+                connection.fatal_error is not None:
+            return
+        interval, last = connection.heartbeat_ms, connection.last_command_at
+        if not judge.http_seen:
+            self.skip("C-26", "the HTTP requests to the broker are not in the traffic")
+            return
+        if connection.closed_at - last >= 2 * interval / 1000 or \
+                any(answer.ts <= deleted <= connection.closed_at for deleted in self._deleted_at):
+            return  # C-29's, or D-62's
+        self._closes.append((connection.closed_at, connection.name, answer))

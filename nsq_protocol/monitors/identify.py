@@ -8,6 +8,7 @@ from heapq import heappop, heappush
 from nsq_protocol.monitors.connection import IDENTIFY_ANSWER_FIELDS, UPGRADES
 from nsq_protocol.monitors.events import BROKER, ERROR, JSON, OUTSIDE_TLS, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
+from nsq_protocol.monitors.release import UNKNOWN, V1_1, before
 
 DEFAULT_DEFLATE_LEVEL = 6
 UPGRADE_OK_S = 1.0  # nsqd writes the OK of a compression layer right after the JSON; the capture's slack
@@ -18,10 +19,11 @@ class IdentifyAnswer(Monitor):
     it asks for); ID-20: the JSON has every field of the server's limits and the client's settings, and no upgrade
     the IDENTIFY did not ask for (T-05: tls_v1 false when not asked, whatever the TLS policy); ID-11: its
     deflate_level is the one asked when deflate is on and the level positive, 6 otherwise, capped at its
-    max_deflate_level. An upgrade the broker makes after answering false or OK leaves its later frames unreadable
-    plain: the stream decoder says so, not this monitor."""
+    max_deflate_level (ID-44, before 1.1.0: 6 only when deflate is on without a positive level, else 0). An upgrade
+    the broker makes after answering false or OK leaves its later frames unreadable plain: the stream decoder says
+    so, not this monitor."""
 
-    ITEMS = ("ID-09", "ID-10", "ID-11", "ID-20", "T-05")
+    ITEMS = ("ID-09", "ID-10", "ID-11", "ID-20", "ID-44", "T-05")
     KINDS = frozenset({RESPONSE})
 
     def observe(self, judge, connection, event, answered):
@@ -48,18 +50,30 @@ class IdentifyAnswer(Monitor):
                 if event.fields.get(name) is True and asked.get(name) is not True:
                     self.report("T-05" if name == "tls_v1" else "ID-20", BROKER, event.ts, connection.name,
                                 f"{name} false, not asked for", f"{name} true", answered, event)
-            level = _deflate_level(asked, event.fields)
-            if level is not None and event.fields.get("deflate_level") != level:
-                self.report("ID-11", BROKER, event.ts, connection.name, f"deflate_level {level}",
-                            f"deflate_level {event.fields.get('deflate_level')}", answered, event)
+            self._deflate_level(judge, connection, answered, event, asked)
+
+    def _deflate_level(self, judge, connection, answered, event, asked):
+        older = before(judge.release, V1_1)
+        item = "ID-44" if older else "ID-11"
+        if older is None:
+            self.skip("ID-11", UNKNOWN)
+            return
+        level = _deflate_level(asked, event.fields, older)
+        if level is not None and event.fields.get("deflate_level") != level:
+            self.report(item, BROKER, event.ts, connection.name, f"deflate_level {level}",
+                        f"deflate_level {event.fields.get('deflate_level')}", answered, event)
 
 
-def _deflate_level(asked: dict, answer: dict) -> int | None:
-    """ID-11: the level nsqd answers with, where the answer shows whether deflate is on and the cap; None when the
-    IDENTIFY's level is not one nsqd reads (the JSON would not have decoded)."""
+def _deflate_level(asked: dict, answer: dict, older: bool) -> int | None:
+    """The level nsqd answers with, where the answer shows whether deflate is on and the cap; None when the
+    IDENTIFY's level is not one nsqd reads (the JSON would not have decoded). ID-11: the positive level asked when
+    deflate is on, 6 otherwise; ID-44 (``older``, before 1.1.0): 6 only with deflate on and no positive level asked,
+    0 otherwise; either capped at max_deflate_level."""
     deflate, cap, level = answer.get("deflate"), answer.get("max_deflate_level"), asked.get("deflate_level", 0)
     if not isinstance(deflate, bool) or not _integer(cap) or not _integer(level):
         return None
+    if older:
+        return min(DEFAULT_DEFLATE_LEVEL if deflate and level <= 0 else 0, cap)
     return min(level if deflate and level > 0 else DEFAULT_DEFLATE_LEVEL, cap)
 
 

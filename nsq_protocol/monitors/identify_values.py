@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, JSON, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
+from nsq_protocol.monitors.release import UNKNOWN, V1_2, before
 
 DEFAULT_OUTPUT_BUFFER_SIZE = 16_384  # nsqd's defaultBufferSize, not a flag
 MIN_OUTPUT_BUFFER_TIMEOUT_MS = 25  # ID-42: --min-output-buffer-timeout's default, the floor judged
@@ -67,9 +68,10 @@ def badly_typed(fields: dict) -> str | None:
     return None
 
 
-def verdict(fields: dict, current: dict) -> Verdict:
+def verdict(fields: dict, current: dict, older: bool = False) -> Verdict:
     """nsqd's answer to an IDENTIFY of ``fields`` (keys lowercased, types decodable) on a connection whose settings
-    so far are ``current`` (output_buffer_size, output_buffer_timeout, msg_timeout: those the traffic showed)."""
+    so far are ``current`` (output_buffer_size, output_buffer_timeout, msg_timeout: those the traffic showed), by
+    v1.3.0's rules or (``older``) those before 1.2.0."""
     refusals: list[Refusal] = []
     echoes: dict = {}
 
@@ -83,11 +85,17 @@ def verdict(fields: dict, current: dict) -> Verdict:
     if interval not in (-1, 0) and refuse("ID-02", "heartbeat interval", interval, interval < MIN_INTERVAL_MS):
         return Verdict(tuple(refusals), echoes)  # a certain refusal; otherwise above --max-heartbeat-interval
     timeout, size = fields.get("output_buffer_timeout") or 0, fields.get("output_buffer_size") or 0
+    # ID-05: the timeout before the size; ID-45: the size first before 1.2.0, which had no floor for the timeout
+    floor = 1 if older else MIN_OUTPUT_BUFFER_TIMEOUT_MS
+    size_first = older and size not in (-1, 0)
+    if size_first and refuse("ID-04", "output buffer size", size, size < MIN_OUTPUT_BUFFER_SIZE):
+        return Verdict(tuple(refusals), echoes)
     if timeout not in (-1, 0):
-        item = "ID-42" if 1 <= timeout < MIN_OUTPUT_BUFFER_TIMEOUT_MS else "ID-03"
-        if refuse(item, "output buffer timeout", timeout, timeout < MIN_OUTPUT_BUFFER_TIMEOUT_MS):
-            return Verdict(tuple(refusals), echoes)  # ID-05: before the size
-    if size not in (-1, 0) and refuse("ID-04", "output buffer size", size, size < MIN_OUTPUT_BUFFER_SIZE):
+        item = "ID-42" if 1 <= timeout < floor else "ID-03"
+        if refuse(item, "output buffer timeout", timeout, timeout < floor):
+            return Verdict(tuple(refusals), echoes)
+    if size not in (-1, 0) and not size_first and \
+            refuse("ID-04", "output buffer size", size, size < MIN_OUTPUT_BUFFER_SIZE):
         return Verdict(tuple(refusals), echoes)
     rate = fields.get("sample_rate") or 0
     if not 0 <= rate <= 99 and refuse("ID-06", "sample rate", rate, True):
@@ -97,10 +105,10 @@ def verdict(fields: dict, current: dict) -> Verdict:
         return Verdict(tuple(refusals), echoes)
     # what the negotiated answer then says of this client (SetOutputBuffer, SetSampleRate, SetMsgTimeout)
     echoes["sample_rate"] = (rate, "ID-06")
-    if size == -1:  # ID-43: a one-byte buffer, and no timed flush whatever the timeout asked
+    if size == -1 and not older:  # ID-43: a one-byte buffer, and no timed flush whatever the timeout asked
         echoes["output_buffer_size"], echoes["output_buffer_timeout"] = (1, "ID-04"), (0, "ID-43")
     else:
-        echoes["output_buffer_size"] = (size or current.get("output_buffer_size"), "ID-04")
+        echoes["output_buffer_size"] = ({-1: 1, 0: current.get("output_buffer_size")}.get(size, size), "ID-04")
         echoes["output_buffer_timeout"] = ({-1: 0, 0: current.get("output_buffer_timeout")}.get(timeout, timeout),
                                            "ID-03")
     echoes["msg_timeout"] = (msg_timeout or current.get("msg_timeout"), "ID-07")
@@ -110,15 +118,18 @@ def verdict(fields: dict, current: dict) -> Verdict:
 class IdentifyValues(Monitor):
     """ID-02, ID-03, ID-04, ID-06, ID-07, ID-42: a value outside nsqd's floor refused with the fatal E_BAD_BODY, one
     within echoed by the negotiated answer (ID-43: output_buffer_size -1 answered with timeout 0); ID-05, ID-08: the
-    error names the first bad value in nsqd's order; ID-14: keys in any case, a value of the wrong type refused.
+    error names the first bad value in nsqd's order (ID-45: before 1.2.0, the size before the timeout); ID-14: keys
+    in any case, a value of the wrong type refused.
     Judged from the connection's start, in its initial state, where the IDENTIFY's body is a JSON object."""
 
-    ITEMS = ("ID-02", "ID-03", "ID-04", "ID-05", "ID-06", "ID-07", "ID-08", "ID-14", "ID-42", "ID-43")
+    ITEMS = ("ID-02", "ID-03", "ID-04", "ID-05", "ID-06", "ID-07", "ID-08", "ID-14", "ID-42", "ID-43", "ID-45")
     KINDS = frozenset({COMMAND, RESPONSE, ERROR})
 
     def __init__(self):
         super().__init__()
-        self._asked: dict[str, list] = {}  # connection -> [(the IDENTIFY, its Verdict or None: not judged)]
+        # connection -> [(the IDENTIFY, its fields (keys lowercased), a Verdict where its types are wrong, or None:
+        # not judged)]; judged at the answer, which may be what shows the broker's release
+        self._asked: dict[str, list] = {}
         self._current: dict[str, dict] = {}  # connection -> the settings its answers showed
 
     def observe(self, judge, connection, event, answered):
@@ -133,15 +144,17 @@ class IdentifyValues(Monitor):
         if entry is None:
             return
         asked.remove(entry)
-        if entry[1] is not None:
-            self._judge(judge, connection, answered, entry[1], event)
+        expected = self._verdict(judge, connection, entry[1]) if isinstance(entry[1], dict) else entry[1]
+        if expected is not None:
+            self._judge(judge, connection, answered, expected, event)
 
     def closed(self, judge, connection):
         self._asked.pop(connection.name, None)
         self._current.pop(connection.name, None)
 
     def _judgeable(self, connection, command):
-        """The IDENTIFY's Verdict, or None where nsqd's answer hangs on what the traffic does not show."""
+        """The IDENTIFY's fields, its Verdict where they do not decode, or None where nsqd's answer hangs on what the
+        traffic does not show."""
         if not connection.started:
             self.skip("ID-08", "the connection's start (its settings) is not in the traffic")
             return None
@@ -157,8 +170,16 @@ class IdentifyValues(Monitor):
         wrong = badly_typed(fields)
         if wrong is not None:
             return Verdict((Refusal("ID-14", DECODE_FAILED, True),), {})
+        return fields
+
+    def _verdict(self, judge, connection, fields):
         current = self._current.setdefault(connection.name, {"output_buffer_size": DEFAULT_OUTPUT_BUFFER_SIZE})
-        return replace(verdict(fields, current), negotiated=fields.get("feature_negotiation") is True)
+        older = before(judge.release, V1_2)
+        expected = verdict(fields, current, bool(older))
+        if older is None and expected != verdict(fields, current, True):  # ID-05, ID-42, ID-43 came with 1.2.0
+            self.skip("ID-45", UNKNOWN)
+            return None
+        return replace(expected, negotiated=fields.get("feature_negotiation") is True)
 
     def _judge(self, judge, connection, command, expected, answer):
         certain = expected.must_refuse
@@ -186,9 +207,12 @@ class IdentifyValues(Monitor):
             return
         if not judge.wording or any(refusal.text == answer.text for refusal in expected.refusals):
             return
-        both_buffers = "output buffer size" in answer.text and \
-            any(refusal.item in ("ID-03", "ID-42") for refusal in expected.refusals)
-        self.report("ID-05" if both_buffers else "ID-08", BROKER, answer.ts, connection.name,
+        # ID-05: the timeout named where both are bad; ID-45 (before 1.2.0): the size
+        item = "ID-45" if "output buffer timeout" in answer.text and \
+            any(refusal.item == "ID-04" for refusal in expected.refusals) else "ID-05" \
+            if "output buffer size" in answer.text and \
+            any(refusal.item in ("ID-03", "ID-42") for refusal in expected.refusals) else "ID-08"
+        self.report(item, BROKER, answer.ts, connection.name,
                     f"E_BAD_BODY {' or '.join(refusal.text for refusal in expected.refusals)}",
                     f"E_BAD_BODY {answer.text[:80]}", command, answer)
 

@@ -8,13 +8,16 @@ traffic (the client suite's) may carry its queries of nsqlookupd too (``lookupd_
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from nsq_protocol.http import HttpExchange, Request
 from nsq_protocol.monitors.application import Application
 from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS, Connection
 from nsq_protocol.monitors.events import COMMAND, ERROR, EVERY_KIND, MESSAGE, Observed, body_hash
+from nsq_protocol.monitors.limits import Limits
 from nsq_protocol.monitors.monitor import Judging, Monitor, Violation
+from nsq_protocol.monitors.release import Release, parse
 from nsq_protocol.wire import ProtocolViolation, parse_mpub_body
 
 SCAN_S = 0.1  # D-14: the queue scan's period
@@ -77,7 +80,7 @@ def http_action(ts: float, request: Request, status: int) -> HttpAction | None:
 
 class Judge(Judging):
     def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True,
-                 application: Application | None = None):
+                 application: Application | None = None, release: Release | None = None):
         super().__init__(monitors)
         self._watching: dict[str, list[Monitor]] = {}  # event kind -> the active monitors that read it
         self._dispatch()
@@ -102,6 +105,11 @@ class Judge(Judging):
         self.let_go_at: float | None = None  # the last time the judge let go of messages no longer in flight
         # D-13: --max-msg-timeout is the broker's, not the connection's: any IDENTIFY answer in the traffic shows it
         self.max_msg_timeout_ms: int | None = None
+        self.limits = Limits()  # what the broker showed of its flags (LIM-01)
+        # the release whose rules the broker follows: told (the suite's --nsq-version), else the one the traffic
+        # shows (release.py); the monitors judge an item of an older release by it
+        self.told_release = release
+        self.shown_release: Release | None = None
         self._keep = MESSAGES_KEPT
         self._due = float("inf")
 
@@ -124,8 +132,12 @@ class Judge(Judging):
             self._tick(ts)
         connection = self.connections[name]
         answered = connection.observe(event)
-        if answered is not None and answered.name == "IDENTIFY" and connection.max_msg_timeout_ms is not None:
-            self.max_msg_timeout_ms = connection.max_msg_timeout_ms
+        if answered is not None and answered.name == "IDENTIFY" and connection.identify_answer is not None:
+            if connection.max_msg_timeout_ms is not None:
+                self.max_msg_timeout_ms = connection.max_msg_timeout_ms
+            self.shown_release = parse(connection.identify_answer.get("version")) or self.shown_release
+        if answered is not None or event.kind == ERROR:
+            self.limits.frame(self, connection, event, answered)
         for monitor in self._watching[event.kind]:
             try:
                 monitor.observe(self, connection, event, answered)
@@ -162,6 +174,9 @@ class Judge(Judging):
         gives one that changes delivery to ``http`` as well, where it feeds ``http``."""
         self._begin(exchange.ts)
         self._tick(exchange.ts)
+        if exchange.request.path == "/info" and exchange.response.status == 200:
+            self.shown_release = parse(_json_field(exchange.response.body, "version")) or self.shown_release
+        self.limits.http(self, exchange)
         for monitor in self._active:
             try:
                 monitor.http_exchange(self, exchange)
@@ -208,6 +223,11 @@ class Judge(Judging):
         return self.violations
 
     # ---- what the monitors read ---------------------------------------------------------------------------
+    @property
+    def release(self) -> Release | None:
+        """The release the broker follows, told or shown; None: neither."""
+        return self.told_release or self.shown_release
+
     @staticmethod
     def message_key(connection: Connection, msg_id: str) -> tuple:
         """A message is its channel's copy (C-11: IDs are unique within a topic); where the subscription is not
@@ -308,6 +328,14 @@ class Judge(Judging):
             delivery = self.messages.get(self.message_key(connection, event.msg_id))
             if delivery is not None and delivery.settled and delivery.connection == connection.name:
                 delivery.settle_failed = True
+
+
+def _json_field(body: bytes, name: str):
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    return document.get(name) if isinstance(document, dict) else None
 
 
 def buffered_margin(connection: Connection) -> float:

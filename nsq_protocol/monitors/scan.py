@@ -25,9 +25,10 @@ class TimedOutInTime(Monitor):
     since before the delivery, had room from then on with nothing delivered on the channel meanwhile (its queue was
     empty: the timed-out message had nothing ahead of it), the channel was made in the traffic (its first SUB or
     /channel/create) and is one of at most ``SELECTION`` channels, not paused and without sampling; every
-    connection and HTTP request of the nsqd in the traffic."""
+    connection and HTTP request of the nsqd in the traffic. ID-40: named where a later IDENTIFY's msg_timeout
+    would explain the wait."""
 
-    ITEMS = ("D-14", "D-13")
+    ITEMS = ("D-14", "D-13", "ID-40")
     KINDS = frozenset({COMMAND, MESSAGE})
 
     def __init__(self):
@@ -126,10 +127,15 @@ class TimedOutInTime(Monitor):
                 or max(self._paused_at.get(subscription[:1], 0.0), self._paused_at.get(subscription, 0.0)) \
                 >= delivered_at or judge.is_paused(*subscription):
             return  # something ahead of it in the queue, a random pick of channels, or a pause
-        ceiling = judge.connections[delivery.connection].max_msg_timeout_ms or judge.max_msg_timeout_ms
+        holder = judge.connections[delivery.connection]
+        ceiling = holder.max_msg_timeout_ms or judge.max_msg_timeout_ms
         capped = delivery.touched and ceiling is not None \
             and abs(delivery.latest_timeout - (delivery.at + ceiling / 1000)) < 1e-6
-        self.report("D-13" if capped else "D-14", BROKER, now, delivery.connection,
+        later = holder.later("msg_timeout")
+        # ID-40: a later IDENTIFY's longer msg_timeout, which nsqd's message pump does not take, would explain it
+        item = "D-13" if capped else "ID-40" if not delivery.touched and later is not None and \
+            now < delivery.at + later / 1000 + SCAN_S + buffered_s(holder) + LATE_S else "D-14"
+        self.report(item, BROKER, now, delivery.connection,
                     f"the message timed out and delivered again by {deadline - delivered_at:.2f} s after its "
                     f"delivery", f"not delivered again {now - delivered_at:.2f} s after it, with "
                     f"{ready[0].name} ready and nothing delivered on the channel since")

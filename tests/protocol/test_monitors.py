@@ -19,9 +19,10 @@ NS = 1_000_000_000
 class Traffic:
     """One nsqd's traffic, written in the order it crossed the wire; ``judge()`` runs the monitors over it."""
 
-    def __init__(self, timing: bool = True, http_seen: bool = True, also: tuple[monitors.Monitor, ...] = ()):
+    def __init__(self, timing: bool = True, http_seen: bool = True, also: tuple[monitors.Monitor, ...] = (),
+                 release: tuple[int, ...] | None = (1, 3, 0)):
         self.judge = monitors.Judge([*(monitor() for monitor in monitors.MONITORS), *also], timing=timing,
-                                    http_seen=http_seen)
+                                    http_seen=http_seen, release=release)
 
     def connect(self, name: str = "A", at: float = 0.0, started: bool = True) -> Traffic:
         self.judge.open(name, T0 + at, started)

@@ -16,7 +16,7 @@ CLOSE_WAIT = b"CLOSE_WAIT"
 
 def answers() -> Traffic:
     traffic = Traffic()
-    traffic.judge = monitors.Judge([AnswersAsNsqd()], timing=True, http_seen=True)
+    traffic.judge = monitors.Judge([AnswersAsNsqd()], timing=True, http_seen=True, release=(1, 3, 0))
     return traffic.connect()
 
 
