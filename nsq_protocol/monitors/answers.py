@@ -9,6 +9,7 @@ import re
 from collections import deque
 from heapq import heappop, heappush
 
+from nsq_protocol.monitors.connection import TAIL_LOST
 from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, JSON, RESPONSE, UNREADABLE
 from nsq_protocol.monitors.expected import LINE_ITEMS, Answer, Expected, Session
 from nsq_protocol.monitors.monitor import Monitor
@@ -200,6 +201,9 @@ class AnswersAsNsqd(Monitor):
                 continue
             self._done.add(name)
             expected = next(expected for waiting, expected in pending if waiting is command)
+            if judge.connections[name].unseen_at(now):
+                self.skip(expected.item, TAIL_LOST)
+                continue
             self.report(expected.item, BROKER, now, name, "an answer to IDENTIFY",
                         f"none {now - command.ts:.1f} s later, the connection open", command)
         self.due = self._identifies[0][0] if self._identifies else float("inf")

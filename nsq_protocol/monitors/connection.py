@@ -25,6 +25,9 @@ IDENTIFY_ANSWER_FIELDS = ("max_rdy_count", "version", "max_msg_timeout", "msg_ti
                           "output_buffer_size", "output_buffer_timeout")  # ID-20
 
 
+TAIL_LOST = "the capture shows nothing of the connection after then, nor its end: its tail may be lost"
+
+
 @dataclass
 class Connection:
     name: str
@@ -47,12 +50,19 @@ class Connection:
     # when the client's FIN came, where a capture shows it: it sent nothing after, and nsqd reads its end there
     # (D-50), while ``closed_at`` is the connection's last packet
     client_done_at: float | None = None
+    # a capture that holds nothing of the connection after this time, nor its end (a sniffer that lost its tail):
+    # a silence past it is no evidence. None: the traffic holds all of it so far
+    seen_until: float | None = None
     fatal_error: Observed | None = None  # the first fatal error frame (C-23)
     last_command_at: float | None = None
     in_flight: dict = field(default_factory=dict)  # msg_id -> the Delivery (ledger.py) in flight to it
     _unanswered: deque = field(default_factory=deque)  # (verb, event) of commands awaiting their answer
     _upgrade_oks: int = 0
     _upgrade_ok: Observed | None = None
+
+    def unseen_at(self, ts: float) -> bool:
+        """Whether the traffic can no longer show what the connection did at ``ts`` (``seen_until``)."""
+        return self.seen_until is not None and ts > self.seen_until
 
     def upgrade_ok_taken(self, event: Observed) -> bool:
         """Whether ``event`` is the OK an upgrade sent through its new layer (ID-30)."""

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from nsq_protocol.monitors.connection import DEFAULT_HEARTBEAT_MS
+from nsq_protocol.monitors.connection import DEFAULT_HEARTBEAT_MS, TAIL_LOST
 from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, HEARTBEAT, MESSAGE, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
@@ -93,7 +93,9 @@ class HeartbeatsOnTheTicker(Monitor):
         if interval == 0 or connection.fatal_error is not None or connection.name in self._reported:
             return
         gap = now - since
-        if gap > _late(interval):
+        if gap > _late(interval) and connection.unseen_at(now):
+            self.skip("C-28", TAIL_LOST)
+        elif gap > _late(interval):
             self._reported.add(connection.name)
             later = connection.later("heartbeat_interval")
             # P-CLS-03: they go on after CLS; ID-40: a later IDENTIFY's interval, which the ticker does not take

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from nsq_protocol.monitors.connection import IDENTIFY_ANSWER_FIELDS, UPGRADES
+from nsq_protocol.monitors.connection import IDENTIFY_ANSWER_FIELDS, TAIL_LOST, UPGRADES
 from nsq_protocol.monitors.events import BROKER, ERROR, JSON, OUTSIDE_TLS, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.release import UNKNOWN, V1_1, before
@@ -111,7 +111,11 @@ class UpgradeOks(Monitor):
     def tick(self, judge, now):
         while self._waiting and self._waiting[0][0] <= now:
             _, _, name, answer = heappop(self._waiting)
-            if judge.connections[name].open and judge.connections[name].upgrades_pending:  # the judge ticks
+            connection = judge.connections[name]
+            if connection.open and connection.upgrades_pending:  # the judge ticks
+                if connection.unseen_at(now):
+                    self.skip("ID-30", TAIL_LOST)
+                    continue
                 self.report("ID-30", BROKER, now, name, "the upgrade's OK right after the JSON answer",
                             f"none {now - answer.ts:.1f} s later", answer)
         self.due = self._waiting[0][0] if self._waiting else float("inf")

@@ -115,11 +115,13 @@ class Judge(Judging):
 
     # ---- feeding ---------------------------------------------------------------------------------------
     def open(self, name: str, ts: float, started: bool, whole: bool | None = None,
-             server: str | None = None, client: str | None = None) -> Connection:
+             server: str | None = None, client: str | None = None, seen_until: float | None = None) -> Connection:
         """``started``: the V2 connection's start is in the traffic; ``whole``: nothing it did can be missing from
         the traffic (by default, as started; a connection that never spoke V2 hides nothing); ``server``: the
-        host:port the client dialed, ``client`` its own end's (Go's net.Addr form: [v6]:port), where known."""
-        connection = self.connections[name] = Connection(name, started, opened_at=ts, server=server, client=client)
+        host:port the client dialed, ``client`` its own end's (Go's net.Addr form: [v6]:port), where known;
+        ``seen_until``: a capture shows nothing of it after then, nor its end."""
+        connection = self.connections[name] = Connection(name, started, opened_at=ts, server=server, client=client,
+                                                         seen_until=seen_until)
         self.all_started &= started if whole is None else whole
         self._begin(ts)
         return connection

@@ -170,11 +170,15 @@ class Opening:
     client: str | None = None  # host:port of the client's end, as nsqd names it (its /stats remote_address)
     server: str | None = None  # host:port the client dialed
     client_fin: float | None = None  # when the client's FIN came
+    # a whole capture (analyze) that shows nothing of it after then, nor its end: its tail may be lost (watch: None,
+    # later files may show more)
+    seen_until: float | None = None
 
 
-def openings(connections: pa.Table, undecoded: set[str]) -> dict[str, list[Opening]]:
+def openings(connections: pa.Table, undecoded: set[str], whole_capture: bool = True) -> dict[str, list[Opening]]:
     """Each nsqd's connections (by its ``server``), from the connections table (derive/tallies.py): those that spoke
-    NSQ; ``undecoded``: the connections with bytes the decoder could not read."""
+    NSQ; ``undecoded``: the connections with bytes the decoder could not read; ``whole_capture``: the table is the
+    capture's last word (analyze; not watch's batch)."""
     by_server: dict[str, list[Opening]] = {}
     for row in connections.filter(pc.fill_null(connections["is_nsq"], False)).to_pylist():
         bad = row["conn_id"] in undecoded
@@ -190,7 +194,8 @@ def openings(connections: pa.Table, undecoded: set[str]) -> dict[str, list[Openi
             row["conn_id"], row["first_ts_ns"] / NS, started, whole,
             row["last_ts_ns"] / NS if ended else None, _CLOSED_BY.get(row["close"]), answer or None,
             _address(row["client"]), _address(row["server"]),
-            row["client_fin_ts_ns"] / NS if row["client_fin_ts_ns"] is not None else None))
+            row["client_fin_ts_ns"] / NS if row["client_fin_ts_ns"] is not None else None,
+            row["last_ts_ns"] / NS if whole_capture and not ended else None))
     return by_server
 
 
@@ -300,7 +305,8 @@ class ServerJudging:
         ts, order, _, what = entry
         self.last_ts = max(self.last_ts, ts)
         if order == 0:
-            self.judge.open(what.conn_id, ts, what.started, what.whole, server=what.server, client=what.client)
+            self.judge.open(what.conn_id, ts, what.started, what.whole, server=what.server, client=what.client,
+                            seen_until=what.seen_until)
         elif order == 1:
             exchange, action = what
             self.judge.http_exchange(exchange)

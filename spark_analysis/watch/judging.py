@@ -66,7 +66,7 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
     ``final``: without them, whose errors are the bytes the decoder could not read (an open part ends a connection
     as if it had ended, inside a frame maybe)."""
     connections = tallied.connections()
-    by_server = openings(connections, final.undecoded())
+    by_server = openings(connections, final.undecoded(), whole_capture=False)
     lookupds = sorted(lookupd_servers(connections, nsq_ports))
     schemas = {OBSERVED: OBSERVED_SCHEMA, LOOKUPD: LOOKUPD_SCHEMA}
 

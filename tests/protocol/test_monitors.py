@@ -11,6 +11,7 @@ import pytest
 
 from nsq_protocol import monitors, wire
 from nsq_protocol.monitors import BROKER, CLIENT, HttpAction
+from nsq_protocol.monitors.connection import TAIL_LOST
 
 T0 = 1_800_000_000.0  # seconds since the epoch: the traffic's clock
 NS = 1_000_000_000
@@ -24,8 +25,9 @@ class Traffic:
         self.judge = monitors.Judge([*(monitor() for monitor in monitors.MONITORS), *also], timing=timing,
                                     http_seen=http_seen, release=release)
 
-    def connect(self, name: str = "A", at: float = 0.0, started: bool = True) -> Traffic:
-        self.judge.open(name, T0 + at, started)
+    def connect(self, name: str = "A", at: float = 0.0, started: bool = True, seen_until: float | None = None
+                ) -> Traffic:
+        self.judge.open(name, T0 + at, started, seen_until=None if seen_until is None else T0 + seen_until)
         return self
 
     def send(self, at: float, name: bytes, *params: bytes | str | int, body: bytes | None = None,
@@ -400,6 +402,24 @@ def test_an_error_not_worded_as_nsqd_words_it_is_c08():
     assert suite.close(0.02, BROKER).violations(0.1) == [], "the suite's cases judge the wording, as a SHOULD"
     tls = Traffic().connect().send(0.0, b"NOP").error(0.01, b"E_INVALID cannot NOP in current state (TLS required)")
     assert tls.close(0.02, BROKER).violations(0.1) == [], "a TLS-required policy the traffic does not show (P-G-01)"
+
+
+def test_a_silence_after_the_capture_lost_the_connections_tail_is_not_judged():
+    """A sniffer that dropped the rest of a connection (nothing more of it, not its end): no answer to IDENTIFY and
+    no heartbeat are no evidence once past what the capture last showed of it; before that they are."""
+    def run(seen_until: float | None) -> Traffic:
+        traffic = Traffic().connect(seen_until=seen_until).identify(0.0, {"heartbeat_interval": 1000})
+        return traffic.connect("B", 40.0).send(40.0, b"NOP", conn="B")
+    assert run(None).violations(40.0) == [("P-ID-04", BROKER)]
+    lost = run(0.5)
+    assert lost.violations(40.0) == []
+    assert ("P-ID-04", TAIL_LOST) in lost.judge.not_judged
+    answered = Traffic().connect(seen_until=0.5).identify(0.0, {"heartbeat_interval": 1000}).ok(0.01)
+    answered.connect("B", 40.0).send(40.0, b"NOP", conn="B")
+    assert answered.violations(40.0) == [] and ("C-28", TAIL_LOST) in answered.judge.not_judged
+    heard = Traffic().connect(seen_until=30.0).identify(0.0, {"heartbeat_interval": 1000}).ok(0.01)
+    heard.send(29.9, b"PUB", "t", body=b"x").ok(30.0).connect("B", 40.0).send(40.0, b"NOP", conn="B")
+    assert heard.violations(40.0) == [("C-28", BROKER)], "no heartbeat while the capture still showed the connection"
 
 
 def test_an_error_that_overtakes_an_earlier_answer_is_c13():
