@@ -48,6 +48,7 @@ from nsq_protocol.monitors.delivery import (
 from nsq_protocol.monitors.emptying import EmptiedStaysEmpty
 from nsq_protocol.monitors.ephemeral_kept import EphemeralKept
 from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
+from nsq_protocol.monitors.fed import ReadyConsumerFed
 from nsq_protocol.monitors.framing import (
     AnswersOnlyToCommands,
     CopiesAreOneMessage,
@@ -87,7 +88,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
-    CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty,
+    CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty, ReadyConsumerFed,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that
