@@ -85,7 +85,7 @@ class ReadyConsumerFed(Monitor):
                 return
             backlog = self._backlogs.get(subscription)
             if backlog is not None and event.bodies:
-                if event.attempts == 1 or not backlog.take(("id", event.msg_id)):
+                if not backlog.take(("id", event.msg_id)):
                     backlog.take(("body", event.bodies[0]))
             in_flight = len(connection.in_flight) + (event.msg_id not in connection.in_flight)
             self._room(judge, connection, event.ts, in_flight, "MESSAGE", fed=True)

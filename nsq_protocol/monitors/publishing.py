@@ -3,7 +3,7 @@ is a body published to its topic (C-09). Both join a publish with its deliveries
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, LET_GO, MESSAGE, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
@@ -101,56 +101,92 @@ class DeliveredAsPublished(Monitor):
 
 IDLE_S = 1.0  # a consumer with room that got nothing for this long has emptied its channel's queue
 DUE_S = 2.0  # a message published to a channel with a consumer reaches it by then, unless nothing had room
+# D-14: a deferred message is released by the queue scan (every SCAN_S) once its channel is on the scan's list,
+# refreshed every REFRESH_S; with more than SELECTION channels a scan picks some at random
+SCAN_S, REFRESH_S, SELECTION = 0.1, 5.0, 20
+COPIED_S = 2.0  # the topic's pump copies a message to its channels this soon after its publish was answered
 
 
 class PublishedIsDelivered(Monitor):
-    """D-35, P-MPUB-06: a message the broker accepted (OK, or 200 over HTTP; every message of an MPUB) reaches
-    every channel of its topic. Judged per channel that had a consumer when it was published, once it is due: when
-    a consumer of the channel has had room for a second and got nothing, the channel's queue is empty, so every
-    message published to it must have been delivered. Where every connection and HTTP request of the nsqd is in
-    the traffic."""
+    """D-35, D-38, P-MPUB-06: a message the broker accepted (OK, or 200 over HTTP; every message of an MPUB) reaches
+    every channel of its topic, so is delivered at least once; P-DPUB-03: so does a DPUB's with no delay, H-MPUB-06:
+    an /mpub's whatever its defer; D-30: a deferred one's, once its delay and the scan that releases it are past
+    (where the traffic made at most ``SELECTION`` channels: more are scanned at random). Judged per channel that had
+    a consumer when it was published, once it is due: when a consumer of the channel has had room for a second and
+    got nothing, the channel's queue is empty, so every message published to it must have been delivered. Where
+    every connection and HTTP request of the nsqd is in the traffic."""
 
-    ITEMS = ("D-35", "P-MPUB-06")
+    ITEMS = ("D-35", "D-38", "P-MPUB-06", "P-DPUB-03", "H-MPUB-06", "D-30")
     KINDS = frozenset({MESSAGE, RESPONSE})
 
     def __init__(self):
         super().__init__()
-        self._published: list = []  # heap of (due, sequence, topic, body, item, channels expected)
+        self._published: list = []  # heap of (due, sequence, topic, body, item, channels expected, published at)
         self._sequence = 0
         self._delivered: dict[tuple, set] = {}  # (topic, channel, body) -> message IDs delivered
         self._count: dict[tuple, int] = {}  # (topic, channel, body) -> messages published to it, due so far
         self._last_delivery: dict[str, float] = {}
+        self._made: set[tuple] = set()  # (topic, channel) subscribed to in the traffic and not deleted since
+        self._paused_at: dict[str, float] = {}  # topic -> its latest /topic/pause
 
     def observe(self, judge, connection, event, answered):
         if event.kind == MESSAGE and connection.subscription and event.bodies and event.msg_id:
             self._delivered.setdefault((*connection.subscription, event.bodies[0]), set()).add(event.msg_id)
             self._last_delivery[connection.name] = event.ts
-        elif answered is not None and answered.name in ("PUB", "MPUB") and event.name == "OK" and judge.timing:
-            item = "D-35" if answered.name == "PUB" else "P-MPUB-06"
-            self._publish(judge, event.ts, answered.topic, answered.bodies, item)
+        elif answered is not None and event.name == "OK" and judge.timing:
+            if answered.name == "SUB" and answered.channel is not None:
+                self._made.add((answered.topic, answered.channel))
+            elif answered.name in ("PUB", "MPUB"):
+                item = "D-35" if answered.name == "PUB" else "P-MPUB-06"
+                self._publish(judge, event.ts, answered.topic, answered.bodies, item)
+            elif answered.name == "DPUB":  # P-DPUB-03: a delay of 0 or none at all is no deferral
+                self._publish(judge, event.ts, answered.topic, answered.bodies,
+                              "D-30" if answered.number else "P-DPUB-03", answered.number or 0)
 
     def http(self, judge, action):
-        if action.path in ("/pub", "/mpub") and action.status == 200 and action.defer_ms == 0 and judge.timing:
-            self._publish(judge, action.ts, action.topic, action.bodies or (), "D-35")
-        elif action.path in ("/channel/empty", "/channel/delete", "/topic/delete", "/topic/empty") \
-                and action.status == 200:
-            self._published = [entry for entry in self._published if entry[2] != action.topic]  # D-63
+        if action.status != 200:
+            return
+        if action.path == "/pub" and judge.timing:
+            self._publish(judge, action.ts, action.topic, action.bodies or (), "D-30" if action.defer_ms else "D-35",
+                          action.defer_ms)
+        elif action.path == "/mpub" and judge.timing:  # H-MPUB-06: /mpub has no defer
+            self._publish(judge, action.ts, action.topic, action.bodies or (),
+                          "H-MPUB-06" if action.defer_ms else "D-35")
+        elif action.path in ("/channel/empty", "/channel/delete", "/topic/delete"):
+            self._published = [entry for entry in self._published if entry[2] != action.topic  # D-63
+                               or action.channel is not None and action.channel not in entry[5]]
+            heapify(self._published)
+            if action.path != "/channel/empty":
+                self._made = {made for made in self._made if made[0] != action.topic
+                              or action.channel not in (None, made[1])}
+        elif action.path == "/topic/empty":
+            # D-64: only what waits in the topic goes: a message its pump copied to the channels (answered well
+            # before the empty, and before any pause of the topic) stays there
+            copied_by = min(action.ts, self._paused_at.get(action.topic, action.ts)) - COPIED_S
+            self._published = [entry for entry in self._published if entry[2] != action.topic
+                               or entry[6] <= copied_by]
+            heapify(self._published)
+        elif action.path == "/topic/pause":
+            self._paused_at[action.topic] = action.ts
 
-    def _publish(self, judge, ts, topic, bodies, item):
+    def _publish(self, judge, ts, topic, bodies, item, defer_ms: int = 0):
         # an ephemeral channel drops what overflows its memory queue (D-53)
         channels = {c.channel for c in judge.connections.values() if c.topic == topic and c.open and c.channel
                     and not c.channel.endswith("#ephemeral")} if topic and not topic.endswith("#ephemeral") else set()
         if not channels:
             return
+        # D-30: the scan releases it once its delay is past and its channel on the scan's list (a new one, within
+        # REFRESH_S)
+        due = ts + (defer_ms / 1000 + REFRESH_S + SCAN_S if defer_ms else 0.0) + DUE_S
         for body in bodies:
             self._sequence += 1
-            heappush(self._published, (ts + DUE_S, self._sequence, topic, body, item, frozenset(channels)))
-        self.due = min(self.due, ts + DUE_S)
-        judge.want_tick(ts + DUE_S)
+            heappush(self._published, (due, self._sequence, topic, body, item, frozenset(channels), ts))
+        self.due = min(self.due, due)
+        judge.want_tick(due)
 
     def tick(self, judge, now):
         while self._published and self._published[0][0] <= now:
-            due, _, topic, body, item, channels = heappop(self._published)
+            due, _, topic, body, item, channels, _ = heappop(self._published)
             for channel in channels:
                 key = (topic, channel, body)
                 self._count[key] = self._count.get(key, 0) + 1
@@ -163,8 +199,8 @@ class PublishedIsDelivered(Monitor):
         self.tick(judge, now)
 
     def forget(self, judge, now):
-        for _, _, _, _, item, _ in self._published:
-            self.skip(item, LET_GO)  # its deliveries may be among those let go of
+        for entry in self._published:
+            self.skip(entry[4], LET_GO)  # its deliveries may be among those let go of
         self._published, self._delivered, self._count = [], {}, {}
         self.due = float("inf")
 
@@ -176,12 +212,16 @@ class PublishedIsDelivered(Monitor):
             return
         if judge.is_paused(topic, channel):
             return
+        if item == "D-30" and len(self._made) > SELECTION:
+            self.skip(item, f"more than {SELECTION} channels: the scan picks those it looks at by chance")
+            return
         idle = [c for c in judge.consumers((topic, channel)) if c.has_room(now)
                 and now - max(self._last_delivery.get(c.name, 0.0), c.subscribed_at or 0.0) >= IDLE_S]
         if idle:
-            self.report(item, BROKER, now, idle[0].name, f"every message accepted for {topic} delivered on "
-                        f"channel {channel}", f"one never delivered, with {idle[0].name} idle and ready for "
-                        f"{IDLE_S:g} s")
+            for broken in (item, "D-38") if item == "D-35" else (item,):  # D-38: at least once
+                self.report(broken, BROKER, now, idle[0].name, f"every message accepted for {topic} delivered on "
+                            f"channel {channel}", f"one never delivered, with {idle[0].name} idle and ready for "
+                            f"{IDLE_S:g} s")
 
 
 def _published_before(event, since: float) -> bool:
