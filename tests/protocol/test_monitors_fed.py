@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 
 from nsq_protocol import monitors, wire
-from nsq_protocol.monitors import BROKER
-from tests.protocol.test_monitors import ID1, ID2, ID3, Traffic, consumer
 from nsq_protocol.http import HttpExchange, Request, Response
-from nsq_protocol.monitors import http_action
-from tests.protocol.test_monitors import T0
+from nsq_protocol.monitors import BROKER, http_action
+from tests.protocol.test_monitors import ID1, ID2, ID3, T0, Traffic, consumer
 from tests.protocol.test_monitors_delivery_http import not_judged
 
 FED = ("D-02", "D-05", "D-41", "D-42")
