@@ -23,15 +23,17 @@ PUBLISHES = frozenset({"PUB", "MPUB", "DPUB"})
 
 
 class Backlog:
-    """What a channel holds that no consumer was seen to get: each message accepted for it once a consumer had
-    subscribed (by its body), and each REQ'd with no delay (by its ID), oldest first."""
+    """What a channel holds that no consumer was seen to get: each message published to it once a consumer had
+    subscribed (by its body), and each REQ'd with no delay (by its ID), oldest first, each with when the broker had
+    it (a publish's answer: infinity until then, as the broker may deliver it before its answer crosses the wire)."""
 
-    def __init__(self):
+    def __init__(self, subscription: tuple):
+        self.subscription = subscription
         self.entries: OrderedDict = OrderedDict()  # sequence -> (accepted at, key)
         self._by_key: dict[tuple, deque] = {}  # ("body", hash) or ("id", message ID) -> their sequences, oldest first
 
     def add(self, sequence: int, at: float, key: tuple) -> None:
-        self.entries[sequence] = (at, key)
+        self.entries[sequence] = [at, key]
         self._by_key.setdefault(key, deque()).append(sequence)
 
     def take(self, key: tuple) -> bool:
@@ -42,6 +44,16 @@ class Backlog:
         if not sequences:
             del self._by_key[key]
         return True
+
+    def accepted(self, sequence: int, at: float) -> None:
+        entry = self.entries.get(sequence)
+        if entry is not None:
+            entry[0] = at
+
+    def refused(self, sequence: int) -> None:
+        entry = self.entries.get(sequence)
+        if entry is not None:
+            self.take(entry[1])
 
     def oldest(self) -> float | None:
         return next(iter(self.entries.values()))[0] if self.entries else None
@@ -73,6 +85,8 @@ class ReadyConsumerFed(Monitor):
         self._waiting: list = []  # heap of (due, connection)
         self._scheduled: dict[str, float] = {}  # connection -> its entry's due in _waiting
         self._sequence = 0
+        # id of a publish command -> (the command, [(backlog, sequence)] of its messages) until its answer
+        self._unanswered: dict[int, tuple] = {}
 
     # ---- the traffic ------------------------------------------------------------------------------------
     def observe(self, judge, connection, event, answered):
@@ -94,18 +108,28 @@ class ReadyConsumerFed(Monitor):
             if verb in ("FIN", "REQ") and event.msg_id is not None:
                 held = event.msg_id in connection.in_flight
                 if verb == "REQ" and held and event.number == 0 and connection.subscription in self._consumers:
-                    self._accepted(judge, event.ts, *connection.subscription, ("id", event.msg_id))  # D-05
+                    backlog, _ = self._add(connection.subscription, event.ts, ("id", event.msg_id))  # D-05
+                    self._held(judge, backlog, event.ts)
                 self._room(judge, connection, event.ts, len(connection.in_flight) - held, verb)
+            elif verb in PUBLISHES and event.topic is not None and (verb != "DPUB" or not event.number):
+                # P-DPUB-03: no delay is no deferral
+                self._unanswered[id(event)] = (event, [entry for body in event.bodies
+                                                       for entry in self._published(event.ts, event.topic, body)])
             elif verb in ("RDY", "CLS"):
                 self._peak_rdy[name] = max(self._peak_rdy.get(name, 0), connection.rdy or 0)
                 self._room(judge, connection, event.ts, len(connection.in_flight), verb)
-        elif answered is not None and event.name == "OK":
-            if answered.name == "SUB" and answered.channel is not None:
+        elif answered is not None:
+            command, entries = self._unanswered.pop(id(answered), (None, ()))
+            if command is not answered:
+                entries = ()
+            if event.name != "OK":
+                for backlog, sequence in entries:
+                    backlog.refused(sequence)
+            elif answered.name == "SUB" and answered.channel is not None:
                 self._subscribed(connection, event.ts)
-            elif answered.name in PUBLISHES and answered.topic is not None \
-                    and (answered.name != "DPUB" or not answered.number):  # P-DPUB-03: no delay is no deferral
-                for body in answered.bodies:
-                    self._published(judge, answered.ts, event.ts, answered.topic, body)
+            for backlog, sequence in entries if event.name == "OK" else ():
+                backlog.accepted(sequence, event.ts)
+                self._held(judge, backlog, event.ts)
 
     def http_exchange(self, judge, exchange):
         action = http_action(exchange.ts, exchange.request, exchange.response.status)
@@ -114,7 +138,9 @@ class ReadyConsumerFed(Monitor):
         path, topic = action.path, action.topic
         if path == "/pub" and not action.defer_ms or path == "/mpub":  # /mpub has no defer (H-MPUB-06)
             for body in action.bodies or ():
-                self._published(judge, exchange.ts, exchange.answered, topic, body)
+                for backlog, sequence in self._published(exchange.ts, topic, body):
+                    backlog.accepted(sequence, exchange.answered)
+                    self._held(judge, backlog, exchange.answered)
         elif path.endswith("pause"):
             self._changed[(topic,) if action.channel is None else (topic, action.channel)] = exchange.answered
         elif path in ("/channel/empty", "/channel/delete"):
@@ -134,7 +160,7 @@ class ReadyConsumerFed(Monitor):
             self._backlogs.pop(subscription, None)  # its output buffer may have held some, never sent
 
     def forget(self, judge, now):
-        self._backlogs = {}
+        self._backlogs, self._unanswered = {}, {}
 
     def _subscribed(self, connection, at: float) -> None:
         topic, channel = connection.subscription
@@ -145,21 +171,29 @@ class ReadyConsumerFed(Monitor):
         if (connection.identify or {}).get("sample_rate"):
             self._sampled.add((topic, channel))
 
-    def _published(self, judge, sent: float, answered: float, topic: str, body: int) -> None:
+    def _published(self, sent: float, topic: str, body: int) -> list[tuple]:
+        """The backlogs a publish sent at ``sent`` adds its message to, with its sequence in each."""
+        added = []
         for channel in self._channels.get(topic, ()):
             # the channel existed when the publish was sent: a consumer's SUB was answered before, on a connection
             # open since (a restart ends them all)
             if any(at < sent for at in self._consumers[topic, channel].values()):
-                self._accepted(judge, answered, topic, channel, ("body", body))
+                added.append(self._add((topic, channel), float("inf"), ("body", body)))
+        return added
 
-    def _accepted(self, judge, at: float, topic: str, channel: str, key: tuple) -> None:
+    def _add(self, subscription: tuple, at: float, key: tuple) -> tuple:
         self._sequence += 1
-        backlog = self._backlogs.setdefault((topic, channel), Backlog())
+        backlog = self._backlogs.get(subscription)
+        if backlog is None:
+            backlog = self._backlogs[subscription] = Backlog(subscription)
         backlog.add(self._sequence, at, key)
-        if len(backlog.entries) == 1:
-            for name in self._consumers.get((topic, channel), ()):
-                if name in self._idle:
-                    self._wait(judge, name, at)
+        return backlog, self._sequence
+
+    def _held(self, judge, backlog: Backlog, at: float) -> None:
+        """``backlog`` holds a message the broker had at ``at``: its idle consumers are judged from then."""
+        for name in self._consumers.get(backlog.subscription, ()):
+            if name in self._idle:
+                self._wait(judge, name, at)
 
     def _room(self, judge, connection, at: float, in_flight: int, why: str, fed: bool = False) -> None:
         """After ``why`` at ``at``, ``connection`` has ``in_flight`` messages in flight."""
