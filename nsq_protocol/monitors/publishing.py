@@ -5,18 +5,23 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, LET_GO, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, LET_GO, MESSAGE, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
 EARLY_SLACK_S = 0.02  # the broker starts a DPUB's delay after it read the command, later than the wire showed it
 PUBLISHED_SLACK_NS = 1_000_000_000  # between the broker's clock (C-09) and the traffic's
+# D-34: a timestamp this long after its DPUB was sent is not the DPUB's time (the clocks' slack, and the broker's own
+# latency before it stamps); judged for delays that would stamp a release later still
+STAMPED_S, STAMPED_DELAY_MS = 1.5, 3000
 
 
 class DeferredWaits(Monitor):
-    """P-DPUB-04: a DPUB'd message is delivered no earlier than its delay after the DPUB. Judged per body where the
-    body was published to the topic by DPUB alone, once."""
+    """P-DPUB-04: a DPUB'd message is delivered no earlier than its delay after the DPUB; D-34: it carries the DPUB's
+    time as its timestamp, not its release's (judged where the delay is long enough, ``STAMPED_DELAY_MS``, that the
+    clocks' disagreement cannot blur the two). Judged per body where the body was published to the topic by DPUB
+    alone, once."""
 
-    ITEMS = ("P-DPUB-04",)
+    ITEMS = ("P-DPUB-04", "D-34")
     KINDS = frozenset({COMMAND, MESSAGE})
 
     def __init__(self):
@@ -43,6 +48,10 @@ class DeferredWaits(Monitor):
             if event.ts < sent + delay / 1000 - EARLY_SLACK_S:
                 self.report("P-DPUB-04", BROKER, event.ts, connection.name, f"delivered {delay} ms or more after "
                             "its DPUB", f"delivered {(event.ts - sent) * 1000:.0f} ms after it", event)
+            stamped = event.msg_ts_ns / 1e9 - sent if event.msg_ts_ns is not None else None
+            if delay >= STAMPED_DELAY_MS and stamped is not None and stamped > STAMPED_S:
+                self.report("D-34", BROKER, event.ts, connection.name, "the DPUB's time as the message's timestamp",
+                            f"a timestamp {stamped:.2f} s after the DPUB (its delay: {delay} ms)", event)
 
     def http(self, judge, action):
         if action.path in ("/pub", "/mpub") and action.status == 200:
@@ -55,24 +64,31 @@ class DeferredWaits(Monitor):
 
 class DeliveredAsPublished(Monitor):
     """C-09: a message's body is the body published. A message the broker stamped (C-09) after the traffic began
-    was published during it, so its body must be among those published to its topic by then. Judged where every
+    was published during it, so its body must be among those published to its topic by then; P-MPUB-03: among
+    those of a publish not refused, where an MPUB was (one bad message refuses them all). Judged where every
     connection and the HTTP requests of this nsqd are in the traffic, decoded."""
 
-    ITEMS = ("C-09",)
-    KINDS = frozenset({COMMAND, MESSAGE})
+    ITEMS = ("C-09", "P-MPUB-03")
+    KINDS = frozenset({COMMAND, ERROR, MESSAGE})
 
     def __init__(self):
         super().__init__()
-        self._bodies: dict[str, set] = {}  # topic -> body hashes published to it
+        self._bodies: dict[str, dict] = {}  # topic -> {body hash: how many publishes to it carried it}
+        self._refused: dict[tuple, int] = {}  # (topic, body hash) -> how many refused MPUBs carried it
         self._unknown: set[str] = set()  # topics with a publish whose bodies are not known
         self._known_since = 0.0  # publishes before it were let go of (judge.MESSAGES_KEPT)
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND and event.name in ("PUB", "MPUB", "DPUB") and event.topic is not None:
             if event.bodies:
-                self._bodies.setdefault(event.topic, set()).update(event.bodies)
+                self._carried(event.topic, event.bodies)
             else:
                 self._unknown.add(event.topic)
+            return
+        if event.kind == ERROR:
+            if answered is not None and answered.name == "MPUB" and answered.topic is not None:
+                for body in answered.bodies:
+                    self._refused[answered.topic, body] = self._refused.get((answered.topic, body), 0) + 1
             return
         if event.kind != MESSAGE or connection.topic is None or not event.bodies or event.msg_ts_ns is None:
             return
@@ -84,19 +100,28 @@ class DeliveredAsPublished(Monitor):
         if _published_before(event, self._known_since):
             self.skip("C-09", LET_GO)
             return
-        if event.bodies[0] not in self._bodies.get(connection.topic, ()):
+        carried = self._bodies.get(connection.topic, {}).get(event.bodies[0], 0)
+        if not carried:
             self.report("C-09", BROKER, event.ts, connection.name, "the body of a message published to "
                         f"{connection.topic}", "a body no publish to it carried", event)
+        elif self._refused.get((connection.topic, event.bodies[0]), 0) >= carried:
+            self.report("P-MPUB-03", BROKER, event.ts, connection.name, "nothing of a refused MPUB delivered",
+                        "a body only refused MPUBs carried", event)
 
     def http(self, judge, action):
         if action.path in ("/pub", "/mpub") and action.topic is not None and action.status == 200:
             if action.bodies is None:
                 self._unknown.add(action.topic)
             else:
-                self._bodies.setdefault(action.topic, set()).update(action.bodies)
+                self._carried(action.topic, action.bodies)
+
+    def _carried(self, topic: str, bodies) -> None:
+        counts = self._bodies.setdefault(topic, {})
+        for body in bodies:
+            counts[body] = counts.get(body, 0) + 1
 
     def forget(self, judge, now):
-        self._bodies, self._known_since = {}, now
+        self._bodies, self._refused, self._known_since = {}, {}, now
 
 
 IDLE_S = 1.0  # a consumer with room that got nothing for this long has emptied its channel's queue

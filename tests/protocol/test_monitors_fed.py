@@ -163,3 +163,27 @@ def test_a_deferred_publish_is_delivered_once_its_delay_and_the_scan_are_past_d3
     assert published_items(traffic.send(9.0, b"NOP"), 9.0) == ["D-30"]
     kept = subscribed(rdy=5).send(0.1, b"DPUB", "t", 1000, body=b"later", conn="P").ok(0.11, conn="P")
     assert published_items(kept.message(1.2, ID1, body=b"later").send(9.0, b"NOP"), 9.0) == []
+
+
+# ---- DeferredWaits: D-34, DeliveredAsPublished: P-MPUB-03 ---------------------------------------------------------
+
+def test_a_deferred_message_stamped_at_its_release_breaks_d34():
+    def run(stamped: float, delay: int = 3000) -> list:
+        traffic = subscribed(rdy=5).send(0.1, b"DPUB", "t", delay, body=b"later", conn="P").ok(0.11, conn="P")
+        traffic.message(0.1 + delay / 1000 + 0.05, ID1, body=b"later", published=stamped)
+        return [item for item, _ in traffic.violations(delay / 1000 + 1) if item == "D-34"]
+    assert run(stamped=3.1) == ["D-34"]
+    assert run(stamped=0.1) == []
+    assert run(stamped=1.1, delay=1000) == [], "a delay within the clocks' slack is not judged"
+
+
+def test_a_body_only_a_refused_mpub_carried_delivered_breaks_p_mpub_03():
+    def run(also_published: bool) -> list:
+        traffic = subscribed(rdy=5).send(0.1, b"MPUB", "t", body=wire.mpub_body([b"ok", b"x" * 10]), conn="P")
+        traffic.error(0.11, b"E_BAD_MESSAGE MPUB message too big 10 > 5", conn="P").close(0.12, BROKER, conn="P")
+        if also_published:
+            traffic.connect("Q", 1.4).send(1.4, b"PUB", "t", body=b"ok", conn="Q").ok(1.41, conn="Q")
+        traffic.message(1.6, ID1, body=b"ok", published=1.5)  # stamped well into the traffic: published in it
+        return [item for item, _ in traffic.violations(2.0) if item in ("P-MPUB-03", "C-09")]
+    assert run(also_published=False) == ["P-MPUB-03"]
+    assert run(also_published=True) == []
