@@ -18,6 +18,7 @@ from nsq_protocol.monitors.monitor import Monitor
 LATE_S = 0.5  # the broker's own latency, between its pump taking a message and the wire, beyond the buffer's flush
 DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS = 250  # nsqd's --output-buffer-timeout, where no IDENTIFY answer shows it
 UNBUFFERED_SIZE = 1  # the IDENTIFY answer's output_buffer_size after output_buffer_size -1 (ID-04)
+INFINITY = float("inf")
 UNSEEN = "some connection, or the HTTP requests, of this nsqd are not in the traffic"
 PUBLISHES = frozenset({"PUB", "MPUB", "DPUB"})
 
@@ -51,12 +52,16 @@ class Backlog:
             entry[0] = at
 
     def refused(self, sequence: int) -> None:
-        entry = self.entries.get(sequence)
+        entry = self.entries.pop(sequence, None)
         if entry is not None:
-            self.take(entry[1])
+            sequences = self._by_key[entry[1]]
+            sequences.remove(sequence)
+            if not sequences:
+                del self._by_key[entry[1]]
 
     def oldest(self) -> float | None:
-        return next(iter(self.entries.values()))[0] if self.entries else None
+        """When the broker had the oldest message it holds; past those whose publish is not answered (yet)."""
+        return next((at for at, _ in self.entries.values() if at != INFINITY), None)
 
 
 class ReadyConsumerFed(Monitor):
@@ -178,7 +183,7 @@ class ReadyConsumerFed(Monitor):
             # the channel existed when the publish was sent: a consumer's SUB was answered before, on a connection
             # open since (a restart ends them all)
             if any(at < sent for at in self._consumers[topic, channel].values()):
-                added.append(self._add((topic, channel), float("inf"), ("body", body)))
+                added.append(self._add((topic, channel), INFINITY, ("body", body)))
         return added
 
     def _add(self, subscription: tuple, at: float, key: tuple) -> tuple:
@@ -239,7 +244,7 @@ class ReadyConsumerFed(Monitor):
         if idle is None or backlog is None or not backlog.entries or name not in self._consumers.get(subscription, ()):
             return
         oldest = backlog.oldest()
-        if connection.opened_at is None or oldest <= connection.opened_at:
+        if oldest is None or connection.opened_at is None or oldest <= connection.opened_at:
             return  # the broker may have restarted since the channel got it
         consumers = [judge.connections[other] for other in self._consumers[subscription]]
         flushes = [flush_s(consumer) for consumer in consumers]

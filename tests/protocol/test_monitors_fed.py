@@ -69,6 +69,14 @@ def test_another_consumer_may_take_what_the_channel_holds():
     assert fed(traffic.send(2.0, b"NOP")) == []
 
 
+def test_a_message_delivered_before_its_publish_was_answered_or_a_refused_publish_holds_nothing():
+    early = subscribed(rdy=3).send(0.1, b"PUB", "t", body=b"a", conn="P").message(0.101, ID1, body=b"a")
+    assert fed(early.ok(0.102, conn="P").send(2.0, b"NOP")) == [], "the broker delivered it before its OK crossed"
+    refused = subscribed(rdy=3).send(0.1, b"PUB", "t", body=b"a", conn="P")
+    refused.error(0.101, b"E_PUB_FAILED PUB failed exiting", conn="P").close(0.102, BROKER, conn="P")
+    assert fed(refused.send(2.0, b"NOP")) == []
+
+
 # ---- D-05: a REQ makes room, and REQ 0 puts the message back ------------------------------------------------
 
 def test_req_0_that_does_not_bring_the_message_back_breaks_d05():
