@@ -50,6 +50,7 @@ from nsq_protocol.monitors.ephemeral_gone import EphemeralChannelGone
 from nsq_protocol.monitors.ephemeral_kept import EphemeralKept
 from nsq_protocol.monitors.ephemeral_queue import EphemeralQueueInMemory
 from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
+from nsq_protocol.monitors.fed import ReadyConsumerFed
 from nsq_protocol.monitors.framing import (
     AnswersOnlyToCommands,
     CopiesAreOneMessage,
@@ -99,7 +100,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
     CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty, ClientsAsConnected, HttpWithoutAuth,
     RefusedMpubMadeTopic, EphemeralChannelGone, RestartForgets, EphemeralQueueInMemory, TextStatsClients, LimitsHeld,
-    AnyCommandAnswersHeartbeats, FramesSized,
+    AnyCommandAnswersHeartbeats, FramesSized, ReadyConsumerFed,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

@@ -311,7 +311,8 @@ def test_an_accepted_publish_never_delivered_to_an_idle_ready_consumer_is_d35():
         if delivered:
             traffic.message(0.52, ID1, body=b"x")
         return traffic.send(4.0, b"NOP").violations(4.0)
-    assert run(delivered=False) == [("D-35", BROKER)]
+    # D-38 at least once, and D-41: nothing reached the consumer with room within its output buffer's timeout
+    assert sorted(run(delivered=False)) == [("D-35", BROKER), ("D-38", BROKER), ("D-41", BROKER)]
     assert run(delivered=True) == []
     assert run(delivered=False, rdy=0) == [], "nothing had room for it"
     assert run(delivered=False, channel="c#ephemeral") == [], "an ephemeral channel may drop it (D-53)"

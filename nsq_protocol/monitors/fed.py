@@ -1,0 +1,300 @@
+"""A consumer with room is fed while its channel has messages (D-02, D-05, D-41, D-42). nsqd's pump for a client waits
+on its channel's queue whenever the client has fewer messages in flight than its RDY (the channel unpaused), and takes
+a queued message at once: a FIN, a REQ or a RDY that makes room wakes it; what it takes leaves the output buffer by
+the buffer's next timed flush, the next heartbeat where the timed flush is off (output_buffer_timeout -1), or at once
+with output_buffer_size -1. So a consumer that had room, got nothing, while a message accepted for its channel was
+still undelivered, for longer than the slowest flush among the channel's consumers and the broker's own latency,
+was starved."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from heapq import heappop, heappush
+
+from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE, RESPONSE
+from nsq_protocol.monitors.judge import http_action
+from nsq_protocol.monitors.monitor import Monitor
+
+LATE_S = 0.5  # the broker's own latency, between its pump taking a message and the wire, beyond the buffer's flush
+DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS = 250  # nsqd's --output-buffer-timeout, where no IDENTIFY answer shows it
+UNBUFFERED_SIZE = 1  # the IDENTIFY answer's output_buffer_size after output_buffer_size -1 (ID-04)
+INFINITY = float("inf")
+UNSEEN = "some connection, or the HTTP requests, of this nsqd are not in the traffic"
+PUBLISHES = frozenset({"PUB", "MPUB", "DPUB"})
+
+
+class Backlog:
+    """What a channel holds that no consumer was seen to get: each message published to it once a consumer had
+    subscribed (by its body), and each REQ'd with no delay (by its ID), oldest first, each with when the broker had
+    it (a publish's answer: infinity until then, as the broker may deliver it before its answer crosses the wire)."""
+
+    def __init__(self, subscription: tuple):
+        self.subscription = subscription
+        self.entries: OrderedDict = OrderedDict()  # sequence -> (accepted at, key)
+        self._by_key: dict[tuple, deque] = {}  # ("body", hash) or ("id", message ID) -> their sequences, oldest first
+
+    def add(self, sequence: int, at: float, key: tuple) -> None:
+        self.entries[sequence] = [at, key]
+        self._by_key.setdefault(key, deque()).append(sequence)
+
+    def take(self, key: tuple) -> bool:
+        sequences = self._by_key.get(key)
+        if not sequences:
+            return False
+        del self.entries[sequences.popleft()]
+        if not sequences:
+            del self._by_key[key]
+        return True
+
+    def accepted(self, sequence: int, at: float) -> None:
+        entry = self.entries.get(sequence)
+        if entry is not None:
+            entry[0] = at
+
+    def refused(self, sequence: int) -> None:
+        entry = self.entries.pop(sequence, None)
+        if entry is not None:
+            sequences = self._by_key[entry[1]]
+            sequences.remove(sequence)
+            if not sequences:
+                del self._by_key[entry[1]]
+
+    def oldest(self) -> float | None:
+        """When the broker had the oldest message it holds; past those whose publish is not answered (yet)."""
+        return next((at for at, _ in self.entries.values() if at != INFINITY), None)
+
+
+class ReadyConsumerFed(Monitor):
+    """D-02: a consumer with room, by a FIN or with messages in flight below its RDY (a window, not a budget), is sent
+    what its channel holds; D-05: so is one a REQ made room for (the same message after REQ 0); D-41: with RDY above
+    1 what its pump took is out within output_buffer_timeout; D-42: within the next heartbeat where the timed flush
+    is off. Judged on a consumer subscribed (SUB answered) and open since before the oldest message its channel holds
+    (no restart between), that had room for the slowest flush among the channel's consumers plus ``LATE_S`` with
+    nothing delivered to it, while a message accepted for the channel (published after a consumer's SUB was
+    answered, not deferred) was delivered to no one; the channel and its topic not paused nor paused meanwhile, not
+    ephemeral, no consumer of it sampling (D-45 drops what it takes), none closed while it held messages (what its
+    buffer held never reached the wire); every connection and HTTP request of the nsqd in the traffic."""
+
+    ITEMS = ("D-02", "D-05", "D-41", "D-42")
+    KINDS = frozenset({COMMAND, RESPONSE, MESSAGE})
+
+    def __init__(self):
+        super().__init__()
+        self._consumers: dict[tuple, dict] = {}  # (topic, channel) -> {connection: its SUB's answer}
+        self._channels: dict[str, set] = {}  # topic -> its channels with a consumer
+        self._backlogs: dict[tuple, Backlog] = {}
+        self._idle: dict[str, tuple] = {}  # connection -> (had room since, what made it: FIN, REQ, RDY or MESSAGE)
+        self._peak_rdy: dict[str, int] = {}  # connection -> the highest RDY it sent
+        self._sampled: set[tuple] = set()  # channels a consumer with a sample_rate took from (D-45)
+        self._changed: dict[tuple, float] = {}  # (topic,) or (topic, channel) -> its latest pause or unpause answered
+        self._waiting: list = []  # heap of (due, connection)
+        self._scheduled: dict[str, float] = {}  # connection -> its entry's due in _waiting
+        self._sequence = 0
+        # id of a publish command -> (the command, [(backlog, sequence)] of its messages) until its answer
+        self._unanswered: dict[int, tuple] = {}
+
+    # ---- the traffic ------------------------------------------------------------------------------------
+    def observe(self, judge, connection, event, answered):
+        if not judge.timing:
+            return
+        kind, name = event.kind, connection.name
+        if kind == MESSAGE:
+            subscription = connection.subscription
+            if subscription is None or event.msg_id is None:
+                return
+            backlog = self._backlogs.get(subscription)
+            if backlog is not None and event.bodies:
+                if not backlog.take(("id", event.msg_id)):
+                    backlog.take(("body", event.bodies[0]))
+            in_flight = len(connection.in_flight) + (event.msg_id not in connection.in_flight)
+            self._room(judge, connection, event.ts, in_flight, "MESSAGE", fed=True)
+        elif kind == COMMAND:
+            verb = event.name
+            if verb in ("FIN", "REQ") and event.msg_id is not None:
+                held = event.msg_id in connection.in_flight
+                if verb == "REQ" and held and event.number == 0 and connection.subscription in self._consumers:
+                    backlog, _ = self._add(connection.subscription, event.ts, ("id", event.msg_id))  # D-05
+                    self._held(judge, backlog, event.ts)
+                self._room(judge, connection, event.ts, len(connection.in_flight) - held, verb)
+            elif verb in PUBLISHES and event.topic is not None and (verb != "DPUB" or not event.number):
+                # P-DPUB-03: no delay is no deferral
+                self._unanswered[id(event)] = (event, [entry for body in event.bodies
+                                                       for entry in self._published(event.ts, event.topic, body)])
+            elif verb in ("RDY", "CLS"):
+                self._peak_rdy[name] = max(self._peak_rdy.get(name, 0), connection.rdy or 0)
+                self._room(judge, connection, event.ts, len(connection.in_flight), verb)
+        elif answered is not None:
+            command, entries = self._unanswered.pop(id(answered), (None, ()))
+            if command is not answered:
+                entries = ()
+            if event.name != "OK":
+                for backlog, sequence in entries:
+                    backlog.refused(sequence)
+            elif answered.name == "SUB" and answered.channel is not None:
+                self._subscribed(connection, event.ts)
+            for backlog, sequence in entries if event.name == "OK" else ():
+                backlog.accepted(sequence, event.ts)
+                self._held(judge, backlog, event.ts)
+
+    def http_exchange(self, judge, exchange):
+        action = http_action(exchange.ts, exchange.request, exchange.response.status)
+        if action is None or action.status != 200 or action.topic is None or not judge.timing:
+            return
+        path, topic = action.path, action.topic
+        if path == "/pub" and not action.defer_ms or path == "/mpub":  # /mpub has no defer (H-MPUB-06)
+            for body in action.bodies or ():
+                for backlog, sequence in self._published(exchange.ts, topic, body):
+                    backlog.accepted(sequence, exchange.answered)
+                    self._held(judge, backlog, exchange.answered)
+        elif path.endswith("pause"):
+            self._changed[(topic,) if action.channel is None else (topic, action.channel)] = exchange.answered
+        elif path in ("/channel/empty", "/channel/delete"):
+            self._backlogs.pop((topic, action.channel), None)
+        elif path in ("/topic/empty", "/topic/delete"):
+            for channel in self._channels.get(topic, ()):
+                self._backlogs.pop((topic, channel), None)
+
+    def closed(self, judge, connection):
+        name, subscription = connection.name, connection.subscription
+        self._idle.pop(name, None)
+        consumers = self._consumers.get(subscription)
+        if consumers is None or name not in consumers:
+            return
+        del consumers[name]
+        if self._peak_rdy.get(name, 0) > len(connection.in_flight):
+            self._backlogs.pop(subscription, None)  # its output buffer may have held some, never sent
+
+    def forget(self, judge, now):
+        self._backlogs, self._unanswered = {}, {}
+
+    def _subscribed(self, connection, at: float) -> None:
+        topic, channel = connection.subscription
+        if topic.endswith("#ephemeral") or channel.endswith("#ephemeral"):
+            return  # an ephemeral channel drops what overflows its memory queue (D-53)
+        self._consumers.setdefault((topic, channel), {})[connection.name] = at
+        self._channels.setdefault(topic, set()).add(channel)
+        if (connection.identify or {}).get("sample_rate"):
+            self._sampled.add((topic, channel))
+
+    def _published(self, sent: float, topic: str, body: int) -> list[tuple]:
+        """The backlogs a publish sent at ``sent`` adds its message to, with its sequence in each."""
+        added = []
+        for channel in self._channels.get(topic, ()):
+            # the channel existed when the publish was sent: a consumer's SUB was answered before, on a connection
+            # open since (a restart ends them all)
+            if any(at < sent for at in self._consumers[topic, channel].values()):
+                added.append(self._add((topic, channel), INFINITY, ("body", body)))
+        return added
+
+    def _add(self, subscription: tuple, at: float, key: tuple) -> tuple:
+        self._sequence += 1
+        backlog = self._backlogs.get(subscription)
+        if backlog is None:
+            backlog = self._backlogs[subscription] = Backlog(subscription)
+        backlog.add(self._sequence, at, key)
+        return backlog, self._sequence
+
+    def _held(self, judge, backlog: Backlog, at: float) -> None:
+        """``backlog`` holds a message the broker had at ``at``: its idle consumers are judged from then."""
+        for name in self._consumers.get(backlog.subscription, ()):
+            if name in self._idle:
+                self._wait(judge, name, at)
+
+    def _room(self, judge, connection, at: float, in_flight: int, why: str, fed: bool = False) -> None:
+        """After ``why`` at ``at``, ``connection`` has ``in_flight`` messages in flight."""
+        name = connection.name
+        room = connection.open and not connection.closing and connection.fatal_error is None \
+            and (connection.rdy or 0) > in_flight
+        if not room:
+            self._idle.pop(name, None)
+        elif fed or name not in self._idle:
+            self._idle[name] = (at, why)
+            self._wait(judge, name, at)
+
+    # ---- the judging ------------------------------------------------------------------------------------
+    def _wait(self, judge, name: str, due: float) -> None:
+        scheduled = self._scheduled.get(name)
+        if scheduled is not None and scheduled <= due:
+            return  # its entry comes first, and looks again then
+        self._scheduled[name] = due
+        heappush(self._waiting, (due, name))
+        self.due = min(self.due, due)
+        judge.want_tick(due)
+
+    def tick(self, judge, now):
+        while self._waiting and self._waiting[0][0] <= now:
+            due, name = heappop(self._waiting)
+            if self._scheduled.get(name) == due:
+                del self._scheduled[name]
+                self._judge(judge, now, name)
+        self.due = self._waiting[0][0] if self._waiting else float("inf")
+        judge.want_tick(self.due)
+
+    def finish(self, judge, now):
+        self.tick(judge, now)
+        if not judge.timing:
+            for item in self.ITEMS:
+                self.skip(item, "the times are when the client read the frames")
+
+    def _judge(self, judge, now: float, name: str) -> None:
+        idle = self._idle.get(name)
+        connection = judge.connections[name]
+        subscription = connection.subscription
+        backlog = self._backlogs.get(subscription)
+        if idle is None or backlog is None or not backlog.entries or name not in self._consumers.get(subscription, ()):
+            return
+        oldest = backlog.oldest()
+        if oldest is None or connection.opened_at is None or oldest <= connection.opened_at:
+            return  # the broker may have restarted since the channel got it
+        consumers = [judge.connections[other] for other in self._consumers[subscription]]
+        flushes = [flush_s(consumer) for consumer in consumers]
+        if None in flushes:
+            return  # a consumer's buffer with no timed flush nor heartbeat may hold what it took
+        since, why = idle
+        topic, channel = subscription
+        start = max(since, oldest, self._changed.get((topic,), 0.0), self._changed.get(subscription, 0.0))
+        due = start + max(flushes) + LATE_S
+        if now < due:
+            self._wait(judge, name, due)
+            return
+        if judge.is_paused(topic, channel) or subscription in self._sampled or judge.crashed_at is not None:
+            return
+        item = _item(connection, why)
+        if not (judge.all_started and judge.http_seen):
+            self.skip(item, UNSEEN)
+            return
+        self.report(item, BROKER, now, name, f"a message of channel {channel} ({len(backlog.entries)} held, none "
+                    f"delivered) sent within {due - start:.2f} s of room ({why}, RDY {connection.rdy}, "
+                    f"{len(connection.in_flight)} in flight)", f"nothing for {now - start:.2f} s")
+        del self._backlogs[subscription]  # one report for what it held
+
+
+def _item(connection, why: str) -> str:
+    if why == "REQ":
+        return "D-05"
+    if why == "FIN" or connection.in_flight:
+        return "D-02"
+    answer = connection.identify_answer or {}
+    if answer.get("output_buffer_timeout") == 0 or (connection.identify or {}).get("output_buffer_timeout") == -1 \
+            or (connection.identify or {}).get("output_buffer_size") == -1:
+        return "D-42"
+    return "D-41" if (connection.rdy or 0) > 1 else "D-02"
+
+
+def flush_s(connection) -> float | None:
+    """How long what the pump wrote may wait in this connection's output buffer (D-40, D-41, D-42, ID-04): its timed
+    flush's period; with that off, the next heartbeat's; nothing with output_buffer_size -1 unless a deflate layer
+    buffers; None where nothing bounds it."""
+    answer, asked = connection.identify_answer or {}, connection.identify or {}
+    size, timeout = answer.get("output_buffer_size"), answer.get("output_buffer_timeout")
+    if not isinstance(timeout, int):  # no JSON answer: what the IDENTIFY asked for, else nsqd's defaults
+        size = UNBUFFERED_SIZE if asked.get("output_buffer_size") == -1 else None
+        wanted = asked.get("output_buffer_timeout")
+        timeout = 0 if wanted == -1 or size == UNBUFFERED_SIZE else wanted if isinstance(wanted, int) and wanted > 0 \
+            else DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS
+    if timeout > 0:
+        return timeout / 1000
+    if size == UNBUFFERED_SIZE and answer.get("deflate") is not True:
+        return 0.0
+    heartbeat = connection.heartbeat_ms
+    return heartbeat / 1000 if heartbeat else None
