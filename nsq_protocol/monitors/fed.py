@@ -198,7 +198,7 @@ class ReadyConsumerFed(Monitor):
         """``backlog`` holds a message the broker had at ``at``: its idle consumers are judged from then."""
         for name in self._consumers.get(backlog.subscription, ()):
             if name in self._idle:
-                self._wait(judge, name, at)
+                self._wait(judge, name, at + LATE_S)  # the earliest it can be due
 
     def _room(self, judge, connection, at: float, in_flight: int, why: str, fed: bool = False) -> None:
         """After ``why`` at ``at``, ``connection`` has ``in_flight`` messages in flight."""
@@ -209,7 +209,7 @@ class ReadyConsumerFed(Monitor):
             self._idle.pop(name, None)
         elif fed or name not in self._idle:
             self._idle[name] = (at, why)
-            self._wait(judge, name, at)
+            self._wait(judge, name, at + LATE_S)
 
     # ---- the judging ------------------------------------------------------------------------------------
     def _wait(self, judge, name: str, due: float) -> None:

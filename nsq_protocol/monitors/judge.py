@@ -83,6 +83,7 @@ class Judge(Judging):
                  application: Application | None = None, release: Release | None = None):
         super().__init__(monitors)
         self._watching: dict[str, list[Monitor]] = {}  # event kind -> the active monitors that read it
+        self._ticking: list[Monitor] = []  # the active monitors with a tick of their own
         self._dispatch()
         # the events' times are when they crossed the wire (a capture), not when a client read them (the suite):
         # only then do the rules about time judge
@@ -267,6 +268,7 @@ class Judge(Judging):
         """Each event goes to the monitors that read its kind: those whose ``observe`` is their own and lists it."""
         observing = [monitor for monitor in self._active if type(monitor).observe is not Monitor.observe]
         self._watching = {kind: [monitor for monitor in observing if kind in monitor.KINDS] for kind in EVERY_KIND}
+        self._ticking = [monitor for monitor in self._active if type(monitor).tick is not Monitor.tick]
 
     # ---- the ledger ---------------------------------------------------------------------------------------
     def _begin(self, ts: float) -> None:
@@ -277,7 +279,7 @@ class Judge(Judging):
         if now < self._due:
             return
         self._due = float("inf")
-        for monitor in self._active:
+        for monitor in self._ticking:
             if monitor.due <= now:
                 monitor.due = float("inf")
                 try:
