@@ -11,8 +11,8 @@ checked for losses: a sniffer that fell behind would make the analysis look wron
     python -m benchmarks.trace_pynsq_recording -o real.pcap --size 100MB      # + real.truth.json
     python -m benchmarks.trace_pynsq_recording -o real.pcap --messages 20000
 
-scapy's sniffer parses every packet in Python: a few thousand packets a second on a shared core, about 1,500
-messages a second here (each message costs its FIN's packet and an ACK), and the clients are paced to it. Needs
+Without tcpdump the sniffer reads packets in Python (nsq-trace capture): the clients are paced to what it keeps up
+with on a shared core (each message costs its FIN's packet and an ACK). Needs
 root (a raw socket on loopback) and pynsq 0.9.1 on tornado 6.0 (tox's bench-trace and trace envs).
 """
 
@@ -181,10 +181,10 @@ def _against_stats(observed: dict) -> list[str]:
 
 
 def capture_losses(path: str) -> dict:
-    """What the capture misses: frames cut short (scapy reads at most 65,535 bytes of one, loopback's reach 65,549,
-    and it writes the cut length as the original one: only the IP header tells) and, per direction of each
+    """What the capture misses: frames cut short (a sniffer that reads at most 65,535 bytes of one, loopback's reach
+    65,549, may write the cut length as the original one: only the IP header tells) and, per direction of each
     connection, the bytes its sequence numbers skip (packets the sniffer had no room for). Empty for a whole
-    capture. Classic pcap of Ethernet/IPv4, what scapy's sniffer writes on loopback."""
+    capture. Classic pcap of Ethernet/IPv4, what nsq-trace capture writes on loopback."""
     from benchmarks.trace_baseline import _RECORD, _streams
 
     ethernet, ip_length = 14, struct.Struct(">H")

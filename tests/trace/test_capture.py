@@ -82,7 +82,7 @@ def test_capture_of_a_command_decodes_back(tmp_path):
 
 
 def test_frames_longer_than_65535_bytes_are_captured_whole(tmp_path):
-    """Loopback frames reach 65,549 bytes (MTU 65,536 and the link header), past scapy's default read: none is cut,
+    """Loopback frames reach 65,549 bytes (MTU 65,536 and the link header), past a 65,535-byte read: none is cut,
     and every byte sent is in the capture."""
     sent = 8_000_000
     listener = socket.create_server(("127.0.0.1", 0))
@@ -111,7 +111,7 @@ def test_frames_longer_than_65535_bytes_are_captured_whole(tmp_path):
     assert (conn.c2s.gap_count, sum(len(data) for _, data, _ in conn.c2s.chunks)) == (0, sent)
     lengths = pcap_record_lengths(output.read_bytes())
     assert [(kept, original) for kept, original in lengths if kept != original] == []
-    assert max(original for _, original in lengths) > 65_535, "no frame longer than scapy's default read: no test"
+    assert max(original for _, original in lengths) > 65_535, "no frame longer than 65,535 bytes: no test"
     listener.close()
 
 
