@@ -5,9 +5,9 @@ and nsqd's /stats counts every FIN, or fails at its time limit, and writes what 
 
     python benchmarks/pynsq_bench.py --tcp-port 4150 --http-port 4151 --messages 20000 --observed out.json
 
-Paced for a Python sniffer: one batch goes out at a time (its deliveries, ~48 KB, stay below a full loopback segment,
-whose frame a 65,535-byte read would cut short), and none while the sniffer's receive queue is long. Imports only pynsq, tornado
-and the standard library: it runs in the interpreter that has pynsq.
+Paced for a Python sniffer: one batch goes out at a time (its deliveries, ~48 KB, stay below a full loopback
+segment, whose frame a 65,535-byte read would cut short), and none while the sniffer's receive queue is long. Imports
+only pynsq, tornado and the standard library: it runs in the interpreter that has pynsq.
 """
 
 from __future__ import annotations
