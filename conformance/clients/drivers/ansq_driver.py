@@ -5,7 +5,7 @@ import json
 
 import ansq
 from ansq import ConnectionFeatures, ConnectionOptions
-from driver_contract import carry_out, emit, env, listed, publish_each, serve
+from driver_contract import carry_out, emit, env, handle_each, listed, publish_each, published, serve
 
 addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
 lookupds = listed("NSQC_LOOKUPD_HTTP_ADDRESSES")
@@ -25,11 +25,7 @@ async def consume():
     reader = await ansq.create_reader(topic=env["NSQC_TOPIC"], channel=env["NSQC_CHANNEL"],
                                       nsqd_tcp_addresses=addresses, lookupd_http_addresses=lookupds or None,
                                       lookupd_poll_interval=poll_interval, connection_options=options)
-
-    async def loop():
-        async for message in reader.messages():
-            asyncio.create_task(handle(message))  # a touching handler must not hold the next message up
-    task = asyncio.create_task(loop())
+    task = handle_each(reader.messages(), handle)
 
     async def close():
         task.cancel()
@@ -42,13 +38,9 @@ async def publish():
     topic = env["NSQC_TOPIC"]
 
     async def one(operation):
-        op = operation["op"]
-        if op == "pub":
-            response = await writer.pub(topic, operation["body"].encode())
-        elif op == "mpub":
-            response = await writer.mpub(topic, *(body.encode() for body in operation["bodies"]))
-        else:
-            response = await writer.dpub(topic, operation["body"].encode(), operation["defer_ms"])
+        response = await published(operation, lambda body: writer.pub(topic, body),
+                                   lambda bodies: writer.mpub(topic, *bodies),
+                                   lambda body, defer_ms: writer.dpub(topic, body, defer_ms))
         return "" if response.is_ok else str(response)
     task = asyncio.create_task(publish_each(one))
 

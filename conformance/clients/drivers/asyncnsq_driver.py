@@ -4,7 +4,7 @@ import asyncio
 import json
 
 import asyncnsq
-from driver_contract import carry_out, emit, env, host_ports, listed, publish_each, serve
+from driver_contract import carry_out, emit, env, handle_each, host_ports, listed, publish_each, published, serve
 
 addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
 lookupds = host_ports("NSQC_LOOKUPD_HTTP_ADDRESSES")  # asyncnsq takes (host, port) pairs, and no poll interval
@@ -33,11 +33,7 @@ async def consume():
                                           max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
                                           heartbeat_interval=heartbeat_interval, **negotiation)
     await reader.subscribe(env["NSQC_TOPIC"], env["NSQC_CHANNEL"])
-
-    async def loop():
-        async for message in reader.messages():
-            asyncio.create_task(handle(message))  # a touching handler must not hold the next message up
-    task = asyncio.create_task(loop())
+    task = handle_each(reader.messages(), handle)
 
     async def close():
         task.cancel()
@@ -51,13 +47,9 @@ async def publish():
     topic = env["NSQC_TOPIC"]
 
     async def one(operation):
-        op = operation["op"]
-        if op == "pub":
-            response = await writer.pub(topic, operation["body"].encode())
-        elif op == "mpub":
-            response = await writer.mpub(topic, *(body.encode() for body in operation["bodies"]))
-        else:
-            response = await writer.dpub(topic, operation["defer_ms"], operation["body"].encode())
+        response = await published(operation, lambda body: writer.pub(topic, body),
+                                   lambda bodies: writer.mpub(topic, *bodies),
+                                   lambda body, defer_ms: writer.dpub(topic, defer_ms, body))
         return "" if text(response) == "OK" else text(response)
     task = asyncio.create_task(publish_each(one))
 

@@ -44,6 +44,25 @@ async def carry_out(order, fin, req, touch):
         await fin()
 
 
+def handle_each(messages, handle):
+    """The task that hands each message of the async iterator ``messages`` to ``handle`` in a task of its own (a
+    touching handler must not hold the next message up)."""
+    async def loop():
+        async for message in messages:
+            asyncio.create_task(handle(message))
+    return asyncio.create_task(loop())
+
+
+async def published(operation, pub, mpub, dpub):
+    """The library's answer to one publish the harness asked for: ``pub(body)``, ``mpub(bodies)`` or
+    ``dpub(body, defer_ms)``, the bodies as bytes."""
+    if operation["op"] == "pub":
+        return await pub(operation["body"].encode())
+    if operation["op"] == "mpub":
+        return await mpub([body.encode() for body in operation["bodies"]])
+    return await dpub(operation["body"].encode(), operation["defer_ms"])
+
+
 async def publish_each(publish):
     """Each publish the harness asks for, in order, through ``publish(operation)``, which returns the library's
     error text ("" for success); whatever the library raises is the outcome reported too."""

@@ -8,7 +8,7 @@ import json
 import signal
 
 import lightbringer
-from driver_contract import carry_out, emit, env, listed, publish_each
+from driver_contract import carry_out, emit, env, handle_each, listed, publish_each
 
 addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
 lookupds = listed("NSQC_LOOKUPD_HTTP_ADDRESSES")
@@ -29,10 +29,7 @@ async def consume(stop):
         lookupd_refresh_interval=int(env.get("NSQC_LOOKUPD_POLL_INTERVAL_MS", "10000")) / 1000,
         max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")), identify_opts=identify)
     async with reader:
-        async def loop():
-            async for message in reader:
-                asyncio.create_task(handle(message))
-        task = asyncio.create_task(loop())
+        task = handle_each(reader, handle)
         await stop.wait()
         task.cancel()
 
