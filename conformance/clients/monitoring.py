@@ -25,7 +25,10 @@ from nsq_protocol.monitors.events import CLIENT
 from nsq_protocol.wire import MAGIC_V2
 
 FAKE_NSQD_DEPARTS = {"C-28": "it sends a heartbeat when a case says so, not on a ticker",
-                     "ID-20": "its answer turns on a layer not asked for where a case says so (NSQC-NEG-002)"}
+                     "ID-20": "its answer turns on a layer not asked for where a case says so (NSQC-NEG-002)",
+                     # the judge takes the first frame after a command with no answer as that command's answer
+                     "P-RDY-07": "it closes on a fatal error of its own where a case says so (NSQC-ERR-004..006), "
+                                 "which follows the client's RDY"}
 _CLOSES = {CLOSED_BY_CLIENT: monitors.CLIENT, RESET_BY_CLIENT: monitors.CLIENT, CLOSED_BY_BROKER: monitors.BROKER}
 
 
