@@ -195,6 +195,14 @@ def test_a_backoff_past_the_longest_configured_is_rdy_008():
     assert run(Application(topic="t", channel="c"), 5.0) == [], "no longest told: the library's own"
 
 
+def test_backoffs_that_stop_growing_under_the_longest_configured_are_not_rdy_007():
+    traffic, at = consumer(Application(topic="t", channel="c", max_backoff_ms=3000)), 1.0
+    for number in range(4):
+        failed(traffic, at, f"{number:016x}", 2.0)
+        at += 2.5
+    assert traffic.client_items(at + 1.0) == [] and not_judged(traffic, "NSQC-RDY-007")
+
+
 def reconnected(application: Application | None, closed_at: float | None, again_at: float) -> Client:
     """A connection to one nsqd from 0 s, closed by the broker at ``closed_at`` (None: left open), and a second
     one to the same nsqd at ``again_at``."""
