@@ -1,8 +1,8 @@
 """What a case's application asked of the library under test, for the monitors (nsq_protocol.monitors.Application):
-what its drivers were told (the contract's environment), the requeue delay, default max attempts and fixed poll
-interval the driver's manifest documents, and the handler's order in each message body the fake nsqds sent. A
-setting the library lacks (the manifest's ``lacks``) is left unknown: the library does not take it, so nothing is
-judged against it."""
+what its drivers were told (the contract's environment), the requeue delay, default max attempts, fixed poll
+interval and reconnect delay the driver's manifest documents, and the handler's order in each message body the fake
+nsqds sent. A setting the library lacks (the manifest's ``lacks``) is left unknown: the library does not take it, so
+nothing is judged against it."""
 from __future__ import annotations
 
 import json
@@ -31,9 +31,10 @@ def application(driver: Driver, told: list[dict[str, str]], transcript: Transcri
         max_in_flight=_setting(driver, "max_in_flight", consumer.get(contract.MAX_IN_FLIGHT)),
         max_attempts=_setting(driver, "max_attempts", consumer.get(contract.MAX_ATTEMPTS)) or driver.max_attempts,
         requeue_delay_ms=driver.requeue_delay_ms,
+        max_backoff_ms=_setting(driver, "max_backoff", consumer.get(contract.MAX_BACKOFF_MS)),
         publishes=_publishes(driver, publisher) if publisher else None,
         orders=_orders(driver, transcript) if consumer else {},
-        **_lookup(driver, consumer))
+        **_lookup(driver, consumer), **_reconnect(driver, consumer, publisher))
 
 
 def _lookup(driver: Driver, consumer: dict[str, str]) -> dict:
@@ -43,6 +44,16 @@ def _lookup(driver: Driver, consumer: dict[str, str]) -> dict:
         return {}
     return {"lookupds": len(given), "lookupd_poll_interval_ms": driver.lookupd_poll_interval_ms
             or int(consumer[contract.LOOKUPD_POLL_INTERVAL_MS])}
+
+
+def _reconnect(driver: Driver, consumer: dict[str, str], publisher: dict[str, str]) -> dict:
+    """The reconnect delay the library documents, for a consumer given its nsqds' addresses (not lookupds, which it
+    reconnects through) alone on them: a publisher's connections would look like the consumer's reconnects."""
+    if not consumer.get(contract.NSQD_TCP_ADDRESSES) or consumer.get(contract.LOOKUPD_HTTP_ADDRESSES) or publisher \
+            or driver.reconnect_delay is None:
+        return {}
+    return {"reconnect_min_ms": driver.reconnect_delay["min_ms"],
+            "reconnect_since": driver.reconnect_delay.get("since", "close")}
 
 
 def _setting(driver: Driver, feature: str, value: str | None) -> int | None:

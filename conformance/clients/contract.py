@@ -18,6 +18,7 @@ TOPIC = "NSQC_TOPIC"
 CHANNEL = "NSQC_CHANNEL"  # consumer only
 MAX_IN_FLIGHT = "NSQC_MAX_IN_FLIGHT"  # consumer only
 MAX_ATTEMPTS = "NSQC_MAX_ATTEMPTS"  # consumer only; 0 = the library's default
+MAX_BACKOFF_MS = "NSQC_MAX_BACKOFF_MS"  # consumer only, optional: the longest backoff; absent: the library's default
 HEARTBEAT_INTERVAL_MS = "NSQC_HEARTBEAT_INTERVAL_MS"
 PUBLISH = "NSQC_PUBLISH"  # publisher only: a JSON list of operations, done one after the other
 # consumer only, optional: ask nsqd for these layers (ID-30) and send AUTH when the IDENTIFY answer requires it

@@ -38,6 +38,10 @@ class Driver:
     # the /lookup poll interval of a library that polls at its own whatever it is told (NSQC-LOOKUP-002); None: it
     # takes the one configured
     lookupd_poll_interval_ms: int | None = None
+    # the least time before a consumer connects to an nsqd address again, as the library documents it (NSQC-ERR-006):
+    # {"min_ms": n} after the last connection to it closed, or with "since" = "connect" after the last attempt to
+    # connect (a library that tries on a fixed interval); None: none documented (it may reconnect at once)
+    reconnect_delay: dict | None = None
 
     def requeue_delay_ms(self, attempts: int) -> int:
         delay = self.requeue_delay["ms"] * (attempts if self.requeue_delay.get("times_attempts") else 1)
@@ -62,7 +66,8 @@ def drivers() -> dict[str, Driver]:
     manifest = tomllib.loads((DRIVERS_DIR / "drivers.toml").read_text())
     return {name: Driver(name, entry["library"], entry["language"], tuple(entry["command"]), entry["install"],
                          frozenset(entry.get("lacks", ())), entry.get("built"), entry["requeue_delay"],
-                         entry.get("path"), entry.get("max_attempts"), entry.get("lookupd_poll_interval_ms"))
+                         entry.get("path"), entry.get("max_attempts"), entry.get("lookupd_poll_interval_ms"),
+                         entry.get("reconnect_delay"))
             for name, entry in manifest.items()}
 
 

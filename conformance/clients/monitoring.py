@@ -24,9 +24,9 @@ from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import CLIENT
 from nsq_protocol.wire import MAGIC_V2
 
-# the fatal error of NSQC-ERR-004 and -005 comes when the case says so: after whatever the client sent last, which
+# the fatal error of NSQC-ERR-004..006 comes when the case says so: after whatever the client sent last, which
 # for a subscribed consumer is a command nsqd never answers (RDY, NOP)
-_STIMULUS = "its fatal error comes when a case says so (NSQC-ERR-004, -005), after a command nsqd leaves unanswered"
+_STIMULUS = "its fatal error comes when a case says so (NSQC-ERR-004..006), after a command nsqd leaves unanswered"
 FAKE_NSQD_DEPARTS = {"C-28": "it sends a heartbeat when a case says so, not on a ticker",
                      "ID-20": "its answer turns on a layer not asked for where a case says so (NSQC-NEG-002)",
                      "P-RDY-01": _STIMULUS, "P-RDY-07": _STIMULUS, "P-NOP-01": _STIMULUS,

@@ -71,7 +71,7 @@ class CaseRun:
 
     async def consumer(self, *brokers: FakeNsqd, max_in_flight: int = 1, max_attempts: int = 0,
                        lookupds: tuple[FakeNsqlookupd, ...] = (), layers: tuple[str, ...] = (),
-                       auth_secret: str | None = None) -> DriverProcess:
+                       auth_secret: str | None = None, max_backoff_ms: int | None = None) -> DriverProcess:
         """A consumer's driver; ``layers`` (of "tls", "snappy", "deflate") are what it is told to ask for."""
         await self._start_proxies()
         lookup = {contract.LOOKUPD_HTTP_ADDRESSES: ",".join(map(self._address, lookupds)),
@@ -82,6 +82,8 @@ class CaseRun:
             orders[contract.TLS_CA_FILE] = str(CA_FILE)
         if auth_secret is not None:
             orders[contract.AUTH_SECRET] = auth_secret
+        if max_backoff_ms is not None:
+            orders[contract.MAX_BACKOFF_MS] = str(max_backoff_ms)
         return await self._driver({
             contract.ROLE: contract.CONSUMER, contract.NSQD_TCP_ADDRESSES: ",".join(map(self._address, brokers)),
             contract.TOPIC: self.topic, contract.CHANNEL: self.channel, contract.MAX_IN_FLIGHT: str(max_in_flight),

@@ -27,6 +27,7 @@ from nsq_protocol.monitors.client_configured import (
 from nsq_protocol.monitors.client_errors import (
     NonFatalErrorsKeepConnection,
     ReconnectsAfterFatalClose,
+    ReconnectsNotEarly,
     ReconnectsSpaced,
 )
 from nsq_protocol.monitors.client_handler import SettlesAsOrdered
@@ -111,7 +112,7 @@ CLIENT_MONITORS: tuple[type[Monitor], ...] = (
     ReconnectsAfterFatalClose, ReconnectsSpaced, ClsBeforeClose, BackoffEnds,
     # judged against what the application asked of the library (new_judge's application)
     IdentifiesAsConfigured, SubscribesAsConfigured, FirstRdyWithinMaxInFlight, SettlesAsOrdered, PublishesAsTold,
-    BacksOffAfterFailure, RdySharedWithinMaxInFlight,
+    BacksOffAfterFailure, RdySharedWithinMaxInFlight, ReconnectsNotEarly,
     # over its queries of nsqlookupd too (Judge.lookupd_query)
     PollsLookupd, JoinsListedProducers, LeavesDroppedProducers,
 )

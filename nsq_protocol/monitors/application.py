@@ -49,6 +49,12 @@ class Application:
     orders: Mapping[int, Order] = field(default_factory=dict)  # a message's body_hash -> its handler's order
     lookupds: int | None = None  # how many nsqlookupd addresses its consumer was given (None: not known)
     lookupd_poll_interval_ms: int | None = None  # how often it polls them: as configured, or the library's fixed one
+    max_backoff_ms: int | None = None  # the longest backoff its consumer was configured with
+    # the least time before its consumer connects to an nsqd address again, as its library documents it, counted from
+    # the last connection's close ("close") or the last attempt to connect ("connect": a library trying on a ticker);
+    # None: not known, or the consumer finds its nsqds on lookupds
+    reconnect_min_ms: int | None = None
+    reconnect_since: str = "close"
 
     def handled(self, attempts: int) -> bool | None:
         """Whether the handler gets a message of so many attempts (max_attempts, P-REQ-02); None: not known."""

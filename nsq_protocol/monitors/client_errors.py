@@ -1,6 +1,6 @@
 """The client and the broker's errors: a non-fatal one keeps the connection (NSQC-ERR-001, NSQC-ERR-002,
-NSQC-ERR-003), a fatal close is followed by a reconnect (NSQC-ERR-004), and reconnects to an nsqd that closes them at
-once are spaced (NSQC-ERR-005)."""
+NSQC-ERR-003), a fatal close is followed by a reconnect (NSQC-ERR-004), reconnects to an nsqd that closes them at
+once are spaced (NSQC-ERR-005), and none comes sooner than the delay the client's library documents (NSQC-ERR-006)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ DROPPED_WITHIN_S = 1.0  # a close this soon after a non-fatal error, with no CLS
 RECONNECT_WITHIN_S = 20.0  # NSQC-ERR-004
 RECONNECTS_WATCHED_S, MAX_RECONNECTS = 8.0, 16  # NSQC-ERR-005: at most 16 in 8 s
 REFUSED_WITHIN_S = 0.1  # a connection the broker closed this soon after it opened was refused at once
+# NSQC-ERR-006: a reconnect this share of the documented delay early is early (the wire's times are when the broker saw
+# the close and the connect; a ticker's first tick counts from before the first connect)
+EARLY_SHARE = 0.9
 
 
 class NonFatalErrorsKeepConnection(Monitor):
@@ -105,3 +108,43 @@ class ReconnectsSpaced(Monitor):
             self.report("NSQC-ERR-005", CLIENT, connection.closed_at, connection.name,
                         f"at most {MAX_RECONNECTS} connections in {RECONNECTS_WATCHED_S:g} s to an nsqd that closes "
                         "them at once", f"{len(refused)} within {connection.closed_at - refused[0]:.2f} s")
+
+
+class ReconnectsNotEarly(Monitor):
+    """NSQC-ERR-006 (SHOULD): a consumer connects to an nsqd address again no sooner than the reconnect delay its
+    library documents (the application's ``reconnect_min_ms``): after its last connection to that address closed, or,
+    for a library that tries on a ticker (``reconnect_since`` "connect"), after its last attempt. Judged at the end
+    of the traffic, over the connections to each address the client dialed, with the times the wire's; not judged
+    where the application does not say the delay (not documented, or the consumer finds its nsqds on lookupds)."""
+
+    ITEMS = ("NSQC-ERR-006",)
+    KINDS = frozenset()  # the connections' opening and closing times are all it reads
+
+    def finish(self, judge, now):
+        application = judge.application
+        if application is None or application.reconnect_min_ms is None:
+            return
+        if not judge.timing:
+            self.skip("NSQC-ERR-006", "the times are when the client read the frames, not when they arrived")
+            return
+        least = application.reconnect_min_ms / 1000
+        by_server: dict[str, list] = {}
+        for connection in judge.connections.values():
+            if connection.server is not None and connection.opened_at is not None:
+                by_server.setdefault(connection.server, []).append(connection)
+        for connections in by_server.values():
+            connections.sort(key=lambda connection: connection.opened_at)
+            for earlier, later in zip(connections, connections[1:], strict=False):
+                self._judge(application.reconnect_since, least, earlier, later)
+
+    def _judge(self, since, least, earlier, later):
+        if since == "connect":
+            start, what = earlier.opened_at, "the last attempt to connect"
+        elif earlier.closed_at is not None and earlier.closed_at <= later.opened_at:
+            start, what = earlier.closed_at, "the last connection's close"
+        else:
+            return  # two at once: not a reconnect
+        if later.opened_at - start < least * EARLY_SHARE:
+            self.report("NSQC-ERR-006", CLIENT, later.opened_at, later.name,
+                        f"a reconnect to {later.server} at least {least:g} s after {what} (the library's delay)",
+                        f"{later.opened_at - start:.2f} s after it")

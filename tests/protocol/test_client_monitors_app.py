@@ -9,7 +9,8 @@ from nsq_protocol import monitors
 from nsq_protocol.monitors import Application
 from nsq_protocol.monitors.application import Order, Publish
 from nsq_protocol.monitors.events import body_hash
-from tests.protocol.test_client_monitors import NAMES, Client
+from tests.protocol.test_client_monitors import NAMES, Client, failed
+from tests.protocol.test_monitors import T0
 
 ID1 = b"0000000000000001"
 APP = Application(topic="t", channel="c", heartbeat_interval_ms=1000, layers=frozenset(), max_in_flight=3)
@@ -181,3 +182,47 @@ def test_a_connection_left_at_rdy_0_is_rdy_002_with_room_and_rdy_004_without():
     assert spread(2, 1, 1, 0).client_items(41.0) == ["NSQC-RDY-004"]
     turned = spread(2, 1, 1, 0).send(20.0, b"RDY", 0, conn="A").send(20.05, b"RDY", 1, conn="C")
     assert turned.send(55.0, b"RDY", 0, conn="B").send(55.05, b"RDY", 1, conn="A").client_items(59.0) == []
+
+
+# ---- the backoff's cap, the reconnect delay ------------------------------------------------------------------
+
+def test_a_backoff_past_the_longest_configured_is_rdy_008():
+    def run(application: Application, lasts: float) -> list[str]:
+        return failed(consumer(application), 1.0, ID1.decode(), lasts).client_items(30.0)
+    capped = Application(topic="t", channel="c", max_backoff_ms=3000)
+    assert run(capped, 4.0) == [], "within the tolerance"
+    assert run(capped, 5.0) == ["NSQC-RDY-008"]
+    assert run(Application(topic="t", channel="c"), 5.0) == [], "no longest told: the library's own"
+
+
+def test_backoffs_that_stop_growing_under_the_longest_configured_are_not_rdy_007():
+    traffic, at = consumer(Application(topic="t", channel="c", max_backoff_ms=3000)), 1.0
+    for number in range(4):
+        failed(traffic, at, f"{number:016x}", 2.0)
+        at += 2.5
+    assert traffic.client_items(at + 1.0) == [] and not_judged(traffic, "NSQC-RDY-007")
+
+
+def reconnected(application: Application | None, closed_at: float | None, again_at: float) -> Client:
+    """A connection to one nsqd from 0 s, closed by the broker at ``closed_at`` (None: left open), and a second
+    one to the same nsqd at ``again_at``."""
+    traffic = told(application)
+    traffic.judge.open("A", T0, True, server="127.0.0.1:4150")
+    if closed_at is not None:
+        traffic.close(closed_at, monitors.BROKER)
+    traffic.judge.open("B", T0 + again_at, True, server="127.0.0.1:4150")
+    return traffic
+
+
+def test_a_reconnect_sooner_than_the_documented_delay_is_err_006():
+    after_close = Application(reconnect_min_ms=500)
+    assert reconnected(after_close, 1.0, 1.6).client_items(5.0) == []
+    assert reconnected(after_close, 1.0, 1.1).client_items(5.0) == ["NSQC-ERR-006"]
+    assert reconnected(after_close, None, 0.1).client_items(5.0) == [], "two at once: not a reconnect"
+    on_a_ticker = Application(reconnect_min_ms=60_000, reconnect_since="connect")
+    assert reconnected(on_a_ticker, 1.0, 30.0).client_items(65.0) == ["NSQC-ERR-006"]
+    assert reconnected(on_a_ticker, 1.0, 60.0).client_items(65.0) == []
+    assert reconnected(Application(), 1.0, 1.1).client_items(5.0) == [], "no delay told"
+    untimed = reconnected(after_close, 1.0, 1.1)
+    untimed.judge.timing = False
+    assert untimed.client_items(5.0) == [] and not_judged(untimed, "NSQC-ERR-006")

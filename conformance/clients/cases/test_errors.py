@@ -1,4 +1,5 @@
-"""NSQC-ERR: the three non-fatal errors keep the connection (C-23); a fatal one is followed by a reconnect.
+"""NSQC-ERR: the three non-fatal errors keep the connection (C-23); a fatal one is followed by a reconnect, spaced and
+no sooner than the library's documented delay.
 
 E_FIN_FAILED and E_REQ_FAILED reach the client in one segment with the next message: a client reading a busy
 connection gets them so, and must handle both. E_TOUCH_FAILED comes alone, while its message is still in flight."""
@@ -7,8 +8,9 @@ import asyncio
 import pytest
 
 from conformance.clients import contract
-from conformance.clients.judge import check
+from conformance.clients.judge import Unsupported, check
 from nsq_protocol import wire
+from nsq_protocol.monitors.client_errors import EARLY_SHARE
 
 
 async def _still_working(run, broker, connection, what: str) -> None:
@@ -87,3 +89,29 @@ async def test_reconnects_are_spaced(run):
     check(len(attempts) <= MAX_RECONNECTS, f"reconnect attempts in the {RECONNECTS_WATCHED:g} s after a fatal error, "
           "each closed at once", f"at most {MAX_RECONNECTS} (spaced by a backoff)",
           f"{len(attempts)}, the first gaps {', '.join(gaps)}")
+
+
+RECONNECT_WATCHED = 10.0  # seconds at most of a library's reconnect delay watched (go-nsq's and nsqjs's are 60 s)
+
+
+@pytest.mark.nsqc("NSQC-ERR-006")
+async def test_reconnect_not_sooner_than_documented(run):
+    """After a fatal close, no connection to that nsqd within the reconnect delay the library documents (drivers.toml
+    reconnect_delay; 90 % of it, for the clocks), counted from the close, or from the first connection for a library
+    that tries on a ticker; a delay longer than 10 s is watched for 10 s."""
+    delay = run.driver.reconnect_delay
+    if delay is None:
+        raise Unsupported(f"{run.driver.library} documents no reconnect delay (it may reconnect at once)")
+    broker = await run.nsqd()
+    _, connection = await run.subscribed(broker)
+    connection.send(wire.FRAME_ERROR, b"E_INVALID cannot SUB in current state")
+    await connection.close()
+    ticker = delay.get("since") == "connect"
+    start = connection.received[0][0] if ticker else connection.closed_at
+    window = min(delay["min_ms"] / 1000 * EARLY_SHARE, RECONNECT_WATCHED)
+    await asyncio.sleep(max(0.0, start + window - run.transcript.now()))
+    early = broker.connections[1:]
+    check(not early, f"connections to the nsqd within {window:g} s of {'the first' if ticker else 'the fatal close'} "
+          f"({run.driver.library}: reconnect_delay {delay})", "none",
+          f"{len(early)}, the first at " + (f"{early[0].received[0][0] - start:.2f} s" if early and early[0].received
+                                            else "an unknown time (no command)"))

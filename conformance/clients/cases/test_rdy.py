@@ -1,5 +1,5 @@
-"""NSQC-RDY: RDY within max_in_flight, spread and redistributed over nsqds, backoff after failures, its growth
-and the recovery."""
+"""NSQC-RDY: RDY within max_in_flight, spread and redistributed over nsqds, backoff after failures, its growth, its
+cap and the recovery."""
 import asyncio
 import time
 
@@ -8,6 +8,7 @@ import pytest
 from conformance.clients import contract
 from conformance.clients.judge import check
 from conformance.clients.session import STARTS_WITHIN_S
+from nsq_protocol.monitors.client_backoff import CAP_TOLERANCE_S
 
 SETTLE = 0.1  # seconds: a client updates its connections' RDY one after the other
 STARVED_AFTER = 8.0  # seconds without RDY > 0 on a connection that max_in_flight leaves room for
@@ -23,6 +24,9 @@ RESUMED_WITHIN = 20.0
 BACKOFF_STARTED = 1.0  # seconds after the REQ by which a backoff's RDY 0 is out (gnsq sends it after the REQ)
 FAILURES_IN_A_ROW = 4  # for NSQC-RDY-007: the fourth backoff is pynsq's 14.3 s, at most gnsq's 15 s
 BACKOFF_ENDS_WITHIN = 20.0
+# NSQC-RDY-008: above go-nsq's first backoff (2 s; a longest below it leaves go-nsq no backoff at all), below the
+# model client's fourth (4 s)
+MAX_BACKOFF_MS = 3000
 
 
 def _rdy_count(command) -> int:
@@ -169,13 +173,9 @@ async def test_consumer_resumes_after_failure(run):
     check(fin.params == (message_id,), "the FIN after the failure", f"FIN {message_id.decode()}", fin.describe())
 
 
-@pytest.mark.nsqc("NSQC-RDY-007")
-async def test_backoff_grows(run):
-    """Four failures in a row, each message the test message of the backoff before (its RDY 1): a later backoff
-    lasts longer than the first. pynsq, nsqjs and go-nsq grow theirs by rule; gnsq draws the n-th from
-    [0, 2^n - 1) s (full jitter), so the longest of its three later ones is shorter than its first about one run in
-    1,260 (the first two alone: one in 6)."""
-    _, connection = await run.subscribed(await run.nsqd(), max_in_flight=1)
+async def _backoffs(connection) -> list[float]:
+    """Four failures in a row, each message the test message of the backoff before (its RDY 1): each backoff's
+    length, from its RDY 0 to the next RDY > 0."""
     received, lengths = connection.received, []
     for tag in range(1, FAILURES_IN_A_ROW + 1):
         since = len(received)
@@ -188,5 +188,29 @@ async def test_backoff_grows(run):
                                    expected="RDY > 0")
         lengths.append(received[on][0] - received[off][0])
         connection.transcript.note(f"backoff {tag}: {lengths[-1]:.2f} s")
+    return lengths
+
+
+@pytest.mark.nsqc("NSQC-RDY-007")
+async def test_backoff_grows(run):
+    """Four failures in a row: a later backoff lasts longer than the first. pynsq, nsqjs and go-nsq grow theirs by
+    rule; gnsq draws the n-th from [0, 2^n - 1) s (full jitter), so the longest of its three later ones is shorter
+    than its first about one run in 1,260 (the first two alone: one in 6)."""
+    _, connection = await run.subscribed(await run.nsqd(), max_in_flight=1)
+    lengths = await _backoffs(connection)
     check(max(lengths[1:]) > lengths[0], f"the backoffs after {FAILURES_IN_A_ROW} failures in a row",
           "a later one longer than the first", ", ".join(f"{length:.2f} s" for length in lengths))
+
+
+@pytest.mark.nsqc("NSQC-RDY-008")
+async def test_backoff_capped(run):
+    """The longest backoff set to 3 s, four failures in a row: none lasts longer, give or take the timers on a loaded
+    machine. Uncapped, go-nsq's would be 2, 4, 8, 16 s (capped, it stays at 2 s: the next step would pass 3 s) and
+    the model client's 0.5, 1, 2, 4 s; gnsq draws the n-th below 2^n - 1 s; pynsq's and nsqjs's grow by 0.084 s
+    each (their BackoffTimer's share of the cap)."""
+    run.driver.require("max_backoff")
+    _, connection = await run.subscribed(await run.nsqd(), max_in_flight=1, max_backoff_ms=MAX_BACKOFF_MS)
+    lengths = await _backoffs(connection)
+    longest = MAX_BACKOFF_MS / 1000 + CAP_TOLERANCE_S
+    check(max(lengths) <= longest, f"the backoffs after {FAILURES_IN_A_ROW} failures in a row, the longest set to "
+          f"{MAX_BACKOFF_MS} ms", f"none over {longest:g} s", ", ".join(f"{length:.2f} s" for length in lengths))

@@ -22,6 +22,11 @@ def host_ports(name):
     return [(host, int(port)) for host, port in (address.rsplit(":", 1) for address in listed(name))]
 
 
+def max_backoff():
+    """pynsq's and gnsq's setting of the longest backoff, in seconds, where NSQC_MAX_BACKOFF_MS gives one."""
+    return {"max_backoff_duration": int(env["NSQC_MAX_BACKOFF_MS"]) / 1000} if env.get("NSQC_MAX_BACKOFF_MS") else {}
+
+
 def publish_operations():
     return json.loads(env.get("NSQC_PUBLISH", "[]"))
 

@@ -11,7 +11,7 @@ import sys  # noqa: E402
 
 import gevent  # noqa: E402
 import gnsq  # noqa: E402
-from driver_contract import emit, env, listed, publish_operations  # noqa: E402
+from driver_contract import emit, env, listed, max_backoff, publish_operations  # noqa: E402
 
 addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
 lookupds = ["http://" + address for address in listed("NSQC_LOOKUPD_HTTP_ADDRESSES")]
@@ -63,7 +63,7 @@ def consume():
                              lookupd_http_addresses=lookupds, lookupd_poll_interval=poll_interval,
                              message_handler=handle, max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
                              heartbeat_interval=heartbeat_interval, **negotiation(),
-                             **({"max_tries": max_attempts} if max_attempts else {}))
+                             **({"max_tries": max_attempts} if max_attempts else {}), **max_backoff())
     consumer.start(block=False)
     return consumer.close
 

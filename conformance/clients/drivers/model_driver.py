@@ -15,7 +15,8 @@ from driver_contract import emit, env, listed
 from nsq_protocol import wire
 
 NON_FATAL = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")  # C-23
-# seconds: the first reconnect delay and backoff, each doubled while failures go on, up to the bound
+# seconds: the first reconnect delay and backoff, each doubled while failures go on, up to the bound (the backoff's:
+# unless NSQC_MAX_BACKOFF_MS says otherwise)
 RECONNECT_AFTER, MAX_RECONNECT_AFTER, BACKOFF, MAX_BACKOFF, REDISTRIBUTE_EVERY = 0.5, 8.0, 0.5, 4.0, 2.0
 # the layers the client may ask for (ID-30), each turned on by its order ("1")
 ASKED = {layer for layer, order in (("tls_v1", "NSQC_TLS"), ("snappy", "NSQC_SNAPPY"), ("deflate", "NSQC_DEFLATE"))
@@ -136,6 +137,7 @@ class Client:
         self.tasks = set()
         self.max_in_flight = int(env.get("NSQC_MAX_IN_FLIGHT", "1"))
         self.max_attempts = int(env.get("NSQC_MAX_ATTEMPTS", "0"))
+        self.max_backoff = int(env.get("NSQC_MAX_BACKOFF_MS", MAX_BACKOFF * 1000)) / 1000
         self.backing_off = False
         self.failures = 0  # handler failures in a row: the backoff doubles with each, a success ends it
 
@@ -202,7 +204,7 @@ class Client:
         self.backing_off = True
         for connection in self.connections:
             connection.set_rdy(0)
-        await asyncio.sleep(min(BACKOFF * 2 ** (self.failures - 1), MAX_BACKOFF))
+        await asyncio.sleep(min(BACKOFF * 2 ** (self.failures - 1), self.max_backoff))
         self.connections[0].set_rdy(1)
         self.backing_off = False
 

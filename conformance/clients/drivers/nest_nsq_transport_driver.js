@@ -48,6 +48,7 @@ async function consume() {
       maxInFlight: Number(env.NSQC_MAX_IN_FLIGHT || 1),
       heartbeatInterval,
       ...(maxAttempts ? { maxAttempts } : {}),
+      ...(env.NSQC_MAX_BACKOFF_MS ? { maxBackoffDuration: Number(env.NSQC_MAX_BACKOFF_MS) / 1000 } : {}), // seconds
       ...(env.NSQC_TLS === '1' ? { tls: true, tlsVerification: true, ca: fs.readFileSync(env.NSQC_TLS_CA_FILE) } : {}),
       ...(env.NSQC_SNAPPY === '1' ? { snappy: true } : {}),
       ...(env.NSQC_DEFLATE === '1' ? { deflate: true } : {}),

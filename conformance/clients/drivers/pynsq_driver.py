@@ -6,7 +6,7 @@ import sys
 
 import nsq
 import tornado.ioloop
-from driver_contract import emit, env, listed, publish_operations
+from driver_contract import emit, env, listed, max_backoff, publish_operations
 
 loop = tornado.ioloop.IOLoop.current()
 addresses = listed("NSQC_NSQD_TCP_ADDRESSES")
@@ -53,6 +53,7 @@ def consume():
                         nsqd_tcp_addresses=addresses, lookupd_http_addresses=lookupds,
                         lookupd_poll_interval=poll_interval, max_in_flight=int(env.get("NSQC_MAX_IN_FLIGHT", "1")),
                         heartbeat_interval=heartbeat_interval, **({"max_tries": max_attempts} if max_attempts else {}),
+                        **max_backoff(),
                         **negotiation())
     return reader.close
 

@@ -109,6 +109,20 @@ def _first_backoff_longest(command: wire.Command, state: dict) -> float:
     return 0.0
 
 
+def _second_backoff_past_cap(command: wire.Command, state: dict) -> float:
+    """The RDY that ends the second backoff (1 s for the model client) is held 5 s: past NSQC-RDY-008's 3 s cap and
+    its tolerance."""
+    if command.name != b"RDY":
+        return 0.0
+    if command.params == (b"0",):
+        state["backoffs"] = state.get("backoffs", 0) + 1
+        return 0.0
+    if state.get("backoffs") == 2 and not state.get("held"):
+        state["held"] = True
+        return 5.0
+    return 0.0
+
+
 def _mpub_count_plus_one(command: wire.Command) -> bytes:
     count = int.from_bytes(command.body[:4], "big")
     return wire.encode_command("MPUB", *command.params, body=(count + 1).to_bytes(4, "big") + command.body[4:])
@@ -219,6 +233,10 @@ FAULTS = {fault.name: fault for fault in (
           lookup=lambda shared, target: target if shared["queries"] <= 2 else None, nsqd_sees=False),
     Fault("backoff-shrinks", "the first backoff lasts 6 s, the later ones less (a backoff that does not grow)",
           ("NSQC-RDY-007",), late_after=_first_backoff_longest),
+    Fault("backoff-past-cap", "the second backoff lasts 6 s, past the 3 s the client was told is the longest",
+          ("NSQC-RDY-008",), late_after=_second_backoff_past_cap),
+    Fault("reconnect-early", "after the broker closes, one reconnect at once (the client's delay is 0.5 s)",
+          ("NSQC-ERR-006",), storm=1),
     Fault("lookup-hammered", "each /lookup poll is three queries at once (a poll loop without its interval)",
           ("NSQC-LOOKUP-002",), lookup_copies=3, nsqd_sees=False),
 )}

@@ -114,6 +114,9 @@ func main() {
 			config.TlsConfig = &tls.Config{RootCAs: authorities, ServerName: "127.0.0.1"}
 		}
 		config.LookupdPollInterval = time.Duration(number("NSQC_LOOKUPD_POLL_INTERVAL_MS", 60000)) * time.Millisecond
+		if longest := number("NSQC_MAX_BACKOFF_MS", 0); longest > 0 {
+			config.MaxBackoffDuration = time.Duration(longest) * time.Millisecond
+		}
 		if attempts := number("NSQC_MAX_ATTEMPTS", 0); attempts > 0 {
 			config.MaxAttempts = uint16(attempts)
 		}
