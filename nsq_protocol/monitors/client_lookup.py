@@ -50,7 +50,8 @@ def _stopped(judge) -> bool:
 class PollsLookupd(Monitor):
     """NSQC-LOOKUP-001: a query of /lookup names the application's topic, with GET. NSQC-LOOKUP-002 (SHOULD): two
     answered queries of one lookupd are at least half the poll interval apart (one reset is retried at once by some
-    HTTP clients), and the client's queries never pause for
+    HTTP clients; a query right after an nsqd connection closed is go-nsq's recheck, consumer.go lookupdRecheckChan),
+    and the client's queries never pause for
     ``MISSED`` intervals while it runs; NSQC-LOOKUP-006 (SHOULD) where that pause follows a query that found its
     lookupd down. NSQC-LOOKUP-005: given several lookupds, it asks each one within ``MISSED`` intervals per lookupd
     of its first query (a client that asks one lookupd, down, never finds the producers another lists). Other paths
@@ -65,6 +66,7 @@ class PollsLookupd(Monitor):
         self._latest: tuple[float, str, bool] | None = None  # the client's last query: when, where, found down
         self._every_due = float("inf")  # NSQC-LOOKUP-005: by then every lookupd given was asked
         self._reported: set[str] = set()  # the timing items reported once: one slow library is one finding
+        self._last_close = float("-inf")  # when an nsqd connection of the client last closed
 
     def lookupd_query(self, judge, lookupd, ts, exchange):
         application = judge.application
@@ -85,13 +87,16 @@ class PollsLookupd(Monitor):
         self._asked.add(lookupd)
         if exchange is not None:  # a query reset is retried at once by some HTTP clients (urllib3): no poll of its own
             previous = self._last.get(lookupd)
-            if previous is not None and asked - previous < FASTEST * interval:
+            if previous is not None and asked - previous < FASTEST * interval and self._last_close <= previous:
                 self._once("NSQC-LOOKUP-002", asked, lookupd, f"queries of nsqlookupd {lookupd} at least "
                            f"{FASTEST * interval:g} s apart (half the poll interval {interval:g} s)",
                            f"one {asked - previous:.3f} s after the one before", exchange)
             self._last[lookupd] = asked
         self.due = min(self._every_due, asked + MISSED * interval)
         judge.want_tick(self.due)
+
+    def closed(self, judge, connection):
+        self._last_close = max(self._last_close, connection.closed_at)
 
     def _form(self, application, lookupd, exchange):
         topic = application.topic if application else None

@@ -84,6 +84,9 @@ def test_polls_too_fast_or_stopping_are_lookup_002():
     assert late.items(9.5) == [], "one poll 3.9 intervals late (a stalled process on a loaded machine) is no finding"
     missed = Consumer().query(0.0, P1).joins("A", 0.1, P1).query(1.0, P1).polls(5.1, 9.0, P1)
     assert missed.items(9.5) == ["NSQC-LOOKUP-002"], "a silence of 4.1 intervals is a poll missed"
+    rechecked = Consumer().query(0.0, P1, P2).joins("A", 0.1, P1).joins("B", 0.1, P2).query(1.0, P1, P2)
+    rechecked.close(1.05, monitors.BROKER, conn="B").query(1.1, P1).polls(2.1, 5.0, P1)
+    assert rechecked.items(5.5) == [], "go-nsq queries again at once when an nsqd connection closes"
     retried = Consumer().down(0.0).down(0.001).down(0.005).query(1.0, P1).joins("A", 1.1, P1).polls(2.0, 5.0, P1)
     assert retried.items(5.5) == [], "an HTTP client's retries of a query reset are no polls"
 
