@@ -35,6 +35,7 @@ from nsq_protocol.monitors.events import (
     STREAM,
     UNREADABLE,
 )
+from nsq_protocol.monitors.nsqd_names import CREATED, LEFT, NameChange, NamesChanged
 from nsq_protocol.wire import ProtocolViolation
 from spark_analysis.decode.kinds import (
     BAD_MAGIC,
@@ -70,6 +71,20 @@ VIOLATIONS_SCHEMA = pa.schema([
     ("evidence", pa.list_(pa.string())),  # the events that show it, in order
 ])
 OBSERVED = "observed"  # the exchange's table of them
+NAMES = "names"  # the exchange's table of the topics and channels each nsqd's traffic showed change, for the
+# nsqlookupds' judging (R-03 to R-07): written by the nsqds' judging job, read by the lookupds' one after it
+NAMES_SCHEMA = pa.schema([
+    ("server", pa.string()),  # the nsqd ("ip port" of its TCP side)
+    ("since_ns", pa.int64()),  # nsqd_names.NameChange's fields
+    ("ts_ns", pa.int64()),
+    ("change", pa.string()),
+    ("topic", pa.string()),
+    ("channel", pa.string()),
+    ("last", pa.bool_()),
+])
+# what the lookupds' judges are not told of an nsqd whose HTTP API the capture does not hold: its deletions
+NAMES_UNKNOWN = "nsqd's HTTP API is not in the traffic (--http-port): the topics and channels it deletes are unknown"
+ANNOUNCED = ("R-03", "R-04", "R-05", "R-06", "R-07")
 HTTP = "http"  # the exchange's table of the requests to the brokers' HTTP APIs and their answers
 HTTP_SCHEMA = pa.schema([
     ("host", pa.string()),
@@ -199,8 +214,13 @@ class ServerJudging:
     not known) come in time order among the rows."""
 
     def __init__(self, connections: Iterable[Opening], actions: list[tuple] | None):
-        self.judge = monitors.new_judge(timing=True, http_seen=actions is not None)
+        self.names = NamesChanged(self._changed, self._knows)
+        self.judge = monitors.new_judge(timing=True, http_seen=actions is not None, readers=(self.names,))
         self.openings: dict[str, Opening] = {}
+        self._unread: dict[str, Opening] = {}  # the connections the capture does not hold whole (mid-way, TLS, gaps)
+        self._changes: list[NameChange] = []  # what the nsqd's lookupds are told, until ``new_changes`` takes them
+        self._told: set[tuple[str, str | None]] = set()  # (topic, channel) told created, none of the topic's
+        # changes since: telling it again changes nothing for the lookupds' judge, and a capture publishes millions
         self._answers: dict[str, dict | None] = {}
         # (ts, order, n, what): order 0 opens, 1 an HTTP request, 2 closes: at one instant a connection opens before
         # its rows and closes after them; n, unique, keeps the heap from comparing what
@@ -220,6 +240,8 @@ class ServerJudging:
             if known is not None and (known.ended_at is not None or opening.ended_at is None):
                 continue
             self.openings[opening.conn_id] = opening
+            if not opening.whole:
+                self._unread[opening.conn_id] = opening
             if known is None:
                 self._answers[opening.conn_id] = opening.identify_answer
                 self._schedule(opening.ts, 0, opening)
@@ -238,6 +260,40 @@ class ServerJudging:
     def _schedule(self, ts: float, order: int, what) -> None:
         self._entries += 1
         heapq.heappush(self._scheduled, (ts, order, self._entries, what))
+
+    def _knows(self, topic: str) -> bool:
+        """Every change of ``topic`` is in the traffic: nsqd's HTTP API is (deletions come only that way); a
+        consumer the capture does not read is allowed for in ``_changed``."""
+        if self.judge.http_seen:
+            return True
+        for item in ANNOUNCED:
+            self.names.skip(item, NAMES_UNKNOWN)
+        return False
+
+    def _changed(self, change: NameChange) -> None:
+        if change.change == CREATED:
+            key = (change.topic, change.channel)
+            if key in self._told:
+                return
+            self._told.add(key)
+        else:
+            self._told = {key for key in self._told if key[0] != change.topic}
+            # R-06: an ephemeral channel goes with its last consumer; a connection the capture does not read open
+            # then may be one
+            if change.change == LEFT and change.last and any(
+                    opening.ts <= change.ts and (opening.ended_at is None or opening.ended_at > change.ts)
+                    for opening in self._unread.values()):
+                change = change._replace(last=False)
+        self._changes.append(change)
+
+    def new_changes(self, server: str) -> pa.Table:
+        """The changes of the topics and channels the traffic showed since the last call, as ``NAMES`` rows of the
+        nsqd ``server``."""
+        new, self._changes = self._changes, []
+        return pa.Table.from_pylist([
+            {"server": server, "since_ns": round(change.since * NS), "ts_ns": round(change.ts * NS),
+             "change": change.change, "topic": change.topic, "channel": change.channel, "last": change.last}
+            for change in new], schema=NAMES_SCHEMA)
 
     def new_violations(self) -> list[monitors.Violation]:
         """The violations found since the last call."""
@@ -360,11 +416,11 @@ def sorted_rows(observed: pa.Table) -> Iterator[dict]:
 
 
 # ---- a small capture, in this process ---------------------------------------------------------------------------
-def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[int] = frozenset()
-                  ) -> dict[str, monitors.Judge]:
+def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[int] = frozenset(),
+                  changes: list[pa.Table] | None = None) -> dict[str, monitors.Judge]:
     """A small capture judged without Spark: its segments by flow, each connection reassembled whole; the V2 ones
     decoded, the HTTP ones (to ``http_ports``, the brokers' HTTP APIs) read for the requests that change delivery;
-    then each nsqd's rows through a ``ServerJudging``."""
+    then each nsqd's rows through a ``ServerJudging``; ``changes`` gets each nsqd's ``NAMES`` rows."""
     from spark_analysis.derive import tallies
 
     flows: dict[str, list] = {}
@@ -390,13 +446,14 @@ def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[in
     observed = observed_rows(events, 0)
     http = http_actions(pa.Table.from_pylist(http_rows, schema=HTTP_SCHEMA)) if http_ports else None
     return judge_servers(openings(connections, undecoded), http,
-                         lambda server: sorted_rows(observed.filter(pc.equal(observed["server"], server))))
+                         lambda server: sorted_rows(observed.filter(pc.equal(observed["server"], server))), changes)
 
 
-def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | None] | None, rows_of
-                  ) -> dict[str, monitors.Judge]:
+def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | None] | None, rows_of,
+                  changes: list[pa.Table] | None = None) -> dict[str, monitors.Judge]:
     """Each nsqd's judge: ``rows_of(server)`` its observed rows in order; ``http``: the HTTP requests that change
-    delivery by the broker's host (None: not read; a host without any had none)."""
+    delivery by the broker's host (None: not read; a host without any had none); ``changes`` gets each nsqd's
+    ``NAMES`` rows."""
     hosts = [server.split(" ")[0] for server in by_server]
     judges = {}
     with without_cycle_collection():
@@ -404,6 +461,8 @@ def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | No
             judging = ServerJudging(connections, http_actions_of(server, hosts, http))
             judging.feed(rows_of(server))
             judges[server] = judging.finish()
+            if changes is not None:
+                changes.append(judging.new_changes(server))
     return judges
 
 
