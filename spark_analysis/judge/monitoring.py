@@ -55,7 +55,7 @@ from spark_analysis.read.reassembly import reassemble
 NS = 1_000_000_000
 _FRAMES = {"message": MESSAGE, "heartbeat": HEARTBEAT, "response": RESPONSE, "error": ERROR}
 _CLOSED_BY = {Close.SERVER_FIN: BROKER, Close.CLIENT_FIN: CLIENT, Close.RST: None}
-_NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message_count"}
+_NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message_count", "AUTH": "body_len"}
 _WHERE = {BAD_MAGIC: MAGIC, UNREADABLE_COMMAND: STREAM}  # the client's unreadable bytes; else its layer's
 _SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload")
 
@@ -128,7 +128,10 @@ OBSERVED_SCHEMA = pa.schema([
     ("attempts", pa.int32()),
     ("msg_ts_ns", pa.int64()),
     ("body_hash", pa.int64()),
-    ("number", pa.int64()),  # RDY's count, REQ's and DPUB's delay, MPUB's message count
+    ("number", pa.int64()),  # RDY's count, REQ's and DPUB's delay, MPUB's message count, AUTH's body size
+    ("params", pa.int32()),  # a command's parameters (C-17) and CRLF (C-14): null where the decoder did not say
+    ("crlf", pa.bool_()),
+    ("size", pa.int64()),  # MPUB: its size word where it is not the size of the body its count and sizes frame
     ("code", pa.string()),
     ("text", pa.string()),
     ("status", pa.string()),  # a frame's: sent in plaintext where TLS was negotiated (decode/kinds.py Status)
@@ -159,12 +162,19 @@ def observed_rows(events: pa.Table, first_seq: int) -> pa.Table:
                                    list(_NUMBER)),
         *(pc.cast(rows[column], pa.int64()) for column in _NUMBER.values()))
     identify = pc.struct_field(rows["identify"], "body") if rows.num_rows else pa.nulls(0, pa.string())
+    # the decoder's batch of FINs leaves their lines' shape null: each is 'FIN <16 bytes>\n' (decode/v2.py _commands)
+    batched = pc.and_kleene(pc.equal(rows["kind"], Kind.COMMAND),
+                            pc.and_kleene(pc.equal(name, "FIN"), pc.is_null(rows["params"])))
+    params, crlf = pc.if_else(batched, 1, rows["params"]), pc.if_else(batched, False, rows["crlf"])
+    size = rows["size_word"]
+    size = pc.if_else(pc.fill_null(pc.not_equal(size, rows["body_len"]), False), size, pa.nulls(len(size), pa.int64()))
     return pa.table({
         "server": rows["server"], "conn_id": rows["conn_id"], "ts_ns": rows["ts_ns"],
         "seq": pa.array(ranks[pc.filter(pa.array(np.arange(events.num_rows)), wanted).to_numpy()] + first_seq),
         "kind": rows["kind"], "name": name, "topic": rows["topic"], "channel": rows["channel"],
         "msg_id": rows["msg_id"], "attempts": rows["attempts"], "msg_ts_ns": rows["msg_ts_ns"],
-        "body_hash": rows["body_hash"], "number": number, "code": rows["code"],
+        "body_hash": rows["body_hash"], "number": number, "params": params, "crlf": crlf,
+        "size": size, "code": rows["code"],
         "text": pc.coalesce(rows["text"], rows["explanation"]),  # an error row's explanation
         "status": rows["status"], "identify": identify,
     }, schema=OBSERVED_SCHEMA)
@@ -377,7 +387,8 @@ def _command(row: dict, bodies: list) -> Observed:
     fields = _identify_body(row["identify"]) if verb == "IDENTIFY" else None
     return Observed(row["ts_ns"] / NS, COMMAND, verb, msg_id=row["msg_id"],
                     number=row["number"] if verb in _NUMBER else None, topic=row["topic"],
-                    channel=row["channel"] if verb == "SUB" else None, bodies=tuple(bodies), fields=fields)
+                    channel=row["channel"] if verb == "SUB" else None, bodies=tuple(bodies), fields=fields,
+                    params=row["params"], crlf=row["crlf"], size=row["size"])
 
 
 def _identify_body(body: str | None) -> dict | None:
