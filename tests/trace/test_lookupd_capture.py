@@ -129,10 +129,15 @@ def test_analyze_judges_nsqlookupd_as_the_monitors_do_without_spark(spark, tmp_p
 NSQD_TCP, NSQD_HTTP = 24150, 24151  # tests/trace/cluster_recording.py
 
 
-def registered_capture(path, unregistered: bool) -> None:
+def registered_capture(path, unregistered: bool, unread: bool = False) -> None:
     """An nsqd at port 4150 registering with lookupd; a consumer of an ephemeral channel leaves it, and nsqd
-    UNREGISTERs the channel (``unregistered``) or, broken, does not (R-06)."""
+    UNREGISTERs the channel (``unregistered``) or, broken, does not (R-06). ``unread``: a connection caught mid-way
+    is open meanwhile (a consumer of the channel, for all the capture says)."""
     capture = Capture(str(path), "pcap")
+    if unread:
+        midway = Connection(capture, "B", 40002, 9000)
+        midway.send("c2s", EPOCH_NS + 5 * MS, b"NOP\n")  # no SYN: its start, so its SUB, not in the capture
+        midway.close(EPOCH_NS + 30 * MS)
     identify = IDENTIFY  # tcp_port 4150: the consumer's nsqd
     lookupd = Connection(capture, "L", 40000, 1000)
     lookupd.ports = {"c2s": (40000, LOOKUPD_TCP), "s2c": (LOOKUPD_TCP, 40000)}
@@ -185,3 +190,28 @@ def test_analyze_judges_the_registering_nsqds_as_the_monitors_do_without_spark(s
     assert summary["violations"] == {"R-06": {"broker": 1}} and by_spark == in_process
     summary, by_spark, in_process = both(tmp_path / "broken.pcap", tmp_path / "test-clients", nsqd_clients=False)
     assert summary["violations"] == {} and by_spark == in_process == []
+    registered_capture(tmp_path / "unread.pcap", unregistered=False, unread=True)  # not its last consumer, maybe
+    summary, by_spark, in_process = both(tmp_path / "unread.pcap", tmp_path / "unread")
+    assert summary["violations"] == {} and by_spark == in_process == []
+
+
+def test_an_nsqds_changes_are_told_once_and_only_where_its_http_api_is_in_the_capture():
+    """A topic published to a thousand times is one change for the lookupds' judges; without nsqd's HTTP API in
+    the capture (a deletion there unseen) none is told, and R-03 to R-07 say why they are not judged."""
+    from nsq_protocol.monitors.events import COMMAND, RESPONSE, Observed
+    from spark_analysis.judge.monitoring import NAMES_UNKNOWN, ServerJudging
+
+    def published(actions) -> ServerJudging:
+        judging = ServerJudging([], actions)
+        judging.judge.open("A", 1.0, True, True)
+        for n in range(1000):
+            judging.judge.observe("A", Observed(2.0 + n, COMMAND, "PUB", topic="t", bodies=(n,)))
+            judging.judge.observe("A", Observed(2.5 + n, RESPONSE, "OK"))
+        return judging
+
+    seen = published([])
+    assert [(row["change"], row["topic"]) for row in seen.new_changes("127.0.0.1 4150").to_pylist()] == [
+        ("created", "t")]
+    unseen = published(None)
+    assert unseen.new_changes("127.0.0.1 4150").num_rows == 0
+    assert unseen.judge.not_judged["R-03", NAMES_UNKNOWN] == 1000
