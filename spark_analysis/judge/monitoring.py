@@ -221,7 +221,8 @@ class ServerJudging:
     """One nsqd's judge, fed its connections' observed rows sorted by (ts_ns, conn_id, seq) in as many parts as
     come (``feed``), then ``finish``. Connections open and close at the times their ``Opening`` gives, the HTTP
     ``actions`` (http_actions': each exchange with what it does to delivery; None: the broker's HTTP requests are
-    not known) come in time order among the rows."""
+    not known) come in time order among the rows. Its ``NamesChanged`` reader gathers the topics and channels
+    nsqd created and deleted, for the judges of the nsqlookupds it registers with (``new_changes``)."""
 
     def __init__(self, connections: Iterable[Opening], actions: list[tuple] | None):
         self.names = NamesChanged(self._changed, self._knows)
@@ -351,12 +352,17 @@ class ServerJudging:
                     event, self._answers[conn_id] = event._replace(fields=answer), None
                 judge.observe(conn_id, event)
 
-    def finish(self) -> monitors.Judge:
+    def advance(self, ts: float) -> None:
+        """No row before ``ts`` is still to come (watch: a batch's rows are fed): what is scheduled before it runs,
+        so that a connection's close, and what nsqd did then (``new_changes``), is not held for a later row."""
         if self._pending is not None:
             self.judge.observe(self._pending[0], _command(self._pending[1], self._pending[2]))
             self._pending = None
-        while self._scheduled:
+        while self._scheduled and self._scheduled[0][0] < ts:
             self._run(heapq.heappop(self._scheduled))
+
+    def finish(self) -> monitors.Judge:
+        self.advance(float("inf"))
         self.judge.finish(self.last_ts)
         return self.judge
 

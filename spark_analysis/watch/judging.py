@@ -39,6 +39,7 @@ from spark_analysis.judge.lookupd import (
 from spark_analysis.judge.monitoring import (
     HTTP,
     HTTP_SCHEMA,
+    NS,
     OBSERVED,
     OBSERVED_SCHEMA,
     VIOLATIONS,
@@ -113,6 +114,7 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
                 if http_read:
                     judging.add_actions(http_actions_of(server, hosts, http))
                 judging.feed(fed.new(sorted_rows(observed.filter(pc.equal(observed["server"], server)))))
+                judging.advance(until / NS)
                 counts += written_counts(server, judging, writer)
                 changes += judging.new_changes(server).to_pylist() if nsqd_clients else []
             for server in lookupds:
