@@ -306,11 +306,13 @@ def run_analysis(
     storage: Storage = LOCAL,
     http_ports: frozenset[int] = frozenset(),
     lookupd_http_ports: frozenset[int] = frozenset(),
+    nsqd_clients: bool = True,
 ) -> dict:
     """Decode ``paths`` into ``out_dir``: tables/*.parquet, summary.json and (optionally) report.html. Paths and
     ``out_dir`` may be URLs of ``storage``'s filesystems. ``http_ports``: the brokers' HTTP API ports, when the
     capture holds their traffic whole (the monitors then know every publish, pause and empty); ``lookupd_http_ports``
-    the nsqlookupds' (their monitors then judge its answers, and registrations made over it)."""
+    the nsqlookupds' (their monitors then judge its answers, and registrations made over it); ``nsqd_clients``: the
+    nsqlookupds' V1 clients are nsqds (judged by nsqd's rules of registering), not test programs."""
     storage.make_directory(out_dir)
     tables_dir = join(out_dir, "tables")
     started = time.monotonic()
@@ -329,7 +331,7 @@ def run_analysis(
     connections = tallied.connections()
     judged = judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
                            bool(http_ports), storage, lookupd_servers(connections, nsq_ports),
-                           bool(lookupd_http_ports))
+                           bool(lookupd_http_ports), nsqd_clients)
     tables, totals, result = derive(spark, tables_dir, lambda: lifecycle.tables(
         spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(), tallied.fin_failed_ids(), storage),
         tallied, judged, storage, step)

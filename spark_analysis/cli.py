@@ -141,6 +141,13 @@ def _analysis_options(parser: argparse.ArgumentParser) -> None:
         "are judged, each nsqlookupd by its host's, and the registrations made over it known",
     )
     parser.add_argument(
+        "--lookupd-test-clients",
+        action="store_true",
+        help="nsqlookupd's V1 clients are test programs, not nsqds (a capture of the conformance suite's lookupd "
+        "cases): nsqd's rules of registering (R-01 to R-08) are not judged on them. By default they are taken as "
+        "nsqds, as in production, and judged against what each nsqd's own traffic shows it creating and deleting",
+    )
+    parser.add_argument(
         "--split-size",
         type=parse_size,
         default=None,
@@ -253,6 +260,7 @@ def _analyze(parser, args) -> int:
             storage=storage,
             http_ports=frozenset(args.http_ports),
             lookupd_http_ports=frozenset(args.lookupd_http_ports),
+            nsqd_clients=not args.lookupd_test_clients,
         )
     totals = result["totals"]
     step(
@@ -290,6 +298,7 @@ def _watch(parser, args) -> int:
         "nsq_ports": frozenset(args.nsq_ports or DEFAULT_NSQ_PORTS),
         "http_ports": frozenset(args.http_ports),
         "lookupd_http_ports": frozenset(args.lookupd_http_ports),
+        "nsqd_clients": not args.lookupd_test_clients,
         "split_bytes": DEFAULT_SPLIT_BYTES if args.split_size is None else args.split_size,
         "window_bytes": DEFAULT_WINDOW_BYTES if args.window_size is None else args.window_size,
         "report": not args.no_report,

@@ -31,9 +31,11 @@ class AnswersAsNsqd(Monitor):
     refuses it; P-PUB-02, P-PUB-03, P-FIN-04, ...: the error code nsqd gives; C-23: the fatal error frame comes before
     the close; ID-11, P-ID-04: IDENTIFY is answered, whatever its deflate_level; P-ID-02, P-CLS-03, P-PUB-01,
     P-MPUB-01: what each state still takes; C-14, C-17: a CRLF line, or one with parameters beyond the command's own,
-    answered as its plain form; C-24: a malformed FIN, REQ or TOUCH refused fatally; P-RDY-04, P-RDY-05, P-RDY-06:
-    the count read as nsqd reads it, against the --max-rdy-count the IDENTIFY answer showed; P-REQ-05, P-REQ-08: a
-    REQ timeout above --max-req-timeout lowered to it, or (before 1.1.0) refused, by the release the judge knows."""
+    answered as its plain form; P-MPUB-04: an MPUB whose size word disagrees with its count and sizes, as one whose
+    word agrees (where the traffic shows the word: a capture's decoder); C-24: a malformed FIN, REQ or TOUCH refused
+    fatally; P-RDY-04, P-RDY-05, P-RDY-06: the count read as nsqd reads it, against the --max-rdy-count the IDENTIFY
+    answer showed; P-REQ-05, P-REQ-08: a REQ timeout above --max-req-timeout lowered to it, or (before 1.1.0)
+    refused, by the release the judge knows."""
 
     ITEMS = ("C-08", "C-13", "C-14", "C-15", "C-16", "C-17", "C-20", "C-21", "C-22", "C-23", "C-24", "C-34", "ID-11",
              "ID-12", "P-G-01", "P-ID-01", "P-ID-02", "P-ID-03", "P-ID-04", "P-AUTH-01", "P-AUTH-02", "P-AUTH-03",
@@ -44,7 +46,7 @@ class AnswersAsNsqd(Monitor):
              "P-REQ-06", "P-REQ-08", "P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-03", "P-CLS-01", "P-CLS-02", "P-CLS-03",
              "P-NOP-01",
              "P-PUB-01", "P-PUB-02", "P-PUB-03", "P-PUB-04", "P-DPUB-01", "P-DPUB-02", "P-DPUB-04",
-             "P-MPUB-01", "P-MPUB-02", "P-MPUB-06")
+             "P-MPUB-01", "P-MPUB-02", "P-MPUB-04", "P-MPUB-06")
 
     def __init__(self):
         super().__init__()

@@ -53,6 +53,9 @@ class Observed(NamedTuple):
     msg_ts_ns: int | None = None  # message frames: the publish time the broker wrote in them (C-09)
     params: int | None = None  # commands: the parameters on the line as nsqd splits it (C-17); None: not shown
     crlf: bool | None = None  # commands: the line ended in CRLF (C-14); None: not shown
+    # MPUB: the size its 4-byte word declares where that is not the size of the body its count and sizes frame
+    # (P-MPUB-04); None: they agree, or the traffic does not show the word (the codec's Command keeps no word)
+    size: int | None = None
 
     @property
     def sender(self) -> str:
@@ -66,7 +69,7 @@ class Observed(NamedTuple):
         if self.kind == RESPONSE:
             parts.append(self.name[:60])
         for label, value in (("topic", self.topic), ("channel", self.channel), ("id", self.msg_id),
-                             ("attempts", self.attempts), ("n", self.number)):
+                             ("attempts", self.attempts), ("n", self.number), ("size", self.size)):
             if value is not None:
                 parts.append(f"{label}={value}")
         if self.text:

@@ -351,6 +351,10 @@ class Session:
         if not valid_name(command.topic):  # the code twice
             return _bad_topic(f"E_BAD_TOPIC MPUB topic name {_quoted(command.topic)} is not valid", "P-MPUB-02",
                               command.topic)
+        # P-MPUB-04: a size word that disagrees with the body its count and sizes frame is only range-checked
+        if command.size is not None and command.size <= 0:
+            return Expected((*self._permission("MPUB"), _error("E_BAD_BODY", f"MPUB invalid body size {command.size}",
+                                                               "P-MPUB-04")), False, "P-MPUB-04")
         # the permission first (P-AUTH-09), then sizes and counts against --max-body-size and --max-msg-size, which
         # the traffic does not show
         refusable = (*self._permission("MPUB"),
@@ -365,8 +369,9 @@ class Session:
             empty = _error("E_BAD_MESSAGE", f"MPUB invalid message\\({command.bodies.index(EMPTY_BODY)}\\) body "
                            "size 0", "P-MPUB-02")
             return Expected((empty, *refusable), False, "P-MPUB-02")
-        return Expected((Answer(RESPONSE, "OK", item="P-MPUB-06"), *refusable,
-                         _error("E_MPUB_FAILED", "MPUB failed .+", "P-MPUB-02")), False, "P-MPUB-06")
+        item = "P-MPUB-06" if command.size is None else "P-MPUB-04"
+        return Expected((Answer(RESPONSE, "OK", item=item), *refusable,
+                         _error("E_MPUB_FAILED", "MPUB failed .+", "P-MPUB-02")), False, item)
 
 
 def valid_name(name: str) -> bool:

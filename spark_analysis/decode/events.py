@@ -63,6 +63,13 @@ EVENT_SCHEMA = pa.schema(
         ("rdy", pa.int64()),  # RDY: the count the client set (P-RDY-05)
         ("delay_ms", pa.int64()),  # REQ's timeout, DPUB's defer (and its publish row's)
         ("message_count", pa.int32()),  # MPUB: the messages of its body
+        # commands: the parameters on the line as nsqd splits it (C-17), and whether CRLF ended it (C-14); null in
+        # the batches of FINs, whose lines are all 'FIN <16 bytes>\n' (decode/v2.py _commands)
+        ("params", pa.int32()),
+        ("crlf", pa.bool_()),
+        # MPUB: the body size its 4-byte word declares, which nsqd only range-checks: it reads the body by its count
+        # and sizes, body_len's bytes (P-MPUB-04)
+        ("size_word", pa.int64()),
         ("byte_count", pa.int64()),  # gaps and undecodable bytes: how many bytes of the stream
         ("heartbeat_interval_ns", pa.int64()),  # heartbeat frames: since the connection's previous one (C-26)
         ("in_flight", pa.int32()),  # in-flight rows: the most messages in flight in that second
@@ -129,6 +136,9 @@ class Rows:
         rdy=None,
         delay_ms=None,
         message_count=None,
+        params=None,
+        crlf=None,
+        size_word=None,
         byte_count=None,
         heartbeat_interval_ns=None,
         in_flight=None,
@@ -143,8 +153,8 @@ class Rows:
         connection=None,
     ) -> int:
         row = (ts_ns, direction, kind, name, topic, channel, msg_id, attempts, msg_ts_ns, body_len, body_hash, rdy,
-               delay_ms, message_count, byte_count, heartbeat_interval_ns, in_flight, status, code, _cut(text),
-               _cut(arguments), _cut(explanation), producer, identify, stream_offset, connection)
+               delay_ms, message_count, params, crlf, size_word, byte_count, heartbeat_interval_ns, in_flight, status,
+               code, _cut(text), _cut(arguments), _cut(explanation), producer, identify, stream_offset, connection)
         if self._columns is None:
             self._tuples.append(row)
             return len(self._tuples) - 1

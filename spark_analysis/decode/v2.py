@@ -411,6 +411,7 @@ class _ServerSide(_V2Walk):
         self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
 
 
+_I32 = struct.Struct(">i")
 _MESSAGE_HEADER = np.dtype([("ts", ">i8"), ("attempts", ">u2"), ("id", "V16")])
 
 
@@ -493,7 +494,11 @@ class _ClientSide(_V2Walk, CommandWalk):
                 continue
             self._fins(spans, run_start, index)
             run_start = index + 1
-            self._command(spans.command(index))
+            command = spans.command(index)
+            # P-MPUB-04: the size word before the body that the MPUB's count and sizes framed
+            size_word = _I32.unpack_from(data, newline + 1)[0] if command.name == b"MPUB" and command.body is not None \
+                else None
+            self._command(command, size_word)
         self._fins(spans, run_start, len(spans.starts))
 
     def _fins(self, spans: wire.CommandSpans, first: int, stop: int):
@@ -504,29 +509,35 @@ class _ClientSide(_V2Walk, CommandWalk):
                                msg_id=[data[start + 4:start + 20].decode("latin-1")
                                        for start in spans.starts[first:stop]])
 
-    def _command(self, command: wire.Command):
+    def _command(self, command: wire.Command, size_word: int | None):
+        """One command's row; every one says its line's shape: how many parameters (C-17), whether CRLF ended it
+        (C-14)."""
         add = self.rows.add
         ts_ns, direction = self.ts_ns, self.direction
         name = command.name.decode("latin-1")
         params = command.params
+        count, crlf = len(params), command.crlf
         first = params[0].decode("latin-1") if params else None
         # a FIN, REQ or TOUCH succeeds unless an error frame names its ID (events.AnswerPairing)
         if name in ("FIN", "TOUCH"):
-            add(ts_ns, direction, Kind.COMMAND, name, msg_id=first, status=Status.OK)
+            add(ts_ns, direction, Kind.COMMAND, name, msg_id=first, status=Status.OK, params=count, crlf=crlf)
         elif name == "REQ":
-            add(ts_ns, direction, Kind.COMMAND, name, msg_id=first, delay_ms=_integer(params[1:2]), status=Status.OK)
+            add(ts_ns, direction, Kind.COMMAND, name, msg_id=first, delay_ms=_integer(params[1:2]), status=Status.OK,
+                params=count, crlf=crlf)
         elif name == "RDY":
             # P-RDY-05: no parameter means 1, an empty one means 0.
-            add(ts_ns, direction, Kind.COMMAND, name, rdy=1 if not params else _integer(params[:1], empty=0))
+            add(ts_ns, direction, Kind.COMMAND, name, rdy=1 if not params else _integer(params[:1], empty=0),
+                params=count, crlf=crlf)
         elif name == "SUB":
             second = params[1].decode("latin-1") if len(params) > 1 else None
             if self.subscription[1] is None:
                 self.subscription = (first, second)
-            add(ts_ns, direction, Kind.COMMAND, name, topic=first, channel=second)
+            add(ts_ns, direction, Kind.COMMAND, name, topic=first, channel=second, params=count, crlf=crlf)
         elif name in ("PUB", "DPUB"):
             body = command.body or b""
             defer = _integer(params[1:2]) if name == "DPUB" else None
-            add(ts_ns, direction, Kind.COMMAND, name, topic=first, body_len=len(body), delay_ms=defer)
+            add(ts_ns, direction, Kind.COMMAND, name, topic=first, body_len=len(body), delay_ms=defer, params=count,
+                crlf=crlf)
             self._publish(name, first, [body], defer)
         elif name == "MPUB":
             try:
@@ -535,15 +546,16 @@ class _ClientSide(_V2Walk, CommandWalk):
                 messages = []
                 add(ts_ns, direction, Kind.ERROR, "mpub_body_invalid", topic=first, explanation=exc.reason)
             add(ts_ns, direction, Kind.COMMAND, name, topic=first, message_count=len(messages),
-                body_len=len(command.body or b""))
+                body_len=len(command.body or b""), params=count, crlf=crlf, size_word=size_word)
             self._publish(name, first, messages)
         elif name == "IDENTIFY":
             identify = identify_struct(command.body)
             if not self.identify:
                 self.identify, self.identify_struct = stated(identify), identify
-            add(ts_ns, direction, Kind.COMMAND, name, identify=identify)
-        else:
-            add(ts_ns, direction, Kind.COMMAND, name, arguments=" ".join(p.decode("latin-1") for p in params) or None)
+            add(ts_ns, direction, Kind.COMMAND, name, identify=identify, params=count, crlf=crlf)
+        else:  # AUTH's body: its size (P-AUTH-03)
+            add(ts_ns, direction, Kind.COMMAND, name, arguments=" ".join(p.decode("latin-1") for p in params) or None,
+                body_len=None if command.body is None else len(command.body), params=count, crlf=crlf)
 
 
 def _integer(params, empty=None):

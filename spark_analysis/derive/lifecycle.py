@@ -39,7 +39,7 @@ from spark_analysis.derive.connection_tables import SCHEMAS, TableWriter, parque
 from spark_analysis.derive.quantiles import EMPTY, HISTOGRAM_TYPE, Histogram
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA, DELIVERY_FIELDS, codes
 from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_HTTP, LOOKUPD_SCHEMA
-from spark_analysis.judge.monitoring import HTTP, HTTP_SCHEMA, OBSERVED, OBSERVED_SCHEMA
+from spark_analysis.judge.monitoring import HTTP, HTTP_SCHEMA, NAMES, NAMES_SCHEMA, OBSERVED, OBSERVED_SCHEMA
 from spark_analysis.read.parquet_source import WrittenTables
 from spark_analysis.read.storage import LOCAL, Storage, join
 
@@ -94,6 +94,7 @@ EXCHANGED_SCHEMAS = {
     HTTP: HTTP_SCHEMA,  # the requests to the brokers' HTTP APIs that change delivery (judge/monitoring.py)
     LOOKUPD: LOOKUPD_SCHEMA,  # nsqlookupd's connections, for the judging job (judge/lookupd.py)
     LOOKUPD_HTTP: HTTP_SCHEMA,  # the exchanges with nsqlookupd's HTTP API, for its judge (judge/lookupd.py)
+    NAMES: NAMES_SCHEMA,  # the nsqds' topics and channels changed, for the lookupds' judges (judge/job.py)
 }
 UNBUCKETED = ("connections", "fin_failed", OBSERVED, HTTP, LOOKUPD, LOOKUPD_HTTP)
 EXCHANGE_ROWS = 1 << 18  # rows a decoding task gathers before it writes them into the buckets

@@ -22,6 +22,8 @@ from spark_analysis.derive.connection_tables import TableWriter, prepare_directo
 from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_HTTP, LOOKUPD_SCHEMA, LookupdJudging, lookupd_exchanges
 from spark_analysis.judge.monitoring import (
     HTTP,
+    NAMES,
+    NAMES_SCHEMA,
     NS,
     OBSERVED,
     OBSERVED_SCHEMA,
@@ -63,12 +65,15 @@ class Judged:
 
 def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_server: dict[str, list[Opening]],
                   http_read: bool, storage: Storage = LOCAL, lookupds: frozenset[str] = frozenset(),
-                  lookupd_http_read: bool = False) -> Judged:
+                  lookupd_http_read: bool = False, nsqd_clients: bool = True) -> Judged:
     """Judges every nsqd of ``by_server`` (judge/monitoring.py ``openings``) over the observed rows in
     ``exchange_dir``, and the HTTP requests there where the capture's HTTP traffic was read (``http_read``), and
     every nsqlookupd of ``lookupds`` (their "host port") over its connections' rows, and the exchanges with its
-    host's HTTP API where the capture's were read (``lookupd_http_read``); writes ``tables_dir/violations``."""
+    host's HTTP API where the capture's were read (``lookupd_http_read``); writes ``tables_dir/violations``.
+    ``nsqd_clients``: the lookupds' V1 clients are nsqds, judged by nsqd's rules of registering, against the
+    changes of topics and channels the nsqds' judging found (the ``names`` table it leaves in the exchange)."""
     prepare_directories(tables_dir, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage)
+    prepare_directories(exchange_dir, {NAMES: NAMES_SCHEMA}, storage)
     judged = Judged()
     if by_server:
         def nsqd_judgings() -> Callable[[str], ServerJudging]:
@@ -76,6 +81,7 @@ def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_se
             hosts = [name.split(" ")[0] for name in by_server]
             return lambda name: ServerJudging(by_server.get(name, ()), http_actions_of(name, hosts, http))
 
+        # before the lookupds' job: its judges take the changes this one writes
         judged.add(_judged(spark, exchange_dir, tables_dir, OBSERVED, OBSERVED_SCHEMA, len(by_server), nsqd_judgings,
                            storage))
     if lookupds:
@@ -83,7 +89,14 @@ def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_se
             http = lookupd_exchanges(lifecycle.exchanged(exchange_dir, LOOKUPD_HTTP, storage=storage)) \
                 if lookupd_http_read else None
             hosts = [name.split(" ")[0] for name in lookupds]
-            return lambda name: LookupdJudging(http_actions_of(name, hosts, http))
+            changes = lifecycle.exchanged(exchange_dir, NAMES, storage=storage).to_pylist() if nsqd_clients else []
+
+            def judging(name: str) -> LookupdJudging:
+                made = LookupdJudging(http_actions_of(name, hosts, http), nsqd_clients=nsqd_clients)
+                made.add_changes(changes)
+                return made
+
+            return judging
 
         judged.add(_judged(spark, exchange_dir, tables_dir, LOOKUPD, LOOKUPD_SCHEMA, len(lookupds), lookupd_judgings,
                            storage))
@@ -106,6 +119,7 @@ def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str,
         # a judge holds up to MESSAGES_KEPT messages, none in a reference cycle: the cycle collector's passes over
         # them would grow with the capture (spark_analysis/memory.py)
         with TableWriter(tables_dir, part, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer, \
+                TableWriter(exchange_dir, part, {NAMES: NAMES_SCHEMA}, storage) as told, \
                 without_cycle_collection():
             for batch in batches:
                 names = batch.column("server").to_pylist()
@@ -117,12 +131,12 @@ def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str,
                     name = names[start]
                     if name != server:
                         if judging is not None:
-                            counts += _finished(server, judging, writer)
+                            counts += _finished(server, judging, writer, told)
                         server, judging = name, new_judging(name)
                     judging.feed(batch.slice(start, end - start).to_pylist())
                     start = end
             if judging is not None:
-                counts += _finished(server, judging, writer)
+                counts += _finished(server, judging, writer, told)
         yield pa.RecordBatch.from_pylist(counts, schema=COUNTS_SCHEMA)
 
     rows = read_table(spark, join(exchange_dir, table), schema, storage)
@@ -132,8 +146,11 @@ def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str,
                                      .collect())]
 
 
-def _finished(server: str, judging: ServerJudging | LookupdJudging, writer: TableWriter) -> list[dict]:
+def _finished(server: str, judging: ServerJudging | LookupdJudging, writer: TableWriter, told: TableWriter
+              ) -> list[dict]:
     judging.finish()
+    if isinstance(judging, ServerJudging):
+        told.add(NAMES, judging.new_changes(server))
     return written_counts(server, judging, writer)
 
 

@@ -18,7 +18,15 @@ import pyarrow.compute as pc
 from nsq_protocol import monitors
 from nsq_protocol.http import HttpExchange, Request
 from nsq_protocol.monitors import BROKER, CLIENT
-from spark_analysis.judge.monitoring import HTTP_SCHEMA, HttpReading, http_actions, http_actions_of
+from nsq_protocol.monitors.nsqd_names import NameChange
+from spark_analysis.judge.monitoring import (
+    HTTP_SCHEMA,
+    NAMES_SCHEMA,
+    HttpReading,
+    http_actions,
+    http_actions_of,
+    judge_capture,
+)
 from spark_analysis.read.pcapfile import ByteRange, read_range
 from spark_analysis.read.reassembly import Connection, Gap, reassemble
 
@@ -103,12 +111,15 @@ def lookupd_exchanges(rows: pa.Table) -> dict[str, list[HttpExchange] | None]:
 class LookupdJudging:
     """One nsqlookupd's judge, fed its connections' rows sorted by (ts_ns, conn_id, seq), in as many parts as
     come; ``http``: its API's exchanges (None: the capture does not hold them), each taken at its answer's time
-    among the rows; ``add_exchanges``: more of them (watch: a batch's)."""
+    among the rows; ``add_exchanges``: more of them (watch: a batch's); ``add_changes``: what the registering
+    nsqds' traffic showed of their topics and channels (``NAMES`` rows), each taken at its time among the rows.
+    ``known``: what LookupdJudge is told (``nsqd_clients``: its V1 clients are nsqds)."""
 
     def __init__(self, http: list[HttpExchange] | None, **known):
         self.judge = monitors.new_lookupd_judge(http_seen=http is not None, timing=True, **known)
-        self._http: list[tuple[float, int, HttpExchange]] = []  # a heap by answer time; the count, unique, keeps
-        # it from comparing exchanges
+        # a heap by time of the exchanges (at their answers) and the nsqds' changes (nsqd, NameChange); the count,
+        # unique, keeps it from comparing them
+        self._heard: list[tuple[float, int, HttpExchange | tuple[str, NameChange]]] = []
         self._added = 0
         self._reported = 0
         self.last_ts = 0.0
@@ -120,15 +131,33 @@ class LookupdJudging:
             self.judge.http_seen = False
             return
         for exchange in exchanges:
-            self._added += 1
-            heapq.heappush(self._http, (exchange.answered, self._added, exchange))
+            self._hear(exchange.answered, exchange)
+
+    def add_changes(self, rows: Iterable[dict]) -> None:
+        """``NAMES`` rows: an nsqd's topic or channel changed."""
+        for row in rows:
+            host, port = row["server"].rsplit(" ", 1)
+            self._hear(row["ts_ns"] / NS, (f"{host}:{port}", NameChange(
+                row["since_ns"] / NS, row["ts_ns"] / NS, row["change"], row["topic"], row["channel"], row["last"])))
+
+    def _hear(self, ts: float, what: HttpExchange | tuple[str, NameChange]) -> None:
+        self._added += 1
+        heapq.heappush(self._heard, (ts, self._added, what))
+
+    def _take(self) -> None:
+        ts, _, what = heapq.heappop(self._heard)
+        self.last_ts = max(self.last_ts, ts)
+        if isinstance(what, HttpExchange):
+            self.judge.http(what)
+        else:
+            self.judge.nsqd_changed(*what)
 
     def feed(self, rows: Iterable[dict]) -> None:
-        judge, http = self.judge, self._http
+        judge, heard = self.judge, self._heard
         for row in rows:
             ts = row["ts_ns"] / NS
-            while http and http[0][0] < ts:
-                judge.http(heapq.heappop(http)[2])
+            while heard and heard[0][0] < ts:
+                self._take()
             self.last_ts = max(self.last_ts, ts)
             what, name = row["what"], row["conn_id"]
             if what == OPENED:
@@ -141,10 +170,8 @@ class LookupdJudging:
                 judge.close(name, ts, row["closed_by"])
 
     def finish(self) -> monitors.LookupdJudge:
-        while self._http:
-            answered, _, exchange = heapq.heappop(self._http)
-            self.last_ts = max(self.last_ts, answered)
-            self.judge.http(exchange)
+        while self._heard:
+            self._take()
         self.judge.finish(self.last_ts)
         return self.judge
 
@@ -163,10 +190,16 @@ def lookupd_servers(connections: pa.Table, nsq_ports: frozenset[int]) -> frozens
 
 
 def judge_lookupd_capture(path: str, tcp_ports: frozenset[int], http_ports: frozenset[int] = frozenset(),
-                          whole: bool = False, nsqd_clients: bool = False) -> dict[str, monitors.LookupdJudge]:
+                          whole: bool = False, nsqd_clients: bool = False, nsq_ports: frozenset[int] = frozenset(),
+                          nsqd_http_ports: frozenset[int] = frozenset()) -> dict[str, monitors.LookupdJudge]:
     """Each nsqlookupd's judge (by "host port" of its TCP side), in this process; ``http_ports``: their HTTP APIs'.
     ``whole``: the capture starts with the lookupds (every registration is in it); ``nsqd_clients``: their V1
-    clients are nsqds (registration.toml's rules judge them)."""
+    clients are nsqds (registration.toml's rules judge them), whose own traffic, at ``nsq_ports`` (and their HTTP
+    APIs at ``nsqd_http_ports``), says what they must announce (judge_capture's ``NAMES`` rows)."""
+    changes: list[pa.Table] = [NAMES_SCHEMA.empty_table()]
+    if nsq_ports:
+        judge_capture(path, nsq_ports, nsqd_http_ports, changes)
+    told = pa.concat_tables(changes).to_pylist()
     flows: dict[str, list] = {}
     for batch in read_range(ByteRange(str(path), 0, 1 << 62)):
         for row in batch.to_pylist():
@@ -187,6 +220,7 @@ def judge_lookupd_capture(path: str, tcp_ports: frozenset[int], http_ports: froz
     judges = {}
     for server, server_rows in rows.items():
         judging = LookupdJudging(http_actions_of(server, hosts, http), whole=whole, nsqd_clients=nsqd_clients)
+        judging.add_changes(told)
         judging.feed(heapq.nsmallest(len(server_rows), server_rows,
                                      key=lambda row: (row["ts_ns"], row["conn_id"], row["seq"])))
         judges[server] = judging.finish()

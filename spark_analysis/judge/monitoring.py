@@ -35,6 +35,7 @@ from nsq_protocol.monitors.events import (
     STREAM,
     UNREADABLE,
 )
+from nsq_protocol.monitors.nsqd_names import CREATED, LEFT, NameChange, NamesChanged
 from nsq_protocol.wire import ProtocolViolation
 from spark_analysis.decode.kinds import (
     BAD_MAGIC,
@@ -54,7 +55,7 @@ from spark_analysis.read.reassembly import reassemble
 NS = 1_000_000_000
 _FRAMES = {"message": MESSAGE, "heartbeat": HEARTBEAT, "response": RESPONSE, "error": ERROR}
 _CLOSED_BY = {Close.SERVER_FIN: BROKER, Close.CLIENT_FIN: CLIENT, Close.RST: None}
-_NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message_count"}
+_NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message_count", "AUTH": "body_len"}
 _WHERE = {BAD_MAGIC: MAGIC, UNREADABLE_COMMAND: STREAM}  # the client's unreadable bytes; else its layer's
 _SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload", "ack")
 
@@ -70,6 +71,20 @@ VIOLATIONS_SCHEMA = pa.schema([
     ("evidence", pa.list_(pa.string())),  # the events that show it, in order
 ])
 OBSERVED = "observed"  # the exchange's table of them
+NAMES = "names"  # the exchange's table of the topics and channels each nsqd's traffic showed change, for the
+# nsqlookupds' judging (R-03 to R-07): written by the nsqds' judging job, read by the lookupds' one after it
+NAMES_SCHEMA = pa.schema([
+    ("server", pa.string()),  # the nsqd ("ip port" of its TCP side)
+    ("since_ns", pa.int64()),  # nsqd_names.NameChange's fields
+    ("ts_ns", pa.int64()),
+    ("change", pa.string()),
+    ("topic", pa.string()),
+    ("channel", pa.string()),
+    ("last", pa.bool_()),
+])
+# what the lookupds' judges are not told of an nsqd whose HTTP API the capture does not hold: its deletions
+NAMES_UNKNOWN = "nsqd's HTTP API is not in the traffic (--http-port): the topics and channels it deletes are unknown"
+ANNOUNCED = ("R-03", "R-04", "R-05", "R-06", "R-07")
 HTTP = "http"  # the exchange's table of the requests to the brokers' HTTP APIs and their answers
 HTTP_SCHEMA = pa.schema([
     ("host", pa.string()),
@@ -113,7 +128,10 @@ OBSERVED_SCHEMA = pa.schema([
     ("attempts", pa.int32()),
     ("msg_ts_ns", pa.int64()),
     ("body_hash", pa.int64()),
-    ("number", pa.int64()),  # RDY's count, REQ's and DPUB's delay, MPUB's message count
+    ("number", pa.int64()),  # RDY's count, REQ's and DPUB's delay, MPUB's message count, AUTH's body size
+    ("params", pa.int32()),  # a command's parameters (C-17) and CRLF (C-14): null where the decoder did not say
+    ("crlf", pa.bool_()),
+    ("size", pa.int64()),  # MPUB: its size word where it is not the size of the body its count and sizes frame
     ("code", pa.string()),
     ("text", pa.string()),
     ("status", pa.string()),  # a frame's: sent in plaintext where TLS was negotiated (decode/kinds.py Status)
@@ -144,12 +162,19 @@ def observed_rows(events: pa.Table, first_seq: int) -> pa.Table:
                                    list(_NUMBER)),
         *(pc.cast(rows[column], pa.int64()) for column in _NUMBER.values()))
     identify = pc.struct_field(rows["identify"], "body") if rows.num_rows else pa.nulls(0, pa.string())
+    # the decoder's batch of FINs leaves their lines' shape null: each is 'FIN <16 bytes>\n' (decode/v2.py _commands)
+    batched = pc.and_kleene(pc.equal(rows["kind"], Kind.COMMAND),
+                            pc.and_kleene(pc.equal(name, "FIN"), pc.is_null(rows["params"])))
+    params, crlf = pc.if_else(batched, 1, rows["params"]), pc.if_else(batched, False, rows["crlf"])
+    size = rows["size_word"]
+    size = pc.if_else(pc.fill_null(pc.not_equal(size, rows["body_len"]), False), size, pa.nulls(len(size), pa.int64()))
     return pa.table({
         "server": rows["server"], "conn_id": rows["conn_id"], "ts_ns": rows["ts_ns"],
         "seq": pa.array(ranks[pc.filter(pa.array(np.arange(events.num_rows)), wanted).to_numpy()] + first_seq),
         "kind": rows["kind"], "name": name, "topic": rows["topic"], "channel": rows["channel"],
         "msg_id": rows["msg_id"], "attempts": rows["attempts"], "msg_ts_ns": rows["msg_ts_ns"],
-        "body_hash": rows["body_hash"], "number": number, "code": rows["code"],
+        "body_hash": rows["body_hash"], "number": number, "params": params, "crlf": crlf,
+        "size": size, "code": rows["code"],
         "text": pc.coalesce(rows["text"], rows["explanation"]),  # an error row's explanation
         "status": rows["status"], "identify": identify,
     }, schema=OBSERVED_SCHEMA)
@@ -203,11 +228,17 @@ class ServerJudging:
     """One nsqd's judge, fed its connections' observed rows sorted by (ts_ns, conn_id, seq) in as many parts as
     come (``feed``), then ``finish``. Connections open and close at the times their ``Opening`` gives, the HTTP
     ``actions`` (http_actions': each exchange with what it does to delivery; None: the broker's HTTP requests are
-    not known) come in time order among the rows."""
+    not known) come in time order among the rows. Its ``NamesChanged`` reader gathers the topics and channels
+    nsqd created and deleted, for the judges of the nsqlookupds it registers with (``new_changes``)."""
 
     def __init__(self, connections: Iterable[Opening], actions: list[tuple] | None):
-        self.judge = monitors.new_judge(timing=True, http_seen=actions is not None)
+        self.names = NamesChanged(self._changed, self._knows)
+        self.judge = monitors.new_judge(timing=True, http_seen=actions is not None, readers=(self.names,))
         self.openings: dict[str, Opening] = {}
+        self._unread: dict[str, Opening] = {}  # the connections the capture does not hold whole (mid-way, TLS, gaps)
+        self._changes: list[NameChange] = []  # what the nsqd's lookupds are told, until ``new_changes`` takes them
+        self._told: set[tuple[str, str | None]] = set()  # (topic, channel) told created, none of the topic's
+        # changes since: telling it again changes nothing for the lookupds' judge, and a capture publishes millions
         self._answers: dict[str, dict | None] = {}
         # (ts, order, n, what): order 0 opens, 1 an HTTP request, 2 closes: at one instant a connection opens before
         # its rows and closes after them; n, unique, keeps the heap from comparing what
@@ -227,6 +258,8 @@ class ServerJudging:
             if known is not None and (known.ended_at is not None or opening.ended_at is None):
                 continue
             self.openings[opening.conn_id] = opening
+            if not opening.whole:
+                self._unread[opening.conn_id] = opening
             if known is None:
                 self._answers[opening.conn_id] = opening.identify_answer
                 self._schedule(opening.ts, 0, opening)
@@ -245,6 +278,40 @@ class ServerJudging:
     def _schedule(self, ts: float, order: int, what) -> None:
         self._entries += 1
         heapq.heappush(self._scheduled, (ts, order, self._entries, what))
+
+    def _knows(self, topic: str) -> bool:
+        """Every change of ``topic`` is in the traffic: nsqd's HTTP API is (deletions come only that way); a
+        consumer the capture does not read is allowed for in ``_changed``."""
+        if self.judge.http_seen:
+            return True
+        for item in ANNOUNCED:
+            self.names.skip(item, NAMES_UNKNOWN)
+        return False
+
+    def _changed(self, change: NameChange) -> None:
+        if change.change == CREATED:
+            key = (change.topic, change.channel)
+            if key in self._told:
+                return
+            self._told.add(key)
+        else:
+            self._told = {key for key in self._told if key[0] != change.topic}
+            # R-06: an ephemeral channel goes with its last consumer; a connection the capture does not read open
+            # then may be one
+            if change.change == LEFT and change.last and any(
+                    opening.ts <= change.ts and (opening.ended_at is None or opening.ended_at > change.ts)
+                    for opening in self._unread.values()):
+                change = change._replace(last=False)
+        self._changes.append(change)
+
+    def new_changes(self, server: str) -> pa.Table:
+        """The changes of the topics and channels the traffic showed since the last call, as ``NAMES`` rows of the
+        nsqd ``server``."""
+        new, self._changes = self._changes, []
+        return pa.Table.from_pylist([
+            {"server": server, "since_ns": round(change.since * NS), "ts_ns": round(change.ts * NS),
+             "change": change.change, "topic": change.topic, "channel": change.channel, "last": change.last}
+            for change in new], schema=NAMES_SCHEMA)
 
     def new_violations(self) -> list[monitors.Violation]:
         """The violations found since the last call."""
@@ -292,12 +359,17 @@ class ServerJudging:
                     event, self._answers[conn_id] = event._replace(fields=answer), None
                 judge.observe(conn_id, event)
 
-    def finish(self) -> monitors.Judge:
+    def advance(self, ts: float) -> None:
+        """No row before ``ts`` is still to come (watch: a batch's rows are fed): what is scheduled before it runs,
+        so that a connection's close, and what nsqd did then (``new_changes``), is not held for a later row."""
         if self._pending is not None:
             self.judge.observe(self._pending[0], _command(self._pending[1], self._pending[2]))
             self._pending = None
-        while self._scheduled:
+        while self._scheduled and self._scheduled[0][0] < ts:
             self._run(heapq.heappop(self._scheduled))
+
+    def finish(self) -> monitors.Judge:
+        self.advance(float("inf"))
         self.judge.finish(self.last_ts)
         return self.judge
 
@@ -329,7 +401,8 @@ def _command(row: dict, bodies: list) -> Observed:
     fields = _identify_body(row["identify"]) if verb == "IDENTIFY" else None
     return Observed(row["ts_ns"] / NS, COMMAND, verb, msg_id=row["msg_id"],
                     number=row["number"] if verb in _NUMBER else None, topic=row["topic"],
-                    channel=row["channel"] if verb == "SUB" else None, bodies=tuple(bodies), fields=fields)
+                    channel=row["channel"] if verb == "SUB" else None, bodies=tuple(bodies), fields=fields,
+                    params=row["params"], crlf=row["crlf"], size=row["size"])
 
 
 def _identify_body(body: str | None) -> dict | None:
@@ -368,11 +441,11 @@ def sorted_rows(observed: pa.Table) -> Iterator[dict]:
 
 
 # ---- a small capture, in this process ---------------------------------------------------------------------------
-def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[int] = frozenset()
-                  ) -> dict[str, monitors.Judge]:
+def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[int] = frozenset(),
+                  changes: list[pa.Table] | None = None) -> dict[str, monitors.Judge]:
     """A small capture judged without Spark: its segments by flow, each connection reassembled whole; the V2 ones
     decoded, the HTTP ones (to ``http_ports``, the brokers' HTTP APIs) read for the requests that change delivery;
-    then each nsqd's rows through a ``ServerJudging``."""
+    then each nsqd's rows through a ``ServerJudging``; ``changes`` gets each nsqd's ``NAMES`` rows."""
     from spark_analysis.derive import tallies
 
     flows: dict[str, list] = {}
@@ -398,13 +471,14 @@ def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[in
     observed = observed_rows(events, 0)
     http = http_actions(pa.Table.from_pylist(http_rows, schema=HTTP_SCHEMA)) if http_ports else None
     return judge_servers(openings(connections, undecoded), http,
-                         lambda server: sorted_rows(observed.filter(pc.equal(observed["server"], server))))
+                         lambda server: sorted_rows(observed.filter(pc.equal(observed["server"], server))), changes)
 
 
-def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | None] | None, rows_of
-                  ) -> dict[str, monitors.Judge]:
+def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | None] | None, rows_of,
+                  changes: list[pa.Table] | None = None) -> dict[str, monitors.Judge]:
     """Each nsqd's judge: ``rows_of(server)`` its observed rows in order; ``http``: the HTTP requests that change
-    delivery by the broker's host (None: not read; a host without any had none)."""
+    delivery by the broker's host (None: not read; a host without any had none); ``changes`` gets each nsqd's
+    ``NAMES`` rows."""
     hosts = [server.split(" ")[0] for server in by_server]
     judges = {}
     with without_cycle_collection():
@@ -412,6 +486,8 @@ def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | No
             judging = ServerJudging(connections, http_actions_of(server, hosts, http))
             judging.feed(rows_of(server))
             judges[server] = judging.finish()
+            if changes is not None:
+                changes.append(judging.new_changes(server))
     return judges
 
 

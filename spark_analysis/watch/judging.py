@@ -39,6 +39,7 @@ from spark_analysis.judge.lookupd import (
 from spark_analysis.judge.monitoring import (
     HTTP,
     HTTP_SCHEMA,
+    NS,
     OBSERVED,
     OBSERVED_SCHEMA,
     VIOLATIONS,
@@ -58,13 +59,15 @@ JUDGES = "judges.pickle"
 
 def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_ts_ns: int, final: Tallies,
                 tallied: Tallies, exchange_dir: str, tables_dir: str, state_dir: str, http_read: bool,
-                nsq_ports: frozenset[int], storage: Storage = LOCAL, lookupd_http_read: bool = False) -> Judged:
+                nsq_ports: frozenset[int], storage: Storage = LOCAL, lookupd_http_read: bool = False,
+                nsqd_clients: bool = True) -> Judged:
     """Batch ``batch_id``'s final observed rows (and HTTP requests, where the capture's HTTP traffic is read:
     ``http_read``; nsqlookupd's V1 rows, and its HTTP exchanges where they are read: ``lookupd_http_read``) judged,
     by the judges of batch ``previous`` (None: new ones), up to ``last_ts_ns``, the latest capture time so far,
     less ``CARRIED_NS``. ``tallied``: the tallies with the batch's open parts (every connection seen so far);
     ``final``: without them, whose errors are the bytes the decoder could not read (an open part ends a connection
-    as if it had ended, inside a frame maybe)."""
+    as if it had ended, inside a frame maybe). ``nsqd_clients``: the nsqlookupds' V1 clients are nsqds, judged
+    against the changes of topics and channels the nsqds' judges found (in this batch or before)."""
     connections = tallied.connections()
     by_server = openings(connections, final.undecoded(), whole_capture=False)
     lookupds = sorted(lookupd_servers(connections, nsq_ports))
@@ -99,7 +102,7 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
         http = http_actions(lifecycle.read_parts(http_files, HTTP_SCHEMA, storage)) if http_read else None
         lookupd_http = lookupd_exchanges(lifecycle.read_parts(lookupd_http_files, HTTP_SCHEMA, storage)) \
             if lookupd_http_read else None
-        counts = []
+        counts, changes = [], []
         with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer, \
                 without_cycle_collection():  # as judge/job.py's
 
@@ -111,13 +114,17 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
                 if http_read:
                     judging.add_actions(http_actions_of(server, hosts, http))
                 judging.feed(fed.new(sorted_rows(observed.filter(pc.equal(observed["server"], server)))))
+                judging.advance(until / NS)
                 counts += written_counts(server, judging, writer)
+                changes += judging.new_changes(server).to_pylist() if nsqd_clients else []
             for server in lookupds:
                 judging = judgings.get(server)
                 if judging is None:
-                    judging = judgings[server] = LookupdJudging([] if lookupd_http_read else None)
+                    judging = judgings[server] = LookupdJudging([] if lookupd_http_read else None,
+                                                                nsqd_clients=nsqd_clients)
                 if lookupd_http_read:
                     judging.add_exchanges(http_actions_of(server, lookupd_hosts, lookupd_http))
+                judging.add_changes(changes)
                 judging.feed(fed.new(sorted_rows(lookupd_rows.filter(pc.equal(lookupd_rows["server"], server)))))
                 counts += written_counts(server, judging, writer)
         storage.make_directory(join(state_dir, f"{batch_id:010d}"))

@@ -157,8 +157,9 @@ class Watcher:
                  step: Callable[[str], None] = lambda message: None):
         self.spark, self.out_dir, self.storage, self.step = spark, out_dir, storage, step
         self.report = analysis_options.get("report", True)
+        self.nsqd_clients = analysis_options.get("nsqd_clients", True)
         self.increments = Increments(spark, out_dir, storage, **{
-            name: value for name, value in analysis_options.items() if name != "report"})
+            name: value for name, value in analysis_options.items() if name not in ("report", "nsqd_clients")})
         self.lifecycles = LifecycleIncrements(spark, self.increments.tables_dir, self.increments.exchange_dir,
                                               self.increments.state_dir, WATCH_BUCKETS, storage)
         self.batches_dir = join(out_dir, "watch", "batches")
@@ -188,7 +189,7 @@ class Watcher:
         judged = judge_batch(self.spark, batch_id, carried["previous"], carried["last_ts_ns"], final, tallied,
                              self.increments.exchange_dir, tables_dir, self.increments.state_dir,
                              bool(self.increments.http_ports), self.increments.ports, self.storage,
-                             bool(self.increments.lookupd_http_ports))
+                             bool(self.increments.lookupd_http_ports), self.nsqd_clients)
         this_batch = part_prefix(batch_id)
         judged_part = functools.partial(Tallies.plus, name=VIOLATIONS, directories=self.directories,
                                         storage=self.storage, chosen=lambda name: name.startswith(this_batch))

@@ -68,3 +68,17 @@ def test_watch_takes_each_row_once_across_batches():
     again = rows(2, 2, 2, 2, 3) + rows(1, conn="B")  # the three at 2 again, then a fourth at 2, then new ones
     assert [(row["conn_id"], row["ts_ns"]) for row in fed.new(iter(again))] == [("A", 2), ("A", 3), ("B", 1)]
     assert list(fed.new(iter(rows(3)))) == []
+
+
+def test_analyze_judges_the_command_lines_shape_and_body_sizes(spark, tmp_path):
+    """C-14, C-17, P-AUTH-02, P-AUTH-03, P-MPUB-04 through analyze's decoder and rows: the line's CRLF and
+    parameters, AUTH's body size, MPUB's size word; a broker that breaks each is named as without Spark."""
+    from test_monitoring import LINE_SHAPES, shaped_capture
+
+    shaped_capture(tmp_path / "a.pcap", {item: broken for item, (_, _, broken) in LINE_SHAPES.items()})
+    summary = run_analysis(spark, [str(tmp_path / "a.pcap")], str(tmp_path / "out"), report=False)
+    assert summary["violations"] == {item: {"broker": 1} for item in LINE_SHAPES}
+    assert found_by_spark(tmp_path / "out") == sorted(
+        (v.item, v.side, v.connection, round(v.ts * 1e9))
+        for judge in judge_capture(tmp_path / "a.pcap", frozenset({4150})).values() for v in judge.violations)
+    assert not set(LINE_SHAPES) & set(summary["not_judged"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 
-from nsq_protocol import wire_v1
+from nsq_protocol import wire, wire_v1
 from nsq_protocol.http import HttpExchange, Request, Response
 from spark_analysis.generate.capture import EPOCH_NS, MS, Capture, Connection
 from spark_analysis.judge.lookupd import _SEGMENT, LookupdJudging, V1Rows, judge_lookupd_capture
@@ -124,3 +124,95 @@ def test_analyze_judges_nsqlookupd_as_the_monitors_do_without_spark(spark, tmp_p
     assert sorted((row["server"], row["conn_id"], row["item"], row["ts_ns"]) for row in rows) == sorted(
         (f"{LOOKUPD_ADDRESS} {LOOKUPD_TCP}", violation.connection, violation.item, round(violation.ts * 1e9))
         for violation in judge.violations)
+
+
+NSQD_TCP, NSQD_HTTP = 24150, 24151  # tests/trace/cluster_recording.py
+
+
+def registered_capture(path, unregistered: bool, unread: bool = False) -> None:
+    """An nsqd at port 4150 registering with lookupd; a consumer of an ephemeral channel leaves it, and nsqd
+    UNREGISTERs the channel (``unregistered``) or, broken, does not (R-06). ``unread``: a connection caught mid-way
+    is open meanwhile (a consumer of the channel, for all the capture says)."""
+    capture = Capture(str(path), "pcap")
+    if unread:
+        midway = Connection(capture, "B", 40002, 9000)
+        midway.send("c2s", EPOCH_NS + 5 * MS, b"NOP\n")  # no SYN: its start, so its SUB, not in the capture
+        midway.close(EPOCH_NS + 30 * MS)
+    identify = IDENTIFY  # tcp_port 4150: the consumer's nsqd
+    lookupd = Connection(capture, "L", 40000, 1000)
+    lookupd.ports = {"c2s": (40000, LOOKUPD_TCP), "s2c": (LOOKUPD_TCP, 40000)}
+    lookupd.open(EPOCH_NS)
+    lookupd.send("c2s", EPOCH_NS + MS, wire_v1.MAGIC_V1 + wire_v1.encode_command("IDENTIFY", body=identify))
+    lookupd.send("s2c", EPOCH_NS + 2 * MS, wire_v1.encode_reply(ANSWER))
+    consumer = Connection(capture, "A", 40001, 5000)
+    consumer.open(EPOCH_NS + 10 * MS)
+    consumer.send("c2s", EPOCH_NS + 11 * MS, wire.MAGIC_V2 + wire.encode_command("SUB", "t", "e#ephemeral"))
+    consumer.send("s2c", EPOCH_NS + 12 * MS, wire.encode_frame(wire.FRAME_RESPONSE, b"OK"))
+    lookupd.send("c2s", EPOCH_NS + 13 * MS, wire_v1.encode_command("REGISTER", "t", "e#ephemeral"))
+    lookupd.send("s2c", EPOCH_NS + 14 * MS, wire_v1.encode_reply(b"OK"))
+    consumer.close(EPOCH_NS + 20 * MS)
+    if unregistered:
+        lookupd.send("c2s", EPOCH_NS + 21 * MS, wire_v1.encode_command("UNREGISTER", "t", "e#ephemeral"))
+        lookupd.send("s2c", EPOCH_NS + 22 * MS, wire_v1.encode_reply(b"OK"))
+    for at in (10_000, 25_000):  # R-08: within 15 s, then 15 s on (watch judges what a later row follows)
+        lookupd.send("c2s", EPOCH_NS + at * MS, wire_v1.encode_command("PING"))
+        lookupd.send("s2c", EPOCH_NS + (at + 1) * MS, wire_v1.encode_reply(b"OK"))
+    lookupd.close(EPOCH_NS + 25_002 * MS)
+    capture.close()
+
+
+def test_analyze_judges_the_registering_nsqds_as_the_monitors_do_without_spark(spark, tmp_path):
+    """nsqd's rules of registering (R-01 to R-08) inside analyze's Spark tasks, told what each nsqd's own traffic
+    showed it create and delete (the nsqds' judging job before the lookupds'): the real nsqd of cluster.pcap, whose
+    ephemeral channel is UNREGISTERed as its consumer leaves, breaks none (the capture holds nsqd's HTTP API: no
+    request reached it), and analyze finds what judge_lookupd_capture finds; an nsqd that does not UNREGISTER the
+    channel is named R-06 by both; with --lookupd-test-clients the rules do not judge."""
+    from spark_analysis.analysis import run_analysis
+
+    def both(path, out, **options) -> tuple[dict, list, list]:
+        nsqd_clients = options.get("nsqd_clients", True)
+        summary = run_analysis(spark, [str(path)], str(out), frozenset({NSQD_TCP, 4150}), report=False,
+                               http_ports=frozenset({NSQD_HTTP, 4151}), **options)
+        rows = pq.read_table(out / "tables" / "violations").to_pylist()
+        judges = judge_lookupd_capture(path, frozenset({LOOKUPD_TCP}), nsqd_clients=nsqd_clients,
+                                       nsq_ports=frozenset({NSQD_TCP, 4150}), nsqd_http_ports=frozenset({NSQD_HTTP,
+                                                                                                         4151}))
+        return summary, sorted((row["item"], row["side"], row["conn_id"], row["ts_ns"]) for row in rows), sorted(
+            (v.item, v.side, v.connection, round(v.ts * 1e9)) for judge in judges.values() for v in judge.violations)
+
+    summary, by_spark, in_process = both(PCAPS / "cluster.pcap", tmp_path / "cluster")
+    assert by_spark == in_process == [] and not summary["monitor_failures"]
+    assert not any(item.startswith("R-") for item in summary["not_judged"])  # R-03 and R-06 judged the ephemeral
+    registered_capture(tmp_path / "kept.pcap", unregistered=True)
+    summary, by_spark, in_process = both(tmp_path / "kept.pcap", tmp_path / "kept")
+    assert by_spark == in_process == []
+    registered_capture(tmp_path / "broken.pcap", unregistered=False)
+    summary, by_spark, in_process = both(tmp_path / "broken.pcap", tmp_path / "broken")
+    assert summary["violations"] == {"R-06": {"broker": 1}} and by_spark == in_process
+    summary, by_spark, in_process = both(tmp_path / "broken.pcap", tmp_path / "test-clients", nsqd_clients=False)
+    assert summary["violations"] == {} and by_spark == in_process == []
+    registered_capture(tmp_path / "unread.pcap", unregistered=False, unread=True)  # not its last consumer, maybe
+    summary, by_spark, in_process = both(tmp_path / "unread.pcap", tmp_path / "unread")
+    assert summary["violations"] == {} and by_spark == in_process == []
+
+
+def test_an_nsqds_changes_are_told_once_and_only_where_its_http_api_is_in_the_capture():
+    """A topic published to a thousand times is one change for the lookupds' judges; without nsqd's HTTP API in
+    the capture (a deletion there unseen) none is told, and R-03 to R-07 say why they are not judged."""
+    from nsq_protocol.monitors.events import COMMAND, RESPONSE, Observed
+    from spark_analysis.judge.monitoring import NAMES_UNKNOWN, ServerJudging
+
+    def published(actions) -> ServerJudging:
+        judging = ServerJudging([], actions)
+        judging.judge.open("A", 1.0, True, True)
+        for n in range(1000):
+            judging.judge.observe("A", Observed(2.0 + n, COMMAND, "PUB", topic="t", bodies=(n,)))
+            judging.judge.observe("A", Observed(2.5 + n, RESPONSE, "OK"))
+        return judging
+
+    seen = published([])
+    assert [(row["change"], row["topic"]) for row in seen.new_changes("127.0.0.1 4150").to_pylist()] == [
+        ("created", "t")]
+    unseen = published(None)
+    assert unseen.new_changes("127.0.0.1 4150").num_rows == 0
+    assert unseen.judge.not_judged["R-03", NAMES_UNKNOWN] == 1000

@@ -4,6 +4,7 @@ broker rule, and a broker bug written into a real pcap is named by its item, wit
 from __future__ import annotations
 
 import json
+import struct
 
 import pytest
 
@@ -212,3 +213,48 @@ def test_a_bad_magic_in_a_capture_answered_as_nsqd_is_not_named_and_a_silent_clo
         conn.close(EPOCH_NS + 3 * MS, first="s2c")
         capture.close()
         assert named(tmp_path / "a.pcap") == expected
+
+
+def _error(code: bytes, text: bytes) -> bytes:
+    return wire.encode_frame(wire.FRAME_ERROR, code + b" " + text)
+
+
+_OK = wire.encode_frame(wire.FRAME_RESPONSE, b"OK")
+_BATCH = wire.mpub_body([b"a", b"bc"])
+# the line's shape and the bodies' sizes the decoder reads for the monitors (C-14, C-17, P-AUTH-02, P-AUTH-03,
+# P-MPUB-04): a command, nsqd's answer, and a broker's that breaks the item
+LINE_SHAPES = {
+    "C-14": (b"SUB t c\r\n", _OK, _error(b"E_BAD_CHANNEL", b'SUB channel name "c\\r" is not valid')),
+    "C-17": (b"SUB t c more\n", _OK, _error(b"E_INVALID", b"SUB invalid number of parameters")),
+    "P-AUTH-02": (b"AUTH secret\n" + struct.pack(">i", 1) + b"s",
+                  _error(b"E_INVALID", b"AUTH invalid number of parameters"), _error(b"E_AUTH_DISABLED",
+                                                                                     b"AUTH disabled")),
+    "P-AUTH-03": (b"AUTH\n" + struct.pack(">i", 0), _error(b"E_BAD_BODY", b"AUTH invalid body size 0"),
+                  _error(b"E_AUTH_DISABLED", b"AUTH disabled")),
+    # the outer size 10 beyond the body its count and sizes frame: nsqd reads those, and publishes
+    "P-MPUB-04": (b"MPUB t\n" + struct.pack(">i", len(_BATCH) + 10) + _BATCH, _OK,
+                  _error(b"E_BAD_SIZE", b"MPUB body size 25 is not 15")),
+}
+
+
+def shaped_capture(path, answers: dict[str, bytes]) -> None:
+    """A connection per item of ``answers`` (LINE_SHAPES' command, answered so), each closed by nsqd."""
+    capture = Capture(str(path), "pcap")
+    for index, (item, answer) in enumerate(answers.items()):
+        conn = Connection(capture, item, 40000 + index, 1000 + 100_000 * index)
+        at = EPOCH_NS + index * 100 * MS
+        conn.open(at)
+        conn.send("c2s", at + MS, wire.MAGIC_V2 + LINE_SHAPES[item][0])
+        conn.send("s2c", at + 2 * MS, answer)
+        conn.close(at + 3 * MS)
+    capture.close()
+
+
+@pytest.mark.parametrize("item", sorted(LINE_SHAPES))
+def test_a_command_lines_shape_and_body_size_are_judged_from_a_capture(tmp_path, item):
+    command, kept, broken = LINE_SHAPES[item]
+    shaped_capture(tmp_path / "kept.pcap", {item: kept})
+    [judge] = judged(tmp_path / "kept.pcap").values()
+    assert judge.violations == [] and not [why for (skipped, why) in judge.not_judged if skipped == item]
+    shaped_capture(tmp_path / "broken.pcap", {item: broken})
+    assert named(tmp_path / "broken.pcap") == {(item, "broker")}

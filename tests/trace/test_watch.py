@@ -189,3 +189,25 @@ def test_watch_stopped_by_sigterm_finishes_its_micro_batch_first(tmp_path):
     assert "finishing the micro-batch under way, then stopping" in output and "Traceback" not in output
     assert published_batch(out) == 0
     assert truth_mismatches(json.loads((out / "summary.json").read_text()), load_truth("compressed")) == []
+
+
+def test_watch_judges_the_registering_nsqds_across_batches(tmp_path):
+    """nsqd's rules of registering in watch as in analyze: the ephemeral channel's consumer leaves in the first
+    file, the lookupd connection's last PING comes in the second, and the UNREGISTER never does (R-06)."""
+    from test_lookupd_capture import registered_capture
+
+    registered_capture(tmp_path / "whole.pcap", unregistered=False)
+    pieces = split_by_time(records(tmp_path / "whole.pcap"), 2)
+    source, out = tmp_path / "captures", tmp_path / "live"
+    source.mkdir()
+    log_path = tmp_path / "watch.log"
+    with open(log_path, "w") as log:
+        process = watcher(source, out, log, "--no-report", "--http-port", "4151", "--until-idle", "3")
+        try:
+            arrive(source, 0, pieces[0])
+            wait_for(lambda: published_batch(out) == 0, process, "first batch published")
+            arrive(source, 1, pieces[1])
+            assert process.wait(WAIT_SECONDS) == 0, log_path.read_text()[-3000:]
+        finally:
+            process.kill()
+    assert json.loads((out / "summary.json").read_text())["violations"] == {"R-06": {"broker": 1}}
