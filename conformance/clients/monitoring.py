@@ -24,14 +24,14 @@ from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import CLIENT
 from nsq_protocol.wire import MAGIC_V2
 
-# the fatal error of NSQC-ERR-004..006 comes when the case says so: after whatever the client sent last, which
-# for a subscribed consumer is a command nsqd never answers (RDY, NOP)
-_STIMULUS = "its fatal error comes when a case says so (NSQC-ERR-004..006), after a command nsqd leaves unanswered"
+# the fatal error of NSQC-ERR-004, NSQC-ERR-005 and NSQC-ERR-006 comes when the case says so: after whatever the
+# client sent last, which for a subscribed consumer is a command nsqd never answers (RDY, NOP)
+_STIMULUS = "its fatal error comes when a case says so (NSQC-ERR-004, -005, -006), after a command left unanswered"
 FAKE_NSQD_DEPARTS = {"C-28": "it sends a heartbeat when a case says so, not on a ticker",
                      "ID-20": "its answer turns on a layer not asked for where a case says so (NSQC-NEG-002)",
                      "P-RDY-01": _STIMULUS, "P-RDY-07": _STIMULUS, "P-NOP-01": _STIMULUS,
-                     "C-24": "its E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED (NSQC-ERR-001..003) answer whatever FIN, "
-                             "REQ or TOUCH the client sent, a malformed one too"}
+                     "C-24": "its E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED (NSQC-ERR-001, -002, -003) answer "
+                             "whatever FIN, REQ or TOUCH the client sent, a malformed one too"}
 _CLOSES = {CLOSED_BY_CLIENT: monitors.CLIENT, RESET_BY_CLIENT: monitors.CLIENT, CLOSED_BY_BROKER: monitors.BROKER}
 
 
