@@ -18,8 +18,8 @@ Policy (declared, tested):
   ``conflicting_bytes``, compared with the chunks still held).
 - Missing bytes become a ``Gap`` (offset, length); nothing is zero-filled. A FIN whose sequence
   number lies past the end also reveals a trailing gap, and so does the peer's ACK of bytes the capture never
-  showed (a sniffer that dropped packets): the peer had them, so they were sent before the ACK was captured, and
-  the hole is given up then, not when the stream's next bytes come (which may be never, or long after).
+  showed (a sniffer that dropped a stream's tail): the peer had them, so they were sent, at the latest when the ACK
+  was captured.
 - A chunk's time is the latest capture time of any byte up to its end: the earliest moment a
   receiver could have decoded what it completes.
 
@@ -134,11 +134,10 @@ class Stream:
         """Lay out what is contiguous; with ``give_up_holes``, every hole before held bytes becomes a gap."""
         self._anchor()
         end = self.length
-        acked = self._acked_end()
         while self._unplaced:
             relative, ts_ns, _, payload = self._unplaced[0]
             stop = relative + len(payload)
-            if relative > end and not give_up_holes and (acked is None or acked[0] < relative):
+            if relative > end and not give_up_holes:
                 break
             heapq.heappop(self._unplaced)
             if relative < 0:  # bytes before the ISN: a bogus or pre-epoch segment
@@ -148,12 +147,11 @@ class Stream:
                 self._drop(payload)
                 self.conflicting_bytes += self._conflicts(relative, payload)
                 continue
-            if relative > end:  # known lost when these bytes came, or when the peer acknowledged the hole
-                known = ts_ns if acked is None or acked[0] <= end else min(ts_ns, acked[1])
-                self._ready.append(Gap(end, relative - end, known))
+            self._latest = max(self._latest, ts_ns)
+            if relative > end:
+                self._ready.append(Gap(end, relative - end, ts_ns))
                 self.gap_count += 1
                 end = relative
-            self._latest = max(self._latest, ts_ns)
             overlap = end - relative
             if overlap:
                 self.retransmitted_bytes += overlap
@@ -163,11 +161,6 @@ class Stream:
             self._recent.append(chunk)
             self.held_bytes -= overlap
             end = stop
-        if acked is not None and acked[0] > end:  # acknowledged, never captured, and no bytes after them yet
-            self._latest = max(self._latest, acked[1])
-            self._ready.append(Gap(end, acked[0] - end, self._latest))
-            self.gap_count += 1
-            end = acked[0]
         self.length = end
 
     def _drop(self, payload: bytes) -> None:
@@ -214,6 +207,11 @@ class Stream:
                 self._ready.append(Gap(self.length, relative - self.length, ts_ns))
                 self.gap_count += 1
                 self.length = relative
+        acked = self._acked_end()
+        if acked is not None and acked[0] > self.length:  # acknowledged, and never captured
+            self._ready.append(Gap(self.length, acked[0] - self.length, max(self._latest, acked[1])))
+            self.gap_count += 1
+            self.length = acked[0]
 
     def _conflicts(self, relative: int, payload: bytes) -> int:
         """Bytes of a retransmission that differ from what was already placed (checked in the last chunks)."""
