@@ -231,6 +231,7 @@ def test_routes_answered_as_lookupd_break_nothing():
     (("GET", "/info", 200, b'{"version":"1.3.0","x":1}'), "L-HTTP-02"),
     (("POST", "/ping", 200, b"OK"), "L-HTTP-14"),
     (("GET", "/topic/create", 405, b"", {"allow": "POST"}), "L-HTTP-20"),
+    (("GET", "/topic/create", 405, b'{"message":"METHOD_NOT_ALLOWED"}'), "L-HTTP-20"),  # no Allow: before 1.2.0
     (("GET", "/nope", 200, b""), "L-HTTP-14"),
     (("GET", "/lookup?topic=t", 404, b'{"message":"NOT_FOUND"}'), "L-HTTP-14"),
     (("POST", "/delete_topic", 200, b""), "L-HTTP-15"),
