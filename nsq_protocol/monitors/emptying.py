@@ -11,7 +11,7 @@ from nsq_protocol.monitors.judge import http_action
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.published import PublishTimes
 from nsq_protocol.monitors.scan import buffered_s
-from nsq_protocol.monitors.stats_counters import stats_document
+from nsq_protocol.monitors.stats_counters import stats_channels, stats_document, stats_topics
 
 SETTLED_S = 0.5  # an E_*_FAILED follows its command at once: this much later, its absence says it settled
 # the topic's pump copies a message to its channels after the publish was answered: one published this long before
@@ -100,12 +100,11 @@ class EmptiedStaysEmpty(Monitor):
         document = stats_document(exchange)
         if document is None:
             return
-        for topic in document["topics"]:
-            channels = topic.get("channels") if isinstance(topic, dict) else None
-            for channel in channels or ():
-                where = (topic.get("topic_name"), channel.get("channel_name") if isinstance(channel, dict) else None)
+        for topic in stats_topics(document):
+            for channel in stats_channels(topic):
+                where = (topic["topic_name"], channel["channel_name"])
                 emptied = self._channel_emptied.get(where)
-                count = channel.get("in_flight_count") if isinstance(channel, dict) else None
+                count = channel.get("in_flight_count")
                 if emptied is None or emptied[1] >= exchange.ts or not isinstance(count, int) or count == 0:
                     continue
                 held = max((buffered_s(c) for c in judge.consumers(where)), default=0.0)

@@ -12,10 +12,8 @@ from __future__ import annotations
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
-from nsq_protocol.monitors.stats_counters import stats_document
+from nsq_protocol.monitors.stats_counters import EPHEMERAL, HTTP, stats_channels, stats_document, stats_topics
 
-HTTP = "HTTP"
-EPHEMERAL = "#ephemeral"
 GONE_S = 0.5  # goroutine hops on a loaded machine (as emptying.py's LATE_S); the suite waits 1 s (NSQ-EPH-001)
 NOT_TIMED = "the traffic's times are when a client read it, not when it crossed the wire"
 UNSEEN = "a connection not seen whole may be a consumer of it"
@@ -101,11 +99,9 @@ class EphemeralChannelGone(Monitor):
         document = stats_document(exchange)
         if document is None:
             return
-        for topic in document["topics"]:
-            if not isinstance(topic, dict):
-                continue
-            for listed in topic.get("channels") or ():
-                key = (topic.get("topic_name"), listed.get("channel_name") if isinstance(listed, dict) else None)
+        for topic in stats_topics(document):
+            for listed in stats_channels(topic):
+                key = (topic["topic_name"], listed["channel_name"])
                 channel = self._channels.get(key)
                 if channel is None:
                     continue

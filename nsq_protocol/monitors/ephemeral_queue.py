@@ -15,10 +15,8 @@ import json
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER
 from nsq_protocol.monitors.monitor import Monitor
-from nsq_protocol.monitors.stats_counters import stats_document
+from nsq_protocol.monitors.stats_counters import EPHEMERAL, HTTP, stats_channels, stats_document, stats_topics
 
-HTTP = "HTTP"
-EPHEMERAL = "#ephemeral"
 NO_SIZE = "no GET /config/mem_queue_size answer in the broker's life (its start_time) tells its --mem-queue-size"
 
 
@@ -49,14 +47,12 @@ class EphemeralQueueInMemory(Monitor):
             return
         self._life = document.get("start_time") if isinstance(document.get("start_time"), int) else None
         size = self._sizes.get(self._life)
-        for topic in document["topics"]:
-            if not isinstance(topic, dict) or not isinstance(topic.get("topic_name"), str):
-                continue
+        for topic in stats_topics(document):
             name = topic["topic_name"]
             if name.endswith(EPHEMERAL):
                 self._queue(exchange, f"topic {name}", topic, "D-52", size)
-            for channel in topic.get("channels") or ():
-                if isinstance(channel, dict) and str(channel.get("channel_name")).endswith(EPHEMERAL):
+            for channel in stats_channels(topic):
+                if channel["channel_name"].endswith(EPHEMERAL):
                     self._queue(exchange, f"channel {name}/{channel['channel_name']}", channel, "D-50", size)
 
     def _queue(self, exchange: HttpExchange, what: str, entry: dict, item: str, size: int | None) -> None:

@@ -10,7 +10,7 @@ from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE, RESPONSE
 from nsq_protocol.monitors.judge import http_action
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.published import PublishTimes
-from nsq_protocol.monitors.stats_counters import stats_document
+from nsq_protocol.monitors.stats_counters import stats_channels, stats_document, stats_topics
 
 # a message the channel's pump had taken just before the pause still goes out, flushed at once (the pump finds the
 # client not ready); this long after the pause's answer nothing may
@@ -74,13 +74,10 @@ class PausedHoldsBack(Monitor):
         document = stats_document(exchange)
         if document is None:
             return
-        for topic in document["topics"]:
-            if not isinstance(topic, dict):
-                continue
-            name = topic.get("topic_name")
-            shown = [((name,), topic)] + [((name, channel.get("channel_name")), channel)
-                                          for channel in topic.get("channels") or () if isinstance(channel, dict)]
-            for where, stats in shown:
+        for topic in stats_topics(document):
+            name = topic["topic_name"]
+            channels = [((name, channel["channel_name"]), channel) for channel in stats_channels(topic)]
+            for where, stats in [((name,), topic), *channels]:
                 paused_at = self._paused.get(where)
                 if paused_at is not None and paused_at < exchange.ts and stats.get("paused") is False \
                         and not any(part.endswith("#ephemeral") for part in where):

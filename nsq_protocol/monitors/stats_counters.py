@@ -9,6 +9,7 @@ unseen the answer is not judged."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER, MESSAGE, RESPONSE
@@ -153,9 +154,8 @@ class CountersNeverBehind(Monitor):
         self._start_time = start_time
         if not isinstance(start_time, int):
             return
-        for topic in document["topics"]:
-            if isinstance(topic, dict) and isinstance(topic.get("topic_name"), str):
-                self._topic(exchange, topic, (start_time + 1) * 1_000_000_000)
+        for topic in stats_topics(document):
+            self._topic(exchange, topic, (start_time + 1) * 1_000_000_000)
 
     def _topic(self, exchange: HttpExchange, topic: dict, born_ns: int) -> None:
         name = topic["topic_name"]
@@ -166,9 +166,8 @@ class CountersNeverBehind(Monitor):
         if _number(topic.get("message_count")) < floor:
             self.report("H-STATS-11", BROKER, exchange.ts, HTTP, f"topic {name}'s message_count at least {floor}, "
                         "the publishes answered before the request", f"{topic.get('message_count')}", exchange)
-        for channel in topic.get("channels") or ():
-            if isinstance(channel, dict) and isinstance(channel.get("channel_name"), str):
-                self._channel(exchange, name, channel, born_ns)
+        for channel in stats_channels(topic):
+            self._channel(exchange, name, channel, born_ns)
 
     def _channel(self, exchange: HttpExchange, topic: str, channel: dict, born_ns: int) -> None:
         name = channel["channel_name"]
@@ -215,3 +214,15 @@ def stats_document(exchange: HttpExchange) -> dict | None:
     except ValueError:
         return None
     return document if isinstance(document, dict) and isinstance(document.get("topics"), list) else None
+
+
+def stats_topics(document: dict) -> Iterator[dict]:
+    """A /stats document's topic entries that name their topic (the others are DocumentsAsNsqd's concern)."""
+    return (topic for topic in document["topics"]
+            if isinstance(topic, dict) and isinstance(topic.get("topic_name"), str))
+
+
+def stats_channels(topic: dict) -> Iterator[dict]:
+    """A topic entry's channel entries that name their channel."""
+    return (channel for channel in topic.get("channels") or ()
+            if isinstance(channel, dict) and isinstance(channel.get("channel_name"), str))

@@ -11,11 +11,9 @@ from __future__ import annotations
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER, COMMAND
 from nsq_protocol.monitors.monitor import Monitor
-from nsq_protocol.monitors.stats_counters import stats_document
+from nsq_protocol.monitors.stats_counters import EPHEMERAL, HTTP, stats_channels, stats_document, stats_topics
 from nsq_protocol.wire import ProtocolViolation, parse_mpub_body
 
-HTTP = "HTTP"
-EPHEMERAL = "#ephemeral"
 PUBLISHES = ("PUB", "MPUB", "DPUB")
 MAKERS = frozenset({"/pub", "/mpub", "/topic/create", "/channel/create"})  # the HTTP requests that make names
 UNSEEN = "a connection not seen whole may have made names or published since the restart"
@@ -75,17 +73,16 @@ class RestartForgets(Monitor):
             for item in ITEMS:
                 self.skip(item, why)
             return
-        for topic in document["topics"]:
-            if isinstance(topic, dict) and isinstance(topic.get("topic_name"), str):
-                self._topic(exchange, topic)
+        for topic in stats_topics(document):
+            self._topic(exchange, topic)
 
     def _topic(self, exchange: HttpExchange, topic: dict) -> None:
         name = topic["topic_name"]
         if name.endswith(EPHEMERAL) and name not in self._topics:
             self._remembered(exchange, f"topic {name}")
-        for channel in topic.get("channels") or ():
-            listed = channel.get("channel_name") if isinstance(channel, dict) else None
-            if isinstance(listed, str) and listed.endswith(EPHEMERAL) and (name, listed) not in self._channels:
+        for channel in stats_channels(topic):
+            listed = channel["channel_name"]
+            if listed.endswith(EPHEMERAL) and (name, listed) not in self._channels:
                 self._remembered(exchange, f"channel {name}/{listed}")
         count, most = topic.get("message_count"), self._sent.get(name, 0)
         if isinstance(count, int) and count > most:  # P-RST-13: the counter started from zero
