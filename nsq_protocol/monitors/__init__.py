@@ -69,6 +69,7 @@ from nsq_protocol.monitors.http_no_auth import HttpWithoutAuth
 from nsq_protocol.monitors.identify import FeaturesKept, IdentifyAnswer, UpgradeOks
 from nsq_protocol.monitors.identify_values import IdentifyValues
 from nsq_protocol.monitors.judge import HttpAction, Judge, http_action
+from nsq_protocol.monitors.late_settles import LateSettleRefused
 from nsq_protocol.monitors.limits import LimitsHeld
 from nsq_protocol.monitors.lookupd_announces import NsqdAnnounces
 from nsq_protocol.monitors.lookupd_http import RoutesAsLookupd
@@ -101,7 +102,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
     CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty, ClientsAsConnected, HttpWithoutAuth,
     RefusedMpubMadeTopic, EphemeralChannelGone, RestartForgets, EphemeralQueueInMemory, TextStatsClients, LimitsHeld,
-    AnyCommandAnswersHeartbeats, FramesSized, ReadyConsumerFed,
+    AnyCommandAnswersHeartbeats, FramesSized, ReadyConsumerFed, LateSettleRefused,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

@@ -33,7 +33,8 @@ class AnswersAsNsqd(Monitor):
     P-MPUB-01: what each state still takes; C-14, C-17: a CRLF line, or one with parameters beyond the command's own,
     answered as its plain form; P-MPUB-04: an MPUB whose size word disagrees with its count and sizes, as one whose
     word agrees (where the traffic shows the word: a capture's decoder); C-24: a malformed FIN, REQ or TOUCH refused
-    fatally; P-RDY-04, P-RDY-05, P-RDY-06: the count read as nsqd reads it, against the --max-rdy-count the IDENTIFY
+    fatally; D-39: a topic or channel name refused (E_BAD_TOPIC, E_BAD_CHANNEL) exactly where the name rule
+    refuses it; P-RDY-04, P-RDY-05, P-RDY-06: the count read as nsqd reads it, against the --max-rdy-count the IDENTIFY
     answer showed; P-REQ-05, P-REQ-08: a REQ timeout above --max-req-timeout lowered to it, or (before 1.1.0)
     refused, by the release the judge knows."""
 
@@ -46,7 +47,7 @@ class AnswersAsNsqd(Monitor):
              "P-REQ-06", "P-REQ-08", "P-TOUCH-01", "P-TOUCH-02", "P-TOUCH-03", "P-CLS-01", "P-CLS-02", "P-CLS-03",
              "P-NOP-01",
              "P-PUB-01", "P-PUB-02", "P-PUB-03", "P-PUB-04", "P-DPUB-01", "P-DPUB-02", "P-DPUB-04",
-             "P-MPUB-01", "P-MPUB-02", "P-MPUB-04", "P-MPUB-06")
+             "P-MPUB-01", "P-MPUB-02", "P-MPUB-04", "P-MPUB-06", "D-39")
 
     def __init__(self):
         super().__init__()

@@ -24,6 +24,7 @@ OWN_PARAMS = {"IDENTIFY": 0, "SUB": 2, "RDY": 1, "FIN": 1, "REQ": 2, "TOUCH": 1,
               "NOP": 0, "CLS": 0}
 # the items a command nsqd takes in a state breaks when it is refused there as out of state
 STATELESS = {"PUB": "P-PUB-01", "MPUB": "P-MPUB-01"}  # no state requirement
+PUBLISHES = frozenset({"PUB", "MPUB", "DPUB"})
 AFTER_CLS = frozenset({"FIN", "REQ", "TOUCH", "PUB", "MPUB", "DPUB", "NOP"})  # P-CLS-03: they still work
 LINE_ITEMS = frozenset({"C-14", "C-17"})  # a wrong answer to a line of that shape is named by its shape first
 EMPTY_BODY = body_hash(b"")
@@ -110,7 +111,21 @@ class Session:
             item = "C-20" if verb == "" else "C-16" if verb.upper() in VERBS else "C-21"
             return Expected((_error("E_INVALID", f"invalid command {re.escape(verb)}", item), *tls), False, item)
         expected = getattr(self, "_" + verb.lower())(command)
-        return self._named(command, replace(expected, answers=(*expected.answers, *tls)))
+        expected = self._named(command, replace(expected, answers=(*expected.answers, *tls)))
+        if expected.item in LINE_ITEMS:  # the line's shape is what a wrong answer breaks first
+            return expected
+        # D-39: a name the rule allows is never refused as bad
+        return replace(expected, refuted=(*expected.refuted, *(_error(code, ANY_TEXT, "D-39")
+                                                               for code in self._allowed_names(command))))
+
+    def _allowed_names(self, command: Observed) -> tuple[str, ...]:
+        """The codes nsqd would refuse the command's names with (E_BAD_TOPIC, E_BAD_CHANNEL) of those it checks and
+        the rule allows."""
+        if command.name == "SUB" and self.state == INIT and self.heartbeats and valid_name(command.topic or ""):
+            return ("E_BAD_TOPIC", "E_BAD_CHANNEL") if valid_name(command.channel or "") else ("E_BAD_TOPIC",)
+        if command.name in PUBLISHES and valid_name(command.topic or ""):
+            return ("E_BAD_TOPIC",)
+        return ()
 
     def _named(self, command: Observed, expected: Expected) -> Expected:
         """The rules a wrong answer to a command nsqd takes breaks beyond the verb's own: the state it takes the
@@ -231,8 +246,9 @@ class Session:
                 item = "C-15" if name == "" else "P-SUB-04"
                 # P-SUB-05: the names are checked before the permission
                 early = tuple(replace(answer, item="P-SUB-05") for answer in self._permission("SUB"))
-                return Expected((_error(code, f"SUB {what} name {_quoted(name)} is not valid", item),), False, item,
-                                early)
+                # taken, the name breaks the name rule (D-39)
+                return Expected((_error(code, f"SUB {what} name {_quoted(name)} is not valid", item),), False,
+                                "C-15" if name == "" else "D-39", early)
         return Expected((Answer(RESPONSE, "OK", item="P-SUB-08"), _error("E_SUB_FAILED", "SUB failed .+", "P-SUB-06"),
                          *self._permission("SUB")), False, "P-SUB-08")
 
@@ -329,9 +345,12 @@ class Session:
         if command.topic is None:
             return _refused("DPUB insufficient number of parameters", "P-DPUB-01")
         if command.number is None:  # no delay, an empty one (P-DPUB-03) or one that does not parse
+            if not valid_name(command.topic):  # too few parameters, else the name (D-39)
+                return Expected(tuple(_error(code, "(E_BAD_TOPIC )?DPUB .+", "P-DPUB-01") for code in (
+                    "E_INVALID", "E_BAD_TOPIC")), False, "C-15" if command.topic == "" else "D-39")
             return Expected((Answer(RESPONSE, "OK", item="P-DPUB-01"),
-                             *(_error(code, "(E_BAD_TOPIC )?DPUB .+", "P-DPUB-01") for code in (
-                                 "E_INVALID", "E_BAD_TOPIC", "E_BAD_MESSAGE", "E_DPUB_FAILED")),
+                             *(_error(code, "DPUB .+", "P-DPUB-01") for code in (
+                                 "E_INVALID", "E_BAD_MESSAGE", "E_DPUB_FAILED")),
                              *self._permission("DPUB")), False, "P-DPUB-01")
         if not valid_name(command.topic):
             return _bad_topic(f"DPUB topic name {_quoted(command.topic)} is not valid", "P-DPUB-01", command.topic)
@@ -396,10 +415,12 @@ def _error(code: str, text: str, item: str, worded_by: str = "C-08") -> Answer:
 
 
 def _bad_topic(text: str, item: str, topic: str) -> Expected:
-    """A publish to a topic name nsqd refuses (D-39): E_BAD_TOPIC, fatal. An empty name is the line split on each
-    single space (C-15): two spaces, or a trailing one."""
-    item = "C-15" if topic == "" else item
-    return Expected((_error("E_BAD_TOPIC", text, item),), False, item)
+    """A publish to a topic name nsqd refuses: E_BAD_TOPIC, fatal; taken, it breaks the name rule (D-39). An empty
+    name is the line split on each single space (C-15): two spaces, or a trailing one."""
+    if topic == "":
+        return Expected((_error("E_BAD_TOPIC", text, "C-15"),), False, "C-15")
+    return Expected((_error("E_BAD_TOPIC", text, item),), False, "D-39")
+
 
 
 def _refused(text: str, item: str) -> Expected:

@@ -16,6 +16,7 @@ from nsq_protocol.monitors.http_expected import (
     DOCUMENT,
     EMPTY,
     ERROR,
+    NAME_REFUSALS,
     PLAIN,
     REDIRECT,
     SERVED,
@@ -23,6 +24,7 @@ from nsq_protocol.monitors.http_expected import (
     HttpAnswer,
     Limits,
     expect,
+    names_allowed,
 )
 from nsq_protocol.monitors.monitor import Monitor
 
@@ -60,7 +62,7 @@ class HttpAnswersAsNsqd(Monitor):
              "H-MPUB-01", "H-MPUB-02", "H-MPUB-03", "H-MPUB-04", "H-MPUB-05", "H-MPUB-07",
              "H-TOPIC-01", "H-TOPIC-02", "H-TOPIC-03", "H-TOPIC-04",
              "H-CHANNEL-01", "H-CHANNEL-02", "H-CHANNEL-03", "H-CHANNEL-04",
-             "H-CFG-01", "H-CFG-02", "H-CFG-03", "H-CFG-04", "H-DEBUG-01", "H-STATS-01")
+             "H-CFG-01", "H-CFG-02", "H-CFG-03", "H-CFG-04", "H-DEBUG-01", "H-STATS-01", "D-39")
     KINDS = frozenset()  # no V2 event: only the HTTP exchanges
 
     def __init__(self):
@@ -92,8 +94,8 @@ class HttpAnswersAsNsqd(Monitor):
             if flag:
                 self.skip(answers[0].item, f"the answer fits only a {flag} other than its default")
             else:
-                self.report(answers[0].item, BROKER, exchange.ts, HTTP, " or ".join(a.describe() for a in answers),
-                            _observed(response), exchange)
+                self.report(_misnamed(request, response, answers) or answers[0].item, BROKER, exchange.ts, HTTP,
+                            " or ".join(a.describe() for a in answers), _observed(response), exchange)
             return
         fault = _shape_fault(fitting, request.method, response, judge.wording)
         if fault:
@@ -235,6 +237,17 @@ class HttpAnswersAsNsqd(Monitor):
                 item = "H-TOPIC-04" if len(key) == 1 else "H-CHANNEL-04"
                 self.report(item, BROKER, at, HTTP, f"{'/'.join(key)} paused: {paused}",
                             f"paused: {entry['paused']}", exchange)
+
+
+def _misnamed(request, response: Response, answers: tuple[HttpAnswer, ...]) -> str | None:
+    """D-39, where a wrong answer breaks the name rule: a name the rule allows refused as invalid, or one it refuses
+    taken."""
+    refusal = _json(response) if response.status == 400 else None
+    if isinstance(refusal, dict) and refusal.get("message") in NAME_REFUSALS and names_allowed(request):
+        return "D-39"
+    if 200 <= response.status < 300 and answers[0].code in NAME_REFUSALS:
+        return "D-39"
+    return None
 
 
 def _json(response: Response):

@@ -46,6 +46,8 @@ OPTIONS = frozenset({
     "statsd_mem_stats", "statsd_udp_packet_size", "statsd_exclude_ephemeral", "e2e_processing_latency_window_time",
     "e2e_processing_latency_percentiles", "tls_cert", "tls_key", "tls_client_auth_policy", "tls_root_ca_file",
     "tls_required", "tls_min_version", "deflate", "max_deflate_level", "snappy"})
+_NAMING = ("/pub", "/mpub", "/topic/", "/channel/")  # the paths whose requests name a topic (and a channel)
+NAME_REFUSALS = frozenset({"INVALID_TOPIC", "INVALID_ARG_TOPIC", "INVALID_ARG_CHANNEL"})
 LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}  # internal/lg: ParseLogLevel
 _BOOL = {"true": True, "1": True, "false": False, "0": False}  # nsqd/http.go: boolParams
 _INT64 = re.compile(r"[+-]?[0-9]+\Z")  # strconv.ParseInt(s, 10, 64)
@@ -100,6 +102,16 @@ def expect(request: Request, limits: Limits) -> tuple[HttpAnswer, ...] | None:
             "H-05" if method == "HEAD" else "H-04"
         return (HttpAnswer(405, ERROR, "METHOD_NOT_ALLOWED", item, allow),)
     return (HttpAnswer(404, ERROR, "NOT_FOUND", "H-09" if path in OLD else "H-04"),)
+
+
+def names_allowed(request: Request) -> bool:
+    """D-39: the topic and channel an administration or publishing request names are ones the rule allows (its
+    refusal of either, INVALID_TOPIC, INVALID_ARG_TOPIC or INVALID_ARG_CHANNEL, breaks the rule)."""
+    if not request.path.startswith(_NAMING):
+        return False
+    params = request.params()
+    names = [params[name] for name in ("topic", "channel") if params and name in params]
+    return bool(names) and all(valid_name(name) for name in names)
 
 
 def _routed(method: str, path: str) -> bool:

@@ -40,6 +40,8 @@ class Delivery:
     requeue_delay_ms: int | None = None
     settle_failed: bool = False  # the FIN or REQ got its E_*_FAILED: it settled nothing
     touched: bool = False
+    # D-12: the connection whose delivery before this one the ledger last saw unsettled: the message timed out there
+    timed_out_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -301,6 +303,8 @@ class Judge(Judging):
             connection.in_flight[event.msg_id] = delivery
             key = self.message_key(connection, event.msg_id)
             before = self.messages.get(key)
+            if before is not None and before.settled is None:
+                delivery.timed_out_on = before.connection
             if before is not None and before.connection != connection.name and before.settled is None:
                 # D-12: a channel's message is in flight to one consumer at a time; delivered again, the one before
                 # had timed out (a capture does not show it)

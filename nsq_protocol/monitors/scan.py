@@ -33,7 +33,7 @@ class TimedOutInTime(Monitor):
 
     def __init__(self):
         super().__init__()
-        self._made: dict[tuple, float] = {}  # (topic, channel) -> its first SUB or /channel/create since it was made
+        self._channels = ScanList()
         self._last_delivery: dict[tuple, float] = {}  # (topic, channel) -> its latest delivery
         self._window_set: dict[str, float] = {}  # connection -> its latest RDY or CLS
         self._paused_at: dict[tuple, float] = {}  # (topic,) or (topic, channel) -> its latest pause or unpause
@@ -42,9 +42,8 @@ class TimedOutInTime(Monitor):
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND:
-            if event.name == "SUB" and event.channel is not None:
-                self._made.setdefault((event.topic, event.channel), event.ts)
-            elif event.name in ("RDY", "CLS"):
+            self._channels.observe(event)
+            if event.name in ("RDY", "CLS"):
                 self._window_set[connection.name] = event.ts
             return
         subscription = connection.subscription
@@ -52,29 +51,19 @@ class TimedOutInTime(Monitor):
             return
         self._last_delivery[subscription] = event.ts
         timeout = connection.msg_timeout_ms
-        made = self._made.get(subscription)
+        made = self._channels.made.get(subscription)
         if judge.timing and timeout and made is not None:
             self._wait(judge, _due(made, event.ts + timeout / 1000, connection), judge.message_key(connection,
                                                                                                 event.msg_id),
                        event.ts)
 
     def http(self, judge, action):
-        if action.status != 200:
-            return
-        if action.path == "/channel/create":
-            self._made.setdefault((action.topic, action.channel), action.ts)
-        elif action.path == "/channel/delete":
-            self._made.pop((action.topic, action.channel), None)
-        elif action.path == "/topic/delete":
-            self._made = {key: made for key, made in self._made.items() if key[0] != action.topic}
-        elif action.path.endswith("pause"):
+        self._channels.http(action)
+        if action.status == 200 and action.path.endswith("pause"):
             self._paused_at[(action.topic,) if action.channel is None else (action.topic, action.channel)] = action.ts
 
     def closed(self, judge, connection):
-        subscription = connection.subscription
-        if subscription and (subscription[1] or "").endswith("#ephemeral") and not any(
-                other.open for other in judge.consumers(subscription)):
-            self._made.pop(subscription, None)  # D-50: gone with its last consumer
+        self._channels.closed(judge, connection)
 
     def _idle_since(self, connection, since: float, delivered_at: float, now: float) -> bool:
         """Open since before the delivery (no restart between), with room from ``since`` to ``now`` (no RDY or CLS
@@ -110,10 +99,9 @@ class TimedOutInTime(Monitor):
                 or judge.crashed_at is not None:
             return  # delivered again, settled, emptied, or let go of
         subscription = key[:2]
-        made = self._made.get(subscription)
-        if made is None:
+        deadline = self._channels.deadline(subscription, delivery.latest_timeout)
+        if deadline is None:
             return  # the channel is gone, and its messages with it
-        deadline = max(delivery.latest_timeout, made + REFRESH_S) + SCAN_S
         if deadline + LATE_S > now:  # a TOUCH moved its deadline since
             self._wait(judge, deadline + LATE_S, key, delivered_at)
             return
@@ -123,7 +111,7 @@ class TimedOutInTime(Monitor):
         if not (judge.all_started and judge.http_seen):
             self.skip("D-14", UNSEEN)
             return
-        if self._last_delivery.get(subscription, 0.0) >= deadline or len(self._made) > SELECTION \
+        if self._last_delivery.get(subscription, 0.0) >= deadline or self._channels.crowded \
                 or max(self._paused_at.get(subscription[:1], 0.0), self._paused_at.get(subscription, 0.0)) \
                 >= delivered_at or judge.is_paused(*subscription):
             return  # something ahead of it in the queue, a random pick of channels, or a pause
@@ -139,6 +127,46 @@ class TimedOutInTime(Monitor):
                     f"the message timed out and delivered again by {deadline - delivered_at:.2f} s after its "
                     f"delivery", f"not delivered again {now - delivered_at:.2f} s after it, with "
                     f"{ready[0].name} ready and nothing delivered on the channel since")
+
+
+class ScanList:
+    """The channels on the queue scan's list (D-14) as the traffic shows them: each one's first SUB or
+    /channel/create since it was made (it is on the list within ``REFRESH_S`` of being made, which was no later),
+    gone with its deletion or, ephemeral, its last consumer (D-50)."""
+
+    def __init__(self):
+        self.made: dict[tuple, float] = {}  # (topic, channel) -> its first SUB or /channel/create since it was made
+
+    def observe(self, event) -> None:
+        if event.name == "SUB" and event.channel is not None:
+            self.made.setdefault((event.topic, event.channel), event.ts)
+
+    def http(self, action) -> None:
+        if action.status != 200:
+            return
+        if action.path == "/channel/create":
+            self.made.setdefault((action.topic, action.channel), action.ts)
+        elif action.path == "/channel/delete":
+            self.made.pop((action.topic, action.channel), None)
+        elif action.path == "/topic/delete":
+            self.made = {key: made for key, made in self.made.items() if key[0] != action.topic}
+
+    def closed(self, judge, connection) -> None:
+        subscription = connection.subscription
+        if subscription and (subscription[1] or "").endswith("#ephemeral") and not any(
+                other.open for other in judge.consumers(subscription)):
+            self.made.pop(subscription, None)  # D-50: gone with its last consumer
+
+    @property
+    def crowded(self) -> bool:
+        """More channels than a scan looks at: which it picks is random."""
+        return len(self.made) > SELECTION
+
+    def deadline(self, subscription: tuple, timeout_at: float) -> float | None:
+        """By when a scan has timed out a message of ``subscription`` due at ``timeout_at`` (unless ``crowded``);
+        None: the channel is not known to exist."""
+        made = self.made.get(subscription)
+        return None if made is None else max(timeout_at, made + REFRESH_S) + SCAN_S
 
 
 def _due(made: float, deadline: float, connection) -> float:

@@ -19,18 +19,21 @@ EMPTIES = frozenset({"/channel/empty", "/channel/delete", "/topic/delete"})
 class SettledByOwner(Monitor):
     """D-10: a FIN, REQ or TOUCH of a message surely in flight to the sender (long before its timeout could fire)
     is not refused; one of a message surely in flight to another consumer of the channel is refused with
-    E_<verb>_FAILED '... client does not own message' (a FIN: P-FIN-05). Judged where the broker's HTTP requests
-    are in the traffic (a /channel/empty at the same time would explain a refusal) and the times are the wire's."""
+    E_<verb>_FAILED '... client does not own message' (a FIN: P-FIN-05). D-12 where the message timed out on the
+    sender before: come back to it, its settle works; gone on to another consumer, the sender's late settle is
+    refused as not its own. Judged where the broker's HTTP requests are in the traffic (a /channel/empty at the same
+    time would explain a refusal) and the times are the wire's."""
 
-    ITEMS = ("D-10", "P-FIN-05")
+    ITEMS = ("D-10", "P-FIN-05", "D-12")
     KINDS = frozenset({COMMAND, ERROR})
 
     def __init__(self):
         super().__init__()
-        # (connection, ID) -> its owner's settle, in time order: an OrderedDict, whose oldest entry is found at once
+        # (connection, ID) -> its owner's settle (when, the item its refusal breaks), in time order: an OrderedDict,
+        # whose oldest entry is found at once
         # however many went before it (a dict's first live entry is found past every deleted one)
-        self._owned: OrderedDict[tuple, float] = OrderedDict()
-        self._foreign: list = []  # heap of (due, sequence, connection, ID, verb, sent at)
+        self._owned: OrderedDict[tuple, tuple[float, str]] = OrderedDict()
+        self._foreign: list = []  # heap of (due, sequence, connection, ID, verb, the item it breaks, sent at)
         self._waiting: set[tuple] = set()  # (connection, ID) of the foreign settles not yet judged
         self._refused: dict[tuple, object] = {}  # (connection, ID) -> the E_*_FAILED a foreign settle got
         self._emptied: dict[str, float] = {}  # topic -> its latest channel empty or deletion
@@ -48,14 +51,18 @@ class SettledByOwner(Monitor):
         if mine is not None:
             if mine.settled is None and event.ts + IN_FLIGHT_S < mine.earliest_timeout:
                 self._expire(event.ts)
-                self._owned[connection.name, event.msg_id] = event.ts
+                # D-12: timed out here and come back here, the same ID: still this consumer's to settle
+                self._owned[connection.name, event.msg_id] = (
+                    event.ts, "D-12" if mine.timed_out_on == connection.name else "D-10")
             return
         latest = judge.messages.get(judge.message_key(connection, event.msg_id))
         if latest is not None and latest.connection != connection.name and latest.settled is None \
                 and event.ts + IN_FLIGHT_S < latest.earliest_timeout:
             self._sequence += 1
+            # D-12: the late settle of the consumer the message timed out on, now another's
+            item = "D-12" if latest.timed_out_on == connection.name else "P-FIN-05" if event.name == "FIN" else "D-10"
             heappush(self._foreign, (event.ts + SETTLED_S, self._sequence, connection.name, event.msg_id,
-                                     event.name, event.ts))
+                                     event.name, item, event.ts))
             self._waiting.add((connection.name, event.msg_id))
             self.due = min(self.due, event.ts + SETTLED_S)
             judge.want_tick(self.due)
@@ -69,21 +76,21 @@ class SettledByOwner(Monitor):
         if key in self._waiting:
             self._refused.setdefault(key, event)
             return
-        sent = self._owned.pop(key, None)
-        if sent is None or self._explained(judge, connection, sent):
+        owned = self._owned.pop(key, None)
+        if owned is None or self._explained(judge, connection, owned[0]):
             return
-        self.report("D-10", BROKER, event.ts, connection.name, "the owner's settle of a message in flight to it "
+        sent, item = owned
+        self.report(item, BROKER, event.ts, connection.name, "the owner's settle of a message in flight to it "
                     "accepted", f"refused {(event.ts - sent) * 1000:.0f} ms after it", event)
 
     def tick(self, judge, now):
         while self._foreign and self._foreign[0][0] <= now:
-            due, _, name, msg_id, verb, sent = heappop(self._foreign)
+            due, _, name, msg_id, verb, item, sent = heappop(self._foreign)
             self._waiting.discard((name, msg_id))
             refusal = self._refused.pop((name, msg_id), None)
             connection = judge.connections[name]
             if self._explained(judge, connection, sent):
                 continue
-            item = "P-FIN-05" if verb == "FIN" else "D-10"
             if refusal is None and (connection.closed_at is None or connection.closed_at > due) \
                     and connection.fatal_error is None:
                 self.report(item, BROKER, due, name, f"{verb} of a message in flight to another consumer refused",
@@ -108,7 +115,7 @@ class SettledByOwner(Monitor):
     def _expire(self, now: float) -> None:
         """The owners' settles past ``SETTLED_S`` succeeded: no refusal came."""
         while self._owned:
-            _, sent = next(iter(self._owned.items()))
+            _, (sent, _item) = next(iter(self._owned.items()))
             if sent >= now - SETTLED_S:
                 return
             self._owned.popitem(last=False)

@@ -138,7 +138,8 @@ def test_a_touched_message_kept_past_the_maximum_is_d13_and_one_back_by_it_is_no
     kept = _subscribed(Traffic(), timeout_ms=2000, max_ms=3000).message(0.1, ID1)
     for at in (1.0, 2.0, 3.0, 4.0, 5.0):
         kept.send(at, b"TOUCH", ID1.decode())
-    assert kept.violations(5.5) == [("D-13", BROKER)]
+    # the TOUCH at 4 s, after the ceiling, is accepted too: D-12's refusal of a settle after the timeout
+    assert kept.violations(5.5) == [("D-13", BROKER), ("D-12", BROKER)]
     capped = _subscribed(Traffic(), timeout_ms=2000, max_ms=3000).message(0.1, ID1)
     for at in (1.0, 2.0):
         capped.send(at, b"TOUCH", ID1.decode())
