@@ -23,6 +23,7 @@ acted and the fake lookupd logged on arrival): a change told at ``ts`` is due by
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, Observed
@@ -34,6 +35,7 @@ from nsq_protocol.monitors.nsqd_names import CREATED, EPHEMERAL, LEFT, LOOKUPDS,
 # nsqd's lookupLoop sends a notification within milliseconds; a lookupd peer that does not answer holds it up to
 # its 1 s read timeout (lookup_peer.go), and a loaded machine more
 ANNOUNCE_S = 5.0
+DIAL_S = 1.0  # lookup_peer.go Connect's dial timeout: a dead lookupd ahead of this one in the loop delays its tick
 ENDED = "the traffic ended before it was due"
 _CONNECTED = frozenset({"R-10", "R-11"})  # the dues of a new connection's connectCallback
 
@@ -58,6 +60,18 @@ class _Peer:
     unregistered_at: dict = field(default_factory=dict)  # key -> its last UNREGISTER
     due: list[_Due] = field(default_factory=list)
     pinged: bool = False  # its connectCallback is over: a PING came after it
+    last_ping: float | None = None  # its latest PING: the phase of nsqd's 15 s ticker
+    dropped: _Dropped | None = None  # the connection before it, which lookupd ended (R-14)
+
+
+@dataclass
+class _Dropped:
+    """An nsqd's connection that lookupd ended (its restart, or its fatal error): nsqd finds the dead link at its
+    next PING and connects again at the tick after (R-14)."""
+
+    closed_at: float
+    last_ping: float | None  # the phase of nsqd's ticker, where the connection PINGed
+    up_at: float | None = None  # the first sign since that lookupd serves again (a new connection's command, HTTP)
 
 
 class NsqdAnnounces(Monitor):
@@ -66,9 +80,12 @@ class NsqdAnnounces(Monitor):
     followed by 'UNREGISTER t c'; R-05: a /topic/delete by 'UNREGISTER t' and one for each channel it had; R-06:
     an ephemeral channel's last consumer leaving by its UNREGISTER; R-07: an ephemeral topic whose last channel went
     so by 'UNREGISTER t' too; R-10: a new connection (after a lost one, or at nsqd's start) REGISTERs every
-    channel and topic nsqd has before its first PING; R-11: so does one opened for a PUT of nsqd's lookupds' list."""
+    channel and topic nsqd has before its first PING; R-11: so does one opened for a PUT of nsqd's lookupds' list;
+    R-14: after lookupd ended nsqd's connection (its restart), nsqd connects again by the tick after the one that
+    found the dead link, or the first after lookupd serves again (the old connection's PINGs show nsqd's ticker;
+    capture times)."""
 
-    ITEMS = ("R-03", "R-04", "R-05", "R-06", "R-07", "R-10", "R-11")
+    ITEMS = ("R-03", "R-04", "R-05", "R-06", "R-07", "R-10", "R-11", "R-14")
     KINDS = frozenset({COMMAND})
 
     def __init__(self) -> None:
@@ -77,10 +94,12 @@ class NsqdAnnounces(Monitor):
         self._has: dict[str, dict[str, set]] = {}  # nsqd "host:port" -> its topics -> their channels, as told
         self._earliest = float("inf")  # the earliest due of any peer
         self._replaced: dict[str, NameChange] = {}  # nsqd -> its latest PUT of its lookupds' list
+        self._dropped: dict[tuple, _Dropped] = {}  # (host, tcp_port) of an nsqd -> its connection lookupd ended
 
     # ---- the lookupd side -----------------------------------------------------------------------------
     def observe(self, judge, connection: V1Connection, event: Observed, answered: Observed | None) -> None:
         self._overdue(judge, event.ts)
+        self._serving(event.ts, connection.opened_at)
         peer = self._peers.get(connection.name)
         if peer is None:
             if event.name == "IDENTIFY" and connection.started and judge.nsqd_clients:
@@ -88,8 +107,12 @@ class NsqdAnnounces(Monitor):
                 if port is not None:
                     host = connection.client_address.rsplit(":", 1)[0] if connection.client_address else None
                     peer = self._peers[connection.name] = _Peer(port, host, event.ts)
-                    self._connected(peer, connection, event)
+                    self._connected(judge, peer, connection, event)
             return
+        if event.name == "PING":
+            if peer.dropped is not None and not peer.pinged:
+                self._reconnected(judge, peer.dropped, connection, event)
+            peer.last_ping = event.ts
         if event.name == "PING" and not peer.pinged:
             peer.pinged = True
             for due in peer.due:
@@ -115,10 +138,24 @@ class NsqdAnnounces(Monitor):
 
     def closed(self, judge, connection: V1Connection) -> None:
         self._overdue(judge, connection.closed_at)
-        self._peers.pop(connection.name, None)  # what it had due is lost with it (R-10)
+        peer = self._peers.pop(connection.name, None)  # what it had due is lost with it (R-10)
+        if peer is not None and connection.closed_by == BROKER and connection.closed_at is not None:
+            self._dropped[peer.host, peer.nsqd_port] = _Dropped(connection.closed_at, peer.last_ping)
 
-    def _connected(self, peer: _Peer, connection: V1Connection, identify: Observed) -> None:
-        """R-10, R-11: connectCallback's REGISTERs of what nsqd has (a channel's names its topic too)."""
+    def http(self, judge, exchange) -> None:
+        self._serving(exchange.ts, exchange.ts)
+
+    def _serving(self, ts: float, since: float) -> None:
+        """lookupd served at ``ts`` something that began at ``since`` (a connection's open, a request): it is up
+        again after the connections it ended before then."""
+        for dropped in self._dropped.values():
+            if dropped.up_at is None and since > dropped.closed_at:
+                dropped.up_at = ts
+
+    def _connected(self, judge, peer: _Peer, connection: V1Connection, identify: Observed) -> None:
+        """R-10, R-11: connectCallback's REGISTERs of what nsqd has (a channel's names its topic too); R-14: after
+        lookupd ended the connection before, the reconnection by the tick after the one that found the dead link."""
+        peer.dropped = self._dropped.pop((peer.host, peer.nsqd_port), None)
         for nsqd, topics in self._has.items():
             if not self._of(peer, nsqd):
                 continue
@@ -130,6 +167,34 @@ class NsqdAnnounces(Monitor):
             peer.due.extend(_Due("REGISTER", (topic, channel), item, cause, by)
                             for topic, channels in topics.items() for channel in channels or (None,))
             self._earliest = min(self._earliest, by)
+
+    def _reconnected(self, judge, dropped: _Dropped, connection: V1Connection, ping: Observed) -> None:
+        """R-14: nsqd's ticker (the old connection's PINGs) finds the dead link at its first tick after the close
+        and connects at the next, or at the first tick after lookupd is back: the tick's PING connects, and follows
+        the connectCallback at once. A connection made otherwise (for a notification, whose PING waits for the next
+        tick, or at a restarted nsqd's start, on a ticker of its own) is not judged."""
+        if not judge.timing:
+            self.skip("R-14", "the times are not the capture's")
+            return
+        if dropped.last_ping is None:
+            self.skip("R-14", "the connection lookupd ended never PINGed: nsqd's ticker is not shown")
+            return
+        if dropped.up_at is None or dropped.up_at >= connection.opened_at:
+            self.skip("R-14", "nothing shows lookupd serving again before nsqd's new connection")
+            return
+        opened = connection.opened_at
+        phase = dropped.last_ping
+        off_tick = min(opened - _tick_before(phase, opened), _tick_after(phase, opened) - opened)
+        if ping.ts - opened > ANNOUNCE_S or off_tick > PING_SLACK_S + DIAL_S:
+            self.skip("R-14", "nsqd's new connection was not made by a tick of the ticker the old one PINGed on")
+            return
+        found = _tick_after(dropped.last_ping, dropped.closed_at)
+        due = max(found + PING_S, _tick_after(dropped.last_ping, dropped.up_at)) + PING_SLACK_S + DIAL_S
+        if connection.opened_at > due:
+            self.report("R-14", BROKER, connection.opened_at, connection.name,
+                        f"nsqd connected again by {due - dropped.closed_at:.1f} s after lookupd ended its connection "
+                        f"(the tick after the one at {found - dropped.closed_at:.1f} s that found the dead link)",
+                        f"connected {connection.opened_at - dropped.closed_at:.1f} s after it")
 
     # ---- the nsqd side --------------------------------------------------------------------------------
     def nsqd_changed(self, judge, nsqd: str, change: NameChange) -> None:
@@ -222,6 +287,16 @@ class NsqdAnnounces(Monitor):
     def _of(peer: _Peer, nsqd: str) -> bool:
         host, _, port = nsqd.rpartition(":")
         return str(peer.nsqd_port) == port and peer.host in (None, host)
+
+
+def _tick_after(phase: float, ts: float) -> float:
+    """The first tick of nsqd's 15 s ticker (one at ``phase``) at or after ``ts``."""
+    return phase + max(0, math.ceil((ts - phase) / PING_S)) * PING_S
+
+
+def _tick_before(phase: float, ts: float) -> float:
+    """The last tick of nsqd's 15 s ticker (one at ``phase``) at or before ``ts``."""
+    return phase + math.floor((ts - phase) / PING_S) * PING_S
 
 
 def _met(due: _Due, event: Observed) -> bool:

@@ -439,6 +439,45 @@ def test_a_missed_ping_tick_is_r_08():
     assert untimed.violations() == [] and untimed.not_judged("R-08")
 
 
+def restarted_lookupd(reconnect_at: float, ping_after: float = 0.05, timing: bool = True, closed_at: float = 31.0,
+                      served_at: float | None = 33.0) -> Traffic:
+    """nsqd's connection "A" (PINGs at 15 s and 30 s) ended by lookupd at ``closed_at``; lookupd seen serving again
+    at ``served_at`` (an HTTP answer); nsqd's connection "B" at ``reconnect_at``, its PING ``ping_after`` later."""
+    traffic = Traffic()
+    traffic.judge = monitors.new_lookupd_judge(http_seen=True, timing=timing, nsqd_clients=True)
+    traffic.connect().identify().reply(ANSWER).command("REGISTER", "t").reply(b"OK")
+    for tick in (tick for tick in (15.0, 30.0) if tick < closed_at):
+        traffic.at = tick
+        traffic.command("PING").reply(b"OK")
+    traffic.at = closed_at
+    traffic.close(BROKER)
+    if served_at is not None:
+        traffic.at = served_at
+        traffic.http("GET", "/ping", 200, b"OK", {"content-type": "text/plain; charset=utf-8"})
+    traffic.at = reconnect_at
+    traffic.connect("B").identify(conn="B").reply(ANSWER, conn="B").command("REGISTER", "t", conn="B")
+    traffic.reply(b"OK", conn="B")
+    traffic.at = reconnect_at + ping_after
+    return traffic.command("PING", conn="B").reply(b"OK", conn="B")
+
+
+def test_nsqd_connecting_again_at_the_tick_after_the_one_that_found_the_dead_link_keeps_r_14():
+    assert restarted_lookupd(60.0).violations() == []
+    # lookupd back only after that tick: the first tick after it
+    assert restarted_lookupd(75.0, served_at=62.0).violations() == []
+
+
+def test_nsqd_connecting_again_a_tick_late_is_r_14():
+    assert restarted_lookupd(75.0).violations() == [("R-14", BROKER)]
+
+
+def test_r_14_is_not_judged_without_the_ticker_lookupds_return_a_tick_or_the_wire_times():
+    # a connection at 72 s is no tick's (a notification's): its PING waits for the tick at 75 s
+    for traffic in (restarted_lookupd(30.0, closed_at=10.0, served_at=12.0), restarted_lookupd(75.0, served_at=None),
+                    restarted_lookupd(72.0, ping_after=3.0), restarted_lookupd(75.0, timing=False)):
+        assert traffic.violations() == [] and traffic.not_judged("R-14")
+
+
 def test_test_clients_are_not_held_to_nsqds_rules():
     traffic = Traffic().connect().command("PING").reply(b"OK")
     assert traffic.violations() == [] and traffic.not_judged("R-01")
