@@ -20,7 +20,7 @@ from collections.abc import Callable
 from conformance.client import Mismatch, TlsClient, Unsupported, Verifier, open_test_socket, setup_step
 from conformance.transcript import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Transcript
 from nsq_protocol import monitors, wire
-from nsq_protocol.monitors.events import MAGIC, STREAM, UNFRAMED, UNREADABLE
+from nsq_protocol.monitors.events import MAGIC, SHORT_MAGIC, STREAM, UNFRAMED, UNREADABLE
 
 
 class Closed(Exception):
@@ -120,15 +120,26 @@ class Connection:
         return lines or [f"raw {data[:80]!r}"], commands, None
 
     def shutdown_write(self) -> None:
+        self._ended()
         self.transcript.note("client half-closes (SHUT_WR)", self.name)
         self.sock.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
         if not self.closed:
+            self._ended()
             self.closed = True
             self.transcript.endpoints[self.name].closed_by_client = True
             self.transcript.note("client closes", self.name)
         self.sock.close()
+
+    def _ended(self) -> None:
+        """The client ends its side: within the magic, the monitors' SHORT_MAGIC event (C-03)."""
+        cut = self.commands.partial_magic
+        if cut is not None and not self.unreadable_sent:
+            self.unreadable_sent = True
+            at = self.transcript.wall_started + self.transcript.now()
+            self.transcript.record(self.name, CLIENT_TO_SERVER, [f"MAGIC cut short {cut!r}"],
+                                   observed=(monitors.Observed(at, UNREADABLE, SHORT_MAGIC, repr(cut)),))
 
     def start_tls(self, timeout: float) -> None:
         """Client side of the TLS upgrade right after the IDENTIFY response (ID-31), as ``self.tls`` says."""

@@ -14,7 +14,7 @@ from conformance.transcript import CLIENT_TO_SERVER, NOTE, SERVER_TO_CLIENT, Tra
 from conformance.versions import DEFAULT, NsqVersion
 from nsq_protocol import monitors, wire_v1
 from nsq_protocol.http import HttpExchange
-from nsq_protocol.monitors.events import MAGIC, UNREADABLE
+from nsq_protocol.monitors.events import MAGIC, SHORT_MAGIC, UNREADABLE
 from nsq_protocol.monitors.lookupd_announces import NsqdAnnounces
 from nsq_protocol.monitors.lookupd_nsqd import NsqdRegisters
 from nsq_protocol.monitors.nsqd_names import RESTARTED, NameChange, NamesChanged
@@ -160,7 +160,8 @@ def address(host_port: tuple[str, int]) -> str:
 
 
 def bad_magic(observed: tuple) -> bool:
-    return bool(observed) and observed[0].kind == UNREADABLE and observed[0].name == MAGIC
+    """The client's magic was not '  V2': another (C-02), or one its end cut short (C-03)."""
+    return bool(observed) and observed[0].kind == UNREADABLE and observed[0].name in (MAGIC, SHORT_MAGIC)
 
 
 class MonitorFailed(RuntimeError):

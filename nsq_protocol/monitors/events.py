@@ -19,9 +19,10 @@ JSON = "json"  # a response's name when its data is a JSON object (the IDENTIFY 
 # through TLS a capture does not show
 OUTSIDE_TLS = "in plaintext where TLS was negotiated"
 # bytes from the client that are no V2 command: its ``name`` says where (MAGIC, a layer of UPGRADES' names, or
-# STREAM for the plain command stream), its ``text`` what was wrong; nsqd ends the connection on them (C-02, C-21)
+# STREAM for the plain command stream), its ``text`` what was wrong; nsqd ends the connection on them (C-02, C-21).
+# SHORT_MAGIC: the client ended its side within the four magic bytes (its ``text``: those it sent), at its end (C-03)
 UNREADABLE = "unreadable"
-MAGIC, STREAM = "magic", "stream"
+MAGIC, STREAM, SHORT_MAGIC = "magic", "stream", "short magic"
 # nsqlookupd's bytes that are no [4-byte size][data] reply (L-TCP-02), nsqd's that are no [size][type][data] frame
 # (C-06): its ``text`` says why
 UNFRAMED = "unframed"

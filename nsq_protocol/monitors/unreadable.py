@@ -1,6 +1,6 @@
 """nsqd's answer to client bytes it cannot read (nsqd/tcp.go, protocol_v2.go IOLoop): a bad magic gets one
-E_BAD_PROTOCOL frame and the close; a line that overflows the 16 KiB read buffer, or a compression layer that does
-not decode, ends the read loop with no frame at all, and the connection."""
+E_BAD_PROTOCOL frame and the close; a magic cut short by the client's end, a line that overflows the 16 KiB read
+buffer, or a compression layer that does not decode, ends the read with no frame at all, and the connection."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from nsq_protocol.monitors.events import (
     MAGIC,
     MESSAGE,
     RESPONSE,
+    SHORT_MAGIC,
     STREAM,
     UNREADABLE,
     Observed,
@@ -35,6 +36,8 @@ def item_of(event: Observed) -> str | None:
         return "C-05" if "v2" in event.text.lower() else "C-02"
     if event.name == STREAM:
         return "C-19" if event.text.startswith(OVERLONG_LINE) else None
+    if event.name == SHORT_MAGIC:
+        return "C-03"
     return LAYER_ITEMS.get(event.name)
 
 
@@ -43,9 +46,11 @@ class UnreadableBytesEnd(Monitor):
     '  V2' never gets it. C-19: a command line overflowing the 16 KiB buffer ends the connection with no frame; ID-33,
     ID-34: so does what the client sent through deflate or snappy that is no raw DEFLATE or snappy framing (a broker
     that read on read another format). Answers to the commands before the bytes still come; a heartbeat or message
-    the pump was writing may slip out before the close, but not later than a fatal error's slack."""
+    the pump was writing may slip out before the close, but not later than a fatal error's slack. C-03: a client
+    that ends its side within the magic gets nothing at all (nsqd's read of the magic fails: no protocol, no pump),
+    before its end or after; judged where the connection's start is in the traffic."""
 
-    ITEMS = ("C-01", "C-02", "C-05", "C-19", "ID-33", "ID-34")
+    ITEMS = ("C-01", "C-02", "C-03", "C-05", "C-19", "ID-33", "ID-34")
     KINDS = frozenset({UNREADABLE, RESPONSE, ERROR, MESSAGE, HEARTBEAT})
 
     def __init__(self):
@@ -53,6 +58,7 @@ class UnreadableBytesEnd(Monitor):
         self._unreadable: dict[str, tuple[str, Observed]] = {}  # connection -> (item, the client's bytes)
         self._refused: set[str] = set()  # bad magic's connections that got their E_BAD_PROTOCOL
         self._done: set[str] = set()
+        self._before_magic: dict[str, Observed] = {}  # connection -> the broker's first frame before any command
 
     def observe(self, judge, connection, event, answered):
         name = connection.name
@@ -60,16 +66,25 @@ class UnreadableBytesEnd(Monitor):
             item = item_of(event)
             if item is not None and name not in self._unreadable:
                 self._unreadable[name] = (item, event)
+                early = self._before_magic.pop(name, None)
+                if item == "C-03" and early is not None and connection.started:
+                    self._wrong(name, item, early, event, early.describe()[2:] + " before the client's end")
             return
         seen = self._unreadable.get(name)
+        if seen is None and connection.last_command_at is None:
+            # before any command: whether the magic was whole (C-01) or the client's end cuts it short (C-03) is
+            # told by what comes next, or by the close
+            self._before_magic.setdefault(name, event)
+            return
         if seen is None:
-            if event.kind == ERROR and event.name == BAD_PROTOCOL and connection.started and name not in self._done:
-                self._done.add(name)
-                self.report("C-01", BROKER, event.ts, name, "the magic '  V2' accepted",
-                            f"{BAD_PROTOCOL} after it", event)
+            self._accepted(connection, event)
             return
         item, bytes_seen = seen
         if name in self._done:
+            return
+        if item == "C-03":
+            if connection.started:
+                self._wrong(name, item, event, bytes_seen, event.describe()[2:])
             return
         if event.kind in (MESSAGE, HEARTBEAT) and item not in MAGIC_ITEMS:
             if judge.timing and event.ts - bytes_seen.ts > FATAL_CLOSE_S:  # the pump still runs: nothing closed
@@ -84,6 +99,13 @@ class UnreadableBytesEnd(Monitor):
         elif answered is None:  # an answer to a command before the bytes is still due
             self._wrong(name, item, event, bytes_seen, event.describe()[2:])
 
+    def _accepted(self, connection, event: Observed) -> None:
+        """C-01: the magic '  V2' never gets E_BAD_PROTOCOL."""
+        name = connection.name
+        if event.kind == ERROR and event.name == BAD_PROTOCOL and connection.started and name not in self._done:
+            self._done.add(name)
+            self.report("C-01", BROKER, event.ts, name, "the magic '  V2' accepted", f"{BAD_PROTOCOL} after it", event)
+
     def _wrong(self, name: str, item: str, event: Observed, bytes_seen: Observed, observed: str) -> None:
         self._done.add(name)
         self.report(item, BROKER, event.ts, name, self._expected(item), observed, bytes_seen, event)
@@ -96,6 +118,9 @@ class UnreadableBytesEnd(Monitor):
 
     def closed(self, judge, connection):
         name = connection.name
+        early = self._before_magic.pop(name, None)
+        if early is not None and name not in self._unreadable:
+            self._accepted(connection, early)
         seen, refused, done = self._unreadable.pop(name, None), name in self._refused, name in self._done
         self._refused.discard(name)
         self._done.discard(name)

@@ -343,6 +343,12 @@ class CommandLineDecoder(_StreamDecoder):
         self._max_line = max_line
         self._max_body_size = max_body_size
 
+    @property
+    def partial_magic(self) -> bytes | None:
+        """The first bytes of a magic not yet complete (at most three): where the stream ends here, the client ended
+        it within the magic (C-03). None: no byte yet, or all four came."""
+        return bytes(self._buffer) if self.magic is None and self._buffer else None
+
     def split(self, line: bytes) -> list[bytes]:
         raise NotImplementedError
 

@@ -21,8 +21,10 @@ TLS_OPAQUE = "tls_opaque"
 # the error rows of a V2 client's own bytes that nsqd cannot read, in a stream seen from its start without a gap:
 # its magic (C-02), its command stream (C-19), the compression layer it negotiated (ID-33, ID-34). nsqd ends the
 # connection there, so the client's direction is decoded no further; the monitors judge nsqd's answer to them.
+# MAGIC_CUT_SHORT: the client ended its side within the magic (C-03), at its FIN.
 BAD_MAGIC, UNREADABLE_COMMAND, UNREADABLE_LAYER = "bad_magic", "unreadable_command", "unreadable_layer"
-CLIENT_UNREADABLE = (BAD_MAGIC, UNREADABLE_COMMAND, UNREADABLE_LAYER)
+MAGIC_CUT_SHORT = "magic_cut_short"
+CLIENT_UNREADABLE = (BAD_MAGIC, UNREADABLE_COMMAND, UNREADABLE_LAYER, MAGIC_CUT_SHORT)
 
 
 class Direction(StrEnum):

@@ -35,7 +35,16 @@ from spark_analysis.decode.events import (
     first_bytes,
 )
 from spark_analysis.decode.identify import identify_struct, json_object, response_struct, stated
-from spark_analysis.decode.kinds import TLS_OPAQUE, UNREADABLE_COMMAND, UNREADABLE_LAYER, Close, Direction, Kind, Status
+from spark_analysis.decode.kinds import (
+    MAGIC_CUT_SHORT,
+    TLS_OPAQUE,
+    UNREADABLE_COMMAND,
+    UNREADABLE_LAYER,
+    Close,
+    Direction,
+    Kind,
+    Status,
+)
 from spark_analysis.derive.in_flight import NS_PER_S, InFlight
 from spark_analysis.derive.settlements import DELIVERED_SCHEMA, Settlements
 from spark_analysis.read.reassembly import Connection, Stream
@@ -453,6 +462,12 @@ class _ClientSide(_V2Walk, CommandWalk):
         if self.unanswered is not None:  # never answered: the bytes stay as they were (no layer, ID-30)
             self.upgrade.answered = True
             self._switch(bytes(self.unanswered))
+        cut = self.decoder.partial_magic
+        if cut is not None and self.stream.fin_ts_ns is not None and not self.lost and self.resync_buffer is None:
+            # C-03: the client's FIN within the magic, seen from its SYN without a gap
+            rows.add(self.stream.fin_ts_ns, self.direction, Kind.ERROR, MAGIC_CUT_SHORT, explanation=repr(cut),
+                     stream_offset=0)
+            return
         super().finish(rows)
 
     def feed(self, data: bytes):

@@ -32,6 +32,7 @@ from nsq_protocol.monitors.events import (
     MESSAGE,
     OUTSIDE_TLS,
     RESPONSE,
+    SHORT_MAGIC,
     STREAM,
     UNREADABLE,
 )
@@ -40,6 +41,7 @@ from nsq_protocol.wire import ProtocolViolation
 from spark_analysis.decode.kinds import (
     BAD_MAGIC,
     CLIENT_UNREADABLE,
+    MAGIC_CUT_SHORT,
     TLS_OPAQUE,
     UNREADABLE_COMMAND,
     Close,
@@ -56,7 +58,8 @@ NS = 1_000_000_000
 _FRAMES = {"message": MESSAGE, "heartbeat": HEARTBEAT, "response": RESPONSE, "error": ERROR}
 _CLOSED_BY = {Close.SERVER_FIN: BROKER, Close.CLIENT_FIN: CLIENT, Close.RST: None}
 _NUMBER = {"RDY": "rdy", "REQ": "delay_ms", "DPUB": "delay_ms", "MPUB": "message_count", "AUTH": "body_len"}
-_WHERE = {BAD_MAGIC: MAGIC, UNREADABLE_COMMAND: STREAM}  # the client's unreadable bytes; else its layer's
+# the client's unreadable bytes; else its layer's
+_WHERE = {BAD_MAGIC: MAGIC, UNREADABLE_COMMAND: STREAM, MAGIC_CUT_SHORT: SHORT_MAGIC}
 _SEGMENT = ("ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload", "ack")
 
 VIOLATIONS = "violations"
@@ -212,7 +215,10 @@ def openings(connections: pa.Table, undecoded: set[str], whole_capture: bool = T
         # under TLS all of it but the start is. The client's own unreadable bytes reach the monitors
         # (CLIENT_UNREADABLE), whatever its magic was.
         whole = seen and row["codec"] != "tls" and (not bad or row["close"] != Close.OPEN)
-        started = seen and len(row["magic"] or "") == len(wire.MAGIC_V2) and not bad
+        # a client whose FIN came within the magic (the decoder's SHORT_MAGIC row) showed its start too (C-03)
+        magic = len(row["magic"] or "")
+        started = seen and not bad and (magic == len(wire.MAGIC_V2) or
+                                        0 < magic and row["client_fin_ts_ns"] is not None)
         answer = {key: value for key, value in (row["identify_response"] or {}).items() if value is not None}
         ended = row["close"] != Close.OPEN
         by_server.setdefault(row["server"], []).append(Opening(

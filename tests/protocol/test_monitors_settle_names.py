@@ -1,7 +1,7 @@
 """The name rule held against every answer that hangs on it (D-39: AnswersAsNsqd over V2, HttpAnswersAsNsqd over
-HTTP) and a consumer's settle after its message timed out (D-12: LateSettleRefused, SettledByOwner); each fires on
-the broker bug it names, stays silent on nsqd's behaviour and says "not judged" where the traffic lacks what it
-needs."""
+HTTP), a consumer's settle after its message timed out (D-12: LateSettleRefused, SettledByOwner) and a magic the
+client's end cut short (C-03: UnreadableBytesEnd); each fires on the broker bug it names, stays silent on nsqd's
+behaviour and says "not judged" where the traffic lacks what it needs (R-14: test_monitors_lookupd.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from nsq_protocol import monitors, wire
 from nsq_protocol.http import HttpExchange, Request, Response
 from nsq_protocol.monitors import BROKER, HttpAction
 from nsq_protocol.monitors.answers import AnswersAsNsqd
+from nsq_protocol.monitors.events import SHORT_MAGIC, UNREADABLE, Observed
 from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
 from tests.protocol.test_monitors import ID1, T0, Traffic, consumer
 from tests.protocol.test_monitors_delivery import _subscribed
@@ -187,3 +188,40 @@ def test_a_late_fin_of_a_message_now_another_consumers_is_refused_as_not_owned_d
     emptied = _elsewhere().send(1.6, b"FIN", ID1.decode())
     emptied.judge.http(HttpAction(T0 + 1.6, "/channel/empty", "t", "c", 200))
     assert emptied.error(1.61, NOT_IN_FLIGHT).violations(3.0) == []
+
+
+# ---- C-03: a magic the client's end cut short ---------------------------------------------------------------
+
+def test_the_decoder_holds_a_magic_cut_short():
+    decoder = wire.CommandDecoder()
+    assert decoder.partial_magic is None
+    assert decoder.feed(b"  ") == [] and decoder.partial_magic == b"  "
+    decoder.feed(b"V2")
+    assert decoder.partial_magic is None and decoder.magic == wire.MAGIC_V2
+
+
+def _cut_short(started: bool = True) -> Traffic:
+    traffic = Traffic(timing=False).connect(started=started)
+    traffic.judge.observe("A", Observed(T0 + 0.1, UNREADABLE, SHORT_MAGIC, "b'  '"))
+    return traffic
+
+
+def test_a_magic_cut_short_answered_by_the_close_alone_keeps_c03():
+    assert _cut_short().close(0.11, BROKER).violations(0.2) == []
+
+
+def test_a_frame_after_a_magic_cut_short_is_c03():
+    refused = _cut_short().error(0.105, b"E_BAD_PROTOCOL client sent bad magic")
+    assert refused.close(0.11, BROKER).violations(0.2) == [("C-03", BROKER)]
+    early = Traffic(timing=False).connect().heartbeat(0.05)
+    early.judge.observe("A", Observed(T0 + 0.1, UNREADABLE, SHORT_MAGIC, "b'  '"))
+    assert early.close(0.11, BROKER).violations(0.2) == [("C-03", BROKER)], "before the client's end, as well"
+
+
+def test_a_magic_cut_short_on_a_connection_seen_from_its_middle_is_not_judged():
+    midway = _cut_short(started=False).error(0.105, b"E_BAD_PROTOCOL client sent bad magic")
+    assert midway.close(0.11, BROKER).violations(0.2) == []
+    timed = Traffic().connect()
+    timed.judge.observe("A", Observed(T0 + 0.1, UNREADABLE, SHORT_MAGIC, "b'  '"))
+    timed.judge.close("A", T0 + 0.11, monitors.CLIENT)
+    assert timed.violations(0.2) == [] and _not_judged(timed, "C-03"), "the broker's close after the client's end"

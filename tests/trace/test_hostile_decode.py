@@ -16,9 +16,10 @@ from trace_helpers import walk
 from spark_analysis.analysis import DEFAULT_NSQ_PORTS, decode_flow, flow_runs
 from spark_analysis.decode.kinds import Direction
 
-# the errors after which a direction is not decoded any more: its bytes are not counted one by one
+# the errors after which a direction is not decoded any more: its bytes are not counted one by one (a magic the
+# client's FIN cut short, C-03, is all there was of it)
 DIRECTION_LOST = {"tls_opaque", "decompression_failed", "compressed_stream_gap", "bad_magic", "unreadable_command",
-                  "unreadable_layer"}
+                  "unreadable_layer", "magic_cut_short"}
 SIDES = {CLIENT: Direction.CLIENT, SERVER: Direction.SERVER}
 
 

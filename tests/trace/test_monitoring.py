@@ -215,6 +215,22 @@ def test_a_bad_magic_in_a_capture_answered_as_nsqd_is_not_named_and_a_silent_clo
         assert named(tmp_path / "a.pcap") == expected
 
 
+def test_a_magic_cut_short_by_the_clients_fin_answered_by_nothing_keeps_c03_and_by_a_frame_is_named(tmp_path):
+    """The decoder's row for a client FIN within the magic (C-03) reaches the monitors as the suite's event does."""
+    for answered, expected in ((False, set()), (True, {("C-03", "broker")})):
+        capture = Capture(str(tmp_path / "a.pcap"), "pcap")
+        conn = Connection(capture, "A", 40000, 1000)
+        conn.open(EPOCH_NS)
+        conn.send("c2s", EPOCH_NS + MS, b"  ")
+        if answered:
+            conn.send("s2c", EPOCH_NS + MS + MS // 2, wire.encode_frame(wire.FRAME_ERROR, b"E_BAD_PROTOCOL"))
+        conn.close(EPOCH_NS + 2 * MS, first="c2s")
+        capture.close()
+        [judge] = judged(tmp_path / "a.pcap").values()
+        assert {(v.item, v.side) for v in judge.violations} == expected
+        assert any(event == "C-03" for event, _ in judge.not_judged) != answered, "the close after the client's FIN"
+
+
 def _error(code: bytes, text: bytes) -> bytes:
     return wire.encode_frame(wire.FRAME_ERROR, code + b" " + text)
 
