@@ -86,6 +86,7 @@ from nsq_protocol.monitors.scan import TimedOutInTime
 from nsq_protocol.monitors.settling import SettledByOwner
 from nsq_protocol.monitors.stats_clients import ClientsAsConnected
 from nsq_protocol.monitors.stats_counters import CountersNeverBehind
+from nsq_protocol.monitors.stats_locality import CountedByLocality
 from nsq_protocol.monitors.stats_restart import RestartForgets
 from nsq_protocol.monitors.stats_text import TextStatsClients
 from nsq_protocol.monitors.stats_topics import RefusedMpubMadeTopic
@@ -102,7 +103,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
     CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty, ClientsAsConnected, HttpWithoutAuth,
     RefusedMpubMadeTopic, EphemeralChannelGone, RestartForgets, EphemeralQueueInMemory, TextStatsClients, LimitsHeld,
-    AnyCommandAnswersHeartbeats, FramesSized, ReadyConsumerFed, LateSettleRefused,
+    AnyCommandAnswersHeartbeats, FramesSized, ReadyConsumerFed, LateSettleRefused, CountedByLocality,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

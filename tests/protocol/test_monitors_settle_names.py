@@ -1,6 +1,7 @@
 """The name rule held against every answer that hangs on it (D-39: AnswersAsNsqd over V2, HttpAnswersAsNsqd over
 HTTP), a consumer's settle after its message timed out (D-12: LateSettleRefused, SettledByOwner) and a magic the
-client's end cut short (C-03: UnreadableBytesEnd); each fires on the broker bug it names, stays silent on nsqd's
+client's end cut short (C-03: UnreadableBytesEnd), a /stats channel's counts by locality (H-STATS-12:
+CountedByLocality); each fires on the broker bug it names, stays silent on nsqd's
 behaviour and says "not judged" where the traffic lacks what it needs (R-14: test_monitors_lookupd.py)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from nsq_protocol.monitors import BROKER, HttpAction
 from nsq_protocol.monitors.answers import AnswersAsNsqd
 from nsq_protocol.monitors.events import SHORT_MAGIC, UNREADABLE, Observed
 from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
+from nsq_protocol.monitors.stats_locality import CountedByLocality
 from tests.protocol.test_monitors import ID1, T0, Traffic, consumer
 from tests.protocol.test_monitors_delivery import _subscribed
 
@@ -225,3 +227,60 @@ def test_a_magic_cut_short_on_a_connection_seen_from_its_middle_is_not_judged():
     timed.judge.observe("A", Observed(T0 + 0.1, UNREADABLE, SHORT_MAGIC, "b'  '"))
     timed.judge.close("A", T0 + 0.11, monitors.CLIENT)
     assert timed.violations(0.2) == [] and _not_judged(timed, "C-03"), "the broker's close after the client's end"
+
+
+# ---- H-STATS-12: a channel's counts by locality ----------------------------------------------------------
+
+def _located(channel: str = "c#ephemeral", release: tuple | None = (1 << 31,)) -> Traffic:
+    """A consumer of ``channel`` (RDY 1) on a broker that counts by locality (master); CountedByLocality alone."""
+    traffic = Traffic()
+    traffic.judge = monitors.Judge([CountedByLocality()], timing=True, http_seen=True, release=release)
+    return traffic.connect().send(0.0, b"SUB", "t", channel).ok(0.01).send(0.02, b"RDY", 1)
+
+
+def _stats(traffic: Traffic, at: float, channel: str = "c#ephemeral", **counts: int) -> Traffic:
+    entry = {"channel_name": channel, **counts}
+    body = json.dumps({"start_time": 1, "topics": [{"topic_name": "t", "channels": [entry]}]}).encode()
+    traffic.judge.http_exchange(HttpExchange(T0 + at, Request("GET", "/stats?format=json", b""),
+                                             Response(200, body, {}), T0 + at + 0.001))
+    return traffic
+
+
+def _delivered(traffic: Traffic, *at: float) -> Traffic:
+    for index, when in enumerate(at):
+        traffic.message(when, f"{index:016x}".encode()).send(when + 0.001, b"FIN", f"{index:016x}")
+    return traffic
+
+
+def test_counts_that_follow_the_deliveries_keep_h_stats_12():
+    counted = _stats(_delivered(_located(), 0.1, 0.2), 0.3, global_msg_count=2)
+    assert _stats(_delivered(counted, 0.4), 1.0, global_msg_count=3).violations(2.0) == []
+    # a count by the zone (the experiment's flag is the broker's): the sum is what is judged
+    assert _stats(_delivered(_located(), 0.1, 0.2), 0.3, zone_local_msg_count=2).violations(1.0) == []
+    # a durable channel's deliveries from its disk queue are not counted
+    assert _stats(_delivered(_located("c"), 0.1, 0.2), 0.3, channel="c").violations(1.0) == []
+
+
+def test_counts_behind_an_ephemeral_channels_deliveries_ahead_of_any_or_a_zero_shown_are_h_stats_12():
+    behind = _stats(_delivered(_located(), 0.1, 0.2), 0.3, global_msg_count=1)
+    assert behind.violations(1.0) == [("H-STATS-12", BROKER)]
+    ahead = _stats(_delivered(_located("c"), 0.1), 0.15, channel="c", global_msg_count=1)
+    ahead = _stats(_delivered(ahead, 0.2), 0.3, channel="c", global_msg_count=5)
+    assert ahead.violations(2.0) == [("H-STATS-12", BROKER)], "grown by 4, with one delivery and a window of 1"
+    zero = _stats(_delivered(_located(), 0.1), 0.3, global_msg_count=1, zone_local_msg_count=0)
+    assert zero.violations(1.0) == [("H-STATS-12", BROKER)]
+
+
+def test_counts_are_not_judged_where_the_traffic_hides_deliveries_or_samples():
+    older = _stats(_delivered(_located(release=(1, 3, 0)), 0.1, 0.2), 0.3)
+    assert older.violations(1.0) == [] and not _not_judged(older, "H-STATS-12"), "v1.3.0 counts no locality"
+    unseen = _located()
+    unseen.judge.http_seen = False
+    assert _stats(_delivered(unseen, 0.1), 0.3, global_msg_count=7).violations(1.0) == []
+    assert _not_judged(unseen, "H-STATS-12")
+    sampled = Traffic()
+    sampled.judge = monitors.Judge([CountedByLocality()], timing=True, http_seen=True, release=(1 << 31,))
+    sampled.connect().identify(0.0, {"sample_rate": 50}).ok(0.005).send(0.01, b"SUB", "t", "c#ephemeral")
+    sampled.ok(0.011).send(0.02, b"RDY", 1)
+    assert _stats(_delivered(sampled, 0.1), 0.3, global_msg_count=9).violations(1.0) == []
+    assert _not_judged(sampled, "H-STATS-12")
