@@ -422,7 +422,6 @@ def _bad_topic(text: str, item: str, topic: str) -> Expected:
     return Expected((_error("E_BAD_TOPIC", text, item),), False, "D-39")
 
 
-
 def _refused(text: str, item: str) -> Expected:
     return Expected((_error("E_INVALID", re.escape(text), item),), False, item)
 

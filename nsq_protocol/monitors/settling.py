@@ -30,8 +30,8 @@ class SettledByOwner(Monitor):
     def __init__(self):
         super().__init__()
         # (connection, ID) -> its owner's settle (when, the item its refusal breaks), in time order: an OrderedDict,
-        # whose oldest entry is found at once
-        # however many went before it (a dict's first live entry is found past every deleted one)
+        # whose oldest entry is found at once however many went before it (a dict's first live entry is found past
+        # every deleted one)
         self._owned: OrderedDict[tuple, tuple[float, str]] = OrderedDict()
         self._foreign: list = []  # heap of (due, sequence, connection, ID, verb, the item it breaks, sent at)
         self._waiting: set[tuple] = set()  # (connection, ID) of the foreign settles not yet judged
