@@ -70,7 +70,7 @@ class CountedByLocality(Monitor):
 
     def observe(self, judge, connection, event, answered):
         subscription = connection.subscription
-        if subscription is None:
+        if subscription is None or subscription[1] is None:  # a SUB without its channel is refused
             return
         if event.kind == MESSAGE:
             self._channel(subscription).delivered += 1
@@ -88,7 +88,7 @@ class CountedByLocality(Monitor):
     def closed(self, judge, connection):
         subscription = connection.subscription
         window = self._rdy.pop(connection.name, 0)
-        if subscription is None:
+        if subscription is None or subscription[1] is None:
             return
         self._channel(subscription).lost += window
         if subscription[1].endswith(EPHEMERAL) and not any(other.open for other in judge.consumers(subscription)):
@@ -117,7 +117,7 @@ class CountedByLocality(Monitor):
 
     def _entry(self, judge, exchange, key, entry, start_time, whole):
         counts = [entry.get(name, 0) for name in COUNTS]
-        zeros = [name for name in COUNTS if entry.get(name) == 0]
+        zeros = [name for name in COUNTS if type(entry.get(name)) is int and entry[name] == 0]
         label = f"channel {'/'.join(key)}"
         if zeros:
             self.report("H-STATS-12", BROKER, exchange.ts, HTTP, f"{label}'s {', '.join(zeros)} left out while zero",

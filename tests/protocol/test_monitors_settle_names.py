@@ -284,3 +284,10 @@ def test_counts_are_not_judged_where_the_traffic_hides_deliveries_or_samples():
     sampled.ok(0.011).send(0.02, b"RDY", 1)
     assert _stats(_delivered(sampled, 0.1), 0.3, global_msg_count=9).violations(1.0) == []
     assert _not_judged(sampled, "H-STATS-12")
+
+
+def test_a_sub_without_its_channel_is_no_consumer_of_a_channel():
+    refused = Traffic()
+    refused.judge = monitors.Judge([CountedByLocality()], timing=True, http_seen=True, release=(1 << 31,))
+    refused.connect().send(0.0, b"SUB", "t").error(0.01, b"E_INVALID SUB insufficient number of parameters")
+    assert refused.close(0.02, BROKER).violations(0.1) == [] and refused.judge.failures == []
