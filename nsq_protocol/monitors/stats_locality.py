@@ -43,6 +43,7 @@ class _Check:
     due: float
     sequence: int
     key: tuple = field(compare=False)
+    channel: _Channel = field(compare=False)  # as it was at the answer: a channel made again since counts anew
     grown: int = field(compare=False)  # the sum's growth since the answer before
     delivered: int = field(compare=False)  # deliveries at that answer's request
     lost: int = field(compare=False)
@@ -90,7 +91,9 @@ class CountedByLocality(Monitor):
         window = self._rdy.pop(connection.name, 0)
         if subscription is None or subscription[1] is None:
             return
-        self._channel(subscription).lost += window
+        channel = self._channels.get(subscription)
+        if channel is not None:
+            channel.lost += window
         if subscription[1].endswith(EPHEMERAL) and not any(other.open for other in judge.consumers(subscription)):
             self._channels.pop(subscription, None)  # D-50: gone with its last consumer
 
@@ -139,7 +142,7 @@ class CountedByLocality(Monitor):
         if before is None or before[3] != start_time or not judge.timing or channel.buffered_s == float("inf"):
             return
         self._sequence += 1
-        check = _Check(exchange.answered + channel.buffered_s + LATE_S, self._sequence, key, total - before[0],
+        check = _Check(exchange.answered + channel.buffered_s + LATE_S, self._sequence, key, channel, total - before[0],
                        before[1], before[2], exchange)
         heappush(self._checks, check)
         self.due = min(self.due, check.due)
@@ -148,9 +151,9 @@ class CountedByLocality(Monitor):
     def tick(self, judge, now):
         while self._checks and self._checks[0].due <= now:
             check = heappop(self._checks)
-            channel = self._channels.get(check.key)
-            if channel is None:
-                continue  # made again since: its counts too
+            channel = check.channel
+            if self._channels.get(check.key) is not channel:
+                continue  # deleted since, perhaps made again: its counts too
             # taken and counted, not written yet: at most each consumer's window (the pump takes while in flight
             # stays below RDY), those that ended since (``lost``) and those still open
             held = sum(self._rdy.get(consumer.name, 0) for consumer in judge.consumers(check.key) if consumer.open)

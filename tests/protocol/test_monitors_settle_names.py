@@ -291,3 +291,12 @@ def test_a_sub_without_its_channel_is_no_consumer_of_a_channel():
     refused.judge = monitors.Judge([CountedByLocality()], timing=True, http_seen=True, release=(1 << 31,))
     refused.connect().send(0.0, b"SUB", "t").error(0.01, b"E_INVALID SUB insufficient number of parameters")
     assert refused.close(0.02, BROKER).violations(0.1) == [] and refused.judge.failures == []
+
+
+def test_a_channel_deleted_before_its_growth_is_judged_counts_anew():
+    """rec-0157 (nsqd master): the growth's check waits the output buffer's timeout; a deletion and the consumer's
+    close meanwhile start the channel's counts again, not its window's."""
+    counted = _stats(_delivered(_located("c"), 0.1), 0.15, channel="c", global_msg_count=1)
+    counted = _stats(_delivered(counted, 0.2), 0.3, channel="c", global_msg_count=2)
+    counted.judge.http(HttpAction(T0 + 0.31, "/channel/delete", "t", "c", 200))
+    assert counted.close(0.32, BROKER).violations(2.0) == []
