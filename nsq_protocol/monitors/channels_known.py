@@ -75,10 +75,10 @@ class KnownChannels:
         elif request.path == "/topic/delete":
             self.topics.pop(topic, None)
 
-    def left(self, topic: str, channel: str) -> None:
+    def left(self, topic: str, channel: str | None) -> None:
         """A consumer of ``topic``/``channel`` ended: an ephemeral channel may go with it (and is made again by the
         next SUB, whose time ``made`` then does not hold)."""
-        if channel.endswith(EPHEMERAL):
+        if channel is not None and channel.endswith(EPHEMERAL):
             self.topics.pop(topic, None)
 
     def forget_all(self) -> None:

@@ -61,7 +61,9 @@ class FirstChannelGetsHeld(Monitor):
         elif answered is not None and answered.topic:
             ok = event.name == "OK"
             if answered.name == "SUB" and answered.channel:
-                self._appeared(judge, answered.topic, answered.channel, ok, event.ts)
+                first = self._first(answered.topic, answered.channel)
+                self.known.sub_answered(answered.topic, answered.channel, ok)
+                self._appeared(judge, answered.topic, answered.channel, ok, event.ts, first)
             elif answered.name in PUBLISHES and ok:
                 delay = answered.number or 0 if answered.name == "DPUB" else 0
                 self._published(answered.topic, answered.ts, answered.bodies, delay)
@@ -74,8 +76,9 @@ class FirstChannelGetsHeld(Monitor):
         request, status = exchange.request, exchange.response.status
         topic, channel = request.query("topic"), request.query("channel")
         if request.path == "/channel/create" and topic and channel:
-            self.known.exchange(exchange)  # before _appeared: its creation was sent before it was answered
-            self._appeared(judge, topic, channel, status == 200, exchange.answered)
+            first = self._first(topic, channel)
+            self.known.exchange(exchange)
+            self._appeared(judge, topic, channel, status == 200, exchange.answered, first)
             return
         self.known.exchange(exchange)
         if status != 200 or not topic:
@@ -103,13 +106,17 @@ class FirstChannelGetsHeld(Monitor):
             return  # published where a channel may already have been there: D-35's
         self._held.setdefault(topic, []).extend((body, delay_ms) for body in bodies)
 
-    def _appeared(self, judge, topic: str, channel: str, ok: bool, ts: float) -> None:
+    def _first(self, topic: str, channel: str) -> bool:
+        """``channel``, about to be answered, is the topic's first: none there before it, and no other made since
+        the topic was known (either may have come first)."""
+        known = self.known.topics.get(topic)
+        return known is not None and not known.channels and set(known.made) <= {channel}
+
+    def _appeared(self, judge, topic: str, channel: str, ok: bool, ts: float, first: bool) -> None:
         if judge.crashed_at is not None:  # P-RST-10: a crash loses what was in memory
             self.known.forget_all()
             self._held.clear()
         known = self.known.topics.get(topic)
-        first = known is not None and not known.channels and set(known.made) == {channel}
-        self.known.sub_answered(topic, channel, ok)
         if not ok:
             self._held.pop(topic, None)
             return

@@ -69,6 +69,12 @@ def test_an_http_pub_is_held_too():
     assert found(traffic, 12.0, "D-36") == [("D-36", BROKER)]
 
 
+def test_a_channel_made_over_http_is_a_first_channel_too():
+    traffic = post(published(channelless(), 1.0), 1.5, "/channel/create?topic=t&channel=c")
+    traffic = subscribed(traffic, "A", 2.0, "c")
+    assert found(traffic, 12.0, "D-36") == [("D-36", BROKER)]
+
+
 def test_a_topic_with_a_channel_hands_its_messages_to_that_one_not_to_a_later_one():
     traffic = stats(Traffic(), 0.5, {**topic("t", 0, {"channel_name": "old"}), "depth": 0})
     traffic = subscribed(published(traffic, 1.0), "A", 2.0, "c")
@@ -85,6 +91,13 @@ def test_without_the_brokers_http_requests_d36_is_not_judged():
     traffic = subscribed(published(channelless(http_seen=False), 1.0), "A", 2.0, "c")
     assert found(traffic, 12.0, "D-36") == []
     assert skipped(traffic, "D-36")
+
+
+def test_a_sub_without_its_channel_ends_its_connection_and_nothing_else():
+    traffic = channelless().connect("A", 1.0).send(1.01, b"SUB", "t", conn="A")
+    traffic.error(1.02, b"E_INVALID SUB insufficient number of parameters", "A").close(1.03, BROKER, "A")
+    assert found(subscribed(published(traffic, 1.5), "B", 2.0, "c"), 12.0, "D-36") == [("D-36", BROKER)]
+    assert traffic.judge.failures == []
 
 
 def test_two_channels_made_at_once_leave_the_first_unknown():
