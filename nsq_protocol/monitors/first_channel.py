@@ -6,6 +6,7 @@ channels a topic had the traffic shows only from a /stats answer on (channels_kn
 
 from __future__ import annotations
 
+from collections import Counter
 from heapq import heappop, heappush
 
 from nsq_protocol.monitors.channels_known import UNKNOWN, KnownChannels
@@ -38,13 +39,14 @@ class FirstChannelGetsHeld(Monitor):
     def __init__(self):
         super().__init__()
         self.known = KnownChannels()
-        self._held: dict[str, list] = {}  # topic -> [(body, delay ms)] published while it had no channel
+        self._held: dict[str, list] = {}  # topic -> [(body, delay ms, sent)] published while it had no channel
         self._expected: list = []  # heap of (due, sequence, topic, channel, body, item)
         self._sequence = 0
         self._count: dict[tuple, int] = {}  # (topic, channel, body) -> messages expected there, due so far
         self._delivered: dict[tuple, set] = {}  # (topic, channel, body) of a watched channel -> message IDs
         self._watched: set[tuple] = set()  # channels something is expected of
-        self._earliest: dict[tuple, float] = {}  # (topic, channel, body) of a DPUB held -> delivered not before
+        # (topic, body) of a DPUB held -> (its first channel, delivered there not before, when it was published)
+        self._earliest: dict[tuple, tuple[str, float, float]] = {}
         self._last_delivery: dict[str, float] = {}
         self._channels: set[tuple] = set()  # channels made in the traffic (SELECTION)
 
@@ -57,7 +59,7 @@ class FirstChannelGetsHeld(Monitor):
             if subscription in self._watched and event.bodies and event.msg_id:
                 self._delivered.setdefault((*subscription, event.bodies[0]), set()).add(event.msg_id)
                 self._last_delivery[connection.name] = event.ts
-                self._too_early(judge, connection.name, (*subscription, event.bodies[0]), event)
+                self._too_early(judge, connection.name, subscription, event)
         elif answered is not None and answered.topic:
             ok = event.name == "OK"
             if answered.name == "SUB" and answered.channel:
@@ -101,10 +103,14 @@ class FirstChannelGetsHeld(Monitor):
                                   or channel not in (None, made[1])}
 
     def _published(self, topic: str, sent: float, bodies, delay_ms: int) -> None:
+        if self._earliest:
+            for body in bodies:
+                if self._earliest.pop((topic, body), None) is not None:
+                    self.skip("D-31", "its body was published again")
         known = self.known.topics.get(topic)
         if known is None or known.channels or sent < known.since:
             return  # published where a channel may already have been there: D-35's
-        self._held.setdefault(topic, []).extend((body, delay_ms) for body in bodies)
+        self._held.setdefault(topic, []).extend((body, delay_ms, sent) for body in bodies)
 
     def _first(self, topic: str, channel: str) -> bool:
         """``channel``, about to be answered, is the topic's first: none there before it, and no other made since
@@ -134,29 +140,34 @@ class FirstChannelGetsHeld(Monitor):
             return  # an ephemeral channel drops what overflows its memory queue (D-53)
         sent = known.made[channel]
         kept = known.depth == 0 and len(held) < self._mem_queue_size(judge)
-        for body, delay in held:
+        copies = Counter(body for body, _, _ in held)
+        for body, delay, published in held:
             # D-31: the scan releases it once its delay is past, the channel on its list within REFRESH_S
             due = ts + (delay / 1000 + REFRESH_S + SCAN_S if delay else 0.0) + DUE_S
             self._sequence += 1
             heappush(self._expected, (due, self._sequence, topic, channel, body, "D-31" if delay else "D-36"))
             self.due = min(self.due, due)
-            if delay and kept and sum(1 for other, _ in held if other == body) == 1:
-                self._earliest[topic, channel, body] = sent + delay / 1000 - EARLY_SLACK_S
+            if delay and kept and copies[body] == 1:
+                self._earliest[topic, body] = (channel, sent + delay / 1000 - EARLY_SLACK_S, published)
             elif delay:
                 self.skip("D-31", "the topic held other messages, perhaps with its body, or more than its memory "
                           "queue takes (D-32: on disk a message loses its delay)")
         self._watched.add((topic, channel))
         judge.want_tick(self.due)
 
-    def _too_early(self, judge, name: str, key: tuple, event) -> None:
-        earliest = self._earliest.pop(key, None)
-        if earliest is None or event.attempts != 1:
+    def _too_early(self, judge, name: str, subscription: tuple[str, str], event) -> None:
+        channel, earliest, published = self._earliest.get((subscription[0], event.bodies[0]), (None, 0.0, 0.0))
+        if channel != subscription[1] or event.attempts != 1:
             return
+        del self._earliest[subscription[0], event.bodies[0]]
         if not judge.timing:
             self.skip("D-31", "the times are when the client read the frames")
+        elif not any(c.opened_at <= published and c.open for c in judge.connections.values()):
+            # D-33: a restart, which ends every connection, writes it to disk, where it loses its delay
+            self.skip("D-31", "no connection open since its publish shows that the broker did not restart since")
         elif event.ts < earliest:
-            self.report("D-31", BROKER, event.ts, name, f"a DPUB'd message held by {key[0]}, without channels, "
-                        f"delivered on {key[1]} its full delay after the channel appeared",
+            self.report("D-31", BROKER, event.ts, name, f"a DPUB'd message held by {subscription[0]}, without "
+                        f"channels, delivered on {subscription[1]} its full delay after the channel appeared",
                         f"delivered {earliest + EARLY_SLACK_S - event.ts:.3f} s before that", event)
 
     @staticmethod

@@ -129,6 +129,19 @@ def test_a_held_dpub_never_delivered_breaks_d31():
     assert found(traffic, 15.0, "D-31") == [("D-31", BROKER)]
 
 
+def test_a_held_dpub_early_after_a_possible_restart_is_not_judged():
+    traffic = published(channelless(), 1.0, delay_ms=2000).close(1.5, "client", "P")
+    traffic = subscribed(traffic, "A", 3.0, "c").message(3.5, ID1, body=b"x")
+    assert found(traffic, 15.0, "D-31") == []
+    assert any("restart" in why for why in skipped(traffic, "D-31"))
+
+
+def test_a_held_dpubs_body_published_again_is_not_judged_early():
+    traffic = subscribed(published(channelless(), 1.0, delay_ms=2000), "A", 3.0, "c")
+    traffic = published(traffic, 3.2).message(3.5, ID1, body=b"x")
+    assert found(traffic, 15.0, "D-31") == []
+
+
 def test_a_topic_holding_unknown_messages_leaves_the_delays_start_unjudged():
     traffic = stats(Traffic(), 0.5, {**topic("t"), "depth": 3, "paused": False})
     traffic = subscribed(published(traffic, 1.0, delay_ms=2000), "A", 3.0, "c").message(3.5, ID1, body=b"x")
