@@ -3,8 +3,9 @@ channel, adds the client, and if the channel or topic is ephemeral and exiting, 
 and tries once more before it answers ``E_SUB_FAILED SUB failed to deleted topic/channel``; a channel exiting
 already refuses the client itself (Channel.AddClient: ``SUB failed exiting``). Only a deletion makes a topic or
 channel exit while the broker runs: /topic/delete, /channel/delete, the last client of an ephemeral channel leaving
-(and an ephemeral topic's last channel going with it). The broker's own shutdown makes them exit too: a refusal the
-broker outlived (it answered something after) was no shutdown's."""
+(and an ephemeral topic's last channel going with it). The broker's own shutdown makes them exit too, and ends
+every connection: a refusal the broker outlived (it sent something after it on a connection open before it) was no
+shutdown's."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class SubFailsOnlyOnDeletion(Monitor):
 
     def observe(self, judge, connection, event, answered):
         if self._refused and event.ts >= self._refused[0][2].ts + OUTLIVED_S:
-            self._outlived(judge, event.ts)
+            self._outlived(judge, event.ts, connection.opened_at)
         if answered is None or answered.name != "SUB":
             return
         text, topic, channel = event.text, answered.topic or "", answered.channel or ""
@@ -69,8 +70,6 @@ class SubFailsOnlyOnDeletion(Monitor):
             self._deleted(subscription[0], subscription[1], connection.closed_at)
 
     def http_exchange(self, judge, exchange):
-        if self._refused and exchange.answered >= self._refused[0][2].ts + OUTLIVED_S:
-            self._outlived(judge, exchange.answered)
         request = exchange.request
         topic = request.query("topic")
         if topic and request.path in ("/topic/delete", "/channel/delete") and exchange.response.status == 200:
@@ -88,8 +87,10 @@ class SubFailsOnlyOnDeletion(Monitor):
         earliest = sub.ts - RACE_S if judge.timing else float("-inf")
         return any(earliest <= at <= refusal.ts + OUTLIVED_S for key in keys for at in self._deletions.get(key, ()))
 
-    def _outlived(self, judge, now: float) -> None:
-        while self._refused and self._refused[0][2].ts + OUTLIVED_S <= now:
+    def _outlived(self, judge, now: float, opened: float | None) -> None:
+        """The broker sent something at ``now`` on a connection opened at ``opened``."""
+        while self._refused and self._refused[0][2].ts + OUTLIVED_S <= now and opened is not None and \
+                opened < self._refused[0][2].ts:
             name, sub, refusal = self._refused.pop(0)
             if self._explained(judge, sub, refusal):
                 continue

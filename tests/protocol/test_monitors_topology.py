@@ -241,3 +241,11 @@ def test_a_refusal_the_broker_did_not_outlive_is_not_judged():
     traffic.receive(1.15, wire.FRAME_ERROR, DELETED, "B")
     assert found(traffic, 1.2, "P-SUB-07") == []
     assert any("shutting down" in why for why in skipped(traffic, "P-SUB-07"))
+
+
+def test_only_a_connection_older_than_the_refusal_shows_the_broker_outlived_it():
+    traffic = Traffic().connect("B", 0.99).send(1.0, b"SUB", "t", "c#ephemeral", conn="B")
+    traffic.error(1.15, DELETED, "B").close(1.151, BROKER, "B")
+    traffic.connect("D", 3.0).send(3.01, b"NOP", conn="D").heartbeat(4.0, "D")  # perhaps a broker started again
+    assert found(traffic, 5.0, "P-SUB-07") == []
+    assert any("shutting down" in why for why in skipped(traffic, "P-SUB-07"))
