@@ -18,6 +18,7 @@ from nsq_protocol.monitors.stats_counters import EPHEMERAL
 
 PUBLISHES = frozenset({"PUB", "MPUB", "DPUB"})
 UNSEEN = "some connection, or the HTTP requests, of this nsqd are not in the traffic"
+RESTART = "no connection open since its publish shows that the broker did not restart since"
 MEM_QUEUE_SIZE = 10_000  # nsqd's --mem-queue-size by default: a topic keeps that many in memory, the rest on disk
 # what changes a topic's or channel's queue (D-63, D-64): what was expected of them no longer holds
 EMPTIED = frozenset({"/topic/empty", "/topic/delete", "/channel/empty", "/channel/delete"})
@@ -31,7 +32,8 @@ class FirstChannelGetsHeld(Monitor):
     /config/mem_queue_size tells: beyond, it went to disk and lost its delay, D-32), and by then, its scan (D-14)
     and ``DUE_S`` (with at most ``SELECTION`` channels in the traffic). Judged as PublishedIsDelivered judges a
     channel: once due, a consumer of the channel with room that got nothing for ``IDLE_S`` has emptied it; where
-    every connection and HTTP request of the nsqd is in the traffic."""
+    every connection and HTTP request of the nsqd is in the traffic, and a connection open since the publish shows
+    that no restart lost it (or its delay, D-33)."""
 
     ITEMS = ("D-36", "D-31")
     KINDS = frozenset({COMMAND, RESPONSE, MESSAGE})
@@ -40,7 +42,7 @@ class FirstChannelGetsHeld(Monitor):
         super().__init__()
         self.known = KnownChannels()
         self._held: dict[str, list] = {}  # topic -> [(body, delay ms, sent)] published while it had no channel
-        self._expected: list = []  # heap of (due, sequence, topic, channel, body, item)
+        self._expected: list = []  # heap of (due, sequence, topic, channel, body, item, when it was published)
         self._sequence = 0
         self._count: dict[tuple, int] = {}  # (topic, channel, body) -> messages expected there, due so far
         self._delivered: dict[tuple, set] = {}  # (topic, channel, body) of a watched channel -> message IDs
@@ -145,7 +147,8 @@ class FirstChannelGetsHeld(Monitor):
             # D-31: the scan releases it once its delay is past, the channel on its list within REFRESH_S
             due = ts + (delay / 1000 + REFRESH_S + SCAN_S if delay else 0.0) + DUE_S
             self._sequence += 1
-            heappush(self._expected, (due, self._sequence, topic, channel, body, "D-31" if delay else "D-36"))
+            heappush(self._expected, (due, self._sequence, topic, channel, body, "D-31" if delay else "D-36",
+                                      published))
             self.due = min(self.due, due)
             if delay and kept and copies[body] == 1:
                 self._earliest[topic, body] = (channel, sent + delay / 1000 - EARLY_SLACK_S, published)
@@ -162,9 +165,8 @@ class FirstChannelGetsHeld(Monitor):
         del self._earliest[subscription[0], event.bodies[0]]
         if not judge.timing:
             self.skip("D-31", "the times are when the client read the frames")
-        elif not any(c.opened_at <= published and c.open for c in judge.connections.values()):
-            # D-33: a restart, which ends every connection, writes it to disk, where it loses its delay
-            self.skip("D-31", "no connection open since its publish shows that the broker did not restart since")
+        elif not _lived_through(judge, published):  # D-33: a restart writes it to disk, where it loses its delay
+            self.skip("D-31", RESTART)
         elif event.ts < earliest:
             self.report("D-31", BROKER, event.ts, name, f"a DPUB'd message held by {subscription[0]}, without "
                         f"channels, delivered on {subscription[1]} its full delay after the channel appeared",
@@ -177,19 +179,22 @@ class FirstChannelGetsHeld(Monitor):
 
     def tick(self, judge, now):
         while self._expected and self._expected[0][0] <= now:
-            _, _, topic, channel, body, item = heappop(self._expected)
+            _, _, topic, channel, body, item, published = heappop(self._expected)
             key = (topic, channel, body)
             self._count[key] = self._count.get(key, 0) + 1
             if len(self._delivered.get(key, ())) < self._count[key]:
-                self._judge(judge, now, topic, channel, item)
+                self._judge(judge, now, topic, channel, item, published)
         self.due = self._expected[0][0] if self._expected else float("inf")
         judge.want_tick(self.due)
 
-    def _judge(self, judge, now, topic, channel, item):
+    def _judge(self, judge, now, topic, channel, item, published):
         if judge.crashed_at is not None:
             return  # P-RST-10: a crash loses what was in memory
         if not (judge.all_started and judge.http_seen):
             self.skip(item, UNSEEN)
+            return
+        if not _lived_through(judge, published):  # P-RST-10: a crash the traffic does not tell loses it too
+            self.skip(item, RESTART)
             return
         if judge.is_paused(topic, channel):
             return
@@ -213,6 +218,13 @@ class FirstChannelGetsHeld(Monitor):
             self.skip("D-36", LET_GO)
         self._expected, self._delivered, self._count, self._earliest, self._held = [], {}, {}, {}, {}
         self.due = float("inf")
+
+
+def _lived_through(judge, since: float) -> bool:
+    """A connection open since ``since`` is open still: the broker did not restart between (a restart ends every
+    connection)."""
+    return any(connection.opened_at is not None and connection.opened_at <= since and connection.open
+               for connection in judge.connections.values())
 
 
 class LaterChannelGetsLater(Monitor):

@@ -65,8 +65,14 @@ def test_a_message_held_for_the_first_channel_and_never_delivered_breaks_d36():
 
 
 def test_an_http_pub_is_held_too():
-    traffic = subscribed(post(channelless(), 1.0, "/pub?topic=t", b"x"), "A", 2.0, "c")
+    traffic = subscribed(post(channelless().connect("P", 0.9), 1.0, "/pub?topic=t", b"x"), "A", 2.0, "c")
     assert found(traffic, 12.0, "D-36") == [("D-36", BROKER)]
+
+
+def test_a_held_message_after_a_possible_restart_is_not_judged():
+    traffic = subscribed(published(channelless(), 1.0).close(1.5, "client", "P"), "A", 2.0, "c")
+    assert found(traffic, 12.0, "D-36") == []
+    assert any("restart" in why for why in skipped(traffic, "D-36"))
 
 
 def test_a_channel_made_over_http_is_a_first_channel_too():
