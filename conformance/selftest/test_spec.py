@@ -177,9 +177,9 @@ def test_capture_says_monitor_exactly_for_the_items_a_monitor_judges():
 
 def test_a_monitor_item_unmarked_or_a_marked_item_without_monitor_is_named():
     class Planted:
-        ITEMS = ("D-31",)  # needs a monitor in the catalogue
+        ITEMS = ("D-71",)  # not on the wire, in the catalogue
     unmarked = capture_mismatches(behaviours(), (*ALL_MONITORS, Planted))
-    assert unmarked == ['D-31: Planted judges it; mark it capture = "monitor"']
+    assert unmarked == ['D-71: Planted judges it; mark it capture = "monitor"']
     dropped = next(monitor for monitor in MONITORS if monitor.__name__ == "IdentifyAnswer")
     others = [monitor for monitor in ALL_MONITORS if monitor is not dropped]
     alone = sorted(set(dropped.ITEMS) - {item for monitor in others for item in monitor.ITEMS})

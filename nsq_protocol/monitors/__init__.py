@@ -52,6 +52,7 @@ from nsq_protocol.monitors.ephemeral_kept import EphemeralKept
 from nsq_protocol.monitors.ephemeral_queue import EphemeralQueueInMemory
 from nsq_protocol.monitors.events import BROKER, CLIENT, Observed, body_hash, from_command, from_frame
 from nsq_protocol.monitors.fed import ReadyConsumerFed
+from nsq_protocol.monitors.first_channel import FirstChannelGetsHeld, LaterChannelGetsLater
 from nsq_protocol.monitors.framing import (
     AnswersOnlyToCommands,
     CopiesAreOneMessage,
@@ -90,6 +91,7 @@ from nsq_protocol.monitors.stats_locality import CountedByLocality
 from nsq_protocol.monitors.stats_restart import RestartForgets
 from nsq_protocol.monitors.stats_text import TextStatsClients
 from nsq_protocol.monitors.stats_topics import RefusedMpubMadeTopic
+from nsq_protocol.monitors.sub_failed import SubFailsOnlyOnDeletion
 from nsq_protocol.monitors.tls import TlsRequired
 from nsq_protocol.monitors.unreadable import UnreadableBytesEnd
 from nsq_protocol.monitors.window import RdyWindow
@@ -104,6 +106,7 @@ MONITORS: tuple[type[Monitor], ...] = (
     CountersNeverBehind, EphemeralKept, PausedHoldsBack, EmptiedStaysEmpty, ClientsAsConnected, HttpWithoutAuth,
     RefusedMpubMadeTopic, EphemeralChannelGone, RestartForgets, EphemeralQueueInMemory, TextStatsClients, LimitsHeld,
     AnyCommandAnswersHeartbeats, FramesSized, ReadyConsumerFed, LateSettleRefused, CountedByLocality,
+    FirstChannelGetsHeld, LaterChannelGetsLater, SubFailsOnlyOnDeletion,
 )
 # what a client library must do beyond what nsqd's rules say of any client (mostly the client catalogue's NSQC items,
 # conformance/spec/clients.toml): judged where the traffic is a library's own, as in the client suite; a client that

@@ -54,6 +54,11 @@ class Limits:
     def shown(self) -> bool:
         return bool(self._latest)
 
+    def latest(self, option: str) -> object | None:
+        """``option``'s value as last shown, whatever the connections (a restart may have changed it since)."""
+        shown = self._latest.get(option)
+        return shown.value if shown is not None else None
+
     def value(self, option: str, connection) -> object | None:
         """``option``'s value for ``connection``: one shown while it was open (the same process), else None."""
         shown = self._latest.get(option)
