@@ -368,8 +368,9 @@ def _monitored(item, case) -> list:
         # the registration fixture's fake nsqlookupd, or the one a crashable target registers with from its start
         judged = monitoring.judge_registration(case.transcript, lookupd, "%s:%d" % case.target.tcp,
                                                case.name_prefix, case.version)
-    else:
-        judged = [monitoring.judge(case.transcript, case.version)]
+    else:  # its topics' whole life is in its transcript, unless the profile's own command makes them
+        judged = [monitoring.judge(case.transcript, case.version,
+                                   own_names="" if case.profile.setup.get("create_topic") else case.name_prefix)]
     return [violation for judge in judged for violation in judge.violations
             if violation.side == monitors.BROKER and violation.item not in expected and case.has(violation.item)]
 

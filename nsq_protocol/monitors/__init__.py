@@ -13,6 +13,8 @@ nsqlookupd's (its V1 connections and HTTP API) by ``LOOKUPD_MONITORS`` (``new_lo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from nsq_protocol.monitors.admin import DeletionClosesConsumers
 from nsq_protocol.monitors.answers import AnswersAsNsqd
 from nsq_protocol.monitors.application import Application
@@ -138,14 +140,15 @@ def new_lookupd_judge(*, http_seen: bool, **known) -> LookupdJudge:
 
 def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False,
               application: Application | None = None, readers: tuple[Monitor, ...] = (),
-              release: tuple[int, ...] | None = None) -> Judge:
+              release: tuple[int, ...] | None = None, fresh: Callable[[str], bool] | None = None) -> Judge:
     """``client_library``: the traffic is a client library's, judged by CLIENT_MONITORS too; ``application``: what
     its application asked of the library (application.py), which some of them judge it against; ``readers``:
     monitors that judge nothing but read the traffic for another judge (nsqd_names.NamesChanged); ``release``: the
-    nsqd release the broker follows, where whoever runs the judge knows it (release.py)."""
+    nsqd release the broker follows, where whoever runs the judge knows it (release.py); ``fresh``: which topics'
+    whole life is in the traffic (Judge)."""
     chosen = (*MONITORS, *CLIENT_MONITORS) if client_library else MONITORS
     return Judge([*(monitor() for monitor in chosen), *readers], timing=timing, http_seen=http_seen,
-                 wording=wording, application=application, release=release)
+                 wording=wording, application=application, release=release, fresh=fresh)
 
 
 __all__ = ["Application", "BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "Judge",

@@ -4,8 +4,9 @@ makes afresh also gets, at once, the channels its nsqlookupds list for it (nsqd/
 traffic does not show. A capture of a broker already running does not show what it had either: a /stats JSON
 answer does (each topic it lists, with all its channels, as of the answer). From such an answer on, with every
 connection and HTTP request of the broker in the traffic, a topic's channels change only as the traffic shows.
-A topic deleted since is not known again (made afresh it may get the lookupds' channels), nor an ephemeral one (it
-goes with its last channel)."""
+A topic the judge knows the whole life of (Judge.is_fresh: a suite case's own) is known from its first mention
+on: it had no channels then. A topic deleted since is not known again (made afresh it may get the lookupds'
+channels) until a /stats answer shows it, nor an ephemeral one (it goes with its last channel)."""
 
 from __future__ import annotations
 
@@ -30,13 +31,22 @@ class Known:
 
 
 class KnownChannels:
-    """Fed by its monitor: ``sub_sent``, ``sub_answered``, ``exchange`` (every HTTP exchange), ``left`` (a consumer's
-    connection ended), ``forget_all`` (the broker crashed); ``topics`` holds what is known."""
+    """Fed by its monitor: ``mentioned`` (each command or HTTP request that names a topic, first), ``sub_sent``,
+    ``sub_answered``, ``exchange`` (every HTTP exchange), ``left`` (a consumer's connection ended), ``forget_all``
+    (the broker crashed); ``topics`` holds what is known."""
 
     def __init__(self) -> None:
         self.topics: dict[str, Known] = {}
+        self._mentioned: set[str] = set()  # the topics the traffic named so far
         self._pending: dict[str, int] = {}  # topic -> its SUBs sent and not yet answered
         self._created_at: dict[str, float] = {}  # topic -> the last answer to a /channel/create of it
+
+    def mentioned(self, judge, topic: str, ts: float) -> None:
+        """The traffic names ``topic`` at ``ts``: at its first mention a fresh topic has no channels nor messages."""
+        if topic not in self._mentioned:
+            self._mentioned.add(topic)
+            if judge.is_fresh(topic) and topic not in self.topics:
+                self.topics[topic] = Known(ts, set(), 0)
 
     def sub_sent(self, topic: str, channel: str, ts: float) -> None:
         self._pending[topic] = self._pending.get(topic, 0) + 1

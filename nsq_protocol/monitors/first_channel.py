@@ -2,7 +2,8 @@
 to it, and when its first channel appears (GetChannel wakes the pump) hands it all to the channels there then;
 a deferred message's delay starts only then (channel.PutMessageDeferred). A channel made later gets only what the
 pump copies after it joined the pump's list: never a message already copied to the topic's other channels. Which
-channels a topic had the traffic shows only from a /stats answer on (channels_known.py)."""
+channels a topic had the traffic shows only from a /stats answer on, or from its first mention where the judge
+knows its whole life (channels_known.py)."""
 
 from __future__ import annotations
 
@@ -25,15 +26,16 @@ EMPTIED = frozenset({"/topic/empty", "/topic/delete", "/channel/empty", "/channe
 
 
 class FirstChannelGetsHeld(Monitor):
-    """D-36: what was published to a topic without channels (a /stats answer showed it without any, none made
-    since) reaches its first channel once that appears (its SUB answered OK, or /channel/create 200), so is
-    delivered there at least once; D-31: a DPUB'd one not before its full delay after the channel's SUB or
+    """D-36: what was published to a topic without channels (a /stats answer showed it without any, or it was
+    fresh, none made since) reaches its first channel once that appears (its SUB answered OK, or /channel/create
+    200), so is delivered there at least once; D-31: a DPUB'd one not before its full delay after the channel's SUB or
     /channel/create was sent (while the topic held fewer than --mem-queue-size, ``MEM_QUEUE_SIZE`` unless
     /config/mem_queue_size tells: beyond, it went to disk and lost its delay, D-32), and by then, its scan (D-14)
     and ``DUE_S`` (with at most ``SELECTION`` channels in the traffic). Judged as PublishedIsDelivered judges a
     channel: once due, a consumer of the channel with room that got nothing for ``IDLE_S`` has emptied it; where
-    every connection and HTTP request of the nsqd is in the traffic, and a connection open since the publish shows
-    that no restart lost it (or its delay, D-33)."""
+    every connection and HTTP request of the nsqd (Judge.knows: of the topic, where fresh) is in the traffic, and
+    a connection open since the publish shows that no restart lost it (or its delay, D-33), or the topic's whole
+    life is on one run of the broker."""
 
     ITEMS = ("D-36", "D-31")
     KINDS = frozenset({COMMAND, RESPONSE, MESSAGE})
@@ -54,6 +56,8 @@ class FirstChannelGetsHeld(Monitor):
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND:
+            if event.topic:
+                self.known.mentioned(judge, event.topic, event.ts)
             if event.name == "SUB" and event.topic and event.channel:
                 self.known.sub_sent(event.topic, event.channel, event.ts)
         elif event.kind == MESSAGE:
@@ -79,6 +83,8 @@ class FirstChannelGetsHeld(Monitor):
     def http_exchange(self, judge, exchange):
         request, status = exchange.request, exchange.response.status
         topic, channel = request.query("topic"), request.query("channel")
+        if topic:
+            self.known.mentioned(judge, topic, exchange.ts)
         if request.path == "/channel/create" and topic and channel:
             first = self._first(topic, channel)
             self.known.exchange(exchange)
@@ -165,7 +171,7 @@ class FirstChannelGetsHeld(Monitor):
         del self._earliest[subscription[0], event.bodies[0]]
         if not judge.timing:
             self.skip("D-31", "the times are when the client read the frames")
-        elif not _lived_through(judge, published):  # D-33: a restart writes it to disk, where it loses its delay
+        elif not _lived_through(judge, subscription[0], published):  # D-33: a restart writes it to disk, delay lost
             self.skip("D-31", RESTART)
         elif event.ts < earliest:
             self.report("D-31", BROKER, event.ts, name, f"a DPUB'd message held by {subscription[0]}, without "
@@ -190,10 +196,10 @@ class FirstChannelGetsHeld(Monitor):
     def _judge(self, judge, now, topic, channel, item, published):
         if judge.crashed_at is not None:
             return  # P-RST-10: a crash loses what was in memory
-        if not (judge.all_started and judge.http_seen):
+        if not judge.knows(topic):
             self.skip(item, UNSEEN)
             return
-        if not _lived_through(judge, published):  # P-RST-10: a crash the traffic does not tell loses it too
+        if not _lived_through(judge, topic, published):  # P-RST-10: a crash the traffic does not tell loses it too
             self.skip(item, RESTART)
             return
         if judge.is_paused(topic, channel):
@@ -220,19 +226,20 @@ class FirstChannelGetsHeld(Monitor):
         self.due = float("inf")
 
 
-def _lived_through(judge, since: float) -> bool:
-    """A connection open since ``since`` is open still: the broker did not restart between (a restart ends every
-    connection)."""
-    return any(connection.opened_at is not None and connection.opened_at <= since and connection.open
-               for connection in judge.connections.values())
+def _lived_through(judge, topic: str, since: float) -> bool:
+    """The broker did not restart since ``since``: the traffic holds ``topic``'s whole life on one run of it (fresh),
+    or a connection open since then is open still (a restart ends every connection)."""
+    return judge.is_fresh(topic) or any(connection.opened_at is not None and connection.opened_at <= since
+                                        and connection.open for connection in judge.connections.values())
 
 
 class LaterChannelGetsLater(Monitor):
     """D-37: a channel made after a message was copied to its topic's channels never gets that message. The pump
     copies a message to the channels on its list, all at once, before any is delivered; a channel joins the list
     only once made. So a message delivered on one channel before another was made (its first SUB or
-    /channel/create sent since a /stats answer showed it not there) is never delivered on that one (C-11: a topic's
-    message IDs are unique). Where every connection and HTTP request of the nsqd is in the traffic."""
+    /channel/create sent since a /stats answer, or the topic's first mention where fresh, showed it not there) is
+    never delivered on that one (C-11: a topic's message IDs are unique). Where every connection and HTTP request
+    of the nsqd (Judge.knows: of the topic, where fresh) is in the traffic."""
 
     ITEMS = ("D-37",)
     KINDS = frozenset({COMMAND, RESPONSE, MESSAGE})
@@ -244,6 +251,8 @@ class LaterChannelGetsLater(Monitor):
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND:
+            if event.topic:
+                self.known.mentioned(judge, event.topic, event.ts)
             if event.name == "SUB" and event.topic and event.channel:
                 self.known.sub_sent(event.topic, event.channel, event.ts)
             return
@@ -268,7 +277,7 @@ class LaterChannelGetsLater(Monitor):
         made = known.made.get(subscription[1])
         if first[1] == subscription[1] or made is None or first[0] >= made:
             return
-        if not (judge.all_started and judge.http_seen):
+        if not judge.knows(subscription[0]):
             self.skip("D-37", UNSEEN)
             return
         self.report("D-37", BROKER, event.ts, connection.name, f"message {event.msg_id}, delivered on {first[1]} "
@@ -280,6 +289,9 @@ class LaterChannelGetsLater(Monitor):
             self.known.left(*connection.subscription)
 
     def http_exchange(self, judge, exchange):
+        topic = exchange.request.query("topic")
+        if topic:
+            self.known.mentioned(judge, topic, exchange.ts)
         self.known.exchange(exchange)  # a topic deleted is not known again, nor what was delivered on it judged
 
     def forget(self, judge, now):

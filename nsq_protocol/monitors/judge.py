@@ -9,6 +9,7 @@ traffic (the client suite's) may carry its queries of nsqlookupd too (``lookupd_
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nsq_protocol.http import HttpExchange, Request
@@ -82,7 +83,8 @@ def http_action(ts: float, request: Request, status: int) -> HttpAction | None:
 
 class Judge(Judging):
     def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True,
-                 application: Application | None = None, release: Release | None = None):
+                 application: Application | None = None, release: Release | None = None,
+                 fresh: Callable[[str], bool] | None = None):
         super().__init__(monitors)
         self._watching: dict[str, list[Monitor]] = {}  # event kind -> the active monitors that read it
         self._ticking: list[Monitor] = []  # the active monitors with a tick of their own
@@ -91,6 +93,10 @@ class Judge(Judging):
         # only then do the rules about time judge
         self.timing = timing
         self.http_seen = http_seen  # the nsqd's HTTP requests are in the traffic (publishes, empties, pauses)
+        # which topics' whole life is in the traffic, on one run of the broker (a crash told, ``crash``): each starts
+        # with no channels and no messages at its first mention, and every connection and HTTP request that touches
+        # it is in the traffic (a suite case's own names); None: none is known to be
+        self._fresh = fresh
         # nsqd's wording of an error's description is judged (C-08); the suite judges it itself, as a SHOULD and by
         # the version it targets (conformance.client.Verifier.wording)
         self.wording = wording
@@ -239,6 +245,14 @@ class Judge(Judging):
         known, the connection's."""
         subscription = connection.subscription
         return (*subscription, msg_id) if subscription else ("", connection.name, msg_id)
+
+    def is_fresh(self, topic: str) -> bool:
+        """The traffic holds ``topic``'s whole life (``fresh``)."""
+        return self._fresh is not None and self._fresh(topic)
+
+    def knows(self, topic: str) -> bool:
+        """Every connection and HTTP request of the nsqd that touched ``topic`` is in the traffic."""
+        return self.all_started and self.http_seen or self.is_fresh(topic)
 
     def consumers(self, subscription: tuple[str, str]) -> list[Connection]:
         return [c for c in self.connections.values() if c.subscription == subscription]

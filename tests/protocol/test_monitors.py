@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 
 import pytest
 
@@ -21,9 +22,9 @@ class Traffic:
     """One nsqd's traffic, written in the order it crossed the wire; ``judge()`` runs the monitors over it."""
 
     def __init__(self, timing: bool = True, http_seen: bool = True, also: tuple[monitors.Monitor, ...] = (),
-                 release: tuple[int, ...] | None = (1, 3, 0)):
+                 release: tuple[int, ...] | None = (1, 3, 0), fresh: Callable[[str], bool] | None = None):
         self.judge = monitors.Judge([*(monitor() for monitor in monitors.MONITORS), *also], timing=timing,
-                                    http_seen=http_seen, release=release)
+                                    http_seen=http_seen, release=release, fresh=fresh)
 
     def connect(self, name: str = "A", at: float = 0.0, started: bool = True, seen_until: float | None = None
                 ) -> Traffic:

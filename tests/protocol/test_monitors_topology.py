@@ -194,6 +194,46 @@ def test_a_topic_deleted_since_is_not_known():
     assert found(traffic, 4.0, "D-37") == []
 
 
+# ---- a fresh topic: its whole life in the traffic (a suite case's own), without /stats or the broker's other HTTP ----
+def fresh() -> Traffic:
+    """Traffic without the broker's other HTTP requests, whose topic t is fresh (u is not)."""
+    return Traffic(http_seen=False, fresh=lambda name: name == "t")
+
+
+def test_a_fresh_topic_held_for_its_first_channel_is_judged_without_stats():
+    traffic = subscribed(published(fresh(), 1.0).close(1.5, "client", "P"), "A", 2.0, "c")
+    assert found(traffic, 12.0, "D-36") == [("D-36", BROKER)]  # no connection outlived the publish: its life did
+    kept = subscribed(published(fresh(), 1.0), "A", 2.0, "c").message(2.1, ID1, body=b"x")
+    assert found(kept, 12.0, "D-36") == []
+
+
+def test_a_topic_not_fresh_is_not_judged_without_stats():
+    traffic = subscribed(published(Traffic(http_seen=False, fresh=lambda name: name == "u"), 1.0), "A", 2.0, "c")
+    assert found(traffic, 12.0, "D-36") == []
+    assert UNKNOWN in skipped(traffic, "D-36")
+
+
+def test_a_later_channel_of_a_fresh_topic_is_judged_without_stats():
+    traffic = published(subscribed(fresh(), "A", 0.0, "c1"), 1.0).message(1.01, ID1, body=b"x")
+    traffic = subscribed(traffic, "B", 2.0, "c2").message(2.1, ID1, body=b"x", conn="B")
+    assert found(traffic, 4.0, "D-37") == [("D-37", BROKER)]
+
+
+def test_a_fresh_topic_deleted_is_not_known_again():
+    traffic = post(published(subscribed(fresh(), "A", 0.0, "c1"), 1.0).message(1.01, ID1, body=b"x"), 1.5,
+                   "/topic/delete?topic=t")
+    traffic = subscribed(traffic, "B", 2.0, "c2").message(2.1, ID1, body=b"x", conn="B")
+    assert found(traffic, 4.0, "D-37") == []
+    assert UNKNOWN in skipped(traffic, "D-37")
+
+
+def test_a_fresh_topic_after_a_crash_is_not_judged():
+    traffic = published(fresh(), 1.0)
+    traffic.judge.crash(T0 + 1.5)
+    assert found(subscribed(traffic, "A", 2.0, "c"), 12.0, "D-36") == []
+    assert UNKNOWN in skipped(traffic, "D-36")
+
+
 # ---- P-SUB-07: refused as deleted only while a deletion runs -------------------------------------------------------
 DELETED = b"E_SUB_FAILED SUB failed to deleted topic/channel"
 
