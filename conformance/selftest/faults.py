@@ -257,6 +257,30 @@ def _pub_acked_not_stored(command: wire.Command, session):
     return None
 
 
+def _dropped_without_channels() -> tuple[Callable, Callable]:
+    """A PUB to a topic that no SUB or /channel/create named through the proxy yet is answered OK but parked for
+    the longest defer, as if a topic without channels dropped what it is sent (D-36). The proxy's own memory of
+    the topics, shared by its connections (the suite's names are unique)."""
+    named: set[str] = set()
+
+    def command(command: wire.Command, session):
+        if command.name == b"SUB" and command.params:
+            named.add(command.params[0].decode("latin-1"))
+        elif command.name == b"PUB" and len(command.params) == 1 and command.params[0].decode("latin-1") not in named:
+            return wire.encode_command("DPUB", command.params[0], 3600000, body=command.body)
+        return None
+
+    def request(request: HttpRequest, session):
+        if request.path == "/channel/create":
+            named.update(value for key, _, value in (pair.partition("=") for pair in
+                                                     request.target.partition("?")[2].split("&")) if key == "topic")
+        return None
+    return command, request
+
+
+_DROPPED_WITHOUT_CHANNELS = _dropped_without_channels()
+
+
 def _mpub_drops_last(command: wire.Command, session):
     if command.name != b"MPUB" or len(command.params) != 1:
         return None
@@ -417,6 +441,10 @@ FAULTS: tuple[Fault, ...] = (
           command=_pub_acked_not_stored),
     Fault("mpub-drops-last", "loss", "MPUB's loop stops one message short", "OK for an MPUB of n; n-1 delivered",
           ("NSQ-MPUB-001",), command=_mpub_drops_last),
+    Fault("dropped-without-channels", "loss", "a topic's pump drops what it is sent while it has no channel",
+          "OK for a PUB before the topic's first SUB; the first channel never gets it",
+          ("NSQ-SUB-001", "NSQ-FANOUT-002"), command=_DROPPED_WITHOUT_CHANNELS[0],
+          request=_DROPPED_WITHOUT_CHANNELS[1]),
     # delay
     Fault("late-flush", "delay", "the output buffer is flushed only by its 250 ms ticker, never when in-flight "
           "reaches RDY", "every message frame 250 ms late, also at RDY 1", ("NSQ-BUF-001",), frame=_late_flush),

@@ -133,6 +133,13 @@ def _deliveries_of_an_mpub_of_3(case):
     return len(received(conn, 0.5))
 
 
+@probe("dropped-without-channels")
+def _delivered_of_a_pub_before_the_first_sub(case):
+    topic = case.topic()
+    publish(case, topic, b"held")
+    return len(received(consumer(case, topic, 1), 0.5))
+
+
 @probe("late-flush")
 def _latency_at_rdy_1_over_200_ms(case):
     topic = case.topic()
