@@ -6,6 +6,9 @@ needs."""
 
 from __future__ import annotations
 
+from conformance import monitoring
+from conformance.transcript import Transcript
+from conformance.versions import NsqVersion
 from nsq_protocol import wire
 from nsq_protocol.http import HttpExchange, Request, Response
 from nsq_protocol.monitors import BROKER
@@ -232,6 +235,18 @@ def test_a_fresh_topic_after_a_crash_is_not_judged():
     traffic.judge.crash(T0 + 1.5)
     assert found(subscribed(traffic, "A", 2.0, "c"), 12.0, "D-36") == []
     assert UNKNOWN in skipped(traffic, "D-36")
+
+
+def test_the_suite_tells_a_cases_own_names_fresh_unless_the_target_restarted():
+    """conformance/monitoring.judge: the names ``own_names...`` are fresh, but not after a restart (the target gets
+    them back from its disk) nor where the release's HTTP exchanges are not fed."""
+    transcript = Transcript()
+    assert monitoring.judge(transcript, own_names="cf1-").is_fresh("cf1-0")
+    assert not monitoring.judge(transcript, own_names="cf1-").is_fresh("cf2-0")
+    assert not monitoring.judge(transcript).is_fresh("cf1-0")
+    assert not monitoring.judge(transcript, NsqVersion.parse("1.1.0"), own_names="cf1-").is_fresh("cf1-0")
+    transcript.note("restart the target: SIGTERM, then start again on the same data path and ports")
+    assert not monitoring.judge(transcript, own_names="cf1-").is_fresh("cf1-0")
 
 
 # ---- P-SUB-07: refused as deleted only while a deletion runs -------------------------------------------------------
