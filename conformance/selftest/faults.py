@@ -281,6 +281,32 @@ def _dropped_without_channels() -> tuple[Callable, Callable]:
 _DROPPED_WITHOUT_CHANNELS = _dropped_without_channels()
 
 
+def _replayed_into_new_channel() -> tuple[Callable, Callable]:
+    """A channel made after its topic delivered a message elsewhere gets that message too, once its first consumer
+    is ready (D-37): the proxy's memory of each topic's first message and the channel it went to."""
+    first: dict[bytes, tuple[bytes, bytes]] = {}  # topic -> (channel, its first message frame there)
+
+    def command(command: wire.Command, session):
+        if command.name == b"SUB" and len(command.params) == 2:
+            session.state["subscription"] = tuple(command.params)
+        elif command.name == b"RDY" and "subscription" in session.state and not session.state.get("replayed"):
+            topic, channel = session.state["subscription"]
+            if topic in first and first[topic][0] != channel:
+                session.state["replayed"] = True
+                session.to_client(first[topic][1])
+        return None
+
+    def frame(frame: wire.Frame, session):
+        subscription = session.state.get("subscription")
+        if subscription and _is_message(frame) and frame.attempts == 1:
+            first.setdefault(subscription[0], (subscription[1], frame.encode()))
+        return None
+    return command, frame
+
+
+_REPLAYED_INTO_NEW_CHANNEL = _replayed_into_new_channel()
+
+
 def _mpub_drops_last(command: wire.Command, session):
     if command.name != b"MPUB" or len(command.params) != 1:
         return None
@@ -445,6 +471,9 @@ FAULTS: tuple[Fault, ...] = (
           "OK for a PUB before the topic's first SUB; the first channel never gets it",
           ("NSQ-SUB-001", "NSQ-FANOUT-002"), command=_DROPPED_WITHOUT_CHANNELS[0],
           request=_DROPPED_WITHOUT_CHANNELS[1]),
+    Fault("replayed-into-new-channel", "duplication", "a new channel is handed a message its topic already copied "
+          "to its other channels", "the first message of c1 delivered on c2, made after it, too",
+          ("NSQ-FANOUT-002",), command=_REPLAYED_INTO_NEW_CHANNEL[0], frame=_REPLAYED_INTO_NEW_CHANNEL[1]),
     # delay
     Fault("late-flush", "delay", "the output buffer is flushed only by its 250 ms ticker, never when in-flight "
           "reaches RDY", "every message frame 250 ms late, also at RDY 1", ("NSQ-BUF-001",), frame=_late_flush),

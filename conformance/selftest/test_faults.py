@@ -140,6 +140,18 @@ def _delivered_of_a_pub_before_the_first_sub(case):
     return len(received(consumer(case, topic, 1), 0.5))
 
 
+@probe("replayed-into-new-channel")
+def _earlier_messages_on_a_later_channel(case):
+    topic = case.topic()
+    earlier = case.connect()
+    earlier.subscribe(topic, "c1", ready=1)
+    publish(case, topic, b"early")
+    earlier.expect_message(b"early")
+    later = case.connect()
+    later.subscribe(topic, "c2", ready=1)
+    return len(received(later, 0.5))
+
+
 @probe("late-flush")
 def _latency_at_rdy_1_over_200_ms(case):
     topic = case.topic()
