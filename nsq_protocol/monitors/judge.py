@@ -18,6 +18,7 @@ from nsq_protocol.monitors.events import COMMAND, ERROR, EVERY_KIND, MESSAGE, Ob
 from nsq_protocol.monitors.limits import Limits
 from nsq_protocol.monitors.monitor import Judging, Monitor, Violation
 from nsq_protocol.monitors.release import Release, parse
+from nsq_protocol.monitors.tls_policy import TlsPolicy
 from nsq_protocol.wire import ProtocolViolation, parse_mpub_body
 
 SCAN_S = 0.1  # D-14: the queue scan's period
@@ -80,7 +81,8 @@ def http_action(ts: float, request: Request, status: int) -> HttpAction | None:
 
 class Judge(Judging):
     def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True,
-                 application: Application | None = None, release: Release | None = None):
+                 application: Application | None = None, release: Release | None = None,
+                 tls_policy: TlsPolicy | None = None):
         super().__init__(monitors)
         self._watching: dict[str, list[Monitor]] = {}  # event kind -> the active monitors that read it
         self._ticking: list[Monitor] = []  # the active monitors with a tick of their own
@@ -111,6 +113,7 @@ class Judge(Judging):
         # shows (release.py); the monitors judge an item of an older release by it
         self.told_release = release
         self.shown_release: Release | None = None
+        self.tls_policy = tls_policy  # the broker's TLS flags, told (the suite's profile); None: not told
         self._keep = MESSAGES_KEPT
         self._due = float("inf")
 
