@@ -89,6 +89,7 @@ from nsq_protocol.monitors.stats_restart import RestartForgets
 from nsq_protocol.monitors.stats_text import TextStatsClients
 from nsq_protocol.monitors.stats_topics import RefusedMpubMadeTopic
 from nsq_protocol.monitors.tls import TlsRequired
+from nsq_protocol.monitors.tls_handshake import TlsHandshake
 from nsq_protocol.monitors.tls_http import PlainHttpPolicy
 from nsq_protocol.monitors.tls_policy import TlsPolicy
 from nsq_protocol.monitors.unreadable import UnreadableBytesEnd
@@ -97,7 +98,7 @@ from nsq_protocol.monitors.window import RdyWindow
 MONITORS: tuple[type[Monitor], ...] = (
     ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks, IdentifyValues, FeaturesKept,
-    TlsRequired, PlainHttpPolicy, OwnClosesSilent, CopiesAreOneMessage,
+    TlsRequired, PlainHttpPolicy, TlsHandshake, OwnClosesSilent, CopiesAreOneMessage,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,

@@ -19,6 +19,7 @@ from nsq_protocol.monitors.limits import Limits
 from nsq_protocol.monitors.monitor import Judging, Monitor, Violation
 from nsq_protocol.monitors.release import Release, parse
 from nsq_protocol.monitors.tls_policy import TlsPolicy
+from nsq_protocol.tls_records import Record
 from nsq_protocol.wire import ProtocolViolation, parse_mpub_body
 
 SCAN_S = 0.1  # D-14: the queue scan's period
@@ -186,6 +187,18 @@ class Judge(Judging):
         for monitor in self._active:
             try:
                 monitor.http_exchange(self, exchange)
+            except Exception as exc:  # noqa: BLE001
+                self._failed(monitor, exc)
+
+    def tls_record(self, name: str, ts: float, sender: str, record: Record) -> None:
+        """A plaintext record of the TLS handshake after an IDENTIFY answer that agreed to TLS (ID-31), where the
+        traffic holds the bytes (a capture: the suite's TLS is its ssl module's)."""
+        self._begin(ts)
+        self._tick(ts)
+        connection = self.connections[name]
+        for monitor in self._active:
+            try:
+                monitor.tls_record(self, connection, ts, sender, record)
             except Exception as exc:  # noqa: BLE001
                 self._failed(monitor, exc)
 

@@ -5,27 +5,15 @@ route (nsqd/http.go ServeHTTP); with --tls-required=tcp-https it serves plain HT
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from nsq_protocol.monitors.events import BROKER, ERROR
 from nsq_protocol.monitors.http_answers import HTTP
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.tls import tls_refusal
+from nsq_protocol.monitors.tls_policy import RESTARTED, Shown
 
 REFUSAL = "TLS_REQUIRED"
 NOT_SHOWN = "the TLS policy is neither told nor shown yet (no plain HTTP refusal, or TCP refusal and plain answer)"
-RESTARTED = "no V2 connection lived from what showed the policy until then: a restart may have changed the flags"
-
-
-@dataclass
-class Shown:
-    """What the broker showed of its policy at ``ts``; ``witness``: a connection open then and still open when last
-    asked, so no restart between."""
-
-    ts: float
-    evidence: str
-    https_port: int | None = None
-    witness: str | None = None
 
 
 def https_port(exchange) -> int | None | bool:
@@ -87,8 +75,8 @@ class PlainHttpPolicy(Monitor):
             # tcp-https shown (T-11), else the refusal contradicts the plain answer before it (T-10)
             item = "T-11" if tcp is not None else "T-10"
             self._break(item, exchange, f"plain HTTP served as before ({served.evidence})")
-        elif refused is not None and port is not True and refused.https_port not in (None, port):
-            self._break("T-10", exchange, f"https_port {refused.https_port} as before ({refused.evidence})")
+        elif refused is not None and port is not True and refused.value not in (None, port):
+            self._break("T-10", exchange, f"https_port {refused.value} as before ({refused.evidence})")
         else:
             self.skip("T-11", NOT_SHOWN)
         self._refused = Shown(exchange.ts, exchange.describe()[:120], None if port is True else port)
@@ -99,8 +87,8 @@ class PlainHttpPolicy(Monitor):
             if port is None:
                 self._break(item, exchange, f"403 {{\"message\": \"{REFUSAL}\", \"https_port\": <port>}}: "
                             f"--tls-required={told.required or 'true'} (client auth policy {told.client_auth})")
-            elif port is not True and self._refused is not None and self._refused.https_port not in (None, port):
-                self._break(item, exchange, f"https_port {self._refused.https_port} as before")
+            elif port is not True and self._refused is not None and self._refused.value not in (None, port):
+                self._break(item, exchange, f"https_port {self._refused.value} as before")
             if port is not None and port is not True and self._refused is None:
                 self._refused = Shown(exchange.ts, exchange.describe()[:120], port)
         elif told.required == "tcp-https" and port is not None:
@@ -109,25 +97,17 @@ class PlainHttpPolicy(Monitor):
             self.skip("T-10", "the broker is told not to require TLS")
 
     def _alive(self, judge, shown: Shown | None, now: float) -> Shown | None:
-        """``shown`` while a V2 connection open then is still open at ``now``; else None (and forgotten: a
-        connection opened after it cannot have lived through it)."""
-        if shown is None:
-            return None
-        witness = judge.connections.get(shown.witness) if shown.witness is not None else None
-        if witness is not None and witness.lived_through(shown.ts) and not witness.unseen_at(now):
+        """``shown`` while it holds; forgotten when it no longer can."""
+        if shown is None or shown.holds(judge, now):
             return shown
-        shown.witness = next((c.name for c in judge.connections.values()
-                              if c.lived_through(shown.ts) and not c.unseen_at(now)), None)
-        if shown.witness is None:
-            self.skip("T-10", RESTARTED)
-            if shown is self._refused:
-                self._refused = None
-            elif shown is self._served:
-                self._served = None
-            else:
-                self._tcp_refused = None
-            return None
-        return shown
+        self.skip("T-10", RESTARTED)
+        if shown is self._refused:
+            self._refused = None
+        elif shown is self._served:
+            self._served = None
+        else:
+            self._tcp_refused = None
+        return None
 
     def _break(self, item: str, exchange, expected: str) -> None:
         response = exchange.response

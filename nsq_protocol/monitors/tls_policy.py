@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TLS13 = "tls1.3"
+from nsq_protocol.tls_records import VERSION_NAMES
+
+VERSIONS = {name: version for version, name in VERSION_NAMES.items()}  # --tls-min-version's values
+RESTARTED = "no V2 connection lived from what showed the policy until then: a restart may have changed the flags"
 
 
 @dataclass(frozen=True)
 class TlsPolicy:
     required: str | None = None  # --tls-required: "true" (TCP and HTTP), "tcp-https" (TCP only); None: not required
     client_auth: str | None = None  # --tls-client-auth-policy: "require", "require-verify"; None: no certificate asked
-    min_version: str | None = None  # --tls-min-version: "tls1.2", "tls1.3"; None: Go's default (TLS 1.2 for servers)
+    min_version_name: str | None = None  # --tls-min-version: "tls1.2", "tls1.3"; None: not told
 
     @classmethod
     def of(cls, capabilities: dict) -> TlsPolicy:
@@ -32,3 +35,28 @@ class TlsPolicy:
     def plain_tcp_refused(self) -> bool:
         """Either value of --tls-required, or a client auth policy (T-12), refuses plain TCP commands (T-07)."""
         return self.required is not None or self.client_auth is not None
+
+    @property
+    def min_version(self) -> int | None:
+        return VERSIONS.get(self.min_version_name) if self.min_version_name else None
+
+
+@dataclass
+class Shown:
+    """What the broker showed of a flag at ``ts`` (``evidence``, ``value``). It holds while a V2 connection open then is
+    open still (a restart, with other flags perhaps, would have ended it): ``witness`` names the one last found."""
+
+    ts: float
+    evidence: str
+    value: object = None
+    witness: str | None = None
+
+    def holds(self, judge, now: float) -> bool:
+        """False once no connection open at ``ts`` is open at ``now``; it stays False (those opened since cannot
+        have lived through ``ts``), so the caller forgets it."""
+        witness = judge.connections.get(self.witness) if self.witness is not None else None
+        if witness is not None and witness.lived_through(self.ts) and not witness.unseen_at(now):
+            return True
+        self.witness = next((c.name for c in judge.connections.values()
+                             if c.lived_through(self.ts) and not c.unseen_at(now)), None)
+        return self.witness is not None
