@@ -50,6 +50,8 @@ class TlsHandshake(Monitor):
     def __init__(self):
         super().__init__()
         self._upgrades: dict[str, Upgrade] = {}
+        # a client's first record timed before the answer it waited for (its clock, or the capture's order)
+        self._early: dict[str, Record] = {}
         self._deadlines: list = []  # heap of (due, connection)
         self._accepted: Shown | None = None  # value: the lowest version a ServerHello chose
         self._refused: Shown | None = None  # value: the highest version a refused ClientHello offered
@@ -63,7 +65,10 @@ class TlsHandshake(Monitor):
         if answered is None or answered.name != "IDENTIFY" or event.name != JSON or not event.fields \
                 or event.fields.get("tls_v1") is not True or not connection.started:
             return
-        self._upgrades[connection.name] = Upgrade(event.ts)
+        upgrade = self._upgrades[connection.name] = Upgrade(event.ts)
+        early = self._early.pop(connection.name, None)
+        if early is not None:
+            self._client(upgrade, early)
         if judge.timing:
             heappush(self._deadlines, (event.ts + HANDSHAKE_DEADLINE_S + LATE_S, connection.name))
             self.due = self._deadlines[0][0]
@@ -72,6 +77,8 @@ class TlsHandshake(Monitor):
     def tls_record(self, judge, connection, ts, sender, record):
         upgrade = self._upgrades.get(connection.name)
         if upgrade is None:
+            if sender == CLIENT and connection.started:
+                self._early.setdefault(connection.name, record)
             return
         if sender == CLIENT:
             self._client(upgrade, record)
@@ -114,6 +121,7 @@ class TlsHandshake(Monitor):
 
     def closed(self, judge, connection):
         self._upgrades.pop(connection.name, None)
+        self._early.pop(connection.name, None)
 
     # ---- the client's records, the version, the client certificate ------------------------------------------
     @staticmethod

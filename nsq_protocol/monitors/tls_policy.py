@@ -1,13 +1,16 @@
-"""The broker's TLS flags (--tls-required, --tls-client-auth-policy, --tls-min-version), where whoever runs the judge
-knows them (the suite, from its profile): the traffic does not carry them, only what they make the broker do."""
+"""The broker's TLS flags (--tls-required, --tls-client-auth-policy, --tls-min-version): told where whoever runs the
+judge knows them (the suite, from its profile), else shown by what they make the broker do, which holds until a
+restart may have changed them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 
 from nsq_protocol.tls_records import VERSION_NAMES
 
 VERSIONS = {name: version for version, name in VERSION_NAMES.items()}  # --tls-min-version's values
+WITNESSES_TRIED = 1000  # the newest connections looked at for one still open: a bound per witness lost, not all of them
 RESTARTED = "no V2 connection lived from what showed the policy until then: a restart may have changed the flags"
 
 
@@ -57,6 +60,6 @@ class Shown:
         witness = judge.connections.get(self.witness) if self.witness is not None else None
         if witness is not None and witness.lived_through(self.ts) and not witness.unseen_at(now):
             return True
-        self.witness = next((c.name for c in judge.connections.values()
-                             if c.lived_through(self.ts) and not c.unseen_at(now)), None)
+        newest = islice(reversed(judge.connections.values()), WITNESSES_TRIED)
+        self.witness = next((c.name for c in newest if c.lived_through(self.ts) and not c.unseen_at(now)), None)
         return self.witness is not None

@@ -264,3 +264,12 @@ def test_plaintext_records_read_from_bytes():
     assert Record.from_text("client_hello", Record("client_hello", (TLS12, TLS13)).as_text()) == HELLO_13
     truncated = TlsReader()
     assert truncated.feed(bytes.fromhex("160303000401000010")) == []  # a message longer than its record: waits
+
+
+def test_a_client_hello_timed_before_the_answer_still_counts():
+    early = Handshakes().connect("A", 1).record(1.0, "A", CLIENT, HELLO_13)
+    body = json.dumps({"feature_negotiation": True, "tls_v1": True}).encode()
+    early.judge.observe("A", monitors.from_command(T0 + 1, wire.Command(b"IDENTIFY", (), body)))
+    early.judge.observe("A", monitors.from_frame(T0 + 1.01, wire.Frame(wire.FRAME_RESPONSE, TLS_ANSWER)))
+    early.record(1.02, "A", BROKER, *ACCEPTED_13).close("A", 1.02)
+    assert early.named() == set()
