@@ -17,6 +17,7 @@ MESSAGES = {1: "client_hello", 2: "server_hello", 11: "certificate", 12: "server
 ENCRYPTED = "encrypted"  # a ChangeCipherSpec or application data record: the plaintext ends
 NOT_TLS = "not_tls"  # bytes that are no TLS record where the handshake belonged
 ALERT_NAME = "alert"
+RECORD_NAMES = frozenset({*MESSAGES.values(), ALERT_NAME, ENCRYPTED, NOT_TLS})
 PLAINTEXT_LIMIT = 64 * 1024  # what one direction's handshake shows in the clear is far less: read no more
 _SUPPORTED_VERSIONS = 43
 _MAX_RECORD = (1 << 14) + 2048
@@ -70,6 +71,11 @@ class TlsReader:
         self._handshake = bytearray()  # handshake messages may span records, and records hold several
         self._read = 0
         self.done = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes held that make no whole record or handshake message yet."""
+        return len(self._buffer) + len(self._handshake)
 
     def feed(self, data: bytes) -> list[Record]:
         if self.done:

@@ -288,7 +288,7 @@ class _V2Walk(StreamWalk):
         """The TLS handshake's plaintext records, a row each (ID-31, ID-32, T-17); from its first encrypted record
         (or an alert, or bytes that are no TLS) on, the rest of the connection is opaque."""
         for record in self.handshake.feed(data):
-            self.rows.add(self.ts_ns, self.direction, Kind.TLS, record.name, text=record.as_text())
+            self.rows.add(self.ts_ns, self.direction, Kind.TLS, record.name, tls_record=record.as_text())
         if self.handshake.done:
             self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
 
@@ -296,6 +296,12 @@ class _V2Walk(StreamWalk):
         if self.handshake is not None and not self.lost:  # the records cannot be told apart after it
             self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
         super()._gap(gap)
+
+    def finish(self, rows):
+        if self.handshake is not None and not self.lost and self.handshake.pending:  # it ended inside a record
+            self.rows = rows
+            self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
+        super().finish(rows)
 
 
 class _ServerSide(_V2Walk):

@@ -178,7 +178,7 @@ def observed_rows(events: pa.Table, first_seq: int) -> pa.Table:
         "msg_id": rows["msg_id"], "attempts": rows["attempts"], "msg_ts_ns": rows["msg_ts_ns"],
         "body_hash": rows["body_hash"], "number": number, "params": params, "crlf": crlf,
         "size": size, "code": rows["code"],
-        "text": pc.coalesce(rows["text"], rows["explanation"]),  # an error row's explanation
+        "text": pc.coalesce(rows["text"], rows["explanation"], rows["tls_record"]),  # an error row's explanation
         "status": pc.if_else(pc.filter(is_tls, wanted), rows["direction"], rows["status"]), "identify": identify,
     }, schema=OBSERVED_SCHEMA)
 
