@@ -32,12 +32,13 @@ HTTP_JUDGED_SINCE = NsqVersion.parse("1.2.0")
 
 
 def judge(transcript: Transcript, version: NsqVersion = NsqVersion.parse(DEFAULT),
-          readers: tuple[monitors.Monitor, ...] = ()) -> monitors.Judge:
+          readers: tuple[monitors.Monitor, ...] = (), tls_policy: monitors.TlsPolicy | None = None) -> monitors.Judge:
     """The monitors' judge over one case's V2 connections and its exchanges with nsqd's HTTP API (conformance.client's
     ``monitored`` HttpClient) where the release it follows (``version``) is one the HTTP monitors hold; ``http_seen``
-    False: other cases' requests reach the broker too. ``readers``: see monitors.new_judge."""
+    False: other cases' requests reach the broker too. ``readers``, ``tls_policy`` (the profile's TLS flags): see
+    monitors.new_judge."""
     judge = monitors.new_judge(timing=False, http_seen=False, wording=False,  # the cases judge nsqd's wording
-                               readers=readers, release=version.key)
+                               readers=readers, release=version.key, tls_policy=tls_policy)
     for event in transcript.events:
         name, at = event.connection, transcript.wall_time(event)
         if event.direction == NOTE:

@@ -369,7 +369,8 @@ def _monitored(item, case) -> list:
         judged = monitoring.judge_registration(case.transcript, lookupd, "%s:%d" % case.target.tcp,
                                                case.name_prefix, case.version)
     else:
-        judged = [monitoring.judge(case.transcript, case.version)]
+        judged = [monitoring.judge(case.transcript, case.version,
+                                   tls_policy=monitors.TlsPolicy.of(case.profile.capabilities))]
     return [violation for judge in judged for violation in judge.violations
             if violation.side == monitors.BROKER and violation.item not in expected and case.has(violation.item)]
 
