@@ -32,18 +32,19 @@ HTTP_JUDGED_SINCE = NsqVersion.parse("1.2.0")
 
 
 def judge(transcript: Transcript, version: NsqVersion = NsqVersion.parse(DEFAULT),
-          readers: tuple[monitors.Monitor, ...] = (), own_names: str = "") -> monitors.Judge:
+          readers: tuple[monitors.Monitor, ...] = (), tls_policy: monitors.TlsPolicy | None = None,
+          own_names: str = "") -> monitors.Judge:
     """The monitors' judge over one case's V2 connections and its exchanges with nsqd's HTTP API (conformance.client's
     ``monitored`` HttpClient) where the release it follows (``version``) is one the HTTP monitors hold; ``http_seen``
     False: other cases' requests reach the broker too. But the topics named ``own_names...`` (Case.topic) are the
     case's own, their whole life in the transcript (the judge's ``fresh``), unless the target restarted (from its
     disk it gets them back as they were) or its HTTP exchanges are not fed. The caller says which cases' names are
     whole: not where the target asks an nsqlookupd for a new topic's channels, nor where a profile's command makes
-    the topics. ``readers``: see monitors.new_judge."""
+    the topics. ``readers``, ``tls_policy`` (the profile's TLS flags): see monitors.new_judge."""
     whole = own_names and version >= HTTP_JUDGED_SINCE and not any(
         event.direction == NOTE and event.lines[0].startswith(_RESTARTS) for event in transcript.events)
     judge = monitors.new_judge(timing=False, http_seen=False, wording=False,  # the cases judge nsqd's wording
-                               readers=readers, release=version.key,
+                               readers=readers, release=version.key, tls_policy=tls_policy,
                                fresh=(lambda topic: topic.startswith(own_names)) if whole else None)
     for event in transcript.events:
         name, at = event.connection, transcript.wall_time(event)

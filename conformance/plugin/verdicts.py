@@ -370,6 +370,7 @@ def _monitored(item, case) -> list:
                                                case.name_prefix, case.version)
     else:  # its topics' whole life is in its transcript, unless the profile's own command makes them
         judged = [monitoring.judge(case.transcript, case.version,
+                                   tls_policy=monitors.TlsPolicy.of(case.profile.capabilities),
                                    own_names="" if case.profile.setup.get("create_topic") else case.name_prefix)]
     return [violation for judge in judged for violation in judge.violations
             if violation.side == monitors.BROKER and violation.item not in expected and case.has(violation.item)]

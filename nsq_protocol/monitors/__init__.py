@@ -95,13 +95,16 @@ from nsq_protocol.monitors.stats_text import TextStatsClients
 from nsq_protocol.monitors.stats_topics import RefusedMpubMadeTopic
 from nsq_protocol.monitors.sub_failed import SubFailsOnlyOnDeletion
 from nsq_protocol.monitors.tls import TlsRequired
+from nsq_protocol.monitors.tls_handshake import TlsHandshake
+from nsq_protocol.monitors.tls_http import PlainHttpPolicy
+from nsq_protocol.monitors.tls_policy import TlsPolicy
 from nsq_protocol.monitors.unreadable import UnreadableBytesEnd
 from nsq_protocol.monitors.window import RdyWindow
 
 MONITORS: tuple[type[Monitor], ...] = (
     ErrorsAreErrorFrames, FatalErrorsClose, NonFatalErrorsKeepOpen, MessageFields, AnswersOnlyToCommands, AnswersAsNsqd,
     HeartbeatsOnTheTicker, ClientAnswersHeartbeats, IdentifyAnswer, UpgradeOks, IdentifyValues, FeaturesKept,
-    TlsRequired, OwnClosesSilent, CopiesAreOneMessage,
+    TlsRequired, PlainHttpPolicy, TlsHandshake, OwnClosesSilent, CopiesAreOneMessage,
     RdyWindow, AttemptsGrow, FinishedStaysFinished, NotTimedOutEarly, SettledOrTimedOutComesBack, FinOfUndelivered,
     DeferredWaits, DeliveredAsPublished, PublishedIsDelivered, FlushedAtOnce, SampledShare, RequeueDelayKept,
     TimedOutInTime, DeletionClosesConsumers, SettledByOwner, HttpAnswersAsNsqd, DocumentsAsNsqd, UnreadableBytesEnd,
@@ -140,17 +143,18 @@ def new_lookupd_judge(*, http_seen: bool, **known) -> LookupdJudge:
 
 def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False,
               application: Application | None = None, readers: tuple[Monitor, ...] = (),
-              release: tuple[int, ...] | None = None, fresh: Callable[[str], bool] | None = None) -> Judge:
+              release: tuple[int, ...] | None = None, tls_policy: TlsPolicy | None = None,
+              fresh: Callable[[str], bool] | None = None) -> Judge:
     """``client_library``: the traffic is a client library's, judged by CLIENT_MONITORS too; ``application``: what
     its application asked of the library (application.py), which some of them judge it against; ``readers``:
     monitors that judge nothing but read the traffic for another judge (nsqd_names.NamesChanged); ``release``: the
-    nsqd release the broker follows, where whoever runs the judge knows it (release.py); ``fresh``: which topics'
-    whole life is in the traffic (Judge)."""
+    nsqd release the broker follows, where whoever runs the judge knows it (release.py); ``tls_policy``: its TLS flags,
+    likewise (tls_policy.py); ``fresh``: which topics' whole life is in the traffic (Judge)."""
     chosen = (*MONITORS, *CLIENT_MONITORS) if client_library else MONITORS
     return Judge([*(monitor() for monitor in chosen), *readers], timing=timing, http_seen=http_seen,
-                 wording=wording, application=application, release=release, fresh=fresh)
+                 wording=wording, application=application, release=release, tls_policy=tls_policy, fresh=fresh)
 
 
 __all__ = ["Application", "BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "Judge",
-           "LOOKUPD_MONITORS", "LookupdJudge", "MONITORS", "Monitor", "Observed", "Violation", "body_hash",
+           "LOOKUPD_MONITORS", "LookupdJudge", "MONITORS", "Monitor", "Observed", "TlsPolicy", "Violation", "body_hash",
            "from_command", "from_frame", "http_action", "new_judge", "new_lookupd_judge"]

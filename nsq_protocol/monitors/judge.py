@@ -19,6 +19,8 @@ from nsq_protocol.monitors.events import COMMAND, ERROR, EVERY_KIND, MESSAGE, Ob
 from nsq_protocol.monitors.limits import Limits
 from nsq_protocol.monitors.monitor import Judging, Monitor, Violation
 from nsq_protocol.monitors.release import Release, parse
+from nsq_protocol.monitors.tls_policy import TlsPolicy
+from nsq_protocol.tls_records import Record
 from nsq_protocol.wire import ProtocolViolation, parse_mpub_body
 
 SCAN_S = 0.1  # D-14: the queue scan's period
@@ -84,7 +86,7 @@ def http_action(ts: float, request: Request, status: int) -> HttpAction | None:
 class Judge(Judging):
     def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True,
                  application: Application | None = None, release: Release | None = None,
-                 fresh: Callable[[str], bool] | None = None):
+                 tls_policy: TlsPolicy | None = None, fresh: Callable[[str], bool] | None = None):
         super().__init__(monitors)
         self._watching: dict[str, list[Monitor]] = {}  # event kind -> the active monitors that read it
         self._ticking: list[Monitor] = []  # the active monitors with a tick of their own
@@ -119,6 +121,7 @@ class Judge(Judging):
         # shows (release.py); the monitors judge an item of an older release by it
         self.told_release = release
         self.shown_release: Release | None = None
+        self.tls_policy = tls_policy  # the broker's TLS flags, told (the suite's profile); None: not told
         self._keep = MESSAGES_KEPT
         self._due = float("inf")
 
@@ -191,6 +194,18 @@ class Judge(Judging):
         for monitor in self._active:
             try:
                 monitor.http_exchange(self, exchange)
+            except Exception as exc:  # noqa: BLE001
+                self._failed(monitor, exc)
+
+    def tls_record(self, name: str, ts: float, sender: str, record: Record) -> None:
+        """A plaintext record of the TLS handshake after an IDENTIFY answer that agreed to TLS (ID-31), where the
+        traffic holds the bytes (a capture: the suite's TLS is its ssl module's)."""
+        self._begin(ts)
+        self._tick(ts)
+        connection = self.connections[name]
+        for monitor in self._active:
+            try:
+                monitor.tls_record(self, connection, ts, sender, record)
             except Exception as exc:  # noqa: BLE001
                 self._failed(monitor, exc)
 

@@ -63,6 +63,9 @@ class Monitor:
     def http_exchange(self, judge, exchange) -> None:
         """Any HTTP request to the broker and its answer (nsq_protocol.http.HttpExchange)."""
 
+    def tls_record(self, judge, connection, ts: float, sender: str, record) -> None:
+        """A plaintext record of ``connection``'s TLS handshake (nsq_protocol.tls_records.Record) from ``sender``."""
+
     def lookupd_query(self, judge, lookupd: str, ts: float, exchange) -> None:
         """The client's query of an nsqlookupd (judge.lookupd_query): the HttpExchange, None where it was down."""
 

@@ -17,7 +17,8 @@ class TlsRequired(Monitor):
     """T-07: where the broker showed that TCP requires TLS (a refusal), the first command but IDENTIFY of a plain
     connection that lived through that refusal gets the fatal TLS-required error too (a restart, with other flags
     perhaps, would have ended it); T-08: IDENTIFY is never refused so, and after one that did not ask for TLS the
-    next command is. Judged from the connection's start."""
+    next command is. Judged from the connection's start; where the judge is told the flag (judge.tls_policy), from
+    the first connection on."""
 
     ITEMS = ("T-07", "T-08")
     KINDS = frozenset({COMMAND, RESPONSE, ERROR})
@@ -33,7 +34,8 @@ class TlsRequired(Monitor):
         if event.kind == COMMAND:
             if event.name != "IDENTIFY" and name not in self._seen:
                 self._seen.add(name)
-                if self._refused_at is None or not connection.lived_through(self._refused_at):
+                told = judge.tls_policy is not None and judge.tls_policy.plain_tcp_refused
+                if not told and (self._refused_at is None or not connection.lived_through(self._refused_at)):
                     self.skip("T-07", "no TLS-required refusal (the broker's flag) while the connection was open")
                 elif connection.started and not _upgraded(connection):
                     self._first[name] = event

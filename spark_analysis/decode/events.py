@@ -79,6 +79,8 @@ EVENT_SCHEMA = pa.schema(
         ("arguments", pa.string()),  # the commands without columns of their own: their parameters as sent
         ("explanation", pa.string()),  # errors and violations: what went wrong, and where
         ("producer", pa.string()),  # V1 REGISTER and UNREGISTER: broadcast_address:tcp_port of the IDENTIFY
+        # tls rows: a plaintext handshake record's versions, alert, certificates (nsq_protocol.tls_records Record)
+        ("tls_record", pa.string()),
         ("identify", IDENTIFY_TYPE),  # IDENTIFY commands, V2 and V1
         ("stream_offset", pa.int64()),
         ("connection", CONNECTION_TYPE),
@@ -148,13 +150,15 @@ class Rows:
         arguments=None,
         explanation=None,
         producer=None,
+        tls_record=None,
         identify=None,
         stream_offset=None,
         connection=None,
     ) -> int:
         row = (ts_ns, direction, kind, name, topic, channel, msg_id, attempts, msg_ts_ns, body_len, body_hash, rdy,
                delay_ms, message_count, params, crlf, size_word, byte_count, heartbeat_interval_ns, in_flight, status,
-               code, _cut(text), _cut(arguments), _cut(explanation), producer, identify, stream_offset, connection)
+               code, _cut(text), _cut(arguments), _cut(explanation), producer, _cut(tls_record), identify,
+               stream_offset, connection)
         if self._columns is None:
             self._tuples.append(row)
             return len(self._tuples) - 1

@@ -13,6 +13,7 @@ class Kind(StrEnum):
     GAP = "gap"  # bytes the capture lacks
     ERROR = "error"  # what could not be decoded, or the capture's own problems; name: what went wrong
     IN_FLIGHT = "inflight"  # the most messages in flight in one second of a subscription
+    TLS = "tls"  # a plaintext record of the TLS handshake after the upgrade; name: nsq_protocol.tls_records' names
     CONNECTION = "connection"  # the connection's own row; name: nsq | lookupd | other
 
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nsq_protocol import wire
+from nsq_protocol.tls_records import TlsReader
 from spark_analysis.decode import v1
 from spark_analysis.decode.events import (
     ID_ERRORS,
@@ -273,12 +274,14 @@ class _V2Walk(StreamWalk):
     def __init__(self, stream: Stream, upgrade: _Upgrade):
         super().__init__(stream)
         self.upgrade = upgrade
+        self.handshake: TlsReader | None = None  # TLS switched on: its plaintext records are read
 
     def _switch(self, rest: bytes):
         """The decoder stopped at the IDENTIFY upgrade's switch point, and ``rest`` came after it (ID-30). The
         server's IDENTIFY response, decoded first, says what the connection switched to, if anything."""
         if self.upgrade.tls:
-            self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
+            self.handshake = TlsReader()
+            self._handshake_bytes(rest)
             return
         if self.upgrade.codec:
             self.decompressor = self.upgrade.decompressor()
@@ -288,6 +291,26 @@ class _V2Walk(StreamWalk):
                 self._lose(self.layer_failed, str(exc))
                 return
         self._feed_resynchronising(rest)
+
+
+    def _handshake_bytes(self, data: bytes):
+        """The TLS handshake's plaintext records, a row each (ID-31, ID-32, T-17); from its first encrypted record
+        (or an alert, or bytes that are no TLS) on, the rest of the connection is opaque."""
+        for record in self.handshake.feed(data):
+            self.rows.add(self.ts_ns, self.direction, Kind.TLS, record.name, tls_record=record.as_text())
+        if self.handshake.done:
+            self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
+
+    def _gap(self, gap):
+        if self.handshake is not None and not self.lost:  # the records cannot be told apart after it
+            self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
+        super()._gap(gap)
+
+    def finish(self, rows):
+        if self.handshake is not None and not self.lost and self.handshake.pending:  # it ended inside a record
+            self.rows = rows
+            self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
+        super().finish(rows)
 
 
 class _ServerSide(_V2Walk):
@@ -314,6 +337,9 @@ class _ServerSide(_V2Walk):
     def feed(self, data: bytes):
         if self.before_tls:
             self._after_tls_answer(data)
+            return
+        if self.handshake is not None:
+            self._handshake_bytes(data)
             return
         try:
             spans = self.decoder.feed_spans(data)
@@ -405,19 +431,20 @@ class _ServerSide(_V2Walk):
         super()._switch(rest)
 
     def _after_tls_answer(self, data: bytes):
-        """The server's first bytes after an answer that switched TLS on: its handshake, and all that follows is
-        encrypted. A whole frame there instead went out in plaintext where the TLS layer belonged (ID-30): its row
-        says so (``OUTSIDE_TLS``), and what follows it is taken as the handshake."""
+        """The server's first bytes after an answer that switched TLS on: its handshake. A whole frame there instead
+        went out in plaintext where the TLS layer belonged (ID-30: its row says so, ``OUTSIDE_TLS``; an error frame is
+        nsqd's after a failed handshake, ID-31), and what follows it is taken as the handshake."""
         self.before_tls = False
         size = int.from_bytes(data[:4], "big") if len(data) >= 8 else 0
         if _FRAME_TYPE_FIELD.match(data, 4) and 4 <= size and 4 + size <= len(data):
             self.outside_tls = True
             try:
                 self._frames(wire.FrameDecoder().feed_spans(data[:4 + size]))
+                data = data[4 + size:]
             except wire.ProtocolViolation:
                 pass  # no frame after all: the handshake's bytes
             self.outside_tls = False
-        self._lose(TLS_OPAQUE, "TLS negotiated: the rest of the connection is encrypted")
+        super()._switch(data)
 
 
 _I32 = struct.Struct(">i")
@@ -473,6 +500,9 @@ class _ClientSide(_V2Walk, CommandWalk):
     def feed(self, data: bytes):
         if self.unanswered is not None:
             self.unanswered += data
+            return
+        if self.handshake is not None:
+            self._handshake_bytes(data)
             return
         super().feed(data)
 

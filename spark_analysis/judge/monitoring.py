@@ -37,6 +37,7 @@ from nsq_protocol.monitors.events import (
     UNREADABLE,
 )
 from nsq_protocol.monitors.nsqd_names import CREATED, LEFT, NameChange, NamesChanged
+from nsq_protocol.tls_records import Record
 from nsq_protocol.wire import ProtocolViolation
 from spark_analysis.decode.kinds import (
     BAD_MAGIC,
@@ -137,7 +138,8 @@ OBSERVED_SCHEMA = pa.schema([
     ("size", pa.int64()),  # MPUB: its size word where it is not the size of the body its count and sizes frame
     ("code", pa.string()),
     ("text", pa.string()),
-    ("status", pa.string()),  # a frame's: sent in plaintext where TLS was negotiated (decode/kinds.py Status)
+    ("status", pa.string()),  # a frame's: sent in plaintext where TLS was negotiated (decode/kinds.py Status); a TLS
+    # handshake record's: who sent it (Direction)
     ("identify", pa.string()),  # an IDENTIFY's JSON as sent
 ])
 
@@ -152,11 +154,12 @@ def observed_rows(events: pa.Table, first_seq: int) -> pa.Table:
     ranks[np.lexsort((from_server, events["ts_ns"].to_numpy()))] = np.arange(events.num_rows)
     kind, from_the_server = events["kind"], pc.equal(events["direction"], Direction.SERVER)
     is_error = pc.equal(kind, Kind.ERROR)
-    wanted = pc.or_kleene(
+    is_tls = pc.equal(kind, Kind.TLS)
+    wanted = pc.or_kleene(pc.or_kleene(
         pc.or_kleene(pc.or_kleene(pc.equal(kind, Kind.COMMAND), pc.equal(kind, Kind.PUBLISH)), pc.and_kleene(
             is_error, pc.is_in(events["name"], pa.array(CLIENT_UNREADABLE)))),
         pc.and_kleene(from_the_server, pc.or_kleene(pc.equal(kind, Kind.FRAME), pc.and_kleene(
-            is_error, pc.equal(events["name"], TLS_OPAQUE)))))
+            is_error, pc.equal(events["name"], TLS_OPAQUE))))), is_tls)
     rows = events.filter(wanted)
     name = rows["name"]
     number = pc.case_when(
@@ -178,8 +181,8 @@ def observed_rows(events: pa.Table, first_seq: int) -> pa.Table:
         "msg_id": rows["msg_id"], "attempts": rows["attempts"], "msg_ts_ns": rows["msg_ts_ns"],
         "body_hash": rows["body_hash"], "number": number, "params": params, "crlf": crlf,
         "size": size, "code": rows["code"],
-        "text": pc.coalesce(rows["text"], rows["explanation"]),  # an error row's explanation
-        "status": rows["status"], "identify": identify,
+        "text": pc.coalesce(rows["text"], rows["explanation"], rows["tls_record"]),  # an error row's explanation
+        "status": pc.if_else(pc.filter(is_tls, wanted), rows["direction"], rows["status"]), "identify": identify,
     }, schema=OBSERVED_SCHEMA)
 
 
@@ -349,6 +352,9 @@ class ServerJudging:
                     self._pending = (conn_id, row, [])
                 else:
                     judge.observe(conn_id, _command(row, []))
+            elif kind == Kind.TLS:
+                judge.tls_record(conn_id, ts, CLIENT if row["status"] == Direction.CLIENT else BROKER,
+                                 Record.from_text(row["name"], row["text"] or ""))
             elif kind == Kind.ERROR and row["name"] == TLS_OPAQUE:  # the rest is not seen, as if it had ended
                 if judge.connections[conn_id].open:
                     judge.close(conn_id, ts, None)

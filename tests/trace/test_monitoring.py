@@ -4,6 +4,7 @@ broker rule, and a broker bug written into a real pcap is named by its item, wit
 from __future__ import annotations
 
 import json
+import ssl
 import struct
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from nsq_protocol import wire
 from spark_analysis.generate.capture import EPOCH_NS, MS, Capture, Connection
 from spark_analysis.judge.monitoring import judge_capture
-from tests.trace.trace_helpers import PCAPS
+from tests.trace.trace_helpers import PCAPS, REPO
 
 RECORDED = {"workload-small": 24150, "compressed": 24150, "cluster": 24150, "transcripts": 24150}
 IDENTIFY_ANSWER = {"max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout": 900000, "msg_timeout": 1000,
@@ -176,8 +177,48 @@ def test_an_ok_in_plaintext_where_the_tls_handshake_belongs_is_id30(tmp_path, pl
     server_hello = b"\x16\x03\x03\x00\x04\x02\x00\x00\x00"
     ok = wire.encode_frame(wire.FRAME_RESPONSE, b"OK") if plaintext_ok else b""
     exchange.broker(3, wire.encode_frame(wire.FRAME_RESPONSE, json.dumps({**IDENTIFY_ANSWER, "tls_v1": True}).encode())
-                    + ok + server_hello)
-    exchange.client(4, b"\x16\x03\x01\x00\x04\x01\x00\x00\x00").end(10)
+                    + ok)
+    exchange.client(4, b"\x16\x03\x01\x00\x04\x01\x00\x00\x00").broker(5, server_hello).end(10)
+    assert named(tmp_path / "a.pcap") == named_items
+
+
+def tls12_handshake(server_verify: ssl.VerifyMode) -> list[tuple[str, bytes]]:
+    """A TLS 1.2 handshake of Python's ssl with the suite's test certificates, its client presenting no certificate:
+    each side's flights in order ("c2s", "s2c")."""
+    tls = REPO / "conformance" / "tls"
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tls / "server.pem", tls / "server.key")
+    server.load_verify_locations(tls / "ca.pem")
+    server.verify_mode = server_verify
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname, client.verify_mode, client.maximum_version = False, ssl.CERT_NONE, ssl.TLSVersion.TLSv1_2
+    bios = [ssl.MemoryBIO() for _ in range(4)]
+    ends = {"c2s": (client.wrap_bio(bios[0], bios[1]), bios[1], bios[2]),
+            "s2c": (server.wrap_bio(bios[2], bios[3], server_side=True), bios[3], bios[0])}
+    flights = []
+    for _ in range(4):
+        for direction, (end, outgoing, peer) in ends.items():
+            try:
+                end.do_handshake()
+            except ssl.SSLError:
+                pass  # wants more, or failed: what it wrote is its flight
+            if data := outgoing.read():
+                flights.append((direction, data))
+                peer.write(data)
+    return flights
+
+
+@pytest.mark.parametrize(("verify", "named_items"), [(ssl.CERT_REQUIRED, set()), (ssl.CERT_OPTIONAL,
+                                                                                   {("ID-32", "broker")})])
+def test_a_broker_that_asks_for_a_certificate_refuses_an_empty_one_id32(tmp_path, verify, named_items):
+    """Under TLS 1.2 the CertificateRequest and the client's Certificate are plaintext: a broker that asked for a
+    certificate and goes on after an empty one (OpenSSL's CERT_OPTIONAL; nsqd's policies both refuse) breaks ID-32."""
+    exchange = Exchange(tmp_path / "a.pcap").client(2, wire.encode_command("IDENTIFY", body=wire.identify_body(
+        {"feature_negotiation": True, "tls_v1": True})))
+    exchange.broker(3, wire.encode_frame(wire.FRAME_RESPONSE, json.dumps({**IDENTIFY_ANSWER, "tls_v1": True}).encode()))
+    for ms, (direction, data) in enumerate(tls12_handshake(verify), 4):
+        (exchange.client if direction == "c2s" else exchange.broker)(ms, data)
+    exchange.end(20)
     assert named(tmp_path / "a.pcap") == named_items
 
 

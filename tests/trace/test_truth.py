@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from trace_helpers import PCAPS, load_truth, truth_mismatches
 
+from nsq_protocol.tls_records import RECORD_NAMES
 from spark_analysis.derive.quantiles import RELATIVE_ACCURACY, SMALLEST
 
 PER_CONNECTION_KEYS = (
@@ -126,6 +127,7 @@ ONE_MEANING = {
     "explanation": (None, None),  # errors: checked by kind below
     "identify": ("command", {"IDENTIFY"}),
     "producer": ("command", {"REGISTER", "UNREGISTER"}),
+    "tls_record": ("tls", RECORD_NAMES),
 }
 
 
@@ -145,7 +147,7 @@ def test_each_event_column_has_one_meaning(analyse, name):
         if len(held):
             seen.add(column)
     expected = {"rdy", "message_count", "heartbeat_interval_ns", "in_flight", "text", "identify", "delay_ms"} \
-        if name == "workload-small" else {"rdy", "text", "identify", "producer"}
+        if name == "workload-small" else {"rdy", "text", "identify", "producer", "tls_record"}
     assert expected <= seen, expected - seen
     assert events["status"].dropna().isin(["ok", "failed", "error", "unanswered", "upgrade"]).all()
     assert events.loc[events["kind"] == "connection", "status"].isna().all()
