@@ -31,9 +31,9 @@ class Known:
 
 
 class KnownChannels:
-    """Fed by its monitor: ``mentioned`` (each command or HTTP request that names a topic, first), ``sub_sent``,
-    ``sub_answered``, ``exchange`` (every HTTP exchange), ``left`` (a consumer's connection ended), ``forget_all``
-    (the broker crashed); ``topics`` holds what is known."""
+    """Fed by its monitor: ``command`` (each client command), ``mentioned`` (each HTTP request that names a topic,
+    first), ``sub_answered``, ``exchange`` (every HTTP exchange), ``left`` (a consumer's connection ended),
+    ``forget_all`` (the broker crashed); ``topics`` holds what is known."""
 
     def __init__(self) -> None:
         self.topics: dict[str, Known] = {}
@@ -48,9 +48,15 @@ class KnownChannels:
             if judge.is_fresh(topic) and topic not in self.topics:
                 self.topics[topic] = Known(ts, set(), 0)
 
-    def sub_sent(self, topic: str, channel: str, ts: float) -> None:
-        self._pending[topic] = self._pending.get(topic, 0) + 1
-        self._creating(topic, channel, ts)
+    def command(self, judge, event) -> None:
+        """A client's command: the topic it names is mentioned, and a SUB may make its channel."""
+        topic = event.topic
+        if not topic:
+            return
+        self.mentioned(judge, topic, event.ts)
+        if event.name == "SUB" and event.channel:
+            self._pending[topic] = self._pending.get(topic, 0) + 1
+            self._creating(topic, event.channel, event.ts)
 
     def sub_answered(self, topic: str, channel: str, ok: bool) -> None:
         if self._pending.get(topic, 0) > 0:

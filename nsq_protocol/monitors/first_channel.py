@@ -56,10 +56,7 @@ class FirstChannelGetsHeld(Monitor):
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND:
-            if event.topic:
-                self.known.mentioned(judge, event.topic, event.ts)
-            if event.name == "SUB" and event.topic and event.channel:
-                self.known.sub_sent(event.topic, event.channel, event.ts)
+            self.known.command(judge, event)
         elif event.kind == MESSAGE:
             subscription = connection.subscription
             if subscription in self._watched and event.bodies and event.msg_id:
@@ -251,10 +248,7 @@ class LaterChannelGetsLater(Monitor):
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND:
-            if event.topic:
-                self.known.mentioned(judge, event.topic, event.ts)
-            if event.name == "SUB" and event.topic and event.channel:
-                self.known.sub_sent(event.topic, event.channel, event.ts)
+            self.known.command(judge, event)
             return
         if event.kind == RESPONSE:
             if answered is not None and answered.name == "SUB" and answered.topic and answered.channel:
