@@ -96,31 +96,20 @@ def _never_leaves_backoff(command: wire.Command, state: dict) -> bytes:
     return wire.encode_command("RDY", 0) if state["backed_off"] else command.encode()
 
 
-def _first_backoff_longest(command: wire.Command, state: dict) -> float:
-    """The RDY that ends the first backoff is held 6 s: the first backoff outlasts the client's later ones."""
-    if command.name != b"RDY":
+def _backoff_end_held(nth: int, seconds: float) -> Callable[[wire.Command, dict], float]:
+    """The RDY that ends the client's ``nth`` backoff is held ``seconds``: that backoff lasts longer than the client
+    made it (the first one outlasting the later ones, NSQC-RDY-007; the second one past a cap, NSQC-RDY-008)."""
+    def late_after(command: wire.Command, state: dict) -> float:
+        if command.name != b"RDY":
+            return 0.0
+        if command.params == (b"0",):
+            state["backoffs"] = state.get("backoffs", 0) + 1
+            return 0.0
+        if state.get("backoffs") == nth and not state.get("held"):
+            state["held"] = True
+            return seconds
         return 0.0
-    if command.params == (b"0",):
-        state["backoffs"] = state.get("backoffs", 0) + 1
-        return 0.0
-    if state.get("backoffs") == 1 and not state.get("held"):
-        state["held"] = True
-        return 6.0
-    return 0.0
-
-
-def _second_backoff_past_cap(command: wire.Command, state: dict) -> float:
-    """The RDY that ends the second backoff (1 s for the model client) is held 5 s: past NSQC-RDY-008's 3 s cap and
-    its tolerance."""
-    if command.name != b"RDY":
-        return 0.0
-    if command.params == (b"0",):
-        state["backoffs"] = state.get("backoffs", 0) + 1
-        return 0.0
-    if state.get("backoffs") == 2 and not state.get("held"):
-        state["held"] = True
-        return 5.0
-    return 0.0
+    return late_after
 
 
 def _mpub_count_plus_one(command: wire.Command) -> bytes:
@@ -232,9 +221,9 @@ FAULTS = {fault.name: fault for fault in (
                                                                                  "NSQC-LOOKUP-003"),
           lookup=lambda shared, target: target if shared["queries"] <= 2 else None, nsqd_sees=False),
     Fault("backoff-shrinks", "the first backoff lasts 6 s, the later ones less (a backoff that does not grow)",
-          ("NSQC-RDY-007",), late_after=_first_backoff_longest),
+          ("NSQC-RDY-007",), late_after=_backoff_end_held(1, 6.0)),
     Fault("backoff-past-cap", "the second backoff lasts 6 s, past the 3 s the client was told is the longest",
-          ("NSQC-RDY-008",), late_after=_second_backoff_past_cap),
+          ("NSQC-RDY-008",), late_after=_backoff_end_held(2, 5.0)),
     Fault("reconnect-early", "after the broker closes, one reconnect at once (the client's delay is 0.5 s)",
           ("NSQC-ERR-006",), storm=1),
     Fault("lookup-hammered", "each /lookup poll is three queries at once (a poll loop without its interval)",
