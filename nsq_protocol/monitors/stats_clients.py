@@ -19,6 +19,7 @@ from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, JSON, MESSAGE, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.stats_counters import stats_document
+from nsq_protocol.tls_records import TLS10, TLS11, TLS12, TLS13
 
 HTTP = "HTTP"
 PUBLISHES = ("PUB", "MPUB", "DPUB")
@@ -34,6 +35,7 @@ CLIENT_OMITTED = frozenset({"authed", "auth_identity", "auth_identity_url", "pub
 CLIENT_LATER = frozenset({"topology_zone", "topology_region", "zone_local_msg_count", "region_local_msg_count",
                           "global_msg_count"})
 TLS_VERSIONS = ("TLS1.0", "TLS1.1", "TLS1.2", "TLS1.3", "Unknown ")  # prettyConnectionState.GetVersion
+_VERSION_NAMES = {TLS10: "TLS1.0", TLS11: "TLS1.1", TLS12: "TLS1.2", TLS13: "TLS1.3"}  # as GetVersion names them
 _BOOL = {"true": True, "1": True, "false": False, "0": False}  # nsqd/http.go: boolParams; anything else is true
 BUCKET_S = 0.25  # the tallies' resolution: a bucket that straddles the request counts as after it
 KEPT_S = 60.0  # how far back the tallies tell what was counted before a request
@@ -42,7 +44,7 @@ IN_FLUX = "a command that changes it was unanswered when the /stats request was 
 NOT_STARTED = "the connection's start is not in the traffic: what it sent before is not known"
 NO_ADDRESS = "the judge does not know the connections' client addresses (their /stats remote_address)"
 NOT_DIRECT = "no /stats entry matched a connection to this server: it may reach nsqd through a proxy"
-HANDSHAKE = "the TLS version and cipher suite the ServerHello chose are not among the judge's events"
+HANDSHAKE = "the ServerHello that chose the TLS version is not in the traffic (the suite's TLS is its ssl module's)"
 LONG_ASKED = f"the /stats request was answered more than {KEPT_S:.0f} s after it was sent"
 
 
@@ -78,7 +80,7 @@ class _Tally:
 class _Seen:
     """What one connection's traffic set in its /stats entry."""
 
-    __slots__ = ("changes", "layers", "published", "publish_sent", "delivered")
+    __slots__ = ("changes", "layers", "published", "publish_sent", "delivered", "tls_version")
 
     def __init__(self) -> None:
         self.changes: list[list] = []  # [command, answered at or None, the answer] of IDENTIFY, SUB, CLS
@@ -86,6 +88,7 @@ class _Seen:
         self.published: dict[str, _Tally] = {}  # topic -> the messages of publishes answered OK
         self.publish_sent: dict[str, float] = {}  # topic -> when the first publish to it was sent
         self.delivered = _Tally()  # message frames
+        self.tls_version: int | None = None  # the version the broker's ServerHello chose
 
     def settled(self, ts: float, answered: float) -> list | None:
         """The changes answered before ``ts``; None where one sent before ``answered`` was not."""
@@ -117,6 +120,10 @@ class ClientsAsConnected(Monitor):
         self._seen: dict[str, _Seen] = {}  # connection name -> what its traffic set
         self._pending: list[tuple[HttpExchange, dict]] = []  # /stats answers, judged once the traffic passed them
         self._direct: set[str | None] = set()  # servers a /stats entry's address matched a connection of
+
+    def tls_record(self, judge, connection, ts, sender, record):
+        if sender == BROKER and record.name == "server_hello" and record.versions:
+            self._seen.setdefault(connection.name, _Seen()).tls_version = record.versions[0]
 
     def observe(self, judge, connection, event, answered):
         if connection.client is None:
@@ -295,8 +302,13 @@ class ClientsAsConnected(Monitor):
         if entry.get("tls") is not ("tls_v1" in layers):
             pass  # reported above; its strings follow from it
         elif "tls_v1" in layers:
-            self.skip("T-04", HANDSHAKE)
             version = entry.get("tls_version")
+            chosen = _VERSION_NAMES.get(seen.tls_version, "Unknown ") if seen.tls_version else None
+            if chosen is None:
+                self.skip("T-04", HANDSHAKE)
+            elif isinstance(version, str) and not version.startswith(chosen):
+                self.report("T-04", BROKER, exchange.ts, where, f"tls_version {chosen.strip()} (the ServerHello's)",
+                            f"{version!r}", exchange)
             if not (isinstance(version, str) and version.startswith(TLS_VERSIONS)) or \
                     not entry.get("tls_cipher_suite") or entry.get("tls_negotiated_protocol") != "":
                 self.report("T-04", BROKER, exchange.ts, where, "tls_version TLS1.x, a cipher suite, no negotiated "

@@ -12,6 +12,7 @@ from nsq_protocol.monitors import stats_clients
 from nsq_protocol.monitors.http_no_auth import HttpWithoutAuth
 from nsq_protocol.monitors.stats_clients import ClientsAsConnected
 from nsq_protocol.monitors.stats_topics import RefusedMpubMadeTopic
+from nsq_protocol.tls_records import TLS12, Record
 from tests.protocol.test_monitors import ID1, T0, Traffic
 from tests.protocol.test_monitors_stats import channel, ephemeral_created, ephemeral_found, topic
 from tests.protocol.test_monitors_stats import stats as topics_stats
@@ -135,6 +136,19 @@ def test_a_tls_client_shown_plain_is_t_04():
     traffic = identified({"feature_negotiation": True, "tls_v1": True}, JSON_ANSWER | {"tls_v1": True}).ok(0.02)
     traffic.send(0.1, b"SUB", "t", "c").ok(0.11)
     assert found(stats(traffic, 1.0, [entry(state=3, client_id="", hostname="")])) == [("T-04", "broker")]
+
+
+def test_the_tls_version_is_the_one_the_server_hello_chose_where_the_capture_shows_it():
+    def shown(version: str) -> Traffic:
+        traffic = identified({"feature_negotiation": True, "tls_v1": True}, JSON_ANSWER | {"tls_v1": True}).ok(0.02)
+        traffic.judge.tls_record("A", T0 + 0.015, "broker", Record("server_hello", (TLS12,)))
+        traffic.send(0.1, b"SUB", "t", "c").ok(0.11)
+        return stats(traffic, 1.0, [entry(state=3, client_id="", hostname="", tls=True, tls_version=version,
+                                          tls_cipher_suite="TLS_AES_128_GCM_SHA256")])
+
+    kept = shown("TLS1.2")
+    assert found(kept) == [] and ("T-04", stats_clients.HANDSHAKE) not in skipped(kept)
+    assert found(shown("TLS1.3")) == [("T-04", "broker")]
 
 
 def test_a_tls_upgrade_not_yet_ok_when_the_request_was_sent_is_not_judged():
