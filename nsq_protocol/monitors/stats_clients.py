@@ -299,9 +299,8 @@ class ClientsAsConnected(Monitor):
             if entry.get(key) is not (layer in layers):
                 self.report("T-04" if key == "tls" else "H-STATS-09", BROKER, exchange.ts, where,
                             f"{key} {layer in layers} (as IDENTIFY negotiated)", f"{entry.get(key)!r}", exchange)
-        if entry.get("tls") is not ("tls_v1" in layers):
-            pass  # reported above; its strings follow from it
-        elif "tls_v1" in layers:
+        as_negotiated = entry.get("tls") is ("tls_v1" in layers)  # if not, reported above: its strings follow from it
+        if as_negotiated and "tls_v1" in layers:
             version = entry.get("tls_version")
             chosen = _VERSION_NAMES.get(seen.tls_version, "Unknown ") if seen.tls_version else None
             if chosen is None:
@@ -314,8 +313,9 @@ class ClientsAsConnected(Monitor):
                 self.report("T-04", BROKER, exchange.ts, where, "tls_version TLS1.x, a cipher suite, no negotiated "
                             "protocol", f"{version!r}, {entry.get('tls_cipher_suite')!r}, "
                             f"{entry.get('tls_negotiated_protocol')!r}", exchange)
-        elif (entry.get("tls_version"), entry.get("tls_cipher_suite"), entry.get("tls_negotiated_protocol"),
-              entry.get("tls_negotiated_protocol_is_mutual")) != ("", "", "", False):
+        elif as_negotiated and (entry.get("tls_version"), entry.get("tls_cipher_suite"),
+                                entry.get("tls_negotiated_protocol"),
+                                entry.get("tls_negotiated_protocol_is_mutual")) != ("", "", "", False):
             self.report("T-04", BROKER, exchange.ts, where, "empty TLS strings and no mutual protocol (plain)",
                         f"{entry.get('tls_version')!r}, {entry.get('tls_cipher_suite')!r}, "
                         f"{entry.get('tls_negotiated_protocol')!r}", exchange)
