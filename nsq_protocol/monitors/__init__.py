@@ -144,15 +144,17 @@ def new_lookupd_judge(*, http_seen: bool, **known) -> LookupdJudge:
 def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_library: bool = False,
               application: Application | None = None, readers: tuple[Monitor, ...] = (),
               release: tuple[int, ...] | None = None, tls_policy: TlsPolicy | None = None,
-              fresh: Callable[[str], bool] | None = None) -> Judge:
+              fresh: Callable[[str], bool] | None = None, runs: bool = True) -> Judge:
     """``client_library``: the traffic is a client library's, judged by CLIENT_MONITORS too; ``application``: what
     its application asked of the library (application.py), which some of them judge it against; ``readers``:
     monitors that judge nothing but read the traffic for another judge (nsqd_names.NamesChanged); ``release``: the
     nsqd release the broker follows, where whoever runs the judge knows it (release.py); ``tls_policy``: its TLS flags,
-    likewise (tls_policy.py); ``fresh``: which topics' whole life is in the traffic (Judge)."""
+    likewise (tls_policy.py); ``fresh``: which topics' whole life is in the traffic (Judge); ``runs``: the monitors
+    that take runs whole get them (Judge)."""
     chosen = (*MONITORS, *CLIENT_MONITORS) if client_library else MONITORS
     return Judge([*(monitor() for monitor in chosen), *readers], timing=timing, http_seen=http_seen,
-                 wording=wording, application=application, release=release, tls_policy=tls_policy, fresh=fresh)
+                 wording=wording, application=application, release=release, tls_policy=tls_policy, fresh=fresh,
+                 runs=runs)
 
 
 __all__ = ["Application", "BROKER", "CLIENT", "CLIENT_MONITORS", "HttpAction", "Judge",

@@ -78,6 +78,33 @@ class Observed(NamedTuple):
         return f"{'>' if self.sender == CLIENT else '<'} " + " ".join(str(part) for part in parts)
 
 
+# the runs a judge takes whole (Run.key): a connection's consecutive message frames, or its consecutive FINs
+MESSAGES, FINS = MESSAGE, "FIN"
+
+
+class Run(NamedTuple):
+    """A capture's bulk at once: consecutive message frames (``MESSAGES``), or consecutive FINs (``FINS``), of one
+    connection, no message ID twice among them. ``events()`` are the same events one by one; a monitor that takes
+    runs (Monitor.RUNS) reads the columns, and judges them exactly as it would the events."""
+
+    key: str  # MESSAGES or FINS
+    ts: list[float]
+    msg_ids: list[str]
+    attempts: list[int | None]  # message frames (C-12); FINs: empty
+    bodies: list[int]  # message frames: each one's body_hash; FINs: empty
+    msg_ts_ns: list[int | None]  # message frames (C-09); FINs: empty
+    params: int | None = None  # FINs: the parameters on each line (C-17), the same for all
+    crlf: bool | None = None  # FINs: each line ended in CRLF (C-14), the same for all
+
+    def events(self):
+        if self.key == FINS:
+            return (Observed(ts, COMMAND, FINS, msg_id=msg_id, params=self.params, crlf=self.crlf)
+                    for ts, msg_id in zip(self.ts, self.msg_ids, strict=True))
+        return (Observed(ts, MESSAGE, msg_id=msg_id, attempts=attempts, msg_ts_ns=msg_ts_ns, bodies=(body,))
+                for ts, msg_id, attempts, body, msg_ts_ns
+                in zip(self.ts, self.msg_ids, self.attempts, self.bodies, self.msg_ts_ns, strict=True))
+
+
 def failed_id(text: str) -> str | None:
     """The message ID an E_FIN_FAILED, E_REQ_FAILED or E_TOUCH_FAILED names: '<VERB> <id> failed ...' (P-FIN-04,
     P-REQ-06, P-TOUCH-03)."""

@@ -11,6 +11,7 @@ from nsq_protocol.monitors.events import (
     ERROR,
     HEARTBEAT,
     MESSAGE,
+    MESSAGES,
     NON_FATAL_ERRORS,
     RESPONSE,
     UNFRAMED,
@@ -19,6 +20,7 @@ from nsq_protocol.monitors.monitor import Monitor
 
 _ERROR_CODE = re.compile(r"E_[A-Z_]+\Z")
 _MESSAGE_ID = re.compile(r"[0-9a-f]{16}\Z")
+_HEX = re.compile(r"[0-9a-f]*\Z")
 NSQ_EPOCH_NS = 1_325_376_000 * 10**9  # 2012-01-01: no nsqd stamped a message before it
 STAMP_SLACK_NS = 2 * 10**9  # between the broker's clock and the traffic's
 FATAL_CLOSE_S = 1.0  # nsqd closes right after writing a fatal error; this is the capture's slack
@@ -142,6 +144,15 @@ class MessageFields(Monitor):
 
     ITEMS = ("C-09", "C-10")
     KINDS = frozenset({MESSAGE})
+    RUNS = frozenset({MESSAGES})
+
+    def observe_run(self, judge, connection, run):
+        stamps = run.msg_ts_ns
+        if set(map(len, run.msg_ids)) == {16} and _HEX.match("".join(run.msg_ids)) and None not in stamps \
+                and NSQ_EPOCH_NS <= min(stamps) and max(stamps) <= run.ts[0] * 1e9 + STAMP_SLACK_NS:
+            return  # every ID and stamp as the rules want them
+        for event in run.events():
+            self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE:

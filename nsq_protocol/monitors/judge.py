@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from nsq_protocol.http import HttpExchange, Request
 from nsq_protocol.monitors.application import Application
 from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS, Connection
-from nsq_protocol.monitors.events import COMMAND, ERROR, EVERY_KIND, MESSAGE, Observed, body_hash
+from nsq_protocol.monitors.events import COMMAND, ERROR, EVERY_KIND, FINS, MESSAGE, MESSAGES, Observed, Run, body_hash
 from nsq_protocol.monitors.limits import Limits
 from nsq_protocol.monitors.monitor import Judging, Monitor, Violation
 from nsq_protocol.monitors.release import Release, parse
@@ -86,9 +86,14 @@ def http_action(ts: float, request: Request, status: int) -> HttpAction | None:
 class Judge(Judging):
     def __init__(self, monitors: list[Monitor], *, timing: bool, http_seen: bool, wording: bool = True,
                  application: Application | None = None, release: Release | None = None,
-                 tls_policy: TlsPolicy | None = None, fresh: Callable[[str], bool] | None = None):
+                 tls_policy: TlsPolicy | None = None, fresh: Callable[[str], bool] | None = None,
+                 runs: bool = True):
         super().__init__(monitors)
+        # False: every monitor takes every event one by one, runs too (what the monitors that take runs are held to)
+        self.runs = runs
         self._watching: dict[str, list[Monitor]] = {}  # event kind -> the active monitors that read it
+        self._taking_runs: dict[str, list[Monitor]] = {}  # run key -> the active monitors that take it whole
+        self._one_by_one: dict[str, list[Monitor]] = {}  # run key -> the others that read its events
         self._ticking: list[Monitor] = []  # the active monitors with a tick of their own
         self._dispatch()
         # the events' times are when they crossed the wire (a capture), not when a client read them (the suite):
@@ -158,6 +163,36 @@ class Judge(Judging):
             except Exception as exc:  # noqa: BLE001 (a monitor's own bug on traffic it did not foresee)
                 self._failed(monitor, exc)
         self._ledger(connection, event)
+
+    def observe_run(self, name: str, run: Run) -> None:
+        """``run``'s events on the connection ``name``, as ``observe`` takes them; the monitors that take such runs
+        whole (Monitor.RUNS) get it at once, before the others and the ledger take its events one by one. Where a
+        tick or the ledger's letting go falls within it, every monitor takes it event by event."""
+        if self.started_at is None:
+            self.started_at = run.ts[0]
+        if run.ts[0] >= self._due:
+            self._tick(run.ts[0])
+        taking = self._taking_runs[run.key]
+        if not taking or run.ts[-1] >= self._due or len(self.messages) + len(run.ts) > self._keep:
+            for event in run.events():
+                self.observe(name, event)
+            return
+        connection = self.connections[name]
+        for monitor in taking:
+            try:
+                monitor.observe_run(self, connection, run)
+            except Exception as exc:  # noqa: BLE001
+                self._failed(monitor, exc)
+        for event in run.events():
+            if event.ts >= self._due:
+                self._tick(event.ts)
+            connection.observe(event)
+            for monitor in self._one_by_one[run.key]:
+                try:
+                    monitor.observe(self, connection, event, None)
+                except Exception as exc:  # noqa: BLE001
+                    self._failed(monitor, exc)
+            self._ledger(connection, event)
 
     def http(self, action: HttpAction) -> None:
         self._begin(action.ts)
@@ -299,6 +334,10 @@ class Judge(Judging):
         """Each event goes to the monitors that read its kind: those whose ``observe`` is their own and lists it."""
         observing = [monitor for monitor in self._active if type(monitor).observe is not Monitor.observe]
         self._watching = {kind: [monitor for monitor in observing if kind in monitor.KINDS] for kind in EVERY_KIND}
+        for key, kind in ((MESSAGES, MESSAGE), (FINS, COMMAND)):
+            self._taking_runs[key] = [monitor for monitor in self._watching[kind] if self.runs and key in monitor.RUNS]
+            self._one_by_one[key] = [monitor for monitor in self._watching[kind]
+                                     if monitor not in self._taking_runs[key]]
         self._ticking = [monitor for monitor in self._active if type(monitor).tick is not Monitor.tick]
 
     # ---- the ledger ---------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from nsq_protocol.monitors.events import EVERY_KIND, Observed
+from nsq_protocol.monitors.events import EVERY_KIND, Observed, Run
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,12 @@ class Violation:
 class Monitor:
     """The hooks a judge calls (judge.py); a monitor overrides those it needs. ``due`` is the earliest time at which
     it wants ``tick``: a rule about something that must have happened by then. ``KINDS``: the kinds of event its
-    ``observe`` reads (events.py); the judge hands it no others, which matters over the millions of a capture."""
+    ``observe`` reads (events.py); the judge hands it no others, which matters over the millions of a capture.
+    ``RUNS``: the runs (events.Run's keys) it takes whole in ``observe_run`` rather than event by event."""
 
     ITEMS: tuple[str, ...] = ()
     KINDS: frozenset[str] = EVERY_KIND
+    RUNS: frozenset[str] = frozenset()
     due: float = float("inf")
 
     def __init__(self) -> None:
@@ -53,6 +55,11 @@ class Monitor:
 
     def observe(self, judge, connection, event: Observed, answered: Observed | None) -> None:
         """``event`` on ``connection``; ``answered``: the command a response or error frame answers (C-13)."""
+
+    def observe_run(self, judge, connection, run: Run) -> None:
+        """``run``'s events on ``connection``, judged exactly as ``observe`` would judge them one by one. It comes
+        before the judge's ledger takes any of them (``judge.messages``, ``connection.in_flight`` are as before the
+        run's first event) and before the monitors that take them one by one; ``due`` is left after its last."""
 
     def closed(self, judge, connection) -> None:
         """``connection`` ended (``closed_at``, ``closed_by``)."""

@@ -26,15 +26,18 @@ from nsq_protocol.monitors import BROKER, CLIENT, Observed
 from nsq_protocol.monitors.events import (
     COMMAND,
     ERROR,
+    FINS,
     HEARTBEAT,
     JSON,
     MAGIC,
     MESSAGE,
+    MESSAGES,
     OUTSIDE_TLS,
     RESPONSE,
     SHORT_MAGIC,
     STREAM,
     UNREADABLE,
+    Run,
 )
 from nsq_protocol.monitors.nsqd_names import CREATED, LEFT, NameChange, NamesChanged
 from nsq_protocol.tls_records import Record
@@ -240,9 +243,9 @@ class ServerJudging:
     not known) come in time order among the rows. Its ``NamesChanged`` reader gathers the topics and channels
     nsqd created and deleted, for the judges of the nsqlookupds it registers with (``new_changes``)."""
 
-    def __init__(self, connections: Iterable[Opening], actions: list[tuple] | None):
+    def __init__(self, connections: Iterable[Opening], actions: list[tuple] | None, runs: bool = True):
         self.names = NamesChanged(self._changed, self._knows)
-        self.judge = monitors.new_judge(timing=True, http_seen=actions is not None, readers=(self.names,))
+        self.judge = monitors.new_judge(timing=True, http_seen=actions is not None, readers=(self.names,), runs=runs)
         self.openings: dict[str, Opening] = {}
         self._unread: dict[str, Opening] = {}  # the connections the capture does not hold whole (mid-way, TLS, gaps)
         self._changes: list[NameChange] = []  # what the nsqd's lookupds are told, until ``new_changes`` takes them
@@ -256,6 +259,7 @@ class ServerJudging:
         self.add(connections)
         self.add_actions(actions or [])
         self._pending: tuple[str, dict, list] | None = None  # a publish command, until its publish rows are taken
+        self._run_rows: RunRows | None = None  # a connection's message frames or FINs, until a row ends their run
         self._encrypted: set[str] = set()  # connections gone into TLS: ended for the judge there
         self._reported: dict[int, int] = {}  # monitor -> how many of its violations new_violations gave
         self.last_ts = 0.0
@@ -342,12 +346,23 @@ class ServerJudging:
                     continue
                 self._pending = None
                 judge.observe(pending[0], _command(pending[1], pending[2]))
+            key = _run_key(row)
+            run = self._run_rows
+            if run is not None:
+                if key == run.key and conn_id == run.conn_id and run.takes(row) \
+                        and not (scheduled and (scheduled[0][0], scheduled[0][1]) < (ts, 1)):
+                    self.last_ts = ts
+                    continue
+                self._run_rows = None
+                judge.observe_run(run.conn_id, run.run())
             while scheduled and (scheduled[0][0], scheduled[0][1]) < (ts, 1):
                 self._run(heapq.heappop(scheduled))
             self.last_ts = ts
             if conn_id not in judge.connections or not self.openings[conn_id].started:
                 continue
-            if kind == Kind.COMMAND:
+            if key is not None:
+                self._run_rows = RunRows(conn_id, key, row)
+            elif kind == Kind.COMMAND:
                 if row["name"] in ("PUB", "MPUB", "DPUB"):
                     self._pending = (conn_id, row, [])
                 else:
@@ -377,6 +392,9 @@ class ServerJudging:
         if self._pending is not None:
             self.judge.observe(self._pending[0], _command(self._pending[1], self._pending[2]))
             self._pending = None
+        if self._run_rows is not None:
+            self.judge.observe_run(self._run_rows.conn_id, self._run_rows.run())
+            self._run_rows = None
         while self._scheduled and self._scheduled[0][0] < ts:
             self._run(heapq.heappop(self._scheduled))
 
@@ -398,6 +416,45 @@ class ServerJudging:
                 self.judge.http(action)
         elif what.conn_id not in self._encrypted:
             self.judge.close(what.conn_id, ts, what.closed_by, what.client_fin)
+
+
+class RunRows:
+    """The rows of a run (events.Run) as they come: message frames, or FINs with lines of one shape, of one
+    connection, no message ID twice."""
+
+    def __init__(self, conn_id: str, key: str, first: dict):
+        self.conn_id, self.key, self.rows, self.ids = conn_id, key, [first], {first["msg_id"]}
+
+    def takes(self, row: dict) -> bool:
+        """``row`` (of the run's connection and key) joins the run."""
+        first = self.rows[0]
+        if row["msg_id"] in self.ids or self.key == FINS and (row["params"], row["crlf"]) != (first["params"],
+                                                                                           first["crlf"]):
+            return False
+        self.rows.append(row)
+        self.ids.add(row["msg_id"])
+        return True
+
+    def run(self) -> Run:
+        rows = self.rows
+        ts = [row["ts_ns"] / NS for row in rows]
+        ids = [row["msg_id"] for row in rows]
+        if self.key == FINS:
+            return Run(FINS, ts, ids, [], [], [], rows[0]["params"], rows[0]["crlf"])
+        return Run(MESSAGES, ts, ids, [row["attempts"] for row in rows], [row["body_hash"] for row in rows],
+                   [row["msg_ts_ns"] for row in rows])
+
+
+def _run_key(row: dict) -> str | None:
+    """The run (events.Run) ``row`` may be part of: a message frame's, a FIN's that says no more than _command
+    reads of it; None: neither."""
+    if row["msg_id"] is None:
+        return None
+    if row["kind"] == Kind.FRAME and row["name"] == "message":
+        return MESSAGES
+    if row["kind"] == Kind.COMMAND and row["name"] == FINS and row["topic"] is None and row["size"] is None:
+        return FINS
+    return None
 
 
 def _address(end: str | None) -> str | None:
@@ -454,10 +511,11 @@ def sorted_rows(observed: pa.Table) -> Iterator[dict]:
 
 # ---- a small capture, in this process ---------------------------------------------------------------------------
 def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[int] = frozenset(),
-                  changes: list[pa.Table] | None = None) -> dict[str, monitors.Judge]:
+                  changes: list[pa.Table] | None = None, runs: bool = True) -> dict[str, monitors.Judge]:
     """A small capture judged without Spark: its segments by flow, each connection reassembled whole; the V2 ones
     decoded, the HTTP ones (to ``http_ports``, the brokers' HTTP APIs) read for the requests that change delivery;
-    then each nsqd's rows through a ``ServerJudging``; ``changes`` gets each nsqd's ``NAMES`` rows."""
+    then each nsqd's rows through a ``ServerJudging``; ``changes`` gets each nsqd's ``NAMES`` rows; ``runs``: as
+    Judge's."""
     from spark_analysis.derive import tallies
 
     flows: dict[str, list] = {}
@@ -483,11 +541,12 @@ def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[in
     observed = observed_rows(events, 0)
     http = http_actions(pa.Table.from_pylist(http_rows, schema=HTTP_SCHEMA)) if http_ports else None
     return judge_servers(openings(connections, undecoded), http,
-                         lambda server: sorted_rows(observed.filter(pc.equal(observed["server"], server))), changes)
+                         lambda server: sorted_rows(observed.filter(pc.equal(observed["server"], server))), changes,
+                         runs)
 
 
 def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | None] | None, rows_of,
-                  changes: list[pa.Table] | None = None) -> dict[str, monitors.Judge]:
+                  changes: list[pa.Table] | None = None, runs: bool = True) -> dict[str, monitors.Judge]:
     """Each nsqd's judge: ``rows_of(server)`` its observed rows in order; ``http``: the HTTP requests that change
     delivery by the broker's host (None: not read; a host without any had none); ``changes`` gets each nsqd's
     ``NAMES`` rows."""
@@ -495,7 +554,7 @@ def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | No
     judges = {}
     with without_cycle_collection():
         for server, connections in by_server.items():
-            judging = ServerJudging(connections, http_actions_of(server, hosts, http))
+            judging = ServerJudging(connections, http_actions_of(server, hosts, http), runs)
             judging.feed(rows_of(server))
             judges[server] = judging.finish()
             if changes is not None:

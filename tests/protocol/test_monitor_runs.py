@@ -1,0 +1,147 @@
+"""A capture's bulk (events.Run: a connection's consecutive message frames, or FINs) handed to the monitors that take
+runs whole judges exactly as the same events one by one: the same violations, the same "not judged", on traffic
+hypothesis writes (consumers of one channel and a publisher, with timeouts, requeues, touches and errors among
+the bulk)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nsq_protocol import monitors, wire
+from nsq_protocol.monitors.events import COMMAND, FINS, MESSAGE, MESSAGES, Run
+
+T0 = 1_800_000_000.0
+NS = 1_000_000_000
+CONSUMERS = ("A", "B")
+ANSWER = {name: 0 for name in monitors.connection.IDENTIFY_ANSWER_FIELDS} | {
+    "max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout": 900_000, "msg_timeout": 1000,
+    "output_buffer_timeout": 250, "output_buffer_size": 16_384, "tls_v1": False, "snappy": False, "deflate": False}
+
+
+def _id(number: int) -> bytes:
+    return f"{number:016x}".encode()
+
+
+def _command(ts: float, name: bytes, *params: bytes, body: bytes | None = None) -> monitors.Observed:
+    return monitors.from_command(ts, wire.Command(name, params, body))
+
+
+def _frame(ts: float, frame_type: int, data: bytes) -> monitors.Observed:
+    return monitors.from_frame(ts, wire.Frame(frame_type, data))
+
+
+gaps = st.one_of(st.floats(0.0, 0.002), st.floats(0.002, 0.3), st.floats(0.5, 3.0))
+steps = st.lists(st.tuples(gaps, st.sampled_from(CONSUMERS), st.sampled_from(
+    ("messages", "messages", "fins", "fins", "req", "touch", "rdy", "heartbeat", "nop", "fin_failed", "publish")),
+    st.integers(1, 12), st.integers(0, 40)), min_size=1, max_size=40)
+
+
+def traffic(plan) -> list[tuple[str, monitors.Observed]]:
+    """The events of ``plan``'s steps, in time order: each consumer identified (msg_timeout 1 s) and subscribed;
+    bursts of message frames with IDs from a pool (so some come again, later attempts; a few with a bad ID or
+    stamp) and of FINs of those it holds (or of others); a publisher's MPUBs."""
+    ts, events = T0, [("P", _command(T0, b"MPUB", b"t", body=wire.mpub_body([b"first"])))]
+    events.append(("P", _frame(T0 + 0.0001, wire.FRAME_RESPONSE, b"OK")))
+    for conn in CONSUMERS:
+        events += [(conn, _command(ts, b"IDENTIFY", body=json.dumps({"feature_negotiation": True,
+                                                                     "msg_timeout": 1000}).encode())),
+                   (conn, _frame(ts + 0.0001, wire.FRAME_RESPONSE, json.dumps(ANSWER).encode())),
+                   (conn, _command(ts + 0.0002, b"SUB", b"t", b"c")),
+                   (conn, _frame(ts + 0.0003, wire.FRAME_RESPONSE, b"OK")),
+                   (conn, _command(ts + 0.0004, b"RDY", b"20"))]
+    ts += 0.001
+    held = {conn: [] for conn in CONSUMERS}
+    for gap, conn, action, count, number in plan:
+        ts += gap
+        if action == "messages":
+            for offset in range(count):
+                msg_id = _id(number + offset)
+                msg_id = _id(number + offset + 0xabc0).upper() if number % 13 == 5 else msg_id  # C-10 broken
+                held[conn].append(msg_id)
+                stamp = int((T0 - 1) * (NS if number % 13 != 6 else 1_000_000))  # C-09 broken: microseconds
+                body = wire.encode_message(stamp, 1 + (number + offset) % 3, msg_id, b"body %d" % number)
+                events.append((conn, _frame(ts + offset * 1e-6, wire.FRAME_MESSAGE, body)))
+        elif action == "fins":
+            ids = held[conn][:count] or [_id(number)]
+            del held[conn][:count]
+            events += [(conn, _command(ts + offset * 1e-6, b"FIN", msg_id)) for offset, msg_id in enumerate(ids)]
+        elif action in ("req", "touch") and held[conn]:
+            msg_id = held[conn].pop(0) if action == "req" else held[conn][0]
+            params = (msg_id, b"%d" % (number * 10)) if action == "req" else (msg_id,)
+            events.append((conn, _command(ts, action.upper().encode(), *params)))
+        elif action == "rdy":
+            events.append((conn, _command(ts, b"RDY", b"%d" % number)))
+        elif action == "heartbeat":
+            events.append((conn, _frame(ts, wire.FRAME_RESPONSE, wire.HEARTBEAT)))
+        elif action == "nop":
+            events.append((conn, _command(ts, b"NOP")))
+        elif action == "fin_failed":
+            events.append((conn, _frame(ts, wire.FRAME_ERROR,
+                                        b"E_FIN_FAILED FIN %s failed ID not in flight" % _id(number))))
+        elif action == "publish":
+            bodies = [b"body %d" % (number + offset) for offset in range(count)]
+            events += [("P", _command(ts, b"MPUB", b"t", body=wire.mpub_body(bodies))),
+                       ("P", _frame(ts + 0.0001, wire.FRAME_RESPONSE, b"OK"))]
+    return events
+
+
+def judged(events, runs: bool) -> monitors.Judge:
+    """``events`` through a judge: with ``runs``, each connection's consecutive message frames or FINs as runs,
+    as a capture's analysis hands them over."""
+    judge = monitors.new_judge(timing=True, http_seen=True, release=(1, 3, 0), runs=runs)
+    for conn in ("P", *CONSUMERS):
+        judge.open(conn, T0 - 0.001, True)
+    pending: list[tuple[str, monitors.Observed]] = []
+
+    def hand_over():
+        if pending:
+            first = pending[0][1]
+            key = MESSAGES if first.kind == MESSAGE else FINS
+            judge.observe_run(pending[0][0], Run(
+                key, [e.ts for _, e in pending], [e.msg_id for _, e in pending],
+                [e.attempts for _, e in pending] if key == MESSAGES else [],
+                [e.bodies[0] for _, e in pending] if key == MESSAGES else [],
+                [e.msg_ts_ns for _, e in pending] if key == MESSAGES else [], first.params, first.crlf))
+            pending.clear()
+
+    for conn, event in events:
+        bulk = event.kind == MESSAGE or event.kind == COMMAND and event.name == FINS
+        if pending and (not bulk or conn != pending[0][0] or event.kind != pending[0][1].kind
+                        or event.msg_id in {e.msg_id for _, e in pending}):
+            hand_over()
+        if bulk and event.msg_id is not None:
+            pending.append((conn, event))
+        else:
+            judge.observe(conn, event)
+    hand_over()
+    judge.finish(events[-1][1].ts + 5.0)
+    return judge
+
+
+def verdicts(judge: monitors.Judge):
+    return ([violation.as_dict() for violation in judge.violations], sorted(judge.not_judged.items()), judge.failures)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps)
+def test_runs_are_judged_as_their_events_one_by_one(plan):
+    events = traffic(plan)
+    assert verdicts(judged(events, runs=True)) == verdicts(judged(events, runs=False))
+
+
+def test_the_monitors_that_take_runs_are_given_them(monkeypatch):
+    """The traffic above reaches every monitor that takes runs through its ``observe_run``: the equality is not
+    that of two paths that both judge event by event."""
+    taking = [monitor for monitor in monitors.MONITORS if monitor.RUNS]
+    assert taking, "no monitor takes runs"
+    called = set()
+    for monitor in taking:
+        def spy(self, judge, connection, run, original=monitor.observe_run):
+            called.add(type(self))
+            return original(self, judge, connection, run)
+        monkeypatch.setattr(monitor, "observe_run", spy)
+    judged(traffic([(0.001, "A", "messages", 5, 0), (0.001, "A", "fins", 5, 0)]), runs=True)
+    assert called == set(taking)
