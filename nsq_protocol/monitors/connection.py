@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from nsq_protocol.monitors.events import (
     COMMAND,
     ERROR,
+    FINS,
     JSON,
     NON_FATAL_ERRORS,
     RESPONSE,
     Observed,
+    Run,
 )
 
 DEFAULT_HEARTBEAT_MS = 30_000  # C-27: without IDENTIFY, whatever the broker's flags
@@ -157,6 +159,11 @@ class Connection:
         if command is not None and event.kind == RESPONSE:
             self._answered(command, event)
         return command
+
+    def observe_run(self, run: Run) -> None:
+        """``observe`` of each of ``run``'s events (events.Run), in turn."""
+        if run.key == FINS:
+            self.last_command_at = run.ts[-1]
 
     def later(self, name: str) -> int | None:
         """The positive ``name`` (heartbeat_interval, msg_timeout) a later IDENTIFY asked for (ID-40), if any."""

@@ -95,10 +95,11 @@ class Run(NamedTuple):
     msg_ts_ns: list[int | None]  # message frames (C-09); FINs: empty
     params: int | None = None  # FINs: the parameters on each line (C-17), the same for all
     crlf: bool | None = None  # FINs: each line ended in CRLF (C-14), the same for all
+    topic: str | None = None  # FINs: the topic a capture's decoder names for each (its subscription's), the same
 
     def events(self):
         if self.key == FINS:
-            return (Observed(ts, COMMAND, FINS, msg_id=msg_id, params=self.params, crlf=self.crlf)
+            return (Observed(ts, COMMAND, FINS, msg_id=msg_id, topic=self.topic, params=self.params, crlf=self.crlf)
                     for ts, msg_id in zip(self.ts, self.msg_ids, strict=True))
         return (Observed(ts, MESSAGE, msg_id=msg_id, attempts=attempts, msg_ts_ns=msg_ts_ns, bodies=(body,))
                 for ts, msg_id, attempts, body, msg_ts_ns

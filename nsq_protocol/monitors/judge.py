@@ -29,7 +29,7 @@ SCAN_S = 0.1  # D-14: the queue scan's period
 MESSAGES_KEPT = 200_000
 
 
-@dataclass
+@dataclass(slots=True)
 class Delivery:
     """One delivery of a message to a connection, and what became of it there."""
 
@@ -166,14 +166,16 @@ class Judge(Judging):
 
     def observe_run(self, name: str, run: Run) -> None:
         """``run``'s events on the connection ``name``, as ``observe`` takes them; the monitors that take such runs
-        whole (Monitor.RUNS) get it at once, before the others and the ledger take its events one by one. Where a
-        tick or the ledger's letting go falls within it, every monitor takes it event by event."""
+        whole (Monitor.RUNS) get it at once, before the others and the ledger take its events one by one (the ledger
+        at once too, where no other monitor reads them). Where a tick or the ledger's letting go falls within it,
+        every monitor takes it event by event."""
         if self.started_at is None:
             self.started_at = run.ts[0]
         if run.ts[0] >= self._due:
             self._tick(run.ts[0])
-        taking = self._taking_runs[run.key]
-        if not taking or run.ts[-1] >= self._due or len(self.messages) + len(run.ts) > self._keep:
+        taking, one_by_one = self._taking_runs[run.key], self._one_by_one[run.key]
+        if not self.runs or not taking and one_by_one or run.ts[-1] >= self._due \
+                or len(self.messages) + len(run.ts) > self._keep:
             for event in run.events():
                 self.observe(name, event)
             return
@@ -183,6 +185,10 @@ class Judge(Judging):
                 monitor.observe_run(self, connection, run)
             except Exception as exc:  # noqa: BLE001
                 self._failed(monitor, exc)
+        if not one_by_one:
+            connection.observe_run(run)
+            self._ledger_run(connection, run)
+            return
         for event in run.events():
             if event.ts >= self._due:
                 self._tick(event.ts)
@@ -357,6 +363,32 @@ class Judge(Judging):
                 except Exception as exc:  # noqa: BLE001
                     self._failed(monitor, exc)
             self._due = min(self._due, monitor.due)
+
+    def _ledger_run(self, connection: Connection, run: Run) -> None:
+        """``_ledger`` of each of ``run``'s events, in turn."""
+        in_flight, messages = connection.in_flight, self.messages
+        if run.key == FINS:
+            for ts, msg_id in zip(run.ts, run.msg_ids, strict=True):
+                delivery = in_flight.pop(msg_id, None)
+                if delivery is not None:
+                    delivery.settled, delivery.settled_at, delivery.requeue_delay_ms = FINS, ts, None
+            return
+        timeout, margin, name = connection.msg_timeout_ms, buffered_margin(connection), connection.name
+        seconds = (timeout or MIN_MSG_TIMEOUT_MS) / 1000
+        topic, channel = connection.subscription or ("", name)
+        for ts, msg_id, attempts in zip(run.ts, run.msg_ids, run.attempts, strict=True):
+            delivery = Delivery(name, ts, attempts, ts + seconds - margin, ts + seconds if timeout else None)
+            in_flight.pop(msg_id, None)
+            in_flight[msg_id] = delivery
+            key = (topic, channel, msg_id)
+            before = messages.get(key)
+            if before is not None and before.settled is None:
+                delivery.timed_out_on = before.connection
+                if before.connection != name:  # D-12: as _ledger
+                    earlier = self.connections[before.connection].in_flight
+                    if earlier.get(msg_id) is before:
+                        del earlier[msg_id]
+            messages[key] = delivery
 
     def _ledger(self, connection: Connection, event: Observed) -> None:
         kind = event.kind

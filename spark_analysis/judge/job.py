@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -122,19 +124,19 @@ def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str,
                 TableWriter(exchange_dir, part, {NAMES: NAMES_SCHEMA}, storage) as told, \
                 without_cycle_collection():
             for batch in batches:
-                names = batch.column("server").to_pylist()
-                start = 0
-                # rows are sorted by server first: each server's run in the batch goes to its judging
-                for end in range(1, batch.num_rows + 1):
-                    if end < batch.num_rows and names[end] == names[start]:
-                        continue
-                    name = names[start]
+                if not batch.num_rows:
+                    continue
+                names = batch.column("server")
+                # rows are sorted by server first: each server's stretch of the batch goes to its judging
+                starts = [0, *(np.flatnonzero(pc.not_equal(names[1:], names[:-1]).to_numpy(zero_copy_only=False))
+                               + 1).tolist(), batch.num_rows]
+                for start, end in zip(starts, starts[1:], strict=False):
+                    name = names[start].as_py()
                     if name != server:
                         if judging is not None:
                             counts += _finished(server, judging, writer, told)
                         server, judging = name, new_judging(name)
-                    judging.feed(batch.slice(start, end - start).to_pylist())
-                    start = end
+                    judging.feed(batch.slice(start, end - start))
             if judging is not None:
                 counts += _finished(server, judging, writer, told)
         yield pa.RecordBatch.from_pylist(counts, schema=COUNTS_SCHEMA)

@@ -152,9 +152,10 @@ class LookupdJudging:
         else:
             self.judge.nsqd_changed(*what)
 
-    def feed(self, rows: Iterable[dict]) -> None:
+    def feed(self, rows: pa.Table | pa.RecordBatch) -> None:
+        """The nsqlookupd's next rows, in order."""
         judge, heard = self.judge, self._heard
-        for row in rows:
+        for row in rows.to_pylist():
             ts = row["ts_ns"] / NS
             while heard and heard[0][0] < ts:
                 self._take()
@@ -205,13 +206,14 @@ def judge_lookupd_capture(path: str, tcp_ports: frozenset[int], http_ports: froz
         for row in batch.to_pylist():
             if row["error"] is None:
                 flows.setdefault(row["flow"], []).append(tuple(row[name] for name in _SEGMENT))
-    rows: dict[str, list[dict]] = {}
+    rows: dict[str, list[pa.Table]] = {}
     http_rows: list[dict] = []
     for flow, segments in flows.items():
         for conn in reassemble(flow, sorted(segments, key=lambda row: row[0]), tcp_ports | http_ports):
             if conn.server[1] in tcp_ports:
-                for row in V1Rows().window(conn).to_pylist():
-                    rows.setdefault(row["server"], []).append(row)
+                window = V1Rows().window(conn)
+                if window.num_rows:
+                    rows.setdefault(window["server"][0].as_py(), []).append(window)
             else:
                 reading = LookupdHttpReading(conn.server[0])
                 http_rows += reading.feed(conn) + reading.end()
@@ -221,7 +223,7 @@ def judge_lookupd_capture(path: str, tcp_ports: frozenset[int], http_ports: froz
     for server, server_rows in rows.items():
         judging = LookupdJudging(http_actions_of(server, hosts, http), whole=whole, nsqd_clients=nsqd_clients)
         judging.add_changes(told)
-        judging.feed(heapq.nsmallest(len(server_rows), server_rows,
-                                     key=lambda row: (row["ts_ns"], row["conn_id"], row["seq"])))
+        judging.feed(pa.concat_tables(server_rows).sort_by([("ts_ns", "ascending"), ("conn_id", "ascending"),
+                                                            ("seq", "ascending")]))
         judges[server] = judging.finish()
     return judges

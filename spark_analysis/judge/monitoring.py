@@ -11,6 +11,7 @@ request that changes delivery say "not judged"."""
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 from collections.abc import Iterable, Iterator
@@ -334,64 +335,102 @@ class ServerJudging:
             self._reported[index] = len(monitor.violations)
         return sorted(found, key=lambda violation: violation.ts)
 
-    def feed(self, rows: Iterable[dict]) -> None:
+    def feed(self, rows: pa.Table | pa.RecordBatch) -> None:
+        """The nsqd's next rows, in order: the bulk (a connection's message frames or FINs, a publish's bodies) taken
+        column by column, every other row one by one."""
+        for start, end, key in _stretches(rows):
+            if key is None:
+                for row in rows.slice(start, end - start).to_pylist():
+                    self._take(row)
+            elif key == Kind.PUBLISH and self._pending is not None \
+                    and self._pending[0] == rows["conn_id"][start].as_py():
+                self._pending[2].extend(rows["body_hash"].slice(start, end - start).to_pylist())
+            elif key == Kind.PUBLISH:  # bodies of no publish command the judge holds: as _take has them
+                for row in rows.slice(start, end - start).to_pylist():
+                    self._take(row)
+            else:
+                self._take_bulk(key, _Bulk(rows.slice(start, end - start), key))
+
+    def _take_bulk(self, key: str, bulk: _Bulk) -> None:
+        """A stretch of one connection's message frames or FINs, as ``_take`` would take them row by row: each
+        extends the run before it, unless it may not (an ID again, another line's shape) or something scheduled
+        comes first; a run ends there, and the row starts the next one."""
         judge, scheduled = self.judge, self._scheduled
-        for row in rows:
-            ts = row["ts_ns"] / NS
-            kind, conn_id = row["kind"], row["conn_id"]
-            pending = self._pending
-            if pending is not None:
-                if kind == Kind.PUBLISH and pending[0] == conn_id:
-                    pending[2].append(row["body_hash"])
-                    continue
-                self._pending = None
-                judge.observe(pending[0], _command(pending[1], pending[2]))
-            key = _run_key(row)
+        self._flush_publish()
+        ts, i = bulk.ts, 0
+        while i < len(ts):
+            # rows before ``limit`` come before anything scheduled
+            limit = bulk.before(scheduled[0][0], scheduled[0][1]) if scheduled else len(ts)
             run = self._run_rows
+            if run is not None and run.key == key and run.conn_id == bulk.conn_id and i < limit:
+                taken = run.extend(bulk, i, limit)
+                if taken:
+                    i += taken
+                    self.last_ts = ts[i - 1]
+                if i == len(ts):
+                    break
             if run is not None:
-                if key == run.key and conn_id == run.conn_id and run.takes(row) \
-                        and not (scheduled and (scheduled[0][0], scheduled[0][1]) < (ts, 1)):
-                    self.last_ts = ts
-                    continue
                 self._run_rows = None
                 judge.observe_run(run.conn_id, run.run())
-            while scheduled and (scheduled[0][0], scheduled[0][1]) < (ts, 1):
+            while scheduled and (scheduled[0][0], scheduled[0][1]) < (ts[i], 1):
                 self._run(heapq.heappop(scheduled))
-            self.last_ts = ts
-            if conn_id not in judge.connections or not self.openings[conn_id].started:
-                continue
-            if key is not None:
-                self._run_rows = RunRows(conn_id, key, row)
-            elif kind == Kind.COMMAND:
-                if row["name"] in ("PUB", "MPUB", "DPUB"):
-                    self._pending = (conn_id, row, [])
-                else:
-                    judge.observe(conn_id, _command(row, []))
-            elif kind == Kind.TLS:
-                judge.tls_record(conn_id, ts, CLIENT if row["status"] == Direction.CLIENT else BROKER,
-                                 Record.from_text(row["name"], row["text"] or ""))
-            elif kind == Kind.ERROR and row["name"] == TLS_OPAQUE:  # the rest is not seen, as if it had ended
-                if judge.connections[conn_id].open:
-                    judge.close(conn_id, ts, None)
-                self._encrypted.add(conn_id)
-            elif kind == Kind.ERROR:
-                answer = judge.connections[conn_id].identify_answer or {}
-                where = _WHERE.get(row["name"]) or next(
-                    (layer for layer in ("snappy", "deflate") if answer.get(layer) is True), STREAM)
-                judge.observe(conn_id, Observed(ts, UNREADABLE, where, row["text"] or ""))
-            elif kind == Kind.FRAME:
-                event = _frame(row)
-                answer = self._answers.get(conn_id)
-                if event.name == JSON and answer is not None:  # the first JSON answer: its fields read whole
-                    event, self._answers[conn_id] = event._replace(fields=answer), None
-                judge.observe(conn_id, event)
+            self.last_ts = ts[i]
+            if bulk.conn_id in judge.connections and self.openings[bulk.conn_id].started:
+                self._run_rows = RunRows(bulk, i)
+            i += 1
+
+    def _flush_publish(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.judge.observe(pending[0], _command(pending[1], pending[2]))
+
+    def _take(self, row: dict) -> None:
+        """One row that is not part of a stretch of the bulk."""
+        judge, scheduled = self.judge, self._scheduled
+        ts = row["ts_ns"] / NS
+        kind, conn_id = row["kind"], row["conn_id"]
+        pending = self._pending
+        if pending is not None:
+            if kind == Kind.PUBLISH and pending[0] == conn_id:
+                pending[2].append(row["body_hash"])
+                return
+            self._flush_publish()
+        if self._run_rows is not None:
+            run, self._run_rows = self._run_rows, None
+            judge.observe_run(run.conn_id, run.run())
+        while scheduled and (scheduled[0][0], scheduled[0][1]) < (ts, 1):
+            self._run(heapq.heappop(scheduled))
+        self.last_ts = ts
+        if conn_id not in judge.connections or not self.openings[conn_id].started:
+            return
+        if kind == Kind.COMMAND:
+            if row["name"] in ("PUB", "MPUB", "DPUB"):
+                self._pending = (conn_id, row, [])
+            else:
+                judge.observe(conn_id, _command(row, []))
+        elif kind == Kind.TLS:
+            judge.tls_record(conn_id, ts, CLIENT if row["status"] == Direction.CLIENT else BROKER,
+                             Record.from_text(row["name"], row["text"] or ""))
+        elif kind == Kind.ERROR and row["name"] == TLS_OPAQUE:  # the rest is not seen, as if it had ended
+            if judge.connections[conn_id].open:
+                judge.close(conn_id, ts, None)
+            self._encrypted.add(conn_id)
+        elif kind == Kind.ERROR:
+            answer = judge.connections[conn_id].identify_answer or {}
+            where = _WHERE.get(row["name"]) or next(
+                (layer for layer in ("snappy", "deflate") if answer.get(layer) is True), STREAM)
+            judge.observe(conn_id, Observed(ts, UNREADABLE, where, row["text"] or ""))
+        elif kind == Kind.FRAME:
+            event = _frame(row)
+            answer = self._answers.get(conn_id)
+            if event.name == JSON and answer is not None:  # the first JSON answer: its fields read whole
+                event, self._answers[conn_id] = event._replace(fields=answer), None
+            judge.observe(conn_id, event)
 
     def advance(self, ts: float) -> None:
         """No row before ``ts`` is still to come (watch: a batch's rows are fed): what is scheduled before it runs,
         so that a connection's close, and what nsqd did then (``new_changes``), is not held for a later row."""
-        if self._pending is not None:
-            self.judge.observe(self._pending[0], _command(self._pending[1], self._pending[2]))
-            self._pending = None
+        self._flush_publish()
         if self._run_rows is not None:
             self.judge.observe_run(self._run_rows.conn_id, self._run_rows.run())
             self._run_rows = None
@@ -418,43 +457,92 @@ class ServerJudging:
             self.judge.close(what.conn_id, ts, what.closed_by, what.client_fin)
 
 
+def _stretches(rows: pa.Table | pa.RecordBatch) -> Iterator[tuple[int, int, str | None]]:
+    """``rows`` cut where the bulk starts or ends: (start, end, key), key MESSAGES or FINS for one connection's
+    message frames or FINs (a FIN of no size word), Kind.PUBLISH for one connection's
+    publish rows, None for any other rows."""
+    if rows.num_rows == 0:
+        return
+    kind, name, known = rows["kind"], rows["name"], pc.is_valid(rows["msg_id"])
+    messages = pc.and_(pc.and_(pc.equal(kind, Kind.FRAME), pc.equal(name, "message")), known)
+    fins = pc.and_(pc.and_(pc.and_(pc.equal(kind, Kind.COMMAND), pc.equal(name, FINS)), known),
+                   pc.is_null(rows["size"]))
+    code = (pc.fill_null(messages, False).to_numpy(zero_copy_only=False).astype(np.int8)
+            + 2 * pc.fill_null(fins, False).to_numpy(zero_copy_only=False)
+            + 3 * pc.equal(kind, Kind.PUBLISH).to_numpy(zero_copy_only=False))
+    conn = pc.dictionary_encode(rows["conn_id"])
+    conn = (conn.combine_chunks() if isinstance(conn, pa.ChunkedArray) else conn).indices.to_numpy()
+    cut = (code[1:] != code[:-1]) | ((code[1:] != 0) & (conn[1:] != conn[:-1]))
+    starts = [0, *(np.flatnonzero(cut) + 1).tolist(), rows.num_rows]
+    keys = (None, MESSAGES, FINS, Kind.PUBLISH)
+    for start, end in zip(starts, starts[1:], strict=False):
+        yield start, end, keys[code[start]]
+
+
+class _Bulk:
+    """A stretch of one connection's message frames or FINs, as columns."""
+
+    def __init__(self, rows: pa.Table | pa.RecordBatch, key: str):
+        self.key, self.conn_id = key, rows["conn_id"][0].as_py()
+        self.ts = [ts_ns / NS for ts_ns in rows["ts_ns"].to_pylist()]
+        self.ids = rows["msg_id"].to_pylist()
+        if key == FINS:
+            self.shapes = list(zip(rows["params"].to_pylist(), rows["crlf"].to_pylist(), rows["topic"].to_pylist(),
+                                   strict=True))
+        else:
+            self.attempts, self.bodies = rows["attempts"].to_pylist(), rows["body_hash"].to_pylist()
+            self.msg_ts_ns = rows["msg_ts_ns"].to_pylist()
+
+    def before(self, ts: float, order: int) -> int:
+        """How many rows come before what is scheduled at (``ts``, ``order``): at one instant, after an opening
+        and before an HTTP request or a close (ServerJudging._scheduled)."""
+        return bisect.bisect_left(self.ts, ts) if order == 0 else bisect.bisect_right(self.ts, ts)
+
+
 class RunRows:
-    """The rows of a run (events.Run) as they come: message frames, or FINs with lines of one shape, of one
+    """The rows of a run (events.Run) as they come: message frames, or FINs of one line shape and topic, of one
     connection, no message ID twice."""
 
-    def __init__(self, conn_id: str, key: str, first: dict):
-        self.conn_id, self.key, self.rows, self.ids = conn_id, key, [first], {first["msg_id"]}
+    def __init__(self, bulk: _Bulk, first: int):
+        self.conn_id, self.key = bulk.conn_id, bulk.key
+        self.ts, self.msg_ids = [bulk.ts[first]], [bulk.ids[first]]
+        self.ids = {bulk.ids[first]}
+        if self.key == FINS:
+            self.shape = bulk.shapes[first]
+        else:
+            self.attempts, self.bodies = [bulk.attempts[first]], [bulk.bodies[first]]
+            self.msg_ts_ns = [bulk.msg_ts_ns[first]]
 
-    def takes(self, row: dict) -> bool:
-        """``row`` (of the run's connection and key) joins the run."""
-        first = self.rows[0]
-        if row["msg_id"] in self.ids or self.key == FINS and (row["params"], row["crlf"]) != (first["params"],
-                                                                                           first["crlf"]):
+    def extends(self, bulk: _Bulk, i: int) -> bool:
+        """Row ``i`` of ``bulk`` (of the run's connection and key) may join the run."""
+        return bulk.ids[i] not in self.ids and (self.key != FINS or bulk.shapes[i] == self.shape)
+
+    def extend(self, bulk: _Bulk, start: int, limit: int) -> int:
+        """Takes ``bulk``'s rows from ``start`` on, before ``limit``, while each may join; how many it took."""
+        ids = bulk.ids[start:limit]
+        fits = self.ids.isdisjoint(ids) and len(set(ids)) == len(ids) and (
+            self.key != FINS or bulk.shapes[start:limit].count(self.shape) == len(ids))
+        end = limit if fits else next((i for i in range(start, limit) if not self._join(bulk, i)), limit)
+        if fits:
+            self.ids.update(ids)
+        self.ts += bulk.ts[start:end]
+        self.msg_ids += bulk.ids[start:end]
+        if self.key == MESSAGES:
+            self.attempts += bulk.attempts[start:end]
+            self.bodies += bulk.bodies[start:end]
+            self.msg_ts_ns += bulk.msg_ts_ns[start:end]
+        return end - start
+
+    def _join(self, bulk: _Bulk, i: int) -> bool:
+        if not self.extends(bulk, i):
             return False
-        self.rows.append(row)
-        self.ids.add(row["msg_id"])
+        self.ids.add(bulk.ids[i])
         return True
 
     def run(self) -> Run:
-        rows = self.rows
-        ts = [row["ts_ns"] / NS for row in rows]
-        ids = [row["msg_id"] for row in rows]
         if self.key == FINS:
-            return Run(FINS, ts, ids, [], [], [], rows[0]["params"], rows[0]["crlf"])
-        return Run(MESSAGES, ts, ids, [row["attempts"] for row in rows], [row["body_hash"] for row in rows],
-                   [row["msg_ts_ns"] for row in rows])
-
-
-def _run_key(row: dict) -> str | None:
-    """The run (events.Run) ``row`` may be part of: a message frame's, a FIN's that says no more than _command
-    reads of it; None: neither."""
-    if row["msg_id"] is None:
-        return None
-    if row["kind"] == Kind.FRAME and row["name"] == "message":
-        return MESSAGES
-    if row["kind"] == Kind.COMMAND and row["name"] == FINS and row["topic"] is None and row["size"] is None:
-        return FINS
-    return None
+            return Run(FINS, self.ts, self.msg_ids, [], [], [], *self.shape)
+        return Run(MESSAGES, self.ts, self.msg_ids, self.attempts, self.bodies, self.msg_ts_ns)
 
 
 def _address(end: str | None) -> str | None:
@@ -502,11 +590,9 @@ def _frame(row: dict) -> Observed:
     return Observed(ts, kind, text if kind == RESPONSE else "")
 
 
-def sorted_rows(observed: pa.Table) -> Iterator[dict]:
+def sorted_rows(observed: pa.Table) -> pa.Table:
     """One nsqd's observed rows in the order the judge takes them."""
-    ordered = observed.sort_by([("ts_ns", "ascending"), ("conn_id", "ascending"), ("seq", "ascending")])
-    for batch in ordered.to_batches(1 << 16):
-        yield from batch.to_pylist()
+    return observed.sort_by([("ts_ns", "ascending"), ("conn_id", "ascending"), ("seq", "ascending")])
 
 
 # ---- a small capture, in this process ---------------------------------------------------------------------------

@@ -143,19 +143,21 @@ class Fed:
     def __init__(self):
         self.last: dict[str, list[int]] = {}  # conn_id -> [ts_ns, rows taken at that time]
 
-    def new(self, rows: Iterator[dict]) -> Iterator[dict]:
+    def new(self, rows: pa.Table) -> pa.Table:
         """``rows`` (sorted) but those taken in an earlier call."""
         before = {conn_id: tuple(last) for conn_id, last in self.last.items()}
         again: dict[str, int] = {}  # rows at a connection's time of ``before`` seen again
-        for row in rows:
-            conn_id, ts_ns = row["conn_id"], row["ts_ns"]
+        taken = []
+        for conn_id, ts_ns in zip(rows["conn_id"].to_pylist(), rows["ts_ns"].to_pylist(), strict=True):
             taken_until, taken_there = before.get(conn_id, (-1, 0))
             if ts_ns < taken_until or (ts_ns == taken_until and again.get(conn_id, 0) < taken_there):
                 again[conn_id] = again.get(conn_id, 0) + (ts_ns == taken_until)
+                taken.append(False)
                 continue
             last = self.last.get(conn_id)
             if last is not None and last[0] == ts_ns:
                 last[1] += 1
             else:
                 self.last[conn_id] = [ts_ns, 1]
-            yield row
+            taken.append(True)
+        return rows.filter(pa.array(taken, pa.bool_()))

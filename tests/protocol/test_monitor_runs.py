@@ -6,8 +6,9 @@ the bulk)."""
 from __future__ import annotations
 
 import json
+from dataclasses import astuple
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nsq_protocol import monitors, wire
@@ -34,6 +35,9 @@ def _frame(ts: float, frame_type: int, data: bytes) -> monitors.Observed:
 
 
 gaps = st.one_of(st.floats(0.0, 0.002), st.floats(0.002, 0.3), st.floats(0.5, 3.0))
+# a message timed out on A comes to B, A's FIN of it fails (D-12), with bad IDs and stamps among the bulk
+TIMED_OUT_ELSEWHERE = [(0.001, "A", "messages", 5, 5), (2.0, "B", "messages", 5, 5), (0.001, "A", "fins", 5, 0),
+                       (0.001, "B", "messages", 3, 6), (0.001, "B", "fins", 8, 0)]
 steps = st.lists(st.tuples(gaps, st.sampled_from(CONSUMERS), st.sampled_from(
     ("messages", "messages", "fins", "fins", "req", "touch", "rdy", "heartbeat", "nop", "fin_failed", "publish")),
     st.integers(1, 12), st.integers(0, 40)), min_size=1, max_size=40)
@@ -88,10 +92,11 @@ def traffic(plan) -> list[tuple[str, monitors.Observed]]:
     return events
 
 
-def judged(events, runs: bool) -> monitors.Judge:
-    """``events`` through a judge: with ``runs``, each connection's consecutive message frames or FINs as runs,
-    as a capture's analysis hands them over."""
-    judge = monitors.new_judge(timing=True, http_seen=True, release=(1, 3, 0), runs=runs)
+def judged(events, runs: bool, chosen: tuple[type[monitors.Monitor], ...] | None = None) -> monitors.Judge:
+    """``events`` through a judge (of every monitor, or those ``chosen``): with ``runs``, each connection's
+    consecutive message frames or FINs as runs, as a capture's analysis hands them over."""
+    judge = monitors.new_judge(timing=True, http_seen=True, release=(1, 3, 0), runs=runs) if chosen is None else \
+        monitors.Judge([monitor() for monitor in chosen], timing=True, http_seen=True, release=(1, 3, 0), runs=runs)
     for conn in ("P", *CONSUMERS):
         judge.open(conn, T0 - 0.001, True)
     pending: list[tuple[str, monitors.Observed]] = []
@@ -104,7 +109,8 @@ def judged(events, runs: bool) -> monitors.Judge:
                 key, [e.ts for _, e in pending], [e.msg_id for _, e in pending],
                 [e.attempts for _, e in pending] if key == MESSAGES else [],
                 [e.bodies[0] for _, e in pending] if key == MESSAGES else [],
-                [e.msg_ts_ns for _, e in pending] if key == MESSAGES else [], first.params, first.crlf))
+                [e.msg_ts_ns for _, e in pending] if key == MESSAGES else [], first.params, first.crlf,
+                first.topic))
             pending.clear()
 
     for conn, event in events:
@@ -127,9 +133,28 @@ def verdicts(judge: monitors.Judge):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps)
+@example(TIMED_OUT_ELSEWHERE)
 def test_runs_are_judged_as_their_events_one_by_one(plan):
     events = traffic(plan)
     assert verdicts(judged(events, runs=True)) == verdicts(judged(events, runs=False))
+
+
+def ledger(judge: monitors.Judge):
+    """What the judge knows of each message, and each connection's messages in flight, in their order."""
+    return ([(key, astuple(delivery)) for key, delivery in judge.messages.items()],
+            {name: [(msg_id, astuple(delivery)) for msg_id, delivery in connection.in_flight.items()]
+             for name, connection in judge.connections.items()},
+            {name: connection.last_command_at for name, connection in judge.connections.items()})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps)
+@example(TIMED_OUT_ELSEWHERE)
+def test_the_ledger_takes_a_run_as_its_events_one_by_one(plan):
+    """Where every monitor that reads a run's events takes it whole, the judge's ledger takes it at once too."""
+    events = traffic(plan)
+    taking = tuple(monitor for monitor in monitors.MONITORS if monitor.RUNS)
+    assert ledger(judged(events, True, taking)) == ledger(judged(events, False, taking))
 
 
 def test_the_monitors_that_take_runs_are_given_them(monkeypatch):

@@ -5,6 +5,7 @@ HTTP API is read where its port is named."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from test_monitoring import Exchange
@@ -61,13 +62,15 @@ def test_watch_takes_each_row_once_across_batches():
     from spark_analysis.watch.judging import Fed
 
     def rows(*times, conn="A"):
-        return [{"conn_id": conn, "ts_ns": ts, "n": n} for n, ts in enumerate(times)]
+        return pa.table({"conn_id": [conn] * len(times), "ts_ns": list(times), "n": list(range(len(times)))})
 
     fed = Fed()
-    assert [row["ts_ns"] for row in fed.new(iter(rows(1, 2, 2, 2)))] == [1, 2, 2, 2]
-    again = rows(2, 2, 2, 2, 3) + rows(1, conn="B")  # the three at 2 again, then a fourth at 2, then new ones
-    assert [(row["conn_id"], row["ts_ns"]) for row in fed.new(iter(again))] == [("A", 2), ("A", 3), ("B", 1)]
-    assert list(fed.new(iter(rows(3)))) == []
+    assert fed.new(rows(1, 2, 2, 2))["ts_ns"].to_pylist() == [1, 2, 2, 2]
+    again = pa.concat_tables([rows(2, 2, 2, 2, 3), rows(1, conn="B")])  # the three at 2 again, a fourth, new ones
+    taken = fed.new(again)
+    assert list(zip(taken["conn_id"].to_pylist(), taken["ts_ns"].to_pylist(), strict=True)) == [
+        ("A", 2), ("A", 3), ("B", 1)]
+    assert fed.new(rows(3)).num_rows == 0
 
 
 def test_analyze_judges_the_command_lines_shape_and_body_sizes(spark, tmp_path):

@@ -90,7 +90,7 @@ def test_exchanges_added_later_are_taken_in_answer_time_among_the_rows(tmp_path)
             flows.setdefault(row["flow"], []).append(tuple(row[name] for name in _SEGMENT))
     [(flow, segments)] = flows.items()
     [conn] = reassemble(flow, segments, frozenset({LOOKUPD_TCP}))
-    rows = V1Rows().window(conn).to_pylist()
+    rows = V1Rows().window(conn)
     at = EPOCH_NS / 1e9
     ping = HttpExchange(at, Request("GET", "/ping", b""), Response(200, b"OK", {"content-type": "application/json"}),
                         at + 0.0035)
@@ -98,9 +98,9 @@ def test_exchanges_added_later_are_taken_in_answer_time_among_the_rows(tmp_path)
     at_once = LookupdJudging([ping, info])
     at_once.feed(rows)
     later = LookupdJudging([])
-    later.feed(rows[:2])  # the opening and the first bytes, before either answer
+    later.feed(rows.slice(0, 2))  # the opening and the first bytes, before either answer
     later.add_exchanges([ping, info])
-    later.feed(rows[2:])
+    later.feed(rows.slice(2))
     assert [[(v.item, v.ts) for v in judging.finish().violations] for judging in (at_once, later)] == [[
         ("L-HTTP-02", at + 0.0015), ("L-HTTP-01", at + 0.0035), ("L-TCP-11", at + 0.004)]] * 2
 
