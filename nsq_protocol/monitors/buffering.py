@@ -5,7 +5,12 @@ room for it (its last command or frame before it)."""
 
 from __future__ import annotations
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, LET_GO, MESSAGE
+from itertools import islice
+from typing import NamedTuple
+
+from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS
+from nsq_protocol.monitors.events import BROKER, COMMAND, FINS, LET_GO, MESSAGE, MESSAGES
+from nsq_protocol.monitors.judge import buffered_margin
 from nsq_protocol.monitors.monitor import Monitor
 
 FLUSH_S = 0.2  # the broker's own latency between a message ready to go and the wire; its buffer ticker is 250 ms
@@ -19,6 +24,7 @@ class FlushedAtOnce(Monitor):
     nsqd in the traffic (no publish, consumer or pause unseen)."""
 
     ITEMS = ("D-40", "ID-04")
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -37,7 +43,40 @@ class FlushedAtOnce(Monitor):
             for body in answered.bodies:
                 self._published.setdefault((answered.topic, body), []).append(event.ts)
         elif event.kind == MESSAGE and event.attempts == 1 and event.bodies and judge.timing and before is not None:
-            self._delivered(judge, connection, event, before)
+            self._delivered(judge, connection, event, before, connection.in_flight)
+
+    def observe_run(self, judge, connection, run):
+        before = self._last_event.get(connection.name)
+        self._last_event[connection.name] = run.ts[-1]
+        if run.key == FINS or not judge.timing:
+            return
+        # the messages in flight at each of the run's: those before it, and as many as its earlier ones at most
+        held, rdy = len(connection.in_flight), connection.rdy or 0
+        if _asked_unbuffered(connection) or held <= rdy <= held + len(run.ts):
+            self._run_delivered(judge, connection, run, before)
+            return
+        let_go = self._known_since * 1e9 + 1e9
+        stamps = run.msg_ts_ns
+        if self._known_since and (None in stamps or min(stamps) < let_go):
+            # none fills the window: what is left to judge is whether its publish was let go of
+            first = 0 if before is not None else 1
+            for attempts, stamp in islice(zip(run.attempts, stamps, strict=True), first, None):
+                if attempts == 1 and (stamp is None or stamp < let_go):
+                    self.skip("D-40", LET_GO)
+
+    def _run_delivered(self, judge, connection, run, before):
+        """The run's messages one by one, each with the connection's messages in flight as the ledger will hold
+        them then: those before the run, the run's earlier ones in place of theirs. Of those only the earliest the
+        broker may have timed one out is read, as the ledger sets it."""
+        in_flight = dict(connection.in_flight)
+        timeout_s = (connection.msg_timeout_ms or MIN_MSG_TIMEOUT_MS) / 1000
+        margin = buffered_margin(connection)
+        for event in run.events():
+            if event.attempts == 1 and before is not None:
+                self._delivered(judge, connection, event, before, in_flight)
+            in_flight.pop(event.msg_id, None)
+            in_flight[event.msg_id] = _Timeout(event.ts + timeout_s - margin)
+            before = event.ts
 
     def http(self, judge, action):
         if action.path in ("/pub", "/mpub"):
@@ -51,7 +90,8 @@ class FlushedAtOnce(Monitor):
     def forget(self, judge, now):
         self._published, self._elsewhere, self._known_since = {}, set(), now
 
-    def _delivered(self, judge, connection, event, before):
+    def _delivered(self, judge, connection, event, before, held):
+        """``held``: the connection's messages in flight when ``event`` came, ID -> their delivery."""
         topic, channel = connection.topic, connection.channel
         if self._known_since and (event.msg_ts_ns is None or event.msg_ts_ns < self._known_since * 1e9 + 1e9):
             self.skip("D-40", LET_GO)  # a copy published before, its publish let go of
@@ -61,10 +101,10 @@ class FlushedAtOnce(Monitor):
             return
         unbuffered = _asked_unbuffered(connection)
         rdy = connection.rdy or 0
-        others = len(connection.in_flight) - (event.msg_id in connection.in_flight)
+        others = len(held) - (event.msg_id in held)
         if not unbuffered and others + 1 != rdy:
             return  # buffered: it does not fill the window
-        in_flight = [delivery for msg_id, delivery in connection.in_flight.items() if msg_id != event.msg_id]
+        in_flight = [delivery for msg_id, delivery in held.items() if msg_id != event.msg_id]
         # the window fills only if none of the messages in flight may have timed out meanwhile
         fills = len(in_flight) + 1 == rdy and all(delivery.earliest_timeout is not None
                                                   and delivery.earliest_timeout > event.ts for delivery in in_flight)
@@ -90,3 +130,9 @@ def _asked_unbuffered(connection) -> bool:
 def _compressed(connection) -> bool:
     answer = connection.identify_answer or {}
     return answer.get("snappy") is True or answer.get("deflate") is True
+
+
+class _Timeout(NamedTuple):
+    """A delivery of the run's, as far as ``_delivered`` reads it."""
+
+    earliest_timeout: float
