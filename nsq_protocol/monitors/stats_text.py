@@ -56,8 +56,7 @@ class TextStatsClients(Monitor):
         self._pending: list[HttpExchange] = []  # text answers, judged once the traffic passed them
 
     def observe_run(self, judge, connection, run):
-        if connection.name not in self._seen:  # a FIN changes nothing the client lines show but that it spoke
-            self._seen[connection.name] = _Seen()
+        """A FIN changes nothing a client line shows: a connection not seen yet reads as a fresh ``_Seen``."""
 
     def observe(self, judge, connection, event, answered):
         seen = self._seen.get(connection.name)
