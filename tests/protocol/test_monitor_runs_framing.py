@@ -106,11 +106,14 @@ def _step(seen: Traffic, conn: str, action: str, count: int, number: int) -> Non
         del seen.held[conn][:count]
         for msg_id in ids:
             seen.command(conn, b"FIN", msg_id)
-    elif action in ("answered_close", "failed_close"):  # the broker's close of a connection that kept the rules
+    elif action in ("answered_close", "failed_close"):
+        # the broker's close of a connection that kept the rules, then messages on another: no shutdown, or later
         _step(seen, conn, "heartbeat" if action == "answered_close" else "fin_failed", count, number)
         _step(seen, conn, "fins", count, number)
         seen.ts += 0.1
         _step(seen, conn, "close_broker", count, number)
+        seen.ts += 0.2 * (number % 8)
+        _step(seen, "B" if conn != "B" else "A", "messages", count, number)
     elif action == "heartbeat":
         seen.frame(conn, wire.FRAME_RESPONSE, wire.HEARTBEAT)
     elif action in ("nop", "rdy"):
