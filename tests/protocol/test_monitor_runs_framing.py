@@ -89,6 +89,7 @@ def _step(seen: Traffic, conn: str, action: str, count: int, number: int) -> Non
         return
     if action == "messages":
         for offset in range(count):
+            seen.ts += 0.5 if number % 4 == 1 else 0.0  # a run long enough for a heartbeat's deadline to pass in it
             msg_id = _id(number + offset)  # the three channels' copies share IDs
             seen.held[conn].append(msg_id)
             body = b"other" if number % 7 == 3 else b"body %d" % (number + offset)  # C-11 broken
@@ -100,6 +101,8 @@ def _step(seen: Traffic, conn: str, action: str, count: int, number: int) -> Non
     elif action == "delivered":  # the first deliveries of what was just published, on A (D-40, ID-04)
         _step(seen, conn, "publish", count, number)
         seen.ts += 0.3
+        if number % 3 == 0:  # A's FINs just before: its last event, and room in its window
+            _step(seen, "A", "fins", count, number)
         _step(seen, "A", "messages", count, number)
     elif action == "fins":
         ids = seen.held[conn][:count] or [_id(number)]
