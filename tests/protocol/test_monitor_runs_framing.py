@@ -9,13 +9,24 @@ from __future__ import annotations
 import json
 from unittest import mock
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nsq_protocol import monitors, wire
 from nsq_protocol.http import HttpExchange, Request, Response
 from nsq_protocol.monitors import judge as judge_module
-from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, FINS, MAGIC, MESSAGE, MESSAGES, STREAM, UNREADABLE, Run
+from nsq_protocol.monitors.events import (
+    BROKER,
+    CLIENT,
+    COMMAND,
+    FINS,
+    MAGIC,
+    MESSAGE,
+    MESSAGES,
+    STREAM,
+    UNREADABLE,
+    Run,
+)
 from tests.protocol.test_monitor_runs import ANSWER, NS, T0, _command, _frame, _id, verdicts
 
 # A, B, C consume topic t (A and B on channels of their own, C on A's or B's); M is seen from its middle; U sends
@@ -89,7 +100,7 @@ def _step(seen: Traffic, conn: str, action: str, count: int, number: int) -> Non
         return
     if action == "messages":
         for offset in range(count):
-            seen.ts += 0.5 if number % 4 == 1 else 0.0  # a run long enough for a heartbeat's deadline to pass in it
+            seen.ts += 0.4 if number % 2 else 0.0  # a run long enough for a heartbeat's deadline to pass in it
             msg_id = _id(number + offset)  # the three channels' copies share IDs
             seen.held[conn].append(msg_id)
             body = b"other" if number % 7 == 3 else b"body %d" % (number + offset)  # C-11 broken
@@ -194,8 +205,20 @@ def judged_both(seen: Traffic) -> tuple:
         return verdicts(judged(seen, runs=True)), verdicts(judged(seen, runs=False))
 
 
+def _setup(**changes) -> dict:
+    return {"heartbeat": 1000, "unbuffered": False, "rdy": 1, "c_channel": "c2", "mid": False, "keep": None} | changes
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setups, plans)
+# rare at random: A's FINs between a publish and its late first delivery; a first delivery late that fills RDY 1;
+# a heartbeat's deadline passing within a run; the broker's close of a connection that answered a heartbeat with a
+# FIN, or got E_FIN_FAILED, then messages on another
+@example(_setup(unbuffered=True), [(0.001, "A", "delivered", 2, 6)])
+@example(_setup(), [(0.001, "A", "delivered", 1, 11)])
+@example(_setup(), [(0.001, "A", "messages", 8, 1)])
+@example(_setup(), [(0.001, "A", "answered_close", 2, 0)])
+@example(_setup(), [(0.001, "A", "failed_close", 2, 1)])
 def test_runs_are_judged_as_their_events_one_by_one(setup, plan):
     whole, one_by_one = judged_both(traffic(setup, plan))
     assert whole == one_by_one
