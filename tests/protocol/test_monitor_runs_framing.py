@@ -37,6 +37,10 @@ ACTIONS = ("messages", "messages", "messages", "fins", "fins", "heartbeat", "nop
            "close_broker", "close_client", "publish", "unreadable", "sub_refused", "tls_refused", "delete", "copies",
            "copies", "delivered", "delivered", "answered_close", "failed_close")
 
+# the monitors of these files alone: with no other monitor's tick due within a run, the judge hands over every run
+ALONE = tuple(monitor for monitor in monitors.MONITORS if monitor.__module__.rsplit(".", 1)[1] in (
+    "framing", "heartbeats", "buffering", "unreadable", "sub_failed", "ephemeral_kept", "stats_restart", "stats_text",
+    "ephemeral_gone", "identify_values", "tls"))
 setups = st.fixed_dictionaries({"heartbeat": st.sampled_from((None, 1000, -1)), "unbuffered": st.booleans(),
                                 "rdy": st.sampled_from((1, 2, 6)), "c_channel": st.sampled_from(("c1", "c2")),
                                 "mid": st.booleans(), "keep": st.sampled_from((None, 10))})
@@ -159,9 +163,11 @@ def _step(seen: Traffic, conn: str, action: str, count: int, number: int) -> Non
                                                 Response(200, b""), seen.ts + 1e-4)))
 
 
-def judged(seen: Traffic, runs: bool) -> monitors.Judge:
-    """``seen`` through a judge: with ``runs``, each connection's consecutive message frames or FINs as runs."""
-    judge = monitors.new_judge(timing=True, http_seen=True, release=(1, 3, 0), runs=runs)
+def judged(seen: Traffic, runs: bool, chosen: tuple) -> monitors.Judge:
+    """``seen`` through a judge of the ``chosen`` monitors: with ``runs``, each connection's consecutive message
+    frames or FINs as runs."""
+    judge = monitors.Judge([monitor() for monitor in chosen], timing=True, http_seen=True, release=(1, 3, 0),
+                           runs=runs)
     for conn in seen.opened:
         judge.open(conn, T0 - 0.001, conn != "M")
     pending: list[tuple[str, monitors.Observed]] = []
@@ -200,9 +206,9 @@ def judged(seen: Traffic, runs: bool) -> monitors.Judge:
     return judge
 
 
-def judged_both(seen: Traffic) -> tuple:
+def judged_both(seen: Traffic, chosen: tuple) -> tuple:
     with mock.patch.object(judge_module, "MESSAGES_KEPT", seen.setup["keep"] or judge_module.MESSAGES_KEPT):
-        return verdicts(judged(seen, runs=True)), verdicts(judged(seen, runs=False))
+        return verdicts(judged(seen, True, chosen)), verdicts(judged(seen, False, chosen))
 
 
 def _setup(**changes) -> dict:
@@ -220,5 +226,7 @@ def _setup(**changes) -> dict:
 @example(_setup(), [(0.001, "A", "answered_close", 2, 0)])
 @example(_setup(), [(0.001, "A", "failed_close", 2, 1)])
 def test_runs_are_judged_as_their_events_one_by_one(setup, plan):
-    whole, one_by_one = judged_both(traffic(setup, plan))
-    assert whole == one_by_one
+    seen = traffic(setup, plan)
+    for chosen in (monitors.MONITORS, ALONE):
+        whole, one_by_one = judged_both(seen, chosen)
+        assert whole == one_by_one
