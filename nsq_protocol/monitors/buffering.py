@@ -5,7 +5,8 @@ room for it (its last command or frame before it)."""
 
 from __future__ import annotations
 
-from itertools import islice
+from collections import Counter
+from itertools import islice, repeat
 from typing import NamedTuple
 
 from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS
@@ -28,7 +29,8 @@ class FlushedAtOnce(Monitor):
 
     def __init__(self):
         super().__init__()
-        self._published: dict[tuple, list] = {}  # (topic, body hash) -> the times its publishes were answered OK
+        self._published: dict[tuple, float] = {}  # (topic, body hash) -> when its publish was answered OK
+        self._again: set[tuple] = set()  # (topic, body hash) published more than once
         self._elsewhere: set[tuple] = set()  # (topic, body hash) also published by DPUB or over HTTP
         self._paused_until: dict[tuple, float] = {}  # (topic,) or (topic, channel) -> its last pause or unpause
         self._last_event: dict[str, float] = {}  # connection -> its latest event
@@ -40,8 +42,7 @@ class FlushedAtOnce(Monitor):
         if event.kind == COMMAND and event.name == "DPUB":
             self._elsewhere.update((event.topic, body) for body in event.bodies)
         elif answered is not None and answered.name in ("PUB", "MPUB") and event.name == "OK":
-            for body in answered.bodies:
-                self._published.setdefault((answered.topic, body), []).append(event.ts)
+            self._published_at(answered.topic, answered.bodies, event.ts)
         elif event.kind == MESSAGE and event.attempts == 1 and event.bodies and judge.timing and before is not None:
             self._delivered(judge, connection, event, before, connection.in_flight)
 
@@ -88,7 +89,15 @@ class FlushedAtOnce(Monitor):
             self._paused_until[where] = action.ts
 
     def forget(self, judge, now):
-        self._published, self._elsewhere, self._known_since = {}, set(), now
+        self._published, self._again, self._elsewhere, self._known_since = {}, set(), set(), now
+
+    def _published_at(self, topic: str | None, bodies: tuple[int, ...], ts: float) -> None:
+        """A publish's bodies at once (an MPUB's are hundreds); the time of one published again is never read."""
+        keys = list(zip(repeat(topic), bodies))
+        self._again.update(self._published.keys() & keys)
+        if len(set(keys)) < len(keys):
+            self._again.update(key for key, count in Counter(keys).items() if count > 1)
+        self._published.update(zip(keys, repeat(ts)))
 
     def _delivered(self, judge, connection, event, before, held):
         """``held``: the connection's messages in flight when ``event`` came, ID -> their delivery."""
@@ -96,8 +105,8 @@ class FlushedAtOnce(Monitor):
         if self._known_since and (event.msg_ts_ns is None or event.msg_ts_ns < self._known_since * 1e9 + 1e9):
             self.skip("D-40", LET_GO)  # a copy published before, its publish let go of
             return
-        published = self._published.get((topic, event.bodies[0]), [])
-        if len(published) != 1 or {(topic, event.bodies[0]), (topic, None)} & self._elsewhere:
+        key = (topic, event.bodies[0])
+        if key not in self._published or key in self._again or {key, (topic, None)} & self._elsewhere:
             return
         unbuffered = _asked_unbuffered(connection)
         rdy = connection.rdy or 0
@@ -114,7 +123,7 @@ class FlushedAtOnce(Monitor):
                 or judge.is_paused(topic, channel) or _compressed(connection):
             self.skip("D-40", "another consumer, publish, pause or a compression layer may have held it")
             return
-        ready_at = max(published[0], before, self._paused_until.get((topic,), 0.0),
+        ready_at = max(self._published[key], before, self._paused_until.get((topic,), 0.0),
                        self._paused_until.get((topic, channel), 0.0))
         late = event.ts - ready_at
         if late > FLUSH_S:

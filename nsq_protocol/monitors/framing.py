@@ -206,7 +206,7 @@ class CopiesAreOneMessage(Monitor):
             self.not_judged["C-11", UNSUBSCRIBED] += len(run.ts)
             return
         keys = list(zip(repeat(connection.topic), run.msg_ids))
-        if not any(map(self._first.get, keys)):  # first copies all: nothing to compare them with
+        if self._first.keys().isdisjoint(keys):  # first copies all: nothing to compare them with
             self._first.update(zip(keys, zip(run.msg_ts_ns, zip(run.bodies), repeat(connection.channel)), strict=True))
             return
         for event in run.events():

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from nsq_protocol import monitors, wire
 from nsq_protocol.http import HttpExchange, Request, Response
 from nsq_protocol.monitors import judge as judge_module
+from nsq_protocol.monitors.buffering import FlushedAtOnce
 from nsq_protocol.monitors.events import (
     BROKER,
     CLIENT,
@@ -230,3 +231,21 @@ def test_runs_are_judged_as_their_events_one_by_one(setup, plan):
     for chosen in (monitors.MONITORS, ALONE):
         whole, one_by_one = judged_both(seen, chosen)
         assert whole == one_by_one
+
+
+def test_a_body_published_twice_by_one_mpub_or_two_is_not_judged_id04():
+    """FlushedAtOnce takes an MPUB's bodies at once: one published again, within the MPUB or by another, may have
+    been the other's delivery."""
+    def found(*publishes: list[bytes]) -> list[str]:
+        seen = traffic(_setup(unbuffered=True), [])
+        for bodies in publishes:
+            seen.command("P", b"MPUB", b"t", body=wire.mpub_body(bodies))
+            seen.frame("P", wire.FRAME_RESPONSE, b"OK")
+        seen.ts += 0.3
+        seen.frame("A", wire.FRAME_MESSAGE, wire.encode_message(int(T0 * NS), 1, _id(1), b"x"))
+        flushing = next(monitor for monitor in judged(seen, True, ALONE).monitors
+                        if isinstance(monitor, FlushedAtOnce))
+        return [violation.item for violation in flushing.violations]
+    assert found([b"x", b"y"]) == ["ID-04"]
+    assert found([b"x", b"y", b"x"]) == []
+    assert found([b"x"], [b"y", b"x"]) == []
