@@ -55,15 +55,18 @@ class FlushedAtOnce(Monitor):
         held, rdy = len(connection.in_flight), connection.rdy or 0
         if _asked_unbuffered(connection) or held <= rdy <= held + len(run.ts):
             self._run_delivered(judge, connection, run, before)
-            return
-        let_go = self._known_since * 1e9 + 1e9
-        stamps = run.msg_ts_ns
-        if self._known_since and (None in stamps or min(stamps) < let_go):
-            # none fills the window: what is left to judge is whether its publish was let go of
-            first = 0 if before is not None else 1
-            for attempts, stamp in islice(zip(run.attempts, stamps, strict=True), first, None):
-                if attempts == 1 and (stamp is None or stamp < let_go):
-                    self.skip("D-40", LET_GO)
+        elif self._known_since:  # none fills the window: what is left is whether its publish was let go of
+            self._let_go_of(run, before)
+
+    def _let_go_of(self, run, before):
+        """D-40 not judged on each first delivery of the run's published before the judge let go (as _delivered)."""
+        let_go, stamps = self._known_since * 1e9 + 1e9, run.msg_ts_ns
+        if None not in stamps and min(stamps) >= let_go:
+            return  # all published since
+        first = 0 if before is not None else 1
+        for attempts, stamp in islice(zip(run.attempts, stamps, strict=True), first, None):
+            if attempts == 1 and (stamp is None or stamp < let_go):
+                self.skip("D-40", LET_GO)
 
     def _run_delivered(self, judge, connection, run, before):
         """The run's messages one by one, each with the connection's messages in flight as the ledger will hold

@@ -202,15 +202,20 @@ class CopiesAreOneMessage(Monitor):
         self._first: dict[tuple, tuple] = {}  # (topic, ID) -> (timestamp, bodies, channel) of its first copy
 
     def observe_run(self, judge, connection, run):
-        if connection.topic is None:
+        topic, channel = connection.topic, connection.channel
+        if topic is None:
             self.not_judged["C-11", UNSUBSCRIBED] += len(run.ts)
             return
-        keys = list(zip(repeat(connection.topic), run.msg_ids))
-        if self._first.keys().isdisjoint(keys):  # first copies all: nothing to compare them with
-            self._first.update(zip(keys, zip(run.msg_ts_ns, zip(run.bodies), repeat(connection.channel)), strict=True))
+        copies = dict(zip(zip(repeat(topic), run.msg_ids), zip(run.msg_ts_ns, zip(run.bodies), repeat(channel)),
+                          strict=True))
+        again = self._first.keys() & copies.keys()
+        if any(self._first[key][2] != channel for key in again):  # a copy of another channel's: compared
+            for event in run.events():
+                self.observe(judge, connection, event, None)
             return
-        for event in run.events():
-            self.observe(judge, connection, event, None)
+        for key in again:  # a redelivery in the same channel is C-12's, and its first copy stays
+            del copies[key]
+        self._first.update(copies)
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE or event.msg_id is None:

@@ -33,9 +33,9 @@ class HeartbeatsOnTheTicker(Monitor):
         self._first: dict[str, tuple] = {}
 
     def observe_run(self, judge, connection, run):
-        name, since = connection.name, self._since.get(connection.name)
         if not judge.timing:
             return
+        name, since = connection.name, self._since.get(connection.name)
         if since is None and connection.started:  # the connection's first event starts the ticker
             for event in run.events():
                 self.observe(judge, connection, event, None)
