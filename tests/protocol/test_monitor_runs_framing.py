@@ -220,12 +220,13 @@ def _setup(**changes) -> dict:
 @given(setups, plans)
 # rare at random: A's FINs between a publish and its late first delivery; a first delivery late that fills RDY 1;
 # a heartbeat's deadline passing within a run; the broker's close of a connection that answered a heartbeat with a
-# FIN, or got E_FIN_FAILED, then messages on another
+# FIN, or got E_FIN_FAILED, then messages on another; a message again in its channel, then in another
 @example(_setup(unbuffered=True), [(0.001, "A", "delivered", 2, 6)])
 @example(_setup(), [(0.001, "A", "delivered", 1, 11)])
 @example(_setup(), [(0.001, "A", "messages", 8, 1)])
 @example(_setup(), [(0.001, "A", "answered_close", 2, 0)])
 @example(_setup(), [(0.001, "A", "failed_close", 2, 1)])
+@example(_setup(), [(0.001, "A", "messages", 2, 3), (0.001, "A", "messages", 1, 4), (0.001, "B", "messages", 1, 4)])
 def test_runs_are_judged_as_their_events_one_by_one(setup, plan):
     seen = traffic(setup, plan)
     for chosen in (monitors.MONITORS, ALONE):
