@@ -10,7 +10,7 @@ delays too: the answers asked before that are held until then."""
 from __future__ import annotations
 
 from nsq_protocol.http import HttpExchange
-from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, RESPONSE
+from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, FINS, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.stats_counters import EPHEMERAL, HTTP, stats_channels, stats_document, stats_topics
 
@@ -40,11 +40,15 @@ class EphemeralChannelGone(Monitor):
 
     ITEMS = ("D-50",)
     KINDS = frozenset({COMMAND, RESPONSE, ERROR})
+    RUNS = frozenset({FINS})
 
     def __init__(self) -> None:
         super().__init__()
         self._channels: dict[tuple[str, str], _Channel] = {}
         self._last_answer: dict[str, float] = {}  # connection -> its last answer's time
+
+    def observe_run(self, judge, connection, run):
+        """A FIN neither makes a channel nor subscribes to one."""
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from nsq_protocol.http import HttpExchange
-from nsq_protocol.monitors.events import BROKER, COMMAND
+from nsq_protocol.monitors.events import BROKER, COMMAND, FINS
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.stats_counters import stats_document
 
@@ -27,6 +27,7 @@ class EphemeralKept(Monitor):
 
     ITEMS = ("D-51", "D-52", "H-08")
     KINDS = frozenset({COMMAND})
+    RUNS = frozenset({FINS})
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,6 +37,9 @@ class EphemeralKept(Monitor):
         self._subscribed: set[tuple[str, str]] = set()  # ephemeral channels a SUB named
         self._kept: set[str] = set()  # ephemeral topics shown with a normal channel
         self._start_time: int | None = None
+
+    def observe_run(self, judge, connection, run):
+        """A FIN names no channel."""
 
     def observe(self, judge, connection, event, answered):
         if event.name == "SUB" and event.channel and event.channel.endswith(EPHEMERAL):

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import re
+from itertools import repeat
 
 from nsq_protocol.monitors.events import (
     BROKER,
     CLIENT,
     ERROR,
+    FINS,
     HEARTBEAT,
     MESSAGE,
     MESSAGES,
@@ -29,6 +31,7 @@ ALIVE_S = 0.5  # a broker that answers on another connection this soon after a c
 IDLE_FACTOR, IDLE_LEAST_S = 1.5, 10.0  # an error frame this long after the client's last command answers none (C-25)
 
 _FRAME_SIZE = re.compile(r"frame size (-?[0-9]+) out of range")  # the wire decoder's reason (C-06)
+UNSUBSCRIBED = "the consumer's subscription is not in the traffic"
 
 class ErrorsAreErrorFrames(Monitor):
     """C-08: an error is an error frame (type 1) whose data starts with its E_ code; C-07: a response frame is not
@@ -52,11 +55,18 @@ class FatalErrorsClose(Monitor):
     where times are read times (the suite), order alone decides."""
 
     ITEMS = ("C-23",)
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
         self._reported: set[str] = set()
         self._alive_after_error: set[str] = set()
+
+    def observe_run(self, judge, connection, run):
+        if connection.fatal_error is None:
+            return  # the bulk of a healthy connection
+        for event in run.events():
+            self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         error = connection.fatal_error
@@ -101,12 +111,19 @@ class NonFatalErrorsKeepOpen(Monitor):
 
     ITEMS = ("C-23",)
     KINDS = frozenset({RESPONSE, ERROR, MESSAGE, HEARTBEAT})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
         self._failed: dict[str, object] = {}  # connection -> its latest non-fatal error
         self._closes: list = []  # (close time, connection, error): closes still to be told from a shutdown
         self._deleted_at: list[float] = []
+
+    def observe_run(self, judge, connection, run):
+        if not self._closes:
+            return  # a message frame tells a close from a shutdown, else it is no error
+        for event in run.events():
+            self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         if event.kind == ERROR and event.name in NON_FATAL_ERRORS:
@@ -178,16 +195,33 @@ class CopiesAreOneMessage(Monitor):
 
     ITEMS = ("C-11",)
     KINDS = frozenset({MESSAGE})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
-        self._first: dict[tuple, tuple] = {}  # (topic, ID) -> (timestamp, body hash, channel) of its first copy
+        self._first: dict[tuple, tuple] = {}  # (topic, ID) -> (timestamp, bodies, channel) of its first copy
+
+    def observe_run(self, judge, connection, run):
+        topic, channel = connection.topic, connection.channel
+        if topic is None:
+            self.not_judged["C-11", UNSUBSCRIBED] += len(run.ts)
+            return
+        copies = dict(zip(zip(repeat(topic), run.msg_ids), zip(run.msg_ts_ns, zip(run.bodies), repeat(channel)),
+                          strict=True))
+        again = self._first.keys() & copies.keys()
+        if any(self._first[key][2] != channel for key in again):  # a copy of another channel's: compared
+            for event in run.events():
+                self.observe(judge, connection, event, None)
+            return
+        for key in again:  # a redelivery in the same channel is C-12's, and its first copy stays
+            del copies[key]
+        self._first.update(copies)
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE or event.msg_id is None:
             return
         if connection.topic is None:
-            self.skip("C-11", "the consumer's subscription is not in the traffic")
+            self.skip("C-11", UNSUBSCRIBED)
             return
         seen = (event.msg_ts_ns, event.bodies, connection.channel)
         first = self._first.setdefault((connection.topic, event.msg_id), seen)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from nsq_protocol.monitors.connection import DEFAULT_HEARTBEAT_MS, TAIL_LOST
-from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, HEARTBEAT, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, FINS, HEARTBEAT, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
 LATE_FACTOR = 1.5  # a heartbeat is missing once 1.5 intervals pass without one (the ticker is exact, the wire not)
@@ -12,6 +12,7 @@ LATE_SLACK_S = 1.0
 EARLY_SLACK_S = 0.5  # a ticker's first tick is exact; this is the capture's clock
 ALIVE_S = 1.0  # the broker sent on another connection this soon after a close: it was no shutdown
 HEARTBEAT_TEXT = "_heartbeat_"
+UNKNOWN_TICKER = "the heartbeat interval or the connection's start is not in the traffic"
 
 
 class HeartbeatsOnTheTicker(Monitor):
@@ -22,6 +23,7 @@ class HeartbeatsOnTheTicker(Monitor):
     Judged only where the interval is known and the times are the wire's."""
 
     ITEMS = ("C-27", "C-28", "C-30", "C-32", "ID-40", "P-CLS-03")
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -29,6 +31,24 @@ class HeartbeatsOnTheTicker(Monitor):
         self._reported: set[str] = set()
         # connection -> (the earliest its ticker's first heartbeat can come, the item, the old ticker's earliest)
         self._first: dict[str, tuple] = {}
+
+    def observe_run(self, judge, connection, run):
+        if not judge.timing:
+            return
+        name, since = connection.name, self._since.get(connection.name)
+        if since is None and connection.started:  # the connection's first event starts the ticker
+            for event in run.events():
+                self.observe(judge, connection, event, None)
+            return
+        if run.key == FINS:
+            return  # a command neither starts nor checks the ticker
+        interval = connection.heartbeat_ms
+        if interval is None or since is None:
+            self.not_judged["C-28", UNKNOWN_TICKER] += len(run.ts)  # each frame's check, as _check says it
+        elif interval and connection.fatal_error is None and name not in self._reported \
+                and max(run.ts) - since > _late(interval):
+            for event in run.events():  # C-28: a gap within the run
+                self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         if not judge.timing:
@@ -88,7 +108,7 @@ class HeartbeatsOnTheTicker(Monitor):
     def _check(self, connection, now, event):
         interval, since = connection.heartbeat_ms, self._since.get(connection.name)
         if interval is None or since is None:
-            self.skip("C-28", "the heartbeat interval or the connection's start is not in the traffic")
+            self.skip("C-28", UNKNOWN_TICKER)
             return
         if interval == 0 or connection.fatal_error is not None or connection.name in self._reported:
             return
@@ -139,6 +159,7 @@ class AnyCommandAnswersHeartbeats(Monitor):
 
     ITEMS = ("C-26",)
     KINDS = frozenset({COMMAND, RESPONSE, ERROR, MESSAGE, HEARTBEAT})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -146,6 +167,13 @@ class AnyCommandAnswersHeartbeats(Monitor):
         self._answered: dict[str, object] = {}  # connection -> the command other than NOP that answered it
         self._closes: list = []  # (close time, connection, answer): closes still to be told from a shutdown
         self._deleted_at: list[float] = []
+
+    def observe_run(self, judge, connection, run):
+        if run.key == FINS and connection.name in self._heartbeat_at:
+            self.observe(judge, connection, next(run.events()), None)  # the first FIN answers the heartbeat
+        elif run.key == MESSAGES and self._closes:
+            for event in run.events():  # a message frame tells a close from a shutdown
+                self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         name, kind = connection.name, event.kind

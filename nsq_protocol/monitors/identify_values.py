@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, JSON, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, JSON, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.release import UNKNOWN, V1_2, before
 
@@ -124,6 +124,7 @@ class IdentifyValues(Monitor):
 
     ITEMS = ("ID-02", "ID-03", "ID-04", "ID-05", "ID-06", "ID-07", "ID-08", "ID-14", "ID-42", "ID-43", "ID-45")
     KINDS = frozenset({COMMAND, RESPONSE, ERROR})
+    RUNS = frozenset({FINS})
 
     def __init__(self):
         super().__init__()
@@ -131,6 +132,9 @@ class IdentifyValues(Monitor):
         # not judged)]; judged at the answer, which may be what shows the broker's release
         self._asked: dict[str, list] = {}
         self._current: dict[str, dict] = {}  # connection -> the settings its answers showed
+
+    def observe_run(self, judge, connection, run):
+        """A FIN is no IDENTIFY."""
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND:

@@ -9,7 +9,7 @@ topic's disk queue, so it has no such bound."""
 from __future__ import annotations
 
 from nsq_protocol.http import HttpExchange
-from nsq_protocol.monitors.events import BROKER, COMMAND
+from nsq_protocol.monitors.events import BROKER, COMMAND, FINS
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.stats_counters import EPHEMERAL, HTTP, stats_channels, stats_document, stats_topics
 from nsq_protocol.wire import ProtocolViolation, parse_mpub_body
@@ -28,6 +28,7 @@ class RestartForgets(Monitor):
 
     ITEMS = ITEMS
     KINDS = frozenset({COMMAND})
+    RUNS = frozenset({FINS})
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,6 +37,9 @@ class RestartForgets(Monitor):
         self._topics: set[str] = set()  # topics named since the last answer of the life before
         self._channels: set[tuple[str, str]] = set()
         self._sent: dict[str, float] = {}  # topic -> messages published to it since (inf: a count not known)
+
+    def observe_run(self, judge, connection, run):
+        """A FIN names no topic and publishes nothing."""
 
     def observe(self, judge, connection, event, answered):
         if event.name == "SUB" and event.topic is not None:

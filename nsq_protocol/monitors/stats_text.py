@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from nsq_protocol.http import HttpExchange
-from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.stats_clients import identity_strings
 
@@ -47,12 +47,16 @@ class TextStatsClients(Monitor):
 
     ITEMS = ("H-STATS-13",)
     KINDS = frozenset({COMMAND, RESPONSE, ERROR})
+    RUNS = frozenset({FINS})
 
     def __init__(self) -> None:
         super().__init__()
         self._seen: dict[str, _Seen] = {}
         self._direct: set[str | None] = set()
         self._pending: list[HttpExchange] = []  # text answers, judged once the traffic passed them
+
+    def observe_run(self, judge, connection, run):
+        """A FIN changes nothing a client line shows: a connection not seen yet reads as a fresh ``_Seen``."""
 
     def observe(self, judge, connection, event, answered):
         seen = self._seen.get(connection.name)

@@ -9,7 +9,7 @@ shutdown's."""
 
 from __future__ import annotations
 
-from nsq_protocol.monitors.events import BROKER, ERROR, HEARTBEAT, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, ERROR, HEARTBEAT, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.stats_counters import EPHEMERAL
 
@@ -35,12 +35,19 @@ class SubFailsOnlyOnDeletion(Monitor):
 
     ITEMS = ("P-SUB-07",)
     KINDS = frozenset({RESPONSE, ERROR, MESSAGE, HEARTBEAT})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
         self._deletions: dict[tuple[str, str | None], list[float]] = {}  # (topic, channel or None) -> when
         self._refused: list = []  # (connection, SUB, refusal) until the broker answers something after them
         self._consumers: set[str] = set()  # connections whose SUB of an ephemeral topic or channel was answered OK
+
+    def observe_run(self, judge, connection, run):
+        if not self._refused:
+            return  # a message frame answers no SUB: it only shows the broker outlived a refusal
+        for event in run.events():
+            self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         if self._refused and event.ts >= self._refused[0][2].ts + OUTLIVED_S:

@@ -3,7 +3,7 @@ the traffic does not carry, but a refusal shows it for every connection open the
 
 from __future__ import annotations
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
 TLS_REQUIRED = "(TLS required)"  # the end of nsqd's refusal: 'cannot <VERB> in current state (TLS required)'
@@ -22,12 +22,17 @@ class TlsRequired(Monitor):
 
     ITEMS = ("T-07", "T-08")
     KINDS = frozenset({COMMAND, RESPONSE, ERROR})
+    RUNS = frozenset({FINS})
 
     def __init__(self):
         super().__init__()
         self._refused_at: float | None = None  # the latest TLS-required refusal
         self._first: dict[str, object] = {}  # connection -> its first command but IDENTIFY, awaiting the refusal
         self._seen: set[str] = set()  # connections whose first command but IDENTIFY is past
+
+    def observe_run(self, judge, connection, run):
+        if connection.name not in self._seen:  # the first FIN may be the first command but IDENTIFY (T-07)
+            self.observe(judge, connection, next(run.events()), None)
 
     def observe(self, judge, connection, event, answered):
         name = connection.name

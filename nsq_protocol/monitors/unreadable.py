@@ -11,6 +11,7 @@ from nsq_protocol.monitors.events import (
     HEARTBEAT,
     MAGIC,
     MESSAGE,
+    MESSAGES,
     RESPONSE,
     SHORT_MAGIC,
     STREAM,
@@ -52,6 +53,7 @@ class UnreadableBytesEnd(Monitor):
 
     ITEMS = ("C-01", "C-02", "C-03", "C-05", "C-19", "ID-33", "ID-34")
     KINDS = frozenset({UNREADABLE, RESPONSE, ERROR, MESSAGE, HEARTBEAT})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
@@ -59,6 +61,12 @@ class UnreadableBytesEnd(Monitor):
         self._refused: set[str] = set()  # bad magic's connections that got their E_BAD_PROTOCOL
         self._done: set[str] = set()
         self._before_magic: dict[str, Observed] = {}  # connection -> the broker's first frame before any command
+
+    def observe_run(self, judge, connection, run):
+        if connection.name not in self._unreadable and connection.last_command_at is not None:
+            return  # messages after the magic and a command: only an error frame is C-01's
+        for event in run.events():
+            self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         name = connection.name
