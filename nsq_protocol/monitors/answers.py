@@ -7,10 +7,24 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from dataclasses import replace
 from heapq import heappop, heappush
+from itertools import repeat
+from typing import NamedTuple
 
 from nsq_protocol.monitors.connection import TAIL_LOST
-from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, JSON, RESPONSE, UNREADABLE
+from nsq_protocol.monitors.events import (
+    BROKER,
+    CLIENT,
+    COMMAND,
+    ERROR,
+    FINS,
+    JSON,
+    MESSAGES,
+    RESPONSE,
+    UNREADABLE,
+    Observed,
+)
 from nsq_protocol.monitors.expected import LINE_ITEMS, Answer, Expected, Session
 from nsq_protocol.monitors.monitor import Monitor
 
@@ -48,11 +62,14 @@ class AnswersAsNsqd(Monitor):
              "P-NOP-01",
              "P-PUB-01", "P-PUB-02", "P-PUB-03", "P-PUB-04", "P-DPUB-01", "P-DPUB-02", "P-DPUB-04",
              "P-MPUB-01", "P-MPUB-02", "P-MPUB-04", "P-MPUB-06", "D-39")
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
         self._sessions: dict[str, Session] = {}
-        self._pending: dict[str, deque] = {}  # connection -> (command, Expected) not yet answered, in order
+        # connection -> the commands not yet answered, in order: (command, Expected), or a run's FIN as
+        # (ts, msg_id, _Fins), made the former only where an answer may be its (_materialize)
+        self._pending: dict[str, deque] = {}
         self._done: set[str] = set()  # connections judged no further
         self._identifies: list = []  # heap of (due, sequence, connection, command): an IDENTIFY awaiting its answer
         self._sequence = 0
@@ -83,8 +100,8 @@ class AnswersAsNsqd(Monitor):
             if expected.unjudged is not None:
                 self.skip(*expected.unjudged)
             pending.append((event, expected))
-            while judge.timing and pending[0][1].silent and pending[0][0].ts < event.ts - SILENT_AFTER_S:
-                session.answered(pending.popleft()[0], None)
+            if judge.timing:
+                _let_pass(session, pending, event.ts - SILENT_AFTER_S)
             if len(pending) > MOST_PENDING:
                 self.skip("C-13", "too many commands awaiting their answer")
                 self._forget(name)
@@ -104,12 +121,33 @@ class AnswersAsNsqd(Monitor):
             return
         self._match(judge, connection, session, pending, event)
 
+    def observe_run(self, judge, connection, run):
+        name = connection.name
+        session = self._sessions.get(name)
+        if name in self._done or session is not None and run.key == MESSAGES:
+            return  # a message frame neither answers a command nor awaits an answer
+        pending = self._pending.get(name)
+        if session is None or not session.lets_fins_pass(run.params, run.msg_ids) or \
+                len(pending) + len(run.ts) > MOST_PENDING:
+            for event in run.events():
+                self.observe(judge, connection, event, None)
+            return
+        session.release = judge.release
+        pending.extend(zip(run.ts, run.msg_ids, repeat(_Fins(replace(session), run.params, run.crlf))))
+        if judge.timing:
+            _let_pass(session, pending, run.ts[-1] - SILENT_AFTER_S)
+
     def _match(self, judge, connection, session, pending, event):
-        for index, (command, expected) in enumerate(pending):
+        if event.kind == ERROR and event.name == "E_FIN_FAILED":  # P-FIN-04: it may answer a run's FIN
+            _materialize(pending)
+        for index, entry in enumerate(pending):
+            if len(entry) == 3:
+                continue  # a run's FIN: it may be silent, and only its E_FIN_FAILED answers it
+            command, expected = entry
             answer = expected.fitting(event, judge.wording)
             if answer is not None:
                 for _ in range(index):  # nsqd handles commands in order: those before it were silent
-                    session.answered(pending.popleft()[0], None)
+                    _passed(session, pending.popleft())
                 pending.popleft()
                 session.answered(command, answer)
                 if command.name == "IDENTIFY" and event.name == JSON and event.fields:
@@ -118,8 +156,10 @@ class AnswersAsNsqd(Monitor):
                     self._done.add(connection.name)
                 return
             if not expected.silent:
+                _materialize(pending)
                 self._wrong(connection, event, list(pending), index)
                 return
+        _materialize(pending)
         self._wrong(connection, event, list(pending), None)
 
     def _wrong(self, connection, event, pending, due):
@@ -200,10 +240,10 @@ class AnswersAsNsqd(Monitor):
             _, _, name, command = heappop(self._identifies)
             pending = self._pending.get(name, ())
             if name in self._done or not judge.connections[name].open or \
-                    not any(waiting is command for waiting, _ in pending):
+                    not any(entry[0] is command for entry in pending):
                 continue
             self._done.add(name)
-            expected = next(expected for waiting, expected in pending if waiting is command)
+            expected = next(entry[1] for entry in pending if entry[0] is command)
             if judge.connections[name].unseen_at(now):
                 self.skip(expected.item, TAIL_LOST)
                 continue
@@ -216,9 +256,47 @@ class AnswersAsNsqd(Monitor):
         self.tick(judge, now)
 
 
+class _Fins(NamedTuple):
+    """What the FINs of a run awaiting their fate share (Session.lets_fins_pass): each one nsqd may let pass in silence,
+    or answer with its own E_FIN_FAILED."""
+
+    session: Session  # as the run found it
+    params: int | None
+    crlf: bool | None
+
+    def awaiting(self, ts: float, msg_id: str) -> tuple[Observed, Expected]:
+        """The FIN and what nsqd may answer to it, as ``observe`` has them."""
+        command = Observed(ts, COMMAND, FINS, msg_id=msg_id, params=self.params, crlf=self.crlf)
+        return command, self.session.expect(command)
+
+
+def _materialize(pending: deque) -> None:
+    """Each run's FIN ``pending`` holds made the command and Expected ``observe`` would have made of it."""
+    entries = [entry if len(entry) == 2 else entry[2].awaiting(entry[0], entry[1]) for entry in pending]
+    pending.clear()
+    pending.extend(entries)
+
+
+def _passed(session: Session, entry: tuple) -> None:
+    """nsqd let ``entry``'s command pass in silence; a run's FIN found tls_possible false: its silence changes
+    nothing."""
+    if len(entry) == 2:
+        session.answered(entry[0], None)
+
+
+def _let_pass(session: Session, pending: deque, before: float) -> None:
+    """The commands at the head of ``pending`` sent before ``before`` that nsqd may let pass in silence were silent:
+    a consumer's commands are not kept forever."""
+    while pending:
+        entry = pending[0]
+        if entry[0] >= before if len(entry) == 3 else not entry[1].silent or entry[0].ts >= before:
+            return
+        _passed(session, pending.popleft())
+
+
 def _first_due(pending) -> tuple | None:
     """The first pending command that must be answered, if the ones before it may have been silent."""
-    return next(((command, expected) for command, expected in pending if not expected.silent), None)
+    return next((entry for entry in pending if len(entry) == 2 and not entry[1].silent), None)
 
 
 def _readable(pattern: str) -> str:

@@ -147,6 +147,14 @@ class Session:
             item = "C-14"
         return replace(expected, item=item, refuted=refuted)
 
+    def lets_fins_pass(self, params: int | None, msg_ids: list[str]) -> bool:
+        """Whether nsqd may let each of these FINs (lines of ``params`` parameters) pass in silence, answering it if at
+        all with its own E_FIN_FAILED only, whatever the others get: subscribed, past the TLS policy, the lines with
+        their IDs, each of 16 bytes."""
+        return self.state in (SUBSCRIBED, CLOSING) and not self.tls_possible and \
+            (params is None or params >= OWN_PARAMS["FIN"]) and set(map(len, msg_ids)) == {16} and \
+            "".join(msg_ids).isascii()
+
     def answered(self, command: Observed, answer: Answer | None) -> None:
         """``command`` got ``answer`` (None: none, it was silent): what that changes."""
         if answer is not None and answer.kind == RESPONSE and command.name != "IDENTIFY":
