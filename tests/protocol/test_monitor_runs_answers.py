@@ -5,7 +5,7 @@ the subscription, on a connection whose start is missing; message frames; a judg
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nsq_protocol import monitors
@@ -43,7 +43,7 @@ steps = st.lists(st.one_of(
     st.tuples(st.just("messages"), st.integers(1, 8), st.integers(0, 30)),
     st.tuples(st.just("fin_failed"), st.integers(0, 30), st.sampled_from(["worded", "worded", "misworded", "long",
                                                                           "bare"])),
-    st.tuples(st.sampled_from(["rdy", "req", "heartbeat"] * 3 + ["cls", "close_wait", "ok", "sub", "identify",
+    st.tuples(st.sampled_from(["rdy", "req", "heartbeat"] * 3 + ["nop", "cls", "close_wait", "ok", "sub", "identify",
                                                                  "e_invalid", "e_tls", "e_invalid_id"])),
     st.tuples(st.just("gap"), st.floats(0.5, 7.0))), min_size=1, max_size=30)
 endings = st.sampled_from([BROKER, CLIENT, None])
@@ -86,6 +86,7 @@ def traffic(started: bool, subscribed: bool, plan) -> list[Observed]:
                 "cls": Observed(ts, COMMAND, "CLS", params=0, crlf=False),
                 "close_wait": Observed(ts, RESPONSE, "CLOSE_WAIT"),
                 "identify": Observed(ts, COMMAND, "IDENTIFY", fields={}, params=0, crlf=False),
+                "nop": Observed(ts, COMMAND, "NOP", params=0, crlf=False),
                 "rdy": Observed(ts, COMMAND, "RDY", number=5, params=1, crlf=False),
                 "req": Observed(ts, COMMAND, "REQ", msg_id=_id(3), number=0, params=2, crlf=False),
                 "e_invalid": Observed(ts, ERROR, "E_INVALID", "cannot FIN in current state"),
@@ -136,8 +137,19 @@ def verdicts(judge: monitors.Judge):
     return ([violation.as_dict() for violation in judge.violations], sorted(judge.not_judged.items()), judge.failures)
 
 
+GOOD = (1, False)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mostly, mostly, steps, endings, st.booleans())
+# FINs nsqd refuses before SUB, past the TLS policy (a NOP let pass)
+@example(True, False, [("nop",), ("gap", 6.0), ("nop",), ("fins", 3, 0, GOOD, "good")], BROKER, True)
+# FINs sent before the SUB's OK, when a TLS policy may still refuse them
+@example(True, False, [("sub",), ("fins", 3, 0, GOOD, "good"), ("ok",), ("e_tls",)], None, True)
+@example(True, True, [("fins", 3, 0, GOOD, "wide"), ("e_invalid_id",)], None, True)  # IDs not shown as sent
+@example(True, True, [("fins", 3, 0, GOOD, "short")], BROKER, True)  # IDs nsqd refuses
+# FINs before CLS, wrongly answered after it
+@example(True, True, [("fins", 3, 0, GOOD, "good"), ("cls",), ("e_invalid",)], None, True)
 def test_runs_are_answered_as_their_events_one_by_one(started, subscribed, plan, ending, wording):
     events = traffic(started, subscribed, plan)
     assert verdicts(judged(started, events, ending, True, wording)) == \
