@@ -133,7 +133,7 @@ class AnswersAsNsqd(Monitor):
                 self.observe(judge, connection, event, None)
             return
         session.release = judge.release
-        pending.extend(zip(run.ts, run.msg_ids, repeat(_Fins(replace(session), run.params, run.crlf))))
+        pending.extend(zip(run.ts, run.msg_ids, repeat(_Fins(replace(session), run.params, run.crlf, run.topic))))
         if judge.timing:
             _let_pass(session, pending, run.ts[-1] - SILENT_AFTER_S)
 
@@ -263,10 +263,11 @@ class _Fins(NamedTuple):
     session: Session  # as the run found it
     params: int | None
     crlf: bool | None
+    topic: str | None
 
     def awaiting(self, ts: float, msg_id: str) -> tuple[Observed, Expected]:
-        """The FIN and what nsqd may answer to it, as ``observe`` has them."""
-        command = Observed(ts, COMMAND, FINS, msg_id=msg_id, params=self.params, crlf=self.crlf)
+        """The FIN and what nsqd may answer to it, as ``observe`` has them (events.Run.events)."""
+        command = Observed(ts, COMMAND, FINS, msg_id=msg_id, topic=self.topic, params=self.params, crlf=self.crlf)
         return command, self.session.expect(command)
 
 

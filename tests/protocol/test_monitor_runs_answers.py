@@ -35,7 +35,9 @@ def _id(number: int) -> str:
     return f"{number:016x}"
 
 
-SHAPES = st.sampled_from([(1, False)] * 4 + [(None, False), (2, False), (1, True), (0, False)])  # (params, crlf)
+# (params, crlf, topic): the line's shape, the topic a capture's decoder names
+SHAPES = st.sampled_from([(1, False, None), (1, False, "t")] * 2 + [(None, False, "t"), (2, False, None),
+                                                                    (1, True, None), (0, False, None)])
 IDS = st.sampled_from(["good"] * 8 + ["short", "wide"])
 fins = st.tuples(st.just("fins"), st.integers(1, 8), st.integers(0, 30), SHAPES, IDS)
 steps = st.lists(st.one_of(
@@ -63,11 +65,12 @@ def traffic(started: bool, subscribed: bool, plan) -> list[Observed]:
         ts += 0.01
         action = step[0]
         if action == "fins":
-            _, count, number, (params, crlf), ids = step
+            _, count, number, (params, crlf, topic), ids = step
             for offset in range(count):
                 msg_id = _id(number + offset)
                 msg_id = msg_id[:10] if ids == "short" else msg_id[:15] + "\u00e9" if ids == "wide" else msg_id
-                events.append(Observed(ts + offset * 1e-4, COMMAND, FINS, msg_id=msg_id, params=params, crlf=crlf))
+                events.append(Observed(ts + offset * 1e-4, COMMAND, FINS, msg_id=msg_id, topic=topic, params=params,
+                                       crlf=crlf))
         elif action == "messages":
             _, count, number = step
             events += [Observed(ts + offset * 1e-4, MESSAGE, msg_id=_id(number + offset), attempts=1,
@@ -113,13 +116,14 @@ def judged(started: bool, events: list[Observed], ending: str | None, runs: bool
                 key, [e.ts for e in pending], [e.msg_id for e in pending],
                 [e.attempts for e in pending] if key == MESSAGES else [],
                 [e.bodies[0] for e in pending] if key == MESSAGES else [],
-                [e.msg_ts_ns for e in pending] if key == MESSAGES else [], first.params, first.crlf))
+                [e.msg_ts_ns for e in pending] if key == MESSAGES else [], first.params, first.crlf, first.topic))
             pending.clear()
 
     for event in events:
         bulk = event.kind == MESSAGE or event.kind == COMMAND and event.name == FINS
         if pending and (not bulk or event.kind != pending[0].kind or event.msg_id in {e.msg_id for e in pending}
-                        or (event.params, event.crlf) != (pending[0].params, pending[0].crlf)):
+                        or (event.params, event.crlf, event.topic) != (pending[0].params, pending[0].crlf,
+                                                                        pending[0].topic)):
             hand_over()
         if bulk:
             pending.append(event)
@@ -137,7 +141,7 @@ def verdicts(judge: monitors.Judge):
     return ([violation.as_dict() for violation in judge.violations], sorted(judge.not_judged.items()), judge.failures)
 
 
-GOOD = (1, False)
+GOOD = (1, False, "t")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -172,6 +176,6 @@ def test_too_many_awaiting_is_let_go_as_one_by_one(plan, ending):
 
 def test_a_fins_wrong_answer_inside_a_run_is_found():
     """The runs above reach the verdicts that matter: an E_FIN_FAILED misworded for a FIN amid a run (C-08)."""
-    events = traffic(True, True, [("fins", 5, 0, (1, False), "good"), ("fin_failed", 2, "misworded")])
+    events = traffic(True, True, [("fins", 5, 0, GOOD, "good"), ("fin_failed", 2, "misworded")])
     judge = judged(True, events, None, True, True)
     assert [(v.item, v.connection) for v in judge.violations] == [("C-08", "A")]
