@@ -18,6 +18,7 @@ from nsq_protocol.monitors.events import (
     CLIENT,
     COMMAND,
     ERROR,
+    EVERY_KIND,
     FINS,
     JSON,
     MESSAGES,
@@ -62,6 +63,7 @@ class AnswersAsNsqd(Monitor):
              "P-NOP-01",
              "P-PUB-01", "P-PUB-02", "P-PUB-03", "P-PUB-04", "P-DPUB-01", "P-DPUB-02", "P-DPUB-04",
              "P-MPUB-01", "P-MPUB-02", "P-MPUB-04", "P-MPUB-06", "D-39")
+    KINDS = EVERY_KIND  # a connection's first event, of any kind, starts its session or says C-13 is not judged
     RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):

@@ -7,7 +7,9 @@ description is matched as nsqd words it (C-08)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
 
 from nsq_protocol.monitors.events import ERROR, JSON, NON_FATAL_ERRORS, RESPONSE, Observed, body_hash
 from nsq_protocol.monitors.release import UNKNOWN, V1_1, Release, before
@@ -32,10 +34,10 @@ TEXT_KEPT = 300  # characters of an error's description a capture's decoder keep
 NS_PER_MS = 1_000_000
 _NAME = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?\Z")  # D-39
 ANY_TEXT = ".*"
+ERRORS_KEPT = 4096  # the errors _error keeps made: more than nsqd words, whatever names and counts they quote
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
     """One answer nsqd may give: a response frame (``name`` its text, or ``JSON``) or an error frame (``name`` its
     code, ``text`` a pattern its description matches whole)."""
 
@@ -44,6 +46,9 @@ class Answer:
     text: str = ANY_TEXT
     item: str = ""
     worded_by: str = "C-08"  # the rule a description other than nsqd's breaks
+    # where ``text`` is a literal beginning, then '.+': that beginning as the description shows it (one naming a
+    # message ID, a pattern of its own for each of a consumer's FINs, is read without compiling it)
+    begins: str | None = None
 
     def fits(self, event: Observed, wording: bool = True) -> bool:
         """``event`` is this answer: its kind, name or code, and (``wording``) its description as nsqd words it."""
@@ -52,6 +57,8 @@ class Answer:
     def worded(self, event: Observed) -> bool:
         if self.kind != ERROR or len(event.text) >= TEXT_KEPT:  # a description cut short by the decoder
             return True
+        if self.begins is not None:
+            return len(event.text) > len(self.begins) and event.text.startswith(self.begins)
         return re.fullmatch(self.text, event.text, re.DOTALL) is not None
 
     @property
@@ -59,8 +66,7 @@ class Answer:
         return self.kind == ERROR and self.name not in NON_FATAL_ERRORS
 
 
-@dataclass(frozen=True)
-class Expected:
+class Expected(NamedTuple):
     """What nsqd may answer to one command; ``item``: the rule the command breaks when its answer is none of
     these, or when it gets none though it must."""
 
@@ -111,11 +117,11 @@ class Session:
             item = "C-20" if verb == "" else "C-16" if verb.upper() in VERBS else "C-21"
             return Expected((_error("E_INVALID", f"invalid command {re.escape(verb)}", item), *tls), False, item)
         expected = getattr(self, "_" + verb.lower())(command)
-        expected = self._named(command, replace(expected, answers=(*expected.answers, *tls)))
+        expected = self._named(command, expected._replace(answers=(*expected.answers, *tls)))
         if expected.item in LINE_ITEMS:  # the line's shape is what a wrong answer breaks first
             return expected
         # D-39: a name the rule allows is never refused as bad
-        return replace(expected, refuted=(*expected.refuted, *(_error(code, ANY_TEXT, "D-39")
+        return expected._replace(refuted=(*expected.refuted, *(_error(code, ANY_TEXT, "D-39")
                                                                for code in self._allowed_names(command))))
 
     def _allowed_names(self, command: Observed) -> tuple[str, ...]:
@@ -145,7 +151,7 @@ class Session:
             item = "C-17"
         if command.crlf:
             item = "C-14"
-        return replace(expected, item=item, refuted=refuted)
+        return expected._replace(item=item, refuted=refuted)
 
     def lets_fins_pass(self, params: int | None, msg_ids: list[str]) -> bool:
         """Whether nsqd may let each of these FINs (lines of ``params`` parameters) pass in silence, answering it if at
@@ -253,7 +259,7 @@ class Session:
             if not valid_name(name):
                 item = "C-15" if name == "" else "P-SUB-04"
                 # P-SUB-05: the names are checked before the permission
-                early = tuple(replace(answer, item="P-SUB-05") for answer in self._permission("SUB"))
+                early = tuple(answer._replace(item="P-SUB-05") for answer in self._permission("SUB"))
                 # taken, the name breaks the name rule (D-39)
                 return Expected((_error(code, f"SUB {what} name {_quoted(name)} is not valid", item),), False,
                                 "C-15" if name == "" else "D-39", early)
@@ -303,8 +309,10 @@ class Session:
             return Expected((invalid_id, *unsure), False, "C-24", failed_any)
         if verb == "REQ" and command.number is None and command.params is not None and size is not None:
             return Expected((unparsed,), False, "C-24", failed_any)  # the suite's decoder reads any digits
-        named = re.escape(command.msg_id) if size is not None else ".+"
-        failed = _error(f"E_{verb}_FAILED", f"{verb} {named} failed .+", failed_item)
+        # P-FIN-04, P-REQ-06, P-TOUCH-03: the ID as sent, where the traffic's text shows it
+        failed = _error(f"E_{verb}_FAILED", f"{verb} .+ failed .+", failed_item) if size is None else \
+            Answer(ERROR, f"E_{verb}_FAILED", f"{verb} {re.escape(command.msg_id)} failed .+", failed_item,
+                   begins=f"{verb} {command.msg_id} failed ")
         unsure += (unparsed,) if verb == "REQ" and command.number is None else ()
         unknown_id = (invalid_id,) if size is None else ()
         if verb != "REQ" or command.number is None:
@@ -418,6 +426,7 @@ def _quoted(name: str) -> str:
     return re.escape('"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"')
 
 
+@lru_cache(maxsize=ERRORS_KEPT)  # the same few refusals, command after command
 def _error(code: str, text: str, item: str, worded_by: str = "C-08") -> Answer:
     return Answer(ERROR, code, text, item, worded_by)
 
