@@ -1,9 +1,13 @@
 """AnswersAsNsqd takes a capture's bulk (events.Run) whole and judges it as the same events one by one: FINs that
 await their fate (an E_FIN_FAILED of one in the middle, worded or not, a wrong answer after them, the close, the
 silence of those older than SILENT_AFTER_S), after CLS, with CRLF or extra parameters, with IDs nsqd refuses, before
-the subscription, on a connection whose start is missing; message frames; a judge that does not read the wording."""
+the subscription, on a connection whose start is missing; message frames; a judge that does not read the wording.
+An E_<VERB>_FAILED's description, read by the beginning that names the ID, fits as its pattern would."""
 
 from __future__ import annotations
+
+import re
+import string
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -26,6 +30,7 @@ from nsq_protocol.monitors.events import (
     Run,
     failed_id,
 )
+from nsq_protocol.monitors.expected import SUBSCRIBED, Session
 
 T0 = 1_800_000_000.0
 NS = 1_000_000_000
@@ -179,3 +184,19 @@ def test_a_fins_wrong_answer_inside_a_run_is_found():
     events = traffic(True, True, [("fins", 5, 0, GOOD, "good"), ("fin_failed", 2, "misworded")])
     judge = judged(True, events, None, True, True)
     assert [(v.item, v.connection) for v in judge.violations] == [("C-08", "A")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["FIN", "REQ", "TOUCH"]), st.text(string.printable, min_size=16, max_size=16),
+       st.text(string.printable, min_size=16, max_size=16), st.sampled_from(["", " failed ", " failed", " Failed "]),
+       st.text(max_size=5))
+def test_a_failure_naming_the_id_is_read_as_its_pattern_reads_it(verb, msg_id, other, middle, rest):
+    """P-FIN-04, P-REQ-06, P-TOUCH-03: E_<VERB>_FAILED's description, read by the beginning that names the ID (a
+    run's FINs answered one by one), fits where the pattern fits, for the ID or another."""
+    session = Session(state=SUBSCRIBED, tls_possible=False)
+    expected = session.expect(Observed(T0, COMMAND, verb, msg_id=msg_id, number=0 if verb == "REQ" else None))
+    [failed] = [answer for answer in expected.answers if answer.begins is not None]
+    for named in (msg_id, other):
+        text = f"{verb} {named}{middle}{rest}"
+        event = Observed(T0, ERROR, failed.name, text)
+        assert failed.worded(event) == (re.fullmatch(failed.text, text, re.DOTALL) is not None)
