@@ -140,12 +140,11 @@ class AnswersAsNsqd(Monitor):
             _let_pass(session, pending, run.ts[-1] - SILENT_AFTER_S)
 
     def _match(self, judge, connection, session, pending, event):
-        if event.kind == ERROR and event.name == "E_FIN_FAILED":  # P-FIN-04: it may answer a run's FIN
-            _materialize(pending)
+        fin_failed = event.kind == ERROR and event.name == "E_FIN_FAILED"  # P-FIN-04: it may answer a run's FIN
         for index, entry in enumerate(pending):
-            if len(entry) == 3:
+            if len(entry) == 3 and not fin_failed:
                 continue  # a run's FIN: it may be silent, and only its E_FIN_FAILED answers it
-            command, expected = entry
+            command, expected = entry if len(entry) == 2 else entry[2].awaiting(entry[0], entry[1])
             answer = expected.fitting(event, judge.wording)
             if answer is not None:
                 for _ in range(index):  # nsqd handles commands in order: those before it were silent

@@ -34,7 +34,7 @@ TEXT_KEPT = 300  # characters of an error's description a capture's decoder keep
 NS_PER_MS = 1_000_000
 _NAME = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?\Z")  # D-39
 ANY_TEXT = ".*"
-ERRORS_KEPT = 4096  # the errors _error keeps made: more than nsqd words, whatever names and counts they quote
+ERRORS_KEPT = 4096  # refusals _error keeps made: nsqd words a few dozen, the names and counts they quote vary
 
 
 class Answer(NamedTuple):
