@@ -70,7 +70,7 @@ class AnswersAsNsqd(Monitor):
         super().__init__()
         self._sessions: dict[str, Session] = {}
         # connection -> the commands not yet answered, in order: (command, Expected), or a run's FIN as
-        # (ts, msg_id, _Fins), made the former only where an answer may be its (_materialize)
+        # (ts, msg_id, _Fins), made the former (_Fins.awaiting) only where an answer may be its own
         self._pending: dict[str, deque] = {}
         self._done: set[str] = set()  # connections judged no further
         self._identifies: list = []  # heap of (due, sequence, connection, command): an IDENTIFY awaiting its answer
@@ -129,12 +129,15 @@ class AnswersAsNsqd(Monitor):
         if name in self._done or session is not None and run.key == MESSAGES:
             return  # a message frame neither answers a command nor awaits an answer
         pending = self._pending.get(name)
+        # the connection's first run; FINs nsqd may refuse, or answer otherwise; too many awaiting within the run
         if session is None or not session.lets_fins_pass(run.params, run.msg_ids) or \
                 len(pending) + len(run.ts) > MOST_PENDING:
             for event in run.events():
                 self.observe(judge, connection, event, None)
             return
         session.release = judge.release
+        # what observe would keep of each FIN but its time and ID is the same for all, and their silence changes
+        # nothing (Session.lets_fins_pass)
         pending.extend(zip(run.ts, run.msg_ids, repeat(_Fins(replace(session), run.params, run.crlf, run.topic))))
         if judge.timing:
             _let_pass(session, pending, run.ts[-1] - SILENT_AFTER_S)
@@ -291,7 +294,8 @@ def _let_pass(session: Session, pending: deque, before: float) -> None:
     a consumer's commands are not kept forever."""
     while pending:
         entry = pending[0]
-        if entry[0] >= before if len(entry) == 3 else not entry[1].silent or entry[0].ts >= before:
+        fin = len(entry) == 3  # a run's FIN, which nsqd may let pass
+        if (entry[0] if fin else entry[0].ts) >= before or not fin and not entry[1].silent:
             return
         _passed(session, pending.popleft())
 

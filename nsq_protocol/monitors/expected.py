@@ -46,8 +46,8 @@ class Answer(NamedTuple):
     text: str = ANY_TEXT
     item: str = ""
     worded_by: str = "C-08"  # the rule a description other than nsqd's breaks
-    # where ``text`` is a literal beginning, then '.+': that beginning as the description shows it (one naming a
-    # message ID, a pattern of its own for each of a consumer's FINs, is read without compiling it)
+    # where ``text`` is an escaped literal beginning, then '.+': that beginning as a description shows it (one that
+    # names a message ID, a pattern for each of a consumer's FINs, is read without compiling it)
     begins: str | None = None
 
     def fits(self, event: Observed, wording: bool = True) -> bool:
