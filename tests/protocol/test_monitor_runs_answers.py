@@ -157,6 +157,8 @@ GOOD = (1, False, "t")
 @example(True, False, [("sub",), ("fins", 3, 0, GOOD, "good"), ("ok",), ("e_tls",)], None, True)
 @example(True, True, [("fins", 3, 0, GOOD, "wide"), ("e_invalid_id",)], None, True)  # IDs not shown as sent
 @example(True, True, [("fins", 3, 0, GOOD, "short")], BROKER, True)  # IDs nsqd refuses
+@example(True, True, [("fins", 2, 0, (0, False, None), "good")], BROKER, True)  # lines without the ID's parameter
+@example(True, True, [("fins", 5, 0, GOOD, "good"), ("fin_failed", 2, "misworded")], None, True)  # C-08, evidence
 # FINs let pass in silence before their E_FIN_FAILED, which then answers none
 @example(True, True, [("fins", 3, 0, GOOD, "good"), ("gap", 6.0), ("rdy",), ("fin_failed", 1, "worded")], None, True)
 # FINs before CLS, wrongly answered after it
