@@ -4,11 +4,11 @@ P-REQ-07, P-TOUCH-04, D-11), and the client's FIN of a message it never got (P-F
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
-
-from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, LET_GO, MESSAGE
+from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, FINS, LET_GO, MESSAGE, MESSAGES
 from nsq_protocol.monitors.judge import buffered_margin
+from nsq_protocol.monitors.ledger_runs import known, message_keys, settled
 from nsq_protocol.monitors.monitor import Monitor
+from nsq_protocol.monitors.waits import Waits
 
 DEFAULT_MAX_MSG_TIMEOUT_MS = 900_000  # nsqd's --max-msg-timeout, where no IDENTIFY answer shows it
 COMES_BACK_S = 6.0  # D-14: a channel younger than 5 s may see its timeouts and deferrals fire that much late
@@ -22,10 +22,20 @@ class AttemptsGrow(Monitor):
 
     ITEMS = ("C-12",)
     KINDS = frozenset({MESSAGE})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
         self._last: dict[tuple, tuple] = {}  # message key (per connection without timing) -> (attempts, timestamp)
+
+    def observe_run(self, judge, connection, run):
+        keys = message_keys(connection, run.msg_ids)
+        if judge.timing and judge.crashed_at is None and None not in run.attempts and min(run.attempts) >= 1 \
+                and self._last.keys().isdisjoint(keys):
+            self._last.update(zip(keys, zip(run.attempts, run.msg_ts_ns, strict=True), strict=True))  # first ones
+            return
+        for event in run.events():
+            self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE or event.attempts is None:
@@ -57,6 +67,13 @@ class FinishedStaysFinished(Monitor):
 
     ITEMS = ("P-FIN-06",)
     KINDS = frozenset({MESSAGE})
+    RUNS = frozenset({MESSAGES})
+
+    def observe_run(self, judge, connection, run):
+        if "FIN" not in map(settled, known(judge.messages, message_keys(connection, run.msg_ids))):
+            return
+        for event in run.events():
+            self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE:
@@ -82,10 +99,17 @@ class NotTimedOutEarly(Monitor):
 
     ITEMS = ("D-11", "P-TOUCH-04", "D-15", "ID-40")
     KINDS = frozenset({MESSAGE})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
         self._touched_early: list = []  # (event, connection, delivered at, TOUCH's deadline, margin)
+
+    def observe_run(self, judge, connection, run):
+        if all(map(settled, known(judge.messages, message_keys(connection, run.msg_ids)))):
+            return  # no message of the run comes back unsettled
+        for event in run.events():
+            self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         if event.kind != MESSAGE:
@@ -131,6 +155,7 @@ class FinOfUndelivered(Monitor):
 
     ITEMS = ("P-FIN-04",)
     KINDS = frozenset({MESSAGE, ERROR})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
@@ -148,6 +173,9 @@ class FinOfUndelivered(Monitor):
             self.report("P-FIN-04", CLIENT, event.ts, connection.name, "FIN of a message delivered here",
                         f"FIN of {event.msg_id}, never delivered on this connection", event)
 
+    def observe_run(self, judge, connection, run):
+        self._delivered.setdefault(connection.name, set()).update(run.msg_ids)
+
     def forget(self, judge, now):
         self._partial.update(self._delivered)
         self._delivered = {name: {msg_id for msg_id in ids if msg_id in judge.connections[name].in_flight}
@@ -162,37 +190,40 @@ class SettledOrTimedOutComesBack(Monitor):
 
     ITEMS = ("P-REQ-07", "D-11")
     KINDS = frozenset({MESSAGE, COMMAND})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
-        self._waiting: list = []  # heap of (due, sequence, key, delivery)
-        self._sequence = 0
+        self._waiting = Waits()  # message keys, each due when its delay or timeout has passed, plus COMES_BACK_S
+
+    def observe_run(self, judge, connection, run):
+        if run.key == FINS or not judge.timing or connection.subscription is None or not connection.msg_timeout_ms:
+            return  # a FIN settles for good; the rest as observe
+        timeout_s = connection.msg_timeout_ms / 1000
+        self._wait(judge, [ts + timeout_s + COMES_BACK_S for ts in run.ts], message_keys(connection, run.msg_ids),
+                   run.ts)
 
     def observe(self, judge, connection, event, answered):
         if not judge.timing or connection.subscription is None:
             return
         if event.kind == MESSAGE and event.msg_id is not None and connection.msg_timeout_ms:
-            self._wait(judge, event.ts + connection.msg_timeout_ms / 1000 + COMES_BACK_S, connection, event.msg_id,
-                       event.ts)
+            self._wait(judge, [event.ts + connection.msg_timeout_ms / 1000 + COMES_BACK_S],
+                       [judge.message_key(connection, event.msg_id)], [event.ts])
         elif event.kind == COMMAND and event.name == "REQ" and event.msg_id in connection.in_flight \
                 and event.number is not None:
             delivered_at = connection.in_flight[event.msg_id].at
-            self._wait(judge, event.ts + event.number / 1000 + COMES_BACK_S, connection, event.msg_id, delivered_at)
+            self._wait(judge, [event.ts + event.number / 1000 + COMES_BACK_S],
+                       [judge.message_key(connection, event.msg_id)], [delivered_at])
 
-    def _wait(self, judge, due, connection, msg_id, delivered_at):
-        self._push(due, judge.message_key(connection, msg_id), delivered_at)
-        judge.want_tick(due)
-
-    def _push(self, due, key, delivered_at):
-        self._sequence += 1
-        heappush(self._waiting, (due, self._sequence, key, delivered_at))
-        self.due = min(self.due, due)
+    def _wait(self, judge, dues, keys, delivered):
+        self._waiting.add(dues, keys, delivered)
+        self.due = min(self.due, dues[0])
+        judge.want_tick(dues[0])
 
     def tick(self, judge, now):
-        while self._waiting and self._waiting[0][0] <= now:
-            due, _, key, delivered_at = heappop(self._waiting)
+        for due, key, delivered_at in self._waiting.due_by(now):
             self._judge(judge, due, key, delivered_at)
-        self.due = self._waiting[0][0] if self._waiting else float("inf")
+        self.due = self._waiting.first
         judge.want_tick(self.due)
 
     def finish(self, judge, now):
@@ -213,7 +244,7 @@ class SettledOrTimedOutComesBack(Monitor):
         if delivery.settled is not None and not requeued:
             return
         if not requeued and delivery.latest_timeout + COMES_BACK_S > due:  # a TOUCH moved its timeout since
-            self._push(delivery.latest_timeout + COMES_BACK_S, key, delivered_at)
+            self._waiting.add([delivery.latest_timeout + COMES_BACK_S], [key], [delivered_at])
             return
         item = "P-REQ-07" if requeued else "D-11"
         topic, channel = key[0], key[1]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, MESSAGE
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, MESSAGE, MESSAGES
+from nsq_protocol.monitors.ledger_runs import earliest_timeout, known
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.scan import LATE_S, UNSEEN, ScanList, buffered_s
 from nsq_protocol.monitors.settling import IN_FLIGHT_S, NOT_OWNER, SETTLED_S, SETTLES
@@ -27,6 +28,7 @@ class LateSettleRefused(Monitor):
 
     ITEMS = ("D-12",)
     KINDS = frozenset({COMMAND, MESSAGE, ERROR})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -34,6 +36,16 @@ class LateSettleRefused(Monitor):
         self._late: dict[tuple, dict] = {}  # message key -> the late settle awaiting its answer
         self._due: list = []  # heap of (due, sequence, message key)
         self._sequence = 0
+
+    def observe_run(self, judge, connection, run):
+        if run.key == MESSAGES and not self._late:
+            return
+        # FINs of messages surely in flight are settling.py's
+        if run.key == FINS and (connection.subscription is None or run.ts[-1] + IN_FLIGHT_S < min(
+                map(earliest_timeout, known(connection.in_flight, run.msg_ids)), default=float("inf"))):
+            return
+        for event in run.events():
+            self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         kind = event.kind

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 
 from nsq_protocol.monitors.connection import MIN_MSG_TIMEOUT_MS
-from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, MESSAGE, MESSAGES, RESPONSE
+from nsq_protocol.monitors.ledger_runs import message_keys
 from nsq_protocol.monitors.monitor import Monitor
 
 DEFAULT_MAX_REQ_TIMEOUT_MS = 3_600_000  # nsqd's --max-req-timeout
@@ -27,12 +28,19 @@ class RequeueDelayKept(Monitor):
 
     ITEMS = ("D-21", "D-23")
     KINDS = frozenset({COMMAND, MESSAGE, ERROR, RESPONSE})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
         self._deferred: dict[tuple, tuple] = {}  # message key -> (REQ's time, its delay in ms, the Delivery, conn)
         self._max_ms = DEFAULT_MAX_REQ_TIMEOUT_MS
         self._max_shown = False  # a DPUB's E_INVALID showed the broker's --max-req-timeout
+
+    def observe_run(self, judge, connection, run):
+        if run.key == FINS or self._deferred.keys().isdisjoint(message_keys(connection, run.msg_ids)):
+            return  # a FIN defers nothing; no message of the run was requeued
+        for event in run.events():
+            self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         kind = event.kind

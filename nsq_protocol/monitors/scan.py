@@ -5,10 +5,10 @@ output buffer (D-40)."""
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
-
-from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE
+from nsq_protocol.monitors.events import BROKER, COMMAND, FINS, MESSAGE, MESSAGES
+from nsq_protocol.monitors.ledger_runs import message_keys
 from nsq_protocol.monitors.monitor import Monitor
+from nsq_protocol.monitors.waits import Waits
 
 REFRESH_S = 5.0  # the channel list's refresh: a channel made since is scanned from the next one on
 SCAN_S = 0.1
@@ -30,6 +30,7 @@ class TimedOutInTime(Monitor):
 
     ITEMS = ("D-14", "D-13", "ID-40")
     KINDS = frozenset({COMMAND, MESSAGE})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -37,8 +38,18 @@ class TimedOutInTime(Monitor):
         self._last_delivery: dict[tuple, float] = {}  # (topic, channel) -> its latest delivery
         self._window_set: dict[str, float] = {}  # connection -> its latest RDY or CLS
         self._paused_at: dict[tuple, float] = {}  # (topic,) or (topic, channel) -> its latest pause or unpause
-        self._waiting: list = []  # heap of (due, sequence, key, delivered at)
-        self._sequence = 0
+        self._waiting = Waits()  # message keys, each due by when its timeout surely fired
+
+    def observe_run(self, judge, connection, run):
+        subscription = connection.subscription
+        if run.key == FINS or subscription is None:
+            return  # a FIN sets no window and makes no channel
+        self._last_delivery[subscription] = run.ts[-1]
+        timeout = connection.msg_timeout_ms
+        made = self._channels.made.get(subscription)
+        if judge.timing and timeout and made is not None:
+            self._wait(judge, _dues(made, [ts + timeout / 1000 for ts in run.ts], connection),
+                       message_keys(connection, run.msg_ids), run.ts)
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND:
@@ -53,9 +64,8 @@ class TimedOutInTime(Monitor):
         timeout = connection.msg_timeout_ms
         made = self._channels.made.get(subscription)
         if judge.timing and timeout and made is not None:
-            self._wait(judge, _due(made, event.ts + timeout / 1000, connection), judge.message_key(connection,
-                                                                                                event.msg_id),
-                       event.ts)
+            self._wait(judge, _dues(made, [event.ts + timeout / 1000], connection),
+                       [judge.message_key(connection, event.msg_id)], [event.ts])
 
     def http(self, judge, action):
         self._channels.http(action)
@@ -73,25 +83,22 @@ class TimedOutInTime(Monitor):
             and connection.has_room(now) and since + buffered_s(connection) + LATE_S <= now \
             and not (connection.identify or {}).get("sample_rate")
 
-    def _wait(self, judge, due, key, delivered_at):
-        self._sequence += 1
-        heappush(self._waiting, (due, self._sequence, key, delivered_at))
-        self.due = min(self.due, due)
-        judge.want_tick(due)
+    def _wait(self, judge, dues, keys, delivered):
+        self._waiting.add(dues, keys, delivered)
+        self.due = min(self.due, dues[0])
+        judge.want_tick(dues[0])
 
     def tick(self, judge, now):
-        while self._waiting and self._waiting[0][0] <= now:
-            _, _, key, delivered_at = heappop(self._waiting)
+        for _, key, delivered_at in self._waiting.due_by(now):
             self._judge(judge, now, key, delivered_at)
-        self.due = self._waiting[0][0] if self._waiting else float("inf")
+        self.due = self._waiting.first
         judge.want_tick(self.due)
 
     def finish(self, judge, now):
         self.tick(judge, now)
 
     def forget(self, judge, now):
-        self._waiting = [entry for entry in self._waiting if entry[2] in judge.messages]
-        self._waiting.sort()
+        self._waiting.keep(judge.messages.__contains__)
 
     def _judge(self, judge, now, key, delivered_at):
         delivery = judge.messages.get(key)
@@ -103,7 +110,7 @@ class TimedOutInTime(Monitor):
         if deadline is None:
             return  # the channel is gone, and its messages with it
         if deadline + LATE_S > now:  # a TOUCH moved its deadline since
-            self._wait(judge, deadline + LATE_S, key, delivered_at)
+            self._wait(judge, [deadline + LATE_S], [key], [delivered_at])
             return
         ready = [c for c in judge.consumers(subscription) if self._idle_since(c, deadline, delivered_at, now)]
         if not ready:
@@ -169,8 +176,10 @@ class ScanList:
         return None if made is None else max(timeout_at, made + REFRESH_S) + SCAN_S
 
 
-def _due(made: float, deadline: float, connection) -> float:
-    return max(deadline, made + REFRESH_S) + SCAN_S + buffered_s(connection) + LATE_S
+def _dues(made: float, deadlines: list[float], connection) -> list[float]:
+    """By when each message due to time out at ``deadlines`` is surely back on the wire."""
+    listed, buffered = made + REFRESH_S, buffered_s(connection)
+    return [max(deadline, listed) + SCAN_S + buffered + LATE_S for deadline in deadlines]
 
 
 def buffered_s(connection) -> float:

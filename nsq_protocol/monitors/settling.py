@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from heapq import heappop, heappush
+from itertools import repeat
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, NON_FATAL_ERRORS
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, NON_FATAL_ERRORS
+from nsq_protocol.monitors.ledger_runs import earliest_timeout, settled, timed_out_on
 from nsq_protocol.monitors.monitor import Monitor
 
 SETTLED_S = 0.5  # an E_*_FAILED follows its command at once: this much later, its absence says it settled
@@ -26,6 +28,7 @@ class SettledByOwner(Monitor):
 
     ITEMS = ("D-10", "P-FIN-05", "D-12")
     KINDS = frozenset({COMMAND, ERROR})
+    RUNS = frozenset({FINS})
 
     def __init__(self):
         super().__init__()
@@ -38,6 +41,20 @@ class SettledByOwner(Monitor):
         self._refused: dict[tuple, object] = {}  # (connection, ID) -> the E_*_FAILED a foreign settle got
         self._emptied: dict[str, float] = {}  # topic -> its latest channel empty or deletion
         self._sequence = 0
+
+    def observe_run(self, judge, connection, run):
+        if connection.subscription is None or not judge.timing or judge.crashed_at is not None:
+            return
+        mine = list(map(connection.in_flight.get, run.msg_ids))
+        owned = list(zip(repeat(connection.name), run.msg_ids))
+        # the common case: each FIN its owner's, of a message surely in flight, none settled twice in SETTLED_S
+        if None in mine or any(map(settled, mine)) or run.ts[-1] + IN_FLIGHT_S >= min(map(earliest_timeout, mine)) \
+                or connection.name in map(timed_out_on, mine) or not self._owned.keys().isdisjoint(owned):
+            for event in run.events():
+                self.observe(judge, connection, event, None)
+            return
+        self._owned.update(zip(owned, zip(run.ts, repeat("D-10")), strict=True))
+        self._expire(run.ts[-1])  # as at each FIN: those before it that got no refusal in SETTLED_S succeeded
 
     def observe(self, judge, connection, event, answered):
         if event.kind == ERROR:

@@ -1,0 +1,56 @@
+"""What a monitor must look at again once a time has passed (a message's timeout, a REQ's delay), in the order of
+(time, arrival), as a heap would give it; a run (events.Run) of message frames puts its messages in at once, as one
+entry, rather than one heap push per message over a capture's millions."""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+
+
+class Waits:
+    def __init__(self):
+        # heap of (due, sequence, index, batch): a batch's next entry; a batch is (dues, sequences, keys, delivered
+        # at), dues in time order
+        self._heap: list = []
+        self._sequence = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    @property
+    def first(self) -> float:
+        """The earliest due; inf when none waits."""
+        return self._heap[0][0] if self._heap else float("inf")
+
+    def add(self, dues: list[float], keys: list, delivered: list[float]) -> None:
+        """``keys`` (message keys), due at ``dues`` (not decreasing), of the deliveries at ``delivered``."""
+        sequences = range(self._sequence, self._sequence + len(dues))
+        self._sequence += len(dues)
+        heappush(self._heap, (dues[0], sequences[0], 0, (dues, sequences, keys, delivered)))
+
+    def due_by(self, now: float):
+        """(due, key, delivered at) of each entry due by ``now``, taken out, in the order of (due, arrival); what
+        the caller adds meanwhile takes its place in that order."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, _, index, batch = heappop(heap)
+            dues, sequences, keys, delivered = batch
+            while True:
+                yield dues[index], keys[index], delivered[index]
+                index += 1
+                if index == len(dues):
+                    break
+                if dues[index] > now or heap and heap[0][:2] < (dues[index], sequences[index]):
+                    heappush(heap, (dues[index], sequences[index], index, batch))
+                    break
+
+    def keep(self, wanted) -> None:
+        """Only the entries whose key is ``wanted`` (a predicate) wait on."""
+        kept = []
+        for _, _, index, (dues, sequences, keys, delivered) in self._heap:
+            chosen = [at for at in range(index, len(dues)) if wanted(keys[at])]
+            if chosen:
+                batch = tuple([column[at] for at in chosen] for column in (dues, sequences, keys, delivered))
+                kept.append((batch[0][0], batch[1][0], 0, batch))
+        heapify(kept)
+        self._heap = kept
