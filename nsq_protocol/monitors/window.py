@@ -11,33 +11,41 @@ succeeded was still in flight until that command, which the traffic tells once t
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, repeat
+from typing import NamedTuple
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
 RDY_GRACE_S = 1.0  # D-16: messages buffered before a command reached the broker still arrive after it
 SETTLED_S = 0.5  # a FIN's or REQ's E_*_FAILED follows it at once: this much later, its absence says it settled
 KEPT_COMMANDS = 4096  # a connection's commands kept before the older ones, beyond the grace, are let go
 TIMED = "the times are when the client read the frames, not when they arrived"
+NO_START = "the subscription's start (its RDY) is not in the traffic"
 
 
-@dataclass
-class _Command:
+class _Applied(NamedTuple):
+    """A command that set the RDY (RDY, CLS; a RDY after CLS does not, P-RDY-01)."""
+
     ts: float
-    event: object
-    rdy: int  # the RDY in force once the broker took it
-    applied: bool  # it changed the RDY (a RDY after CLS does not, P-RDY-01)
-    settles: object = None  # the Delivery (judge.py) a FIN or REQ took out of flight
+    rdy: int
+    verb: str
 
 
 @dataclass
 class _Window:
-    commands: list = field(default_factory=list)
-    applied: list = field(default_factory=list)  # those of ``commands`` that set the RDY (RDY, CLS): few
-    taken: int = 0  # how many of ``commands`` the broker surely had taken (answered)
+    """A subscribed connection's commands, as columns (a capture's FINs come by the hundred)."""
+
+    ts: list = field(default_factory=list)  # when each was sent
+    rdys: list = field(default_factory=list)  # the RDY in force once the broker took it
+    msg_ids: list = field(default_factory=list)
+    settles: list = field(default_factory=list)  # the Delivery (judge.py) a FIN or REQ took out of flight, or None
+    # the command where an answer may name it (C-13): a run's FINs get none (None)
+    events: list = field(default_factory=list)
+    applied: list = field(default_factory=list)  # the _Applied among them: few
+    taken: int = 0  # how many of the commands the broker surely had taken (answered)
     suspects: list = field(default_factory=list)  # deliveries with room only if an unsure timeout had fired
 
 
@@ -47,12 +55,34 @@ class RdyWindow(Monitor):
 
     ITEMS = ("D-01", "D-03", "D-04", "P-CLS-02")
     KINDS = frozenset({COMMAND, RESPONSE, ERROR, MESSAGE})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
         self._windows: dict[str, _Window] = {}
+        # a run of message frames one of which may have had no room: judged at this monitor's next hook, once the
+        # ledger holds the run (what was in flight at each delivery counts the run's earlier ones)
+        self._behind: tuple | None = None
+
+    def observe_run(self, judge, connection, run):
+        self._catch_up()
+        window = self._windows.get(connection.name)
+        if run.key == FINS:
+            if window is not None:
+                self._append(window, run.ts, connection.rdy or 0, run.msg_ids,
+                             list(map(connection.in_flight.get, run.msg_ids)), repeat(None, len(run.ts)))
+            return
+        if not judge.timing or window is None:
+            self.not_judged["D-01", TIMED if not judge.timing else NO_START] += len(run.ts)
+            return
+        in_flight = connection.in_flight
+        if window.rdys and len(in_flight) + len(run.ts) - 1 < window.rdys[-1]:
+            return  # room under the last command sent at each delivery, counting every message in flight
+        self._behind = (connection, window, run, {msg_id: in_flight[msg_id] for msg_id in run.msg_ids
+                                                  if msg_id in in_flight})
 
     def observe(self, judge, connection, event, answered):
+        self._catch_up()
         window = self._windows.get(connection.name)
         if event.kind == COMMAND:
             if window is None and event.name == "SUB" and connection.subscribed_at == event.ts:
@@ -68,72 +98,110 @@ class RdyWindow(Monitor):
             self.skip("D-01", TIMED)
             return
         if window is None:
-            self.skip("D-01", "the subscription's start (its RDY) is not in the traffic")
+            self.skip("D-01", NO_START)
             return
-        self._delivery(connection, window, event)
+        self._delivery(connection, window, event, connection.in_flight)
+
+    def http(self, judge, action):
+        self._catch_up()  # before the judge empties a channel's messages in flight
 
     def closed(self, judge, connection):
+        self._catch_up()
         window = self._windows.pop(connection.name, None)
         if window is not None:
             self._resolve(connection, window, connection.closed_at)
 
     def finish(self, judge, now):
+        self._catch_up()
         for name, window in self._windows.items():
             self._resolve(judge.connections[name], window, now)
+
+    def _catch_up(self):
+        """The run left behind, judged delivery by delivery against what was in flight at each: the ledger's now,
+        less the run's later messages, with the deliveries they replaced (a redelivery on this connection)."""
+        if self._behind is None:
+            return
+        (connection, window, run, replaced), self._behind = self._behind, None
+        now = connection.in_flight
+        for index, event in enumerate(run.events()):
+            later = set(run.msg_ids[index:])
+            in_flight = {msg_id: delivery for msg_id, delivery in now.items() if msg_id not in later}
+            in_flight.update((msg_id, replaced[msg_id]) for msg_id in later if msg_id in replaced)
+            self._delivery(connection, window, event, in_flight)
 
     # ---- the connection's commands ------------------------------------------------------------------------
     def _command(self, connection, window, event):
         settles = connection.in_flight.get(event.msg_id) if event.name in ("FIN", "REQ") else None
-        applied = event.name == "CLS" or (event.name == "RDY" and not connection.closing)  # P-RDY-01
-        window.commands.append(_Command(event.ts, event, connection.rdy or 0, applied, settles))
-        if applied:
-            window.applied.append(window.commands[-1])
-        if len(window.commands) > KEPT_COMMANDS:
-            self._forget(window, event.ts - RDY_GRACE_S)
+        rdy = connection.rdy or 0
+        if event.name == "CLS" or (event.name == "RDY" and not connection.closing):  # P-RDY-01
+            window.applied.append(_Applied(event.ts, rdy, event.name))
+        self._append(window, [event.ts], rdy, [event.msg_id], [settles], [event])
+
+    def _append(self, window, ts, rdy, msg_ids, settles, events):
+        """Commands sent at ``ts``, under ``rdy``; past ``KEPT_COMMANDS`` each lets go of those before the grace,
+        as of its time."""
+        kept = len(window.ts) + len(ts)
+        if kept > KEPT_COMMANDS:
+            before = ts[-1] - RDY_GRACE_S
+            cut = bisect_left(window.ts, before)
+            cut = cut + bisect_left(ts, before) if cut == len(window.ts) else cut
+            if kept - max(0, cut - 1) <= KEPT_COMMANDS and len(ts) > 1:
+                # the last one may keep them all while one before it let some go: one at a time, as they came
+                for one in zip(ts, msg_ids, settles, events, strict=True):
+                    self._append(window, [one[0]], rdy, [one[1]], [one[2]], [one[3]])
+                return
+        window.ts += ts
+        window.rdys += repeat(rdy, len(ts))
+        window.msg_ids += msg_ids
+        window.settles += settles
+        window.events += events
+        if kept > KEPT_COMMANDS:
+            # what each command before the last would have let go, the last one lets go too: its time is the latest
+            self._forget(window, ts[-1] - RDY_GRACE_S)
 
     def _taken(self, window, answered, event):
         """An answer: the broker had taken every command up to the one it answers (C-13), or, for a FIN's, REQ's
         or TOUCH's E_*_FAILED, up to the command it names."""
-        for index in range(len(window.commands) - 1, window.taken - 1, -1):
-            command = window.commands[index].event
-            if command is answered or (answered is None and command.msg_id is not None
-                                       and command.msg_id == event.msg_id):
+        for index in range(len(window.ts) - 1, window.taken - 1, -1):
+            if window.events[index] is answered if answered is not None else \
+                    window.msg_ids[index] is not None and window.msg_ids[index] == event.msg_id:
                 window.taken = index + 1
                 return
 
     @staticmethod
     def _forget(window, before):
-        keep = next((index for index, command in enumerate(window.commands) if command.ts >= before),
-                    len(window.commands)) - 1
+        keep = bisect_left(window.ts, before) - 1
         if keep > 0:
-            del window.commands[:keep]
+            for column in (window.ts, window.rdys, window.msg_ids, window.settles, window.events):
+                del column[:keep]
             window.taken = max(0, window.taken - keep)
-            window.applied = [command for command in window.applied if command.ts >= window.commands[0].ts]
+            window.applied = [command for command in window.applied if command.ts >= window.ts[0]]
 
     # ---- a delivery -----------------------------------------------------------------------------------------
-    def _delivery(self, connection, window, event):
-        commands = window.commands
-        in_flight = len(connection.in_flight) - (event.msg_id in connection.in_flight)
-        if commands and in_flight < commands[-1].rdy:
+    def _delivery(self, connection, window, event, in_flight):
+        """``in_flight``: the connection's messages in flight as the ledger had them at ``event``."""
+        rdys = window.rdys
+        if rdys and len(in_flight) - (event.msg_id in in_flight) < rdys[-1]:
             return  # room under the last command sent, counting every message in flight: the common case
-        first = max(1, window.taken, bisect.bisect_left(commands, event.ts - RDY_GRACE_S, key=lambda c: c.ts))
+        first = max(1, window.taken, bisect_left(window.ts, event.ts - RDY_GRACE_S))
         # in flight after every command sent: the ledger's, but for the message itself (a redelivery); one pass, as
         # timed-out messages stay in the ledger (a capture does not show a timeout) and pile up
         sure, unsure = 0, []
-        for msg_id, delivery in connection.in_flight.items():
+        for msg_id, delivery in in_flight.items():
             if msg_id != event.msg_id:
                 sure += _counted(delivery, event.ts, unsure)
         # (rdy, sure, how many of ``unsure`` were in flight) of the states with room only if an unsure timeout had
         # fired: each state's unsure ones are a prefix of ``unsure``, which the loop only appends to
         maybe_room = []
-        for taken in range(len(commands), first - 1, -1):  # the state once the broker had taken ``taken`` commands
-            command = commands[taken - 1]
-            if sure + len(unsure) < command.rdy:
+        for taken in range(len(rdys), first - 1, -1):  # the state once the broker had taken ``taken`` commands
+            rdy = rdys[taken - 1]
+            if sure + len(unsure) < rdy:
                 return
-            if sure < command.rdy:
-                maybe_room.append((command.rdy, sure, len(unsure)))
-            if command.settles is not None and command.event.msg_id != event.msg_id:
-                sure += _counted(command.settles, event.ts, unsure)
+            if sure < rdy:
+                maybe_room.append((rdy, sure, len(unsure)))
+            settles = window.settles[taken - 1]
+            if settles is not None and window.msg_ids[taken - 1] != event.msg_id:
+                sure += _counted(settles, event.ts, unsure)
         verdict = _why_no_room(window, first)
         if maybe_room:
             window.suspects.append((event, verdict, unsure, maybe_room))
@@ -173,11 +241,11 @@ def _settled(delivery, known_until: float) -> bool:
 def _why_no_room(window: _Window, first: int) -> tuple[str, str, str]:
     """The item of the command that set the window in force, the RDYs the broker may have had, and why: no RDY
     since SUB (D-04), CLS (P-CLS-02), a RDY lower than an earlier one (D-03), or any RDY (D-01)."""
-    rdys = "/".join(map(str, sorted({command.rdy for command in window.commands[first - 1:]})))
+    rdys = "/".join(map(str, sorted(set(window.rdys[first - 1:]))))
     applied = window.applied
     if not applied:
         return "D-04", rdys, ", before any RDY (a subscription starts at RDY 0)"
-    if applied and applied[-1].event.name == "CLS":
+    if applied and applied[-1].verb == "CLS":
         return "P-CLS-02", rdys, ", after CLS"
     if applied and any(command.rdy > applied[-1].rdy for command in applied[:-1]):
         return "D-03", rdys, f", after the RDY was lowered to {applied[-1].rdy}"
