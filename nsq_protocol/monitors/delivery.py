@@ -8,7 +8,7 @@ from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, FINS, L
 from nsq_protocol.monitors.judge import buffered_margin
 from nsq_protocol.monitors.ledger_runs import known, message_keys, settled
 from nsq_protocol.monitors.monitor import Monitor
-from nsq_protocol.monitors.waits import Waits
+from nsq_protocol.monitors.waits import Waits, before_a_tick
 
 DEFAULT_MAX_MSG_TIMEOUT_MS = 900_000  # nsqd's --max-msg-timeout, where no IDENTIFY answer shows it
 COMES_BACK_S = 6.0  # D-14: a channel younger than 5 s may see its timeouts and deferrals fire that much late
@@ -195,13 +195,21 @@ class SettledOrTimedOutComesBack(Monitor):
     def __init__(self):
         super().__init__()
         self._waiting = Waits()  # message keys, each due when its delay or timeout has passed, plus COMES_BACK_S
+        self._rest: tuple | None = None  # (connection, run, from) of a run whose rest follows this monitor's tick
 
     def observe_run(self, judge, connection, run):
-        if run.key == FINS or not judge.timing or connection.subscription is None or not connection.msg_timeout_ms:
-            return  # a FIN settles for good; the rest as observe
+        # a FIN settles for good; the rest as observe
+        if run.key == MESSAGES and judge.timing and connection.subscription is not None and connection.msg_timeout_ms:
+            self._deliveries(judge, connection, run, 0)
+
+    def _deliveries(self, judge, connection, run, start):
+        """The run's message frames from ``start`` on, up to the first one after a wait of theirs was due: one by
+        one, this monitor's tick would come before it (``tick`` takes the rest)."""
         timeout_s = connection.msg_timeout_ms / 1000
-        self._wait(judge, [ts + timeout_s + COMES_BACK_S for ts in run.ts], message_keys(connection, run.msg_ids),
-                   run.ts)
+        dues = [ts + timeout_s + COMES_BACK_S for ts in run.ts[start:]]
+        stop = start + before_a_tick(run.ts[start:], dues, self.due)
+        self._wait(judge, dues[:stop - start], message_keys(connection, run.msg_ids[start:stop]), run.ts[start:stop])
+        self._rest = (connection, run, stop) if stop < len(run.ts) else None
 
     def observe(self, judge, connection, event, answered):
         if not judge.timing or connection.subscription is None:
@@ -225,6 +233,8 @@ class SettledOrTimedOutComesBack(Monitor):
             self._judge(judge, due, key, delivered_at)
         self.due = self._waiting.first
         judge.want_tick(self.due)
+        if self._rest is not None:
+            self._deliveries(judge, *self._rest)
 
     def finish(self, judge, now):
         self.tick(judge, now)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from nsq_protocol.monitors.events import BROKER, COMMAND, FINS, MESSAGE, MESSAGES
 from nsq_protocol.monitors.ledger_runs import message_keys
 from nsq_protocol.monitors.monitor import Monitor
-from nsq_protocol.monitors.waits import Waits
+from nsq_protocol.monitors.waits import Waits, before_a_tick
 
 REFRESH_S = 5.0  # the channel list's refresh: a channel made since is scanned from the next one on
 SCAN_S = 0.1
@@ -39,17 +39,25 @@ class TimedOutInTime(Monitor):
         self._window_set: dict[str, float] = {}  # connection -> its latest RDY or CLS
         self._paused_at: dict[tuple, float] = {}  # (topic,) or (topic, channel) -> its latest pause or unpause
         self._waiting = Waits()  # message keys, each due by when its timeout surely fired
+        self._rest: tuple | None = None  # (connection, run, from) of a run whose rest follows this monitor's tick
 
     def observe_run(self, judge, connection, run):
-        subscription = connection.subscription
-        if run.key == FINS or subscription is None:
-            return  # a FIN sets no window and makes no channel
-        self._last_delivery[subscription] = run.ts[-1]
-        timeout = connection.msg_timeout_ms
+        if run.key == MESSAGES and connection.subscription is not None:  # a FIN sets no window, makes no channel
+            self._deliveries(judge, connection, run, 0)
+
+    def _deliveries(self, judge, connection, run, start):
+        """The run's message frames from ``start`` on, up to the first one after a wait of theirs was due: one by
+        one, this monitor's tick would come before it (``tick`` takes the rest)."""
+        subscription, timeout = connection.subscription, connection.msg_timeout_ms
         made = self._channels.made.get(subscription)
+        stop = len(run.ts)
         if judge.timing and timeout and made is not None:
-            self._wait(judge, _dues(made, [ts + timeout / 1000 for ts in run.ts], connection),
-                       message_keys(connection, run.msg_ids), run.ts)
+            dues = _dues(made, [ts + timeout / 1000 for ts in run.ts[start:]], connection)
+            stop = start + before_a_tick(run.ts[start:], dues, self.due)
+            self._wait(judge, dues[:stop - start], message_keys(connection, run.msg_ids[start:stop]),
+                       run.ts[start:stop])
+        self._last_delivery[subscription] = run.ts[stop - 1]
+        self._rest = (connection, run, stop) if stop < len(run.ts) else None
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND:
@@ -93,6 +101,8 @@ class TimedOutInTime(Monitor):
             self._judge(judge, now, key, delivered_at)
         self.due = self._waiting.first
         judge.want_tick(self.due)
+        if self._rest is not None:
+            self._deliveries(judge, *self._rest)
 
     def finish(self, judge, now):
         self.tick(judge, now)

@@ -5,6 +5,8 @@ entry, rather than one heap push per message over a capture's millions."""
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
+from itertools import islice
+from operator import le
 
 
 class Waits:
@@ -23,10 +25,17 @@ class Waits:
         return self._heap[0][0] if self._heap else float("inf")
 
     def add(self, dues: list[float], keys: list, delivered: list[float]) -> None:
-        """``keys`` (message keys), due at ``dues`` (not decreasing), of the deliveries at ``delivered``."""
+        """``keys`` (message keys), due at ``dues``, of the deliveries at ``delivered``: an entry for each stretch
+        whose dues do not decrease (a run's, unless its times do)."""
         sequences = range(self._sequence, self._sequence + len(dues))
         self._sequence += len(dues)
-        heappush(self._heap, (dues[0], sequences[0], 0, (dues, sequences, keys, delivered)))
+        ends = [len(dues)] if all(map(le, dues, islice(dues, 1, None))) else \
+            [end for end in range(1, len(dues)) if dues[end] < dues[end - 1]] + [len(dues)]
+        start = 0
+        for end in ends:
+            batch = (dues[start:end], sequences[start:end], keys[start:end], delivered[start:end])
+            heappush(self._heap, (dues[start], sequences[start], 0, batch))
+            start = end
 
     def due_by(self, now: float):
         """(due, key, delivered at) of each entry due by ``now``, taken out, in the order of (due, arrival); what
@@ -54,3 +63,16 @@ class Waits:
                 kept.append((batch[0][0], batch[1][0], 0, batch))
         heapify(kept)
         self._heap = kept
+
+
+def before_a_tick(ts: list[float], dues: list[float], due: float) -> int:
+    """How many of a run's events (at ``ts``) come before one that comes once ``due`` (the monitor's, as the run
+    starts) or a due of the events before it (``dues``) has passed: one by one, the monitor's tick would come
+    before that event."""
+    if max(islice(ts, 1, None), default=float("-inf")) < min(due, min(dues)):
+        return len(ts)
+    for index in range(1, len(ts)):
+        due = min(due, dues[index - 1])
+        if ts[index] >= due:
+            return index
+    return len(ts)

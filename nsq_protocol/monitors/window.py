@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from itertools import accumulate, repeat
+from itertools import accumulate, chain, repeat
 from typing import NamedTuple
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, MESSAGE, MESSAGES, RESPONSE
@@ -141,22 +141,19 @@ class RdyWindow(Monitor):
         """Commands sent at ``ts``, under ``rdy``; past ``KEPT_COMMANDS`` each lets go of those before the grace,
         as of its time."""
         kept = len(window.ts) + len(ts)
-        if kept > KEPT_COMMANDS:
-            before = ts[-1] - RDY_GRACE_S
-            cut = bisect_left(window.ts, before)
-            cut = cut + bisect_left(ts, before) if cut == len(window.ts) else cut
-            if kept - max(0, cut - 1) <= KEPT_COMMANDS and len(ts) > 1:
-                # the last one may keep them all while one before it let some go: one at a time, as they came
-                for one in zip(ts, msg_ids, settles, events, strict=True):
-                    self._append(window, [one[0]], rdy, [one[1]], [one[2]], [one[3]])
-                return
+        if kept > KEPT_COMMANDS and len(ts) > 1 and (max(ts) > ts[-1] or kept - max(0, _first_at(
+                chain(window.ts, ts), ts[-1] - RDY_GRACE_S, kept) - 1) <= KEPT_COMMANDS):
+            # the last one may keep them all while one before it let some go: one at a time, as they came
+            for one in zip(ts, msg_ids, settles, events, strict=True):
+                self._append(window, [one[0]], rdy, [one[1]], [one[2]], [one[3]])
+            return
         window.ts += ts
         window.rdys += repeat(rdy, len(ts))
         window.msg_ids += msg_ids
         window.settles += settles
         window.events += events
         if kept > KEPT_COMMANDS:
-            # what each command before the last would have let go, the last one lets go too: its time is the latest
+            # the last one, the latest, lets go of all that each one before it would have
             self._forget(window, ts[-1] - RDY_GRACE_S)
 
     def _taken(self, window, answered, event):
@@ -170,7 +167,7 @@ class RdyWindow(Monitor):
 
     @staticmethod
     def _forget(window, before):
-        keep = bisect_left(window.ts, before) - 1
+        keep = _first_at(window.ts, before, len(window.ts)) - 1
         if keep > 0:
             for column in (window.ts, window.rdys, window.msg_ids, window.settles, window.events):
                 del column[:keep]
@@ -221,6 +218,11 @@ class RdyWindow(Monitor):
         item, rdys, cause = verdict
         self.report(item, BROKER, event.ts, connection.name, f"no delivery while RDY {rdys} is reached",
                     f"a delivery with the window full{cause}", event)
+
+
+def _first_at(times, before: float, default: int) -> int:
+    """The index of the first of ``times`` not before ``before``; ``default`` if none."""
+    return next((index for index, at in enumerate(times) if at >= before), default)
 
 
 def _counted(delivery, at: float, unsure: list) -> int:

@@ -1,0 +1,106 @@
+"""The monitors that read the judge's ledger (delivery.py, window.py, scan.py, settling.py, late_settles.py,
+requeues.py) judge a run (events.Run) as its events one by one where their rules fire inside it: a few IDs
+delivered again and again under a small RDY, a connection's commands past what RdyWindow keeps, an owner's FIN
+refused, FINs long after their messages timed out."""
+
+from __future__ import annotations
+
+import json
+from unittest import mock
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nsq_protocol import wire
+from nsq_protocol.monitors import window
+from tests.protocol.test_monitor_runs import ANSWER, CONSUMERS, T0, _command, _frame, _id, judged, traffic, verdicts
+
+NS = 1_000_000_000
+
+crowded = st.lists(st.tuples(
+    st.one_of(st.floats(0.0, 0.002), st.floats(0.3, 1.5), st.floats(1.5, 7.0)), st.sampled_from(CONSUMERS),
+    st.sampled_from(("messages", "messages", "messages", "fins", "fins", "req", "touch", "rdy", "fin_failed")),
+    st.integers(1, 8), st.integers(0, 6)), min_size=1, max_size=40)
+
+
+def _items(judge) -> set[str]:
+    return {violation.item for violation in judge.violations}
+
+
+def _same(events) -> set[str]:
+    """``events`` judged with runs and one by one alike; the items found."""
+    with_runs = judged(events, runs=True)
+    assert verdicts(with_runs) == verdicts(judged(events, runs=False))
+    return _items(with_runs)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(crowded)
+def test_a_few_messages_again_and_again_under_a_small_rdy(plan):
+    """IDs from a small pool (redeliveries inside runs), RDYs up to 6, FINs seconds after their timeout, and
+    RdyWindow keeping 4 commands: runs judged as their events one by one."""
+    with mock.patch.object(window, "KEPT_COMMANDS", 4):
+        events = traffic([(gap, conn, action, count, number if action != "rdy" else number % 7)
+                          for gap, conn, action, count, number in plan])
+        _same(events)
+
+
+def _consumer(conn: str, ts: float, rdy: int) -> list:
+    return [(conn, _command(ts, b"IDENTIFY", body=json.dumps({"feature_negotiation": True,
+                                                                "msg_timeout": 1000}).encode())),
+            (conn, _frame(ts + 0.0001, wire.FRAME_RESPONSE, json.dumps(ANSWER).encode())),
+            (conn, _command(ts + 0.0002, b"SUB", b"t", b"c")),
+            (conn, _frame(ts + 0.0003, wire.FRAME_RESPONSE, b"OK")),
+            (conn, _command(ts + 0.0004, b"RDY", b"%d" % rdy))]
+
+
+def _messages(conn: str, ts: float, numbers, attempts: int = 1) -> list:
+    return [(conn, _frame(ts + offset * 1e-6, wire.FRAME_MESSAGE,
+                          wire.encode_message(int((T0 - 1) * NS), attempts, _id(number), b"body %d" % number)))
+            for offset, number in enumerate(numbers)]
+
+
+def _fins(conn: str, ts: float, numbers) -> list:
+    return [(conn, _command(ts + offset * 1e-6, b"FIN", _id(number))) for offset, number in enumerate(numbers)]
+
+
+def _fin_failed(conn: str, ts: float, number: int, why: bytes) -> tuple:
+    return conn, _frame(ts, wire.FRAME_ERROR, b"E_FIN_FAILED FIN %s failed %s" % (_id(number), why))
+
+
+def test_deliveries_past_the_rdy_inside_a_run():
+    """D-01 at the third message of a run under RDY 2, and at a redelivery among new ones: what was in flight at
+    each counts the run's earlier messages (RdyWindow judges the run once the ledger holds it)."""
+    events = [*_consumer("A", T0, 2), *_messages("A", T0 + 0.01, (1, 2, 3)), *_fins("A", T0 + 0.02, (2, 3)),
+              *_messages("A", T0 + 0.03, (4, 1, 5), attempts=2)]
+    assert "D-01" in _same(events)
+
+
+def test_commands_let_go_as_each_came():
+    """Past KEPT_COMMANDS, each command lets go of those before its grace: a FIN run whose first one let an RDY go
+    while its last one would have let go of more (the lowered RDY it keeps names D-01, not D-04)."""
+    events = [*_consumer("A", T0, 10), ("A", _command(T0 + 0.9, b"RDY", b"1")), ("A", _command(T0 + 1.02, b"NOP")),
+              *_messages("A", T0 + 1.5, (1,)), *_fins("A", T0 + 2.0, (1,)), *_fins("A", T0 + 2.05, (9,)),
+              *_messages("A", T0 + 2.1, (2, 3, 4))]
+    with mock.patch.object(window, "KEPT_COMMANDS", 4):
+        assert "D-01" in _same(events)
+
+
+def test_an_owners_fin_refused_inside_a_run():
+    """D-10: the owner's FINs of its messages in flight, one refused as if it were another's."""
+    events = [*_consumer("A", T0, 10), *_messages("A", T0 + 0.01, (1, 2, 3)), *_fins("A", T0 + 0.02, (1, 2, 3)),
+              _fin_failed("A", T0 + 0.03, 2, b"client does not own message")]
+    assert "D-10" in _same(events)
+
+
+def test_fins_after_their_messages_timed_out():
+    """D-12: FINs long after their messages' msg_timeout (the channel made 6 s before), accepted."""
+    events = [*_consumer("A", T0, 10), *_messages("A", T0 + 6.0, (1, 2, 3)), *_fins("A", T0 + 9.0, (1, 2, 3))]
+    assert "D-12" in _same(events)
+
+
+def test_a_run_of_fins_of_another_consumers_messages():
+    """D-10 and P-FIN-05: B's FINs of messages in flight to A, accepted."""
+    events = [*_consumer("A", T0, 10), *_consumer("B", T0, 10), *_messages("A", T0 + 0.01, (1, 2, 3)),
+              *_fins("B", T0 + 0.02, (1, 2, 3)), *_fins("A", T0 + 0.03, (1, 2, 3))]
+    assert "P-FIN-05" in _same(events)
