@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 from unittest import mock
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from nsq_protocol import wire
+from nsq_protocol import monitors, wire
 from nsq_protocol.monitors import window
+from nsq_protocol.monitors.events import COMMAND, FINS, MESSAGE
 from tests.protocol.test_monitor_runs import ANSWER, CONSUMERS, T0, _command, _frame, _id, judged, traffic, verdicts
 
 NS = 1_000_000_000
@@ -40,9 +41,31 @@ def test_a_few_messages_again_and_again_under_a_small_rdy(plan):
     """IDs from a small pool (redeliveries inside runs), RDYs up to 6, FINs seconds after their timeout, and
     RdyWindow keeping 4 commands: runs judged as their events one by one."""
     with mock.patch.object(window, "KEPT_COMMANDS", 4):
-        events = traffic([(gap, conn, action, count, number if action != "rdy" else number % 7)
-                          for gap, conn, action, count, number in plan])
-        _same(events)
+        _same(traffic(plan))
+
+
+def _longest_run(events) -> float:
+    """How long the longest of ``events``' runs (a connection's consecutive message frames, or FINs) lasts."""
+    longest, first, last = 0.0, None, None
+    for conn, event in events:
+        bulk = (conn, event.kind) if event.kind == MESSAGE or event.kind == COMMAND and event.name == FINS else None
+        if bulk is None or first is None or bulk != first[0]:
+            first = (bulk, event.ts) if bulk is not None else None
+        last = event.ts
+        longest = max(longest, last - first[1]) if first is not None else longest
+    return longest
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(crowded)
+def test_runs_that_no_monitor_takes_one_by_one(plan):
+    """The monitors that take runs alone, so that the ledger takes each run at once (judge.observe_run), on runs
+    shorter than any wait they start (a tick within a run is the judge's to give, event by event)."""
+    with mock.patch.object(window, "KEPT_COMMANDS", 4):
+        events = traffic(plan)
+        assume(_longest_run(events) < 0.5)
+        taking = tuple(monitor for monitor in monitors.MONITORS if monitor.RUNS)
+        assert verdicts(judged(events, True, taking)) == verdicts(judged(events, False, taking))
 
 
 def _consumer(conn: str, ts: float, rdy: int) -> list:
