@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, FINS, LET_GO, MESSAGE, MESSAGES
 from nsq_protocol.monitors.judge import buffered_margin
-from nsq_protocol.monitors.ledger_runs import known, message_keys, settled
+from nsq_protocol.monitors.ledger_runs import delivered, message_keys, settled
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.waits import Waits, before_a_tick
 
@@ -29,7 +29,7 @@ class AttemptsGrow(Monitor):
         self._last: dict[tuple, tuple] = {}  # message key (per connection without timing) -> (attempts, timestamp)
 
     def observe_run(self, judge, connection, run):
-        keys = message_keys(connection, run.msg_ids)
+        keys = message_keys(connection, run)
         if judge.timing and judge.crashed_at is None and None not in run.attempts and min(run.attempts) >= 1 \
                 and self._last.keys().isdisjoint(keys):
             self._last.update(zip(keys, zip(run.attempts, run.msg_ts_ns, strict=True), strict=True))  # first ones
@@ -70,7 +70,7 @@ class FinishedStaysFinished(Monitor):
     RUNS = frozenset({MESSAGES})
 
     def observe_run(self, judge, connection, run):
-        if "FIN" not in map(settled, known(judge.messages, message_keys(connection, run.msg_ids))):
+        if "FIN" not in map(settled, delivered(judge, connection, run)):
             return
         for event in run.events():
             self.observe(judge, connection, event, None)
@@ -106,7 +106,7 @@ class NotTimedOutEarly(Monitor):
         self._touched_early: list = []  # (event, connection, delivered at, TOUCH's deadline, margin)
 
     def observe_run(self, judge, connection, run):
-        if all(map(settled, known(judge.messages, message_keys(connection, run.msg_ids)))):
+        if all(map(settled, delivered(judge, connection, run))):
             return  # no message of the run comes back unsettled
         for event in run.events():
             self.observe(judge, connection, event, None)
@@ -208,7 +208,7 @@ class SettledOrTimedOutComesBack(Monitor):
         timeout_s = connection.msg_timeout_ms / 1000
         dues = [ts + timeout_s + COMES_BACK_S for ts in run.ts[start:]]
         stop = start + before_a_tick(run.ts[start:], dues, self.due)
-        self._wait(judge, dues[:stop - start], message_keys(connection, run.msg_ids[start:stop]), run.ts[start:stop])
+        self._wait(judge, dues[:stop - start], message_keys(connection, run)[start:stop], run.ts[start:stop])
         self._rest = (connection, run, stop) if stop < len(run.ts) else None
 
     def observe(self, judge, connection, event, answered):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, MESSAGE, MESSAGES
-from nsq_protocol.monitors.ledger_runs import earliest_timeout, known
+from nsq_protocol.monitors.ledger_runs import earliest_timeout, settling
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.scan import LATE_S, UNSEEN, ScanList, buffered_s
 from nsq_protocol.monitors.settling import IN_FLIGHT_S, NOT_OWNER, SETTLED_S, SETTLES
@@ -42,7 +42,7 @@ class LateSettleRefused(Monitor):
             return
         # FINs of messages surely in flight are settling.py's
         if run.key == FINS and (connection.subscription is None or run.ts[-1] + IN_FLIGHT_S < min(
-                map(earliest_timeout, known(connection.in_flight, run.msg_ids)), default=float("inf"))):
+                map(earliest_timeout, filter(None, settling(connection, run))), default=float("inf"))):
             return
         for event in run.events():
             self.observe(judge, connection, event, None)

@@ -37,7 +37,7 @@ class RequeueDelayKept(Monitor):
         self._max_shown = False  # a DPUB's E_INVALID showed the broker's --max-req-timeout
 
     def observe_run(self, judge, connection, run):
-        if run.key == FINS or self._deferred.keys().isdisjoint(message_keys(connection, run.msg_ids)):
+        if run.key == FINS or not self._deferred or self._deferred.keys().isdisjoint(message_keys(connection, run)):
             return  # a FIN defers nothing; no message of the run was requeued
         for event in run.events():
             self.observe(judge, connection, event, None)

@@ -52,9 +52,9 @@ class TimedOutInTime(Monitor):
         made = self._channels.made.get(subscription)
         stop = len(run.ts)
         if judge.timing and timeout and made is not None:
-            dues = _dues(made, [ts + timeout / 1000 for ts in run.ts[start:]], connection)
+            dues = _dues(made, run.ts[start:], timeout / 1000, connection)
             stop = start + before_a_tick(run.ts[start:], dues, self.due)
-            self._wait(judge, dues[:stop - start], message_keys(connection, run.msg_ids[start:stop]),
+            self._wait(judge, dues[:stop - start], message_keys(connection, run)[start:stop],
                        run.ts[start:stop])
         self._last_delivery[subscription] = run.ts[stop - 1]
         self._rest = (connection, run, stop) if stop < len(run.ts) else None
@@ -72,7 +72,7 @@ class TimedOutInTime(Monitor):
         timeout = connection.msg_timeout_ms
         made = self._channels.made.get(subscription)
         if judge.timing and timeout and made is not None:
-            self._wait(judge, _dues(made, [event.ts + timeout / 1000], connection),
+            self._wait(judge, _dues(made, [event.ts], timeout / 1000, connection),
                        [judge.message_key(connection, event.msg_id)], [event.ts])
 
     def http(self, judge, action):
@@ -186,10 +186,10 @@ class ScanList:
         return None if made is None else max(timeout_at, made + REFRESH_S) + SCAN_S
 
 
-def _dues(made: float, deadlines: list[float], connection) -> list[float]:
-    """By when each message due to time out at ``deadlines`` is surely back on the wire."""
+def _dues(made: float, delivered: list[float], timeout_s: float, connection) -> list[float]:
+    """By when each message delivered at ``delivered`` is surely back on the wire, had it timed out."""
     listed, buffered = made + REFRESH_S, buffered_s(connection)
-    return [max(deadline, listed) + SCAN_S + buffered + LATE_S for deadline in deadlines]
+    return [max(at + timeout_s, listed) + SCAN_S + buffered + LATE_S for at in delivered]
 
 
 def buffered_s(connection) -> float:

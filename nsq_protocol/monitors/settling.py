@@ -8,7 +8,7 @@ from heapq import heappop, heappush
 from itertools import repeat
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, NON_FATAL_ERRORS
-from nsq_protocol.monitors.ledger_runs import earliest_timeout, settled, timed_out_on
+from nsq_protocol.monitors.ledger_runs import earliest_timeout, settled, settling, timed_out_on
 from nsq_protocol.monitors.monitor import Monitor
 
 SETTLED_S = 0.5  # an E_*_FAILED follows its command at once: this much later, its absence says it settled
@@ -45,7 +45,7 @@ class SettledByOwner(Monitor):
     def observe_run(self, judge, connection, run):
         if connection.subscription is None or not judge.timing or judge.crashed_at is not None:
             return
-        mine = list(map(connection.in_flight.get, run.msg_ids))
+        mine = settling(connection, run)
         owned = list(zip(repeat(connection.name), run.msg_ids))
         # the common case: each FIN its owner's, of a message surely in flight, none settled twice in SETTLED_S
         if None in mine or any(map(settled, mine)) or run.ts[-1] + IN_FLIGHT_S >= min(map(earliest_timeout, mine)) \

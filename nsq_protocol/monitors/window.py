@@ -17,6 +17,7 @@ from itertools import accumulate, chain, repeat
 from typing import NamedTuple
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, MESSAGE, MESSAGES, RESPONSE
+from nsq_protocol.monitors.ledger_runs import settling
 from nsq_protocol.monitors.monitor import Monitor
 
 RDY_GRACE_S = 1.0  # D-16: messages buffered before a command reached the broker still arrive after it
@@ -70,7 +71,7 @@ class RdyWindow(Monitor):
         if run.key == FINS:
             if window is not None:
                 self._append(window, run.ts, connection.rdy or 0, run.msg_ids,
-                             list(map(connection.in_flight.get, run.msg_ids)), repeat(None, len(run.ts)))
+                             settling(connection, run), repeat(None, len(run.ts)))
             return
         if not judge.timing or window is None:
             self.not_judged["D-01", TIMED if not judge.timing else NO_START] += len(run.ts)
