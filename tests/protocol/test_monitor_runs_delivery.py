@@ -92,11 +92,27 @@ def _fin_failed(conn: str, ts: float, number: int, why: bytes) -> tuple:
 
 
 def test_deliveries_past_the_rdy_inside_a_run():
-    """D-01 at the third message of a run under RDY 2, and at a redelivery among new ones: what was in flight at
-    each counts the run's earlier messages (RdyWindow judges the run once the ledger holds it)."""
-    events = [*_consumer("A", T0, 2), *_messages("A", T0 + 0.01, (1, 2, 3)), *_fins("A", T0 + 0.02, (2, 3)),
-              *_messages("A", T0 + 0.03, (4, 1, 5), attempts=2)]
+    """D-01 at the first message of a run under RDY 2 with two in flight, one of which the run brings again (what
+    was in flight at each delivery counts the run's earlier messages and the deliveries its later ones replace:
+    RdyWindow judges the run once the ledger holds it)."""
+    events = [*_consumer("A", T0, 2), *_messages("A", T0 + 0.01, (1, 2)), ("A", _command(T0 + 0.02, b"NOP")),
+              *_messages("A", T0 + 0.03, (3, 1, 4), attempts=2)]
     assert "D-01" in _same(events)
+
+
+def test_a_run_longer_than_its_messages_timeout():
+    """D-11, D-14: a run whose first message times out before its last comes, neither delivered again (the NOP:
+    no other monitor's tick is due within the run, which the judge would give event by event)."""
+    events = [*_consumer("A", T0, 10), ("A", _command(T0 + 2.5, b"NOP")), *_messages("A", T0 + 3.0, (1,)),
+              *_messages("A", T0 + 11.0, (2,)), ("A", _command(T0 + 30.0, b"NOP"))]
+    assert {"D-11", "D-14"} <= _same(events)
+
+
+def test_a_message_requeued_for_longer_comes_back_inside_a_run():
+    """D-21: REQ 5000, the message back 480 ms later among others."""
+    events = [*_consumer("A", T0, 10), *_messages("A", T0 + 0.01, (1, 2)),
+              ("A", _command(T0 + 0.02, b"REQ", _id(1), b"5000")), *_messages("A", T0 + 0.5, (3, 1))]
+    assert "D-21" in _same(events)
 
 
 def test_commands_let_go_as_each_came():
@@ -110,9 +126,14 @@ def test_commands_let_go_as_each_came():
 
 
 def test_an_owners_fin_refused_inside_a_run():
-    """D-10: the owner's FINs of its messages in flight, one refused as if it were another's."""
+    """D-10: the owner's FINs of its messages in flight, one refused as if it were another's; one refused a second
+    after, past SETTLED_S (its FIN surely worked), is no violation."""
     events = [*_consumer("A", T0, 10), *_messages("A", T0 + 0.01, (1, 2, 3)), *_fins("A", T0 + 0.02, (1, 2, 3)),
-              _fin_failed("A", T0 + 0.03, 2, b"client does not own message")]
+              _fin_failed("A", T0 + 0.03, 2, b"client does not own message"),
+              *_messages("A", T0 + 1.0, (4, 5, 6)), *_fins("A", T0 + 1.05, (4, 5, 6)),
+              _fin_failed("A", T0 + 1.1, 3, b"client does not own message")]
+    assert [violation.ts for violation in judged(events, runs=True).violations if violation.item == "D-10"] == \
+        [T0 + 0.03]
     assert "D-10" in _same(events)
 
 
