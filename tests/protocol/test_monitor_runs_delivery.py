@@ -6,6 +6,8 @@ refused, FINs long after their messages timed out."""
 from __future__ import annotations
 
 import json
+from heapq import heapify, heappop, heappush
+from itertools import count
 from unittest import mock
 
 from hypothesis import HealthCheck, assume, given, settings
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from nsq_protocol import monitors, wire
 from nsq_protocol.monitors import window
 from nsq_protocol.monitors.events import COMMAND, FINS, MESSAGE
+from nsq_protocol.monitors.waits import Waits
 from tests.protocol.test_monitor_runs import ANSWER, CONSUMERS, T0, _command, _frame, _id, judged, traffic, verdicts
 
 NS = 1_000_000_000
@@ -38,9 +41,10 @@ def _same(events) -> set[str]:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(crowded)
 def test_a_few_messages_again_and_again_under_a_small_rdy(plan):
-    """IDs from a small pool (redeliveries inside runs), RDYs up to 6, FINs seconds after their timeout, and
-    RdyWindow keeping 4 commands: runs judged as their events one by one."""
-    with mock.patch.object(window, "KEPT_COMMANDS", 4):
+    """IDs from a small pool (redeliveries inside runs), RDYs up to 6, FINs seconds after their timeout,
+    RdyWindow keeping 4 commands and the judge letting go past 6 messages: runs judged as their events one by
+    one."""
+    with mock.patch.object(window, "KEPT_COMMANDS", 4), mock.patch.object(monitors.judge, "MESSAGES_KEPT", 6):
         _same(traffic(plan))
 
 
@@ -148,3 +152,40 @@ def test_a_run_of_fins_of_another_consumers_messages():
     events = [*_consumer("A", T0, 10), *_consumer("B", T0, 10), *_messages("A", T0 + 0.01, (1, 2, 3)),
               *_fins("B", T0 + 0.02, (1, 2, 3)), *_fins("A", T0 + 0.03, (1, 2, 3))]
     assert "P-FIN-05" in _same(events)
+
+
+waits_plan = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.lists(st.floats(0.0, 10.0), min_size=1, max_size=6)),
+    st.tuples(st.just("due_by"), st.floats(0.0, 12.0)),
+    st.tuples(st.just("keep"), st.integers(2, 3))), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(waits_plan)
+def test_waits_come_in_the_order_of_a_heap_of_each(plan):
+    """waits.Waits gives what a heap of (due, arrival) gives, one entry per message: a run's added at once (its
+    dues in any order), taken out by a time (adding meanwhile, as a tick that waits again), kept by key."""
+    waits, heap, numbers = Waits(), [], count()  # heap: (due, arrival, key, delivered at)
+    for action, value in plan:
+        if action == "add":
+            keys = [next(numbers) for _ in value]
+            waits.add(value, keys, [due - 1.0 for due in value])
+            for due, key in zip(value, keys, strict=True):
+                heappush(heap, (due, next(numbers), key, due - 1.0))
+        elif action == "due_by":
+            taken, expected = [], []
+            for due, key, delivered in waits.due_by(value):
+                taken.append((due, key, delivered))
+                if key % 5 == 0:  # waits again, later
+                    waits.add([value + 1.0], [key + 1], [delivered])
+            while heap and heap[0][0] <= value:
+                due, _, key, delivered = heappop(heap)
+                expected.append((due, key, delivered))
+                if key % 5 == 0:
+                    heappush(heap, (value + 1.0, next(numbers), key + 1, delivered))
+            assert taken == expected
+        else:
+            waits.keep(lambda key, divisor=value: key % divisor != 0)
+            heap = [entry for entry in heap if entry[2] % value != 0]
+            heapify(heap)
+        assert waits.first == (heap[0][0] if heap else float("inf"))
