@@ -25,14 +25,15 @@ class Waits:
         return self._heap[0][0] if self._heap else float("inf")
 
     def add(self, dues: list[float], keys: list, delivered: list[float]) -> None:
-        """``keys`` (message keys), due at ``dues``, of the deliveries at ``delivered``: an entry for each stretch
-        whose dues do not decrease (a run's, unless its times do)."""
+        """``keys`` (message keys), due at ``dues``, of the deliveries at ``delivered`` (lists it keeps): an entry
+        for each stretch whose dues do not decrease (a run's, unless its times do)."""
         sequences = range(self._sequence, self._sequence + len(dues))
         self._sequence += len(dues)
-        ends = [len(dues)] if all(map(le, dues, islice(dues, 1, None))) else \
-            [end for end in range(1, len(dues)) if dues[end] < dues[end - 1]] + [len(dues)]
+        if all(map(le, dues, islice(dues, 1, None))):
+            heappush(self._heap, (dues[0], sequences[0], 0, (dues, sequences, keys, delivered)))
+            return
         start = 0
-        for end in ends:
+        for end in [end for end in range(1, len(dues)) if dues[end] < dues[end - 1]] + [len(dues)]:
             batch = (dues[start:end], sequences[start:end], keys[start:end], delivered[start:end])
             heappush(self._heap, (dues[start], sequences[start], 0, batch))
             start = end
