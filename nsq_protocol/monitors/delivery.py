@@ -225,8 +225,8 @@ class SettledOrTimedOutComesBack(Monitor):
 
     def _wait(self, judge, dues, keys, delivered):
         self._waiting.add(dues, keys, delivered)
-        self.due = min(self.due, dues[0])
-        judge.want_tick(dues[0])
+        self.due = self._waiting.first
+        judge.want_tick(self.due)
 
     def tick(self, judge, now):
         for due, key, delivered_at in self._waiting.due_by(now):

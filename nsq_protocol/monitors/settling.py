@@ -48,7 +48,7 @@ class SettledByOwner(Monitor):
         mine = settling(connection, run)
         owned = list(zip(repeat(connection.name), run.msg_ids))
         # the common case: each FIN its owner's, of a message surely in flight, none settled twice in SETTLED_S
-        if None in mine or any(map(settled, mine)) or run.ts[-1] + IN_FLIGHT_S >= min(map(earliest_timeout, mine)) \
+        if not all(mine) or any(map(settled, mine)) or run.ts[-1] + IN_FLIGHT_S >= min(map(earliest_timeout, mine)) \
                 or connection.name in map(timed_out_on, mine) or not self._owned.keys().isdisjoint(owned):
             for event in run.events():
                 self.observe(judge, connection, event, None)
