@@ -204,7 +204,7 @@ class CopiesAreOneMessage(Monitor):
     def observe_run(self, judge, connection, run):
         topic, channel = connection.topic, connection.channel
         if topic is None:
-            self.not_judged["C-11", UNSUBSCRIBED] += len(run.ts)
+            self.skip("C-11", UNSUBSCRIBED, len(run.ts))
             return
         copies = dict(zip(zip(repeat(topic), run.msg_ids), zip(run.msg_ts_ns, zip(run.bodies), repeat(channel)),
                           strict=True))

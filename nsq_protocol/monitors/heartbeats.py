@@ -44,7 +44,7 @@ class HeartbeatsOnTheTicker(Monitor):
             return  # a command neither starts nor checks the ticker
         interval = connection.heartbeat_ms
         if interval is None or since is None:
-            self.not_judged["C-28", UNKNOWN_TICKER] += len(run.ts)  # each frame's check, as _check says it
+            self.skip("C-28", UNKNOWN_TICKER, len(run.ts))  # each frame's check, as _check says it
         elif interval and connection.fatal_error is None and name not in self._reported \
                 and max(run.ts) - since > _late(interval):
             for event in run.events():  # C-28: a gap within the run

@@ -185,7 +185,7 @@ class Judge(Judging):
                 monitor.observe_run(self, connection, run)
             except Exception as exc:  # noqa: BLE001
                 self._failed(monitor, exc)
-        if not one_by_one:
+        if not one_by_one and run.ts[-1] < self._due:  # else a tick falls within the run: event by event
             connection.observe_run(run)
             self._ledger_run(connection, run)
             return

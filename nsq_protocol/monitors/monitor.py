@@ -50,8 +50,8 @@ class Monitor:
                                          _printable(observed),
                                          tuple(_printable(event.describe()) for event in evidence)))
 
-    def skip(self, item: str, why: str) -> None:
-        self.not_judged[item, why] += 1
+    def skip(self, item: str, why: str, times: int = 1) -> None:
+        self.not_judged[item, why] += times
 
     def observe(self, judge, connection, event: Observed, answered: Observed | None) -> None:
         """``event`` on ``connection``; ``answered``: the command a response or error frame answers (C-13)."""
@@ -59,7 +59,8 @@ class Monitor:
     def observe_run(self, judge, connection, run: Run) -> None:
         """``run``'s events on ``connection``, judged exactly as ``observe`` would judge them one by one. It comes
         before the judge's ledger takes any of them (``judge.messages``, ``connection.in_flight`` are as before the
-        run's first event) and before the monitors that take them one by one; ``due`` is left after its last."""
+        run's first event) and before the monitors that take them one by one. Where its ``due`` falls within the run,
+        the judge ticks it there, among the run's events, and its ``tick`` judges what the run held after then."""
 
     def closed(self, judge, connection) -> None:
         """``connection`` ended (``closed_at``, ``closed_by``)."""

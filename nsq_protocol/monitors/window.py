@@ -74,7 +74,7 @@ class RdyWindow(Monitor):
                              settling(connection, run), repeat(None, len(run.ts)))
             return
         if not judge.timing or window is None:
-            self.not_judged["D-01", TIMED if not judge.timing else NO_START] += len(run.ts)
+            self.skip("D-01", TIMED if not judge.timing else NO_START, len(run.ts))
             return
         in_flight = connection.in_flight
         if window.rdys and len(in_flight) + len(run.ts) - 1 < window.rdys[-1]:
