@@ -8,10 +8,13 @@ was starved."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import OrderedDict, deque
 from heapq import heappop, heappush
+from itertools import accumulate
+from operator import not_, sub
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, FINS, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.judge import http_action
 from nsq_protocol.monitors.monitor import Monitor
 
@@ -25,19 +28,20 @@ PUBLISHES = frozenset({"PUB", "MPUB", "DPUB"})
 
 class Backlog:
     """What a channel holds that no consumer was seen to get: each message published to it once a consumer had
-    subscribed (by its body), and each REQ'd with no delay (by its ID), oldest first, each with when the broker had
-    it (a publish's answer: infinity until then, as the broker may deliver it before its answer crosses the wire)."""
+    subscribed (by its body's hash, an int), and each REQ'd with no delay (by its ID, a str), oldest first, each with
+    when the broker had it (a publish's answer: infinity until then, as the broker may deliver it before its answer
+    crosses the wire)."""
 
     def __init__(self, subscription: tuple):
         self.subscription = subscription
         self.entries: OrderedDict = OrderedDict()  # sequence -> (accepted at, key)
-        self._by_key: dict[tuple, deque] = {}  # ("body", hash) or ("id", message ID) -> their sequences, oldest first
+        self._by_key: dict[int | str, deque] = {}  # body hash or message ID -> their sequences, oldest first
 
-    def add(self, sequence: int, at: float, key: tuple) -> None:
+    def add(self, sequence: int, at: float, key: int | str) -> None:
         self.entries[sequence] = [at, key]
         self._by_key.setdefault(key, deque()).append(sequence)
 
-    def take(self, key: tuple) -> bool:
+    def take(self, key: int | str) -> bool:
         sequences = self._by_key.get(key)
         if not sequences:
             return False
@@ -77,6 +81,7 @@ class ReadyConsumerFed(Monitor):
 
     ITEMS = ("D-02", "D-05", "D-41", "D-42")
     KINDS = frozenset({COMMAND, RESPONSE, MESSAGE})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -92,6 +97,8 @@ class ReadyConsumerFed(Monitor):
         self._sequence = 0
         # id of a publish command -> (the command, [(backlog, sequence)] of its messages) until its answer
         self._unanswered: dict[int, tuple] = {}
+        # connection -> what its ledger will hold in flight beyond what it does, while a run is judged ahead of it
+        self._ahead: dict[str, int] = {}
 
     # ---- the traffic ------------------------------------------------------------------------------------
     def observe(self, judge, connection, event, answered):
@@ -102,10 +109,8 @@ class ReadyConsumerFed(Monitor):
             subscription = connection.subscription
             if subscription is None or event.msg_id is None:
                 return
-            backlog = self._backlogs.get(subscription)
-            if backlog is not None and event.bodies:
-                if not backlog.take(("id", event.msg_id)):
-                    backlog.take(("body", event.bodies[0]))
+            if event.bodies:
+                self._taken(subscription, event.msg_id, event.bodies[0])
             in_flight = len(connection.in_flight) + (event.msg_id not in connection.in_flight)
             self._room(judge, connection, event.ts, in_flight, "MESSAGE", fed=True)
         elif kind == COMMAND:
@@ -113,13 +118,12 @@ class ReadyConsumerFed(Monitor):
             if verb in ("FIN", "REQ") and event.msg_id is not None:
                 held = event.msg_id in connection.in_flight
                 if verb == "REQ" and held and event.number == 0 and connection.subscription in self._consumers:
-                    backlog, _ = self._add(connection.subscription, event.ts, ("id", event.msg_id))  # D-05
+                    backlog, _ = self._add(connection.subscription, event.ts, event.msg_id)  # D-05
                     self._held(judge, backlog, event.ts)
                 self._room(judge, connection, event.ts, len(connection.in_flight) - held, verb)
             elif verb in PUBLISHES and event.topic is not None and (verb != "DPUB" or not event.number):
                 # P-DPUB-03: no delay is no deferral
-                self._unanswered[id(event)] = (event, [entry for body in event.bodies
-                                                       for entry in self._published(event.ts, event.topic, body)])
+                self._unanswered[id(event)] = (event, self._published(event.ts, event.topic, event.bodies))
             elif verb in ("RDY", "CLS"):
                 self._peak_rdy[name] = max(self._peak_rdy.get(name, 0), connection.rdy or 0)
                 self._room(judge, connection, event.ts, len(connection.in_flight), verb)
@@ -132,9 +136,63 @@ class ReadyConsumerFed(Monitor):
                     backlog.refused(sequence)
             elif answered.name == "SUB" and answered.channel is not None:
                 self._subscribed(connection, event.ts)
-            for backlog, sequence in entries if event.name == "OK" else ():
-                backlog.accepted(sequence, event.ts)
-                self._held(judge, backlog, event.ts)
+            if event.name == "OK":
+                self._accepted(judge, entries, event.ts)
+
+    def observe_run(self, judge, connection, run):
+        """Counted as the ledger counts them, the messages in flight after each event only grow over message frames
+        and only shrink over FINs, so the events with room are a prefix of the ones, a suffix of the others; of
+        them only the first can start a wait (the later ones wait no earlier). Where that wait falls due within the
+        run, its tick comes between the events: they are judged one by one."""
+        if not judge.timing:
+            return
+        fed = run.key == MESSAGES
+        subscription, name, ts = connection.subscription, connection.name, run.ts
+        if fed and subscription is None:
+            return
+        in_flight = connection.in_flight
+        held = map(in_flight.__contains__, run.msg_ids)
+        # a message frame adds its ID unless it is in flight already; a FIN of one in flight takes it away
+        counts = list(accumulate(map(not_, held) if fed else held, None if fed else sub, initial=len(in_flight)))[1:]
+        rdy = connection.rdy or 0 if connection.open and not connection.closing and connection.fatal_error is None \
+            else 0
+        first, end = (0, bisect_left(counts, rdy)) if fed else (len(ts) - bisect_left(counts[::-1], rdy), len(ts))
+        why = "MESSAGE" if fed else "FIN"
+        waits = first < end and (fed or first > 0 or name not in self._idle)
+        if waits and ts[first] + LATE_S <= ts[-1]:
+            self._one_by_one(judge, connection, run, counts, why)
+            return
+        backlog = self._backlogs.get(subscription) if fed else None
+        if backlog is not None and backlog.entries:
+            for msg_id, body in zip(run.msg_ids, run.bodies, strict=True):
+                if not backlog.take(msg_id):
+                    backlog.take(body)
+        if waits:
+            self._wait(judge, name, ts[first] + LATE_S)
+        if end < len(ts) or first == end:
+            self._idle.pop(name, None)
+        elif waits:
+            self._idle[name] = (ts[-1] if fed else ts[first], why)
+
+    def _one_by_one(self, judge, connection, run, counts: list, why: str) -> None:
+        """``run``'s events one by one, each with the ticks the judge would give this monitor before it, and what its
+        ledger would hold in flight by then (``_ahead``)."""
+        fed, name = run.key == MESSAGES, connection.name
+        for index, ts in enumerate(run.ts):
+            if ts >= self.due:
+                self._ahead[name] = counts[index - 1] - len(connection.in_flight)
+                self.due = INFINITY
+                self.tick(judge, ts)
+            if fed:
+                self._taken(connection.subscription, run.msg_ids[index], run.bodies[index])
+            self._room(judge, connection, ts, counts[index], why, fed)
+        self._ahead.clear()
+
+    def _taken(self, subscription: tuple, msg_id: str, body: int) -> None:
+        """A message of ``subscription``'s channel delivered: REQ'd (by its ID), else published (by its body)."""
+        backlog = self._backlogs.get(subscription)
+        if backlog is not None and not backlog.take(msg_id):
+            backlog.take(body)
 
     def http_exchange(self, judge, exchange):
         action = http_action(exchange.ts, exchange.request, exchange.response.status)
@@ -142,10 +200,7 @@ class ReadyConsumerFed(Monitor):
             return
         path, topic = action.path, action.topic
         if path == "/pub" and not action.defer_ms or path == "/mpub":  # /mpub has no defer (H-MPUB-06)
-            for body in action.bodies or ():
-                for backlog, sequence in self._published(exchange.ts, topic, body):
-                    backlog.accepted(sequence, exchange.answered)
-                    self._held(judge, backlog, exchange.answered)
+            self._accepted(judge, self._published(exchange.ts, topic, action.bodies or ()), exchange.answered)
         elif path.endswith("pause"):
             self._changed[(topic,) if action.channel is None else (topic, action.channel)] = exchange.answered
         elif path in ("/channel/empty", "/channel/delete"):
@@ -176,15 +231,20 @@ class ReadyConsumerFed(Monitor):
         if (connection.identify or {}).get("sample_rate"):
             self._sampled.add((topic, channel))
 
-    def _published(self, sent: float, topic: str, body: int) -> list[tuple]:
-        """The backlogs a publish sent at ``sent`` adds its message to, with its sequence in each."""
-        added = []
-        for channel in self._channels.get(topic, ()):
-            # the channel existed when the publish was sent: a consumer's SUB was answered before, on a connection
-            # open since (a restart ends them all)
-            if any(at < sent for at in self._consumers[topic, channel].values()):
-                added.append(self._add((topic, channel), INFINITY, ("body", body)))
-        return added
+    def _published(self, sent: float, topic: str, bodies) -> list[tuple]:
+        """The backlogs a publish sent at ``sent`` adds its messages to, with each one's sequence there."""
+        # the channel existed when the publish was sent: a consumer's SUB was answered before, on a connection open
+        # since (a restart ends them all)
+        channels = [channel for channel in self._channels.get(topic, ())
+                    if any(at < sent for at in self._consumers[topic, channel].values())]
+        return [self._add((topic, channel), INFINITY, body) for body in bodies for channel in channels]
+
+    def _accepted(self, judge, entries: list[tuple], at: float) -> None:
+        """The broker had the messages of ``entries`` (_published) at ``at``."""
+        for backlog, sequence in entries:
+            backlog.accepted(sequence, at)
+        for backlog in dict.fromkeys(backlog for backlog, _ in entries):
+            self._held(judge, backlog, at)
 
     def _add(self, subscription: tuple, at: float, key: tuple) -> tuple:
         self._sequence += 1
@@ -259,7 +319,8 @@ class ReadyConsumerFed(Monitor):
             return
         if judge.is_paused(topic, channel) or subscription in self._sampled or judge.crashed_at is not None:
             return
-        item = _item(connection, why)
+        in_flight = len(connection.in_flight) + self._ahead.get(name, 0)
+        item = _item(connection, why, in_flight)
         if not (judge.all_started and judge.http_seen):
             self.skip(item, UNSEEN)
             return
@@ -269,10 +330,10 @@ class ReadyConsumerFed(Monitor):
         del self._backlogs[subscription]  # one report for what it held
 
 
-def _item(connection, why: str) -> str:
+def _item(connection, why: str, in_flight: int) -> str:
     if why == "REQ":
         return "D-05"
-    if why == "FIN" or connection.in_flight:
+    if why == "FIN" or in_flight:
         return "D-02"
     answer = connection.identify_answer or {}
     if answer.get("output_buffer_timeout") == 0 or (connection.identify or {}).get("output_buffer_timeout") == -1 \
