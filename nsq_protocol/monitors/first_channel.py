@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from heapq import heappop, heappush
+from itertools import repeat
 
 from nsq_protocol.monitors.channels_known import UNKNOWN, KnownChannels
-from nsq_protocol.monitors.events import BROKER, COMMAND, LET_GO, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, LET_GO, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.judge import http_action
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.publishing import DUE_S, EARLY_SLACK_S, IDLE_S, REFRESH_S, SCAN_S, SELECTION
@@ -39,6 +40,7 @@ class FirstChannelGetsHeld(Monitor):
 
     ITEMS = ("D-36", "D-31")
     KINDS = frozenset({COMMAND, RESPONSE, MESSAGE})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
@@ -72,6 +74,11 @@ class FirstChannelGetsHeld(Monitor):
             elif answered.name in PUBLISHES and ok:
                 delay = answered.number or 0 if answered.name == "DPUB" else 0
                 self._published(answered.topic, answered.ts, answered.bodies, delay)
+
+    def observe_run(self, judge, connection, run):
+        if connection.subscription in self._watched:  # only a watched channel's deliveries count
+            for event in run.events():
+                self.observe(judge, connection, event, None)
 
     def closed(self, judge, connection):
         if connection.subscription:
@@ -240,11 +247,12 @@ class LaterChannelGetsLater(Monitor):
 
     ITEMS = ("D-37",)
     KINDS = frozenset({COMMAND, RESPONSE, MESSAGE})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
         self.known = KnownChannels()
-        self._first: dict[tuple, tuple] = {}  # (topic, message ID) -> (when, channel) of its first delivery
+        self._first: dict[str, dict] = {}  # topic -> {message ID: (when, channel) of its first delivery}
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND:
@@ -263,10 +271,10 @@ class LaterChannelGetsLater(Monitor):
         if judge.crashed_at is not None:
             self.known.forget_all()  # P-RST-11: a restored queue hands messages on again
             return
-        key = (subscription[0], event.msg_id)
-        first = self._first.get(key)
+        firsts = self._first.setdefault(subscription[0], {})
+        first = firsts.get(event.msg_id)
         if first is None:
-            self._first[key] = (event.ts, subscription[1])
+            firsts[event.msg_id] = (event.ts, subscription[1])
             return
         made = known.made.get(subscription[1])
         if first[1] == subscription[1] or made is None or first[0] >= made:
@@ -277,6 +285,19 @@ class LaterChannelGetsLater(Monitor):
         self.report("D-37", BROKER, event.ts, connection.name, f"message {event.msg_id}, delivered on {first[1]} "
                     f"before {subscription[1]} was made, never delivered on {subscription[1]}",
                     f"delivered on it {event.ts - made:.3f} s after it was made", event)
+
+    def observe_run(self, judge, connection, run):
+        """A run of IDs none delivered on the topic before only records where each came first."""
+        topic = connection.topic
+        if topic not in self.known.topics:
+            return
+        firsts = self._first.get(topic, {})
+        if judge.crashed_at is not None or not firsts.keys().isdisjoint(run.msg_ids):
+            for event in run.events():
+                self.observe(judge, connection, event, None)
+            return
+        came = zip(run.ts, repeat(connection.channel))
+        self._first.setdefault(topic, firsts).update(zip(run.msg_ids, came, strict=True))
 
     def closed(self, judge, connection):
         if connection.subscription:

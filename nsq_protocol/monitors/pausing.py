@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, FINS, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.judge import http_action
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.published import PublishTimes
@@ -32,6 +32,7 @@ class PausedHoldsBack(Monitor):
 
     ITEMS = ("D-60", "D-61")
     KINDS = frozenset({COMMAND, RESPONSE, MESSAGE})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -48,6 +49,14 @@ class PausedHoldsBack(Monitor):
             self._publishes.answered(event, answered)
         elif event.kind == MESSAGE and self._paused and connection.subscription is not None:
             self._delivered(judge, connection, event)
+
+    def observe_run(self, judge, connection, run):
+        """Only deliveries on a paused channel, or of a paused topic, count; FINs publish nothing."""
+        subscription = connection.subscription
+        if run.key == MESSAGES and subscription is not None \
+                and (subscription in self._paused or subscription[:1] in self._paused):
+            for event in run.events():
+                self.observe(judge, connection, event, None)
 
     def http_exchange(self, judge, exchange):
         path = exchange.request.path

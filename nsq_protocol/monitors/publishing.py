@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
-from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, LET_GO, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, LET_GO, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 
+UNPUBLISHED = "some publishes to this nsqd may not be in the traffic"
 EARLY_SLACK_S = 0.02  # the broker starts a DPUB's delay after it read the command, later than the wire showed it
 PUBLISHED_SLACK_NS = 1_000_000_000  # between the broker's clock (C-09) and the traffic's
 # D-34: a timestamp this long after its DPUB was sent is not the DPUB's time (the clocks' slack, and the broker's own
@@ -23,17 +24,24 @@ class DeferredWaits(Monitor):
 
     ITEMS = ("P-DPUB-04", "D-34")
     KINDS = frozenset({COMMAND, MESSAGE})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
         self._publishes: dict[tuple, list] = {}  # (topic, body hash) -> [(ts, delay ms or 0)]
+        self._deferred: dict[str, set] = {}  # topic -> the bodies a deferred publish carried
         self._known_since = 0.0  # publishes before it were let go of (judge.MESSAGES_KEPT)
+
+    def observe_run(self, judge, connection, run):
+        """Only a message whose body a deferred publish carried is judged."""
+        deferred = self._deferred.get(connection.topic) if run.key == MESSAGES else None
+        if deferred and not deferred.isdisjoint(run.bodies):
+            for event in run.events():
+                self.observe(judge, connection, event, None)
 
     def observe(self, judge, connection, event, answered):
         if event.kind == COMMAND and event.name in ("PUB", "MPUB", "DPUB") and event.topic is not None:
-            delay = (event.number or 0) if event.name == "DPUB" else 0
-            for body in event.bodies:
-                self._publishes.setdefault((event.topic, body), []).append((event.ts, delay))
+            self._published(event.topic, event.ts, event.bodies, (event.number or 0) if event.name == "DPUB" else 0)
         elif event.kind == MESSAGE and event.attempts == 1 and connection.topic is not None and event.bodies:
             publishes = self._publishes.get((connection.topic, event.bodies[0]))
             if not publishes or len(publishes) != 1 or publishes[0][1] == 0:
@@ -55,11 +63,16 @@ class DeferredWaits(Monitor):
 
     def http(self, judge, action):
         if action.path in ("/pub", "/mpub") and action.status == 200:
-            for body in action.bodies or ():
-                self._publishes.setdefault((action.topic, body), []).append((action.ts, action.defer_ms))
+            self._published(action.topic, action.ts, action.bodies or (), action.defer_ms)
+
+    def _published(self, topic: str, ts: float, bodies, delay: int) -> None:
+        for body in bodies:
+            self._publishes.setdefault((topic, body), []).append((ts, delay))
+        if delay:
+            self._deferred.setdefault(topic, set()).update(bodies)
 
     def forget(self, judge, now):
-        self._publishes, self._known_since = {}, now
+        self._publishes, self._deferred, self._known_since = {}, {}, now
 
 
 class DeliveredAsPublished(Monitor):
@@ -70,6 +83,7 @@ class DeliveredAsPublished(Monitor):
 
     ITEMS = ("C-09", "P-MPUB-03")
     KINDS = frozenset({COMMAND, ERROR, MESSAGE})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -92,8 +106,8 @@ class DeliveredAsPublished(Monitor):
             return
         if event.kind != MESSAGE or connection.topic is None or not event.bodies or event.msg_ts_ns is None:
             return
-        if not (judge.timing and judge.all_started and judge.http_seen) or connection.topic in self._unknown:
-            self.skip("C-09", "some publishes to this nsqd may not be in the traffic")
+        if not self._judged(judge, connection.topic):
+            self.skip("C-09", UNPUBLISHED)
             return
         if event.msg_ts_ns < judge.started_at * 1e9 + PUBLISHED_SLACK_NS:
             return  # published before the traffic began
@@ -107,6 +121,24 @@ class DeliveredAsPublished(Monitor):
         elif self._refused.get((connection.topic, event.bodies[0]), 0) >= carried:
             self.report("P-MPUB-03", BROKER, event.ts, connection.name, "nothing of a refused MPUB delivered",
                         "a body only refused MPUBs carried", event)
+
+    def observe_run(self, judge, connection, run):
+        """Where no message of the run is judged, or each has a body published to its topic and never refused by an
+        MPUB (and no publish was let go of), the run breaks nothing."""
+        topic = connection.topic
+        if run.key == FINS or topic is None:
+            return
+        if not self._judged(judge, topic):
+            stamped = len(run.msg_ts_ns) - run.msg_ts_ns.count(None)
+            if stamped:
+                self.not_judged["C-09", UNPUBLISHED] += stamped
+            return
+        if self._refused or self._known_since or not self._bodies.get(topic, {}).keys() >= set(run.bodies):
+            for event in run.events():
+                self.observe(judge, connection, event, None)
+
+    def _judged(self, judge, topic: str) -> bool:
+        return judge.timing and judge.all_started and judge.http_seen and topic not in self._unknown
 
     def http(self, judge, action):
         if action.path in ("/pub", "/mpub") and action.topic is not None and action.status == 200:
@@ -143,12 +175,13 @@ class PublishedIsDelivered(Monitor):
 
     ITEMS = ("D-35", "D-38", "P-MPUB-06", "P-DPUB-03", "H-MPUB-06", "D-30")
     KINDS = frozenset({MESSAGE, RESPONSE})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
         self._published: list = []  # heap of (due, sequence, topic, body, item, channels expected, published at)
         self._sequence = 0
-        self._delivered: dict[tuple, set] = {}  # (topic, channel, body) -> message IDs delivered
+        self._delivered: dict[tuple, dict] = {}  # (topic, channel) -> {body: message IDs delivered}
         self._count: dict[tuple, int] = {}  # (topic, channel, body) -> messages published to it, due so far
         self._last_delivery: dict[str, float] = {}
         self._made: set[tuple] = set()  # (topic, channel) subscribed to in the traffic and not deleted since
@@ -156,8 +189,7 @@ class PublishedIsDelivered(Monitor):
 
     def observe(self, judge, connection, event, answered):
         if event.kind == MESSAGE and connection.subscription and event.bodies and event.msg_id:
-            self._delivered.setdefault((*connection.subscription, event.bodies[0]), set()).add(event.msg_id)
-            self._last_delivery[connection.name] = event.ts
+            self._delivery(connection, event.bodies, (event.msg_id,), event.ts)
         elif answered is not None and event.name == "OK" and judge.timing:
             if answered.name == "SUB" and answered.channel is not None:
                 self._made.add((answered.topic, answered.channel))
@@ -167,6 +199,21 @@ class PublishedIsDelivered(Monitor):
             elif answered.name == "DPUB":  # P-DPUB-03: a delay of 0 or none at all is no deferral
                 self._publish(judge, event.ts, answered.topic, answered.bodies,
                               "D-30" if answered.number else "P-DPUB-03", answered.number or 0)
+
+    def observe_run(self, judge, connection, run):
+        if run.key == MESSAGES and connection.subscription:
+            self._delivery(connection, run.bodies, run.msg_ids, run.ts[-1])
+
+    def _delivery(self, connection, bodies, msg_ids, last: float) -> None:
+        """Messages delivered on ``connection``, the last of them at ``last``."""
+        delivered = self._delivered.setdefault(connection.subscription, {})
+        for body, msg_id in zip(bodies, msg_ids, strict=True):
+            ids = delivered.get(body)
+            if ids is None:
+                delivered[body] = {msg_id}
+            else:
+                ids.add(msg_id)
+        self._last_delivery[connection.name] = last
 
     def http(self, judge, action):
         if action.status != 200:
@@ -215,7 +262,7 @@ class PublishedIsDelivered(Monitor):
             for channel in channels:
                 key = (topic, channel, body)
                 self._count[key] = self._count.get(key, 0) + 1
-                if len(self._delivered.get(key, ())) < self._count[key]:
+                if len(self._delivered.get((topic, channel), {}).get(body, ())) < self._count[key]:
                     self._judge(judge, now, topic, channel, item)
         self.due = self._published[0][0] if self._published else float("inf")
         judge.want_tick(self.due)

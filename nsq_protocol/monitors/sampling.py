@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from nsq_protocol.monitors.events import BROKER, MESSAGE
+from nsq_protocol.monitors.events import BROKER, MESSAGE, MESSAGES
 from nsq_protocol.monitors.monitor import Monitor
 
 UNLIKELY = 1e-6  # the chance, over all the runs of the connection, below which a run is no sampling's doing
@@ -20,6 +20,7 @@ class SampledShare(Monitor):
 
     ITEMS = ("D-45",)
     KINDS = frozenset({MESSAGE})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self):
         super().__init__()
@@ -29,6 +30,11 @@ class SampledShare(Monitor):
         if event.kind == MESSAGE and event.attempts == 1 and event.msg_id and _HEX_ID.match(event.msg_id) \
                 and _kept_share(connection) is not None:
             self._ids.setdefault(connection.name, []).append(int(event.msg_id, 16))
+
+    def observe_run(self, judge, connection, run):
+        if _kept_share(connection) is not None:  # only a sampling client's deliveries count
+            for event in run.events():
+                self.observe(judge, connection, event, None)
 
     def forget(self, judge, now):
         self._ids = {name: ids[-1:] for name, ids in self._ids.items()}  # a run goes on from its last ID

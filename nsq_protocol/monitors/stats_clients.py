@@ -14,9 +14,10 @@ ServerHello chose (the judge's events do not carry the handshake)."""
 from __future__ import annotations
 
 from collections import deque
+from itertools import groupby
 
 from nsq_protocol.http import HttpExchange
-from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, JSON, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, JSON, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.stats_counters import stats_document
 from nsq_protocol.tls_records import TLS10, TLS11, TLS12, TLS13
@@ -60,8 +61,15 @@ class _Tally:
         self._base_until = float("-inf")  # what went out of the buckets was counted before this
 
     def add(self, ts: float, count: int) -> None:
+        self._add(int(ts // BUCKET_S), count)
+
+    def add_each(self, times: list[float]) -> None:
+        """One counted at each of ``times``, in turn."""
+        for index, group in groupby(map(int, map(BUCKET_S.__rfloordiv__, times))):
+            self._add(index, len(list(group)))
+
+    def _add(self, index: int, count: int) -> None:
         self.total += count
-        index = int(ts // BUCKET_S)
         buckets = self._buckets
         if buckets and buckets[-1][0] == index:
             buckets[-1][1] += count
@@ -114,12 +122,27 @@ class ClientsAsConnected(Monitor):
 
     ITEMS = ("ID-01", "ST-01", "T-04", "H-STATS-09", "H-STATS-10", "P-PUB-05")
     KINDS = frozenset({COMMAND, RESPONSE, ERROR, MESSAGE})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self) -> None:
         super().__init__()
         self._seen: dict[str, _Seen] = {}  # connection name -> what its traffic set
         self._pending: list[tuple[HttpExchange, dict]] = []  # /stats answers, judged once the traffic passed them
         self._direct: set[str | None] = set()  # servers a /stats entry's address matched a connection of
+
+    def observe_run(self, judge, connection, run):
+        """Only the deliveries are counted; a FIN sets nothing an entry shows that this monitor judges."""
+        if connection.client is None:
+            return
+        seen = self._seen_on(connection)
+        if run.key == MESSAGES:
+            seen.delivered.add_each(run.ts)
+
+    def _seen_on(self, connection) -> _Seen:
+        seen = self._seen.get(connection.name)
+        if seen is None:
+            seen = self._seen[connection.name] = _Seen()
+        return seen
 
     def tls_record(self, judge, connection, ts, sender, record):
         if sender == BROKER and record.name == "server_hello" and record.versions:
@@ -128,9 +151,7 @@ class ClientsAsConnected(Monitor):
     def observe(self, judge, connection, event, answered):
         if connection.client is None:
             return
-        seen = self._seen.get(connection.name)
-        if seen is None:
-            seen = self._seen[connection.name] = _Seen()
+        seen = self._seen_on(connection)
         kind = event.kind
         if kind == MESSAGE:
             seen.delivered.add(event.ts, 1)

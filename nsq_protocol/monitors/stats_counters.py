@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
+from itertools import compress
+from operator import is_not
 
 from nsq_protocol.http import HttpExchange
-from nsq_protocol.monitors.events import BROKER, MESSAGE, RESPONSE
+from nsq_protocol.monitors.events import BROKER, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.judge import http_action
 from nsq_protocol.monitors.monitor import Monitor
 
@@ -47,6 +50,7 @@ class CountersNeverBehind(Monitor):
 
     ITEMS = ("H-STATS-11", "D-20", "D-22")
     KINDS = frozenset({MESSAGE, RESPONSE})
+    RUNS = frozenset({MESSAGES})
 
     def __init__(self) -> None:
         super().__init__()
@@ -69,17 +73,47 @@ class CountersNeverBehind(Monitor):
         if subscription is None or event.msg_id is None or event.attempts is None or \
                 self._gone(event.ts, (subscription[0],), subscription):
             return
-        floors = self._channels.get(subscription)
-        if floors is None:
-            floors = self._channels[subscription] = _Floors()
-        if event.msg_ts_ns is not None and (floors.oldest_ns is None or event.msg_ts_ns < floors.oldest_ns):
-            floors.oldest_ns = event.msg_ts_ns
+        floors = self._floors(subscription, (event.msg_ts_ns,))
         if event.attempts <= 1:
             floors.entered += 1
             return
         floors.returned += 1
-        before = judge.messages.get(judge.message_key(connection, event.msg_id))  # the ledger's, not yet this one
-        if before is None or before.attempts != event.attempts - 1 or not judge.timing:
+        if judge.timing:
+            self._came_back(judge, connection, floors, event.msg_id, event.attempts)
+
+    def observe_run(self, judge, connection, run):
+        """Counted at once where the channel was deleted before none or after all of the run; only the messages that
+        came back read the ledger."""
+        subscription = connection.subscription
+        if subscription is None or self._gone(max(run.ts), (subscription[0],), subscription):
+            return
+        if None in run.attempts or self._gone(min(run.ts), (subscription[0],), subscription):
+            for event in run.events():
+                self.observe(judge, connection, event, None)
+            return
+        floors = self._floors(subscription, run.msg_ts_ns)
+        back = list(map((1).__lt__, run.attempts))
+        returned = sum(back)
+        floors.entered += len(back) - returned
+        floors.returned += returned
+        if returned and judge.timing:
+            for msg_id, attempts in compress(zip(run.msg_ids, run.attempts, strict=True), back):
+                self._came_back(judge, connection, floors, msg_id, attempts)
+
+    def _floors(self, subscription: tuple, stamps) -> _Floors:
+        """The channel's floors, their oldest publish time past ``stamps`` (None: not shown)."""
+        floors = self._channels.get(subscription)
+        if floors is None:
+            floors = self._channels[subscription] = _Floors()
+        oldest = min(filter(partial(is_not, None), stamps), default=None)
+        if oldest is not None and (floors.oldest_ns is None or oldest < floors.oldest_ns):
+            floors.oldest_ns = oldest
+        return floors
+
+    def _came_back(self, judge, connection, floors: _Floors, msg_id: str, attempts: int) -> None:
+        """A message delivered again (``attempts`` 2 or more): by a REQ or a timeout, as its delivery before ended."""
+        before = judge.messages.get(judge.message_key(connection, msg_id))  # the ledger's, not yet this one
+        if before is None or before.attempts != attempts - 1:
             return
         if before.settled == "REQ" and not before.settle_failed and before.earliest_timeout is not None \
                 and before.settled_at < before.earliest_timeout:

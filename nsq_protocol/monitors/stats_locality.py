@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
 from nsq_protocol.http import HttpExchange
-from nsq_protocol.monitors.events import BROKER, COMMAND, MESSAGE
+from nsq_protocol.monitors.events import BROKER, COMMAND, FINS, MESSAGE, MESSAGES
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.scan import LATE_S, UNSEEN, buffered_s
 from nsq_protocol.monitors.stats_counters import EPHEMERAL, HTTP, stats_channels, stats_document, stats_topics
@@ -60,6 +60,7 @@ class CountedByLocality(Monitor):
 
     ITEMS = ("H-STATS-12",)
     KINDS = frozenset({COMMAND, MESSAGE})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -85,6 +86,12 @@ class CountedByLocality(Monitor):
             channel = self._channel(subscription)
             channel.sampled |= bool((connection.identify or {}).get("sample_rate"))
             channel.buffered_s = max(channel.buffered_s, buffered_s(connection))
+
+    def observe_run(self, judge, connection, run):
+        """Only the deliveries are counted; a FIN changes no count."""
+        subscription = connection.subscription
+        if run.key == MESSAGES and subscription is not None and subscription[1] is not None:
+            self._channel(subscription).delivered += len(run.ts)
 
     def closed(self, judge, connection):
         subscription = connection.subscription
