@@ -1,0 +1,187 @@
+"""Runs (events.Run) judged whole by the monitors of publishing, pausing, emptying, sampling, the /stats counters and
+feeding (ReadyConsumerFed) exactly as one by one, on traffic that makes their rules fire inside runs: DPUBs and
+publishes over HTTP, pauses, empties and /stats answers among the bulk, a channel made after a topic got messages,
+a consumer that samples."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nsq_protocol import monitors, wire
+from nsq_protocol.http import HttpExchange, Request, Response
+from nsq_protocol.monitors.events import COMMAND, FINS, MESSAGE, MESSAGES, Run
+from tests.protocol.test_monitor_runs import ANSWER, NS, T0, verdicts
+
+HTTP = "HTTP"
+ADDRESSES = {"P": "127.0.0.1:40000", "A": "127.0.0.1:40001", "B": "127.0.0.1:40002"}
+MONITORS = ("ReadyConsumerFed", "DeferredWaits", "DeliveredAsPublished", "PublishedIsDelivered",
+            "FirstChannelGetsHeld", "LaterChannelGetsLater", "PausedHoldsBack", "EmptiedStaysEmpty", "SampledShare",
+            "CountersNeverBehind", "CountedByLocality", "ClientsAsConnected")
+ITEMS = frozenset(item for monitor in monitors.MONITORS if monitor.__name__ in MONITORS for item in monitor.ITEMS)
+
+
+def _id(number: int) -> bytes:
+    return f"{number:016x}".encode()
+
+
+def _command(ts: float, name: bytes, *params: bytes, body: bytes | None = None) -> monitors.Observed:
+    return monitors.from_command(ts, wire.Command(name, params, body))
+
+
+def _frame(ts: float, frame_type: int, data: bytes) -> monitors.Observed:
+    return monitors.from_frame(ts, wire.Frame(frame_type, data))
+
+
+def _ok(ts: float) -> monitors.Observed:
+    return _frame(ts, wire.FRAME_RESPONSE, b"OK")
+
+
+def _consumer(conn: str, ts: float, channel: bytes, sample_rate: int) -> list:
+    sampling = {"sample_rate": sample_rate} if sample_rate else {}
+    identify = {"feature_negotiation": True, "msg_timeout": 1000, **sampling}
+    answer = json.dumps(ANSWER | {"sample_rate": sample_rate}).encode()
+    return [(conn, _command(ts, b"IDENTIFY", body=json.dumps(identify).encode())),
+            (conn, _frame(ts + 0.0001, wire.FRAME_RESPONSE, answer)),
+            (conn, _command(ts + 0.0002, b"SUB", b"t", channel)),
+            (conn, _ok(ts + 0.0003)),
+            (conn, _command(ts + 0.0004, b"RDY", b"20"))]
+
+
+def _stats(number: int, delivered: int) -> bytes:
+    """A /stats answer whose counts are about ``delivered``: some below what the traffic proved, some above."""
+    count = max(0, delivered + number % 5 - 2)
+    clients = [{"client_id": "c", "hostname": "h", "version": "V2", "remote_address": ADDRESSES[conn], "state": 3,
+                "message_count": count} for conn in ("A", "B")]
+    channel = {"channel_name": "c", "paused": False, "message_count": count, "requeue_count": 0,
+               "timeout_count": number % 3, "in_flight_count": number % 4, "global_msg_count": count + number % 7,
+               "clients": clients}
+    return json.dumps({"version": "1.3.0", "start_time": int(T0) - 5, "producers": [], "topics": [
+        {"topic_name": "t", "paused": False, "message_count": count, "channels": [channel]}]}).encode()
+
+
+gaps = st.one_of(st.floats(0.0, 0.002), st.floats(0.002, 0.3), st.floats(0.5, 3.0))
+ACTIONS = ("messages", "messages", "messages", "fins", "fins", "req", "rdy", "publish", "dpub", "http_pub", "pause",
+           "unpause", "topic_pause", "empty", "topic_empty", "stats", "sub_b", "sub_b")
+steps = st.lists(st.tuples(gaps, st.sampled_from(("A", "B")), st.sampled_from(ACTIONS), st.integers(1, 12),
+                           st.integers(0, 40)), min_size=1, max_size=40)
+
+
+def traffic(plan, sample_rate: int) -> list[tuple[str, object]]:
+    """``plan``'s events in time order: a publisher P, whose first MPUB and DPUB come before any channel of the
+    topic; consumer A of t/c (sampling at ``sample_rate``), B subscribing to t/d once a step says so; bursts of
+    message frames (IDs from a pool, bodies published or not, stamped during the traffic or before it) and FINs;
+    HTTP publishes, pauses, empties and /stats answers (HTTP: (target, status, answer body))."""
+    ts = T0
+    events = [("P", _command(ts, b"MPUB", b"t", body=wire.mpub_body([b"body 1", b"body 2"]))), ("P", _ok(ts + 0.0001)),
+              ("P", _command(ts + 0.0002, b"DPUB", b"t", b"500", body=b"body 3")), ("P", _ok(ts + 0.0003))]
+    ts += 0.001
+    events += _consumer("A", ts, b"c", sample_rate)
+    ts += 0.001
+    held: dict[str, list] = {"A": [], "B": []}
+    b_subscribed = False
+    for gap, conn, action, count, number in plan:
+        ts += gap
+        if action == "messages" and (conn == "A" or b_subscribed):
+            for offset in range(count):
+                msg_id = _id(number + offset)
+                held[conn].append(msg_id)
+                stamp = int((ts - 0.0005) * NS) if number % 5 else int((T0 - 10) * NS)
+                attempts = 1 if number % 3 else 2 + offset % 2
+                data = wire.encode_message(stamp, attempts, msg_id, b"body %d" % (number + offset))
+                events.append((conn, _frame(ts + offset * 1e-6, wire.FRAME_MESSAGE, data)))
+        elif action == "fins":
+            ids = held[conn][:count] or [_id(number)]
+            del held[conn][:count]
+            events += [(conn, _command(ts + offset * 1e-6, b"FIN", msg_id)) for offset, msg_id in enumerate(ids)]
+        elif action == "req" and held[conn]:
+            events.append((conn, _command(ts, b"REQ", held[conn].pop(0), b"%d" % (number % 2))))
+        elif action == "rdy":
+            events.append((conn, _command(ts, b"RDY", b"%d" % number)))
+        elif action == "publish":
+            bodies = [b"body %d" % (number + offset) for offset in range(count)]
+            answer = _ok(ts + 0.0001) if number % 7 else _frame(ts + 0.0001, wire.FRAME_ERROR, b"E_BAD_BODY no")
+            events += [("P", _command(ts, b"MPUB", b"t", body=wire.mpub_body(bodies))), ("P", answer)]
+        elif action == "dpub":
+            events += [("P", _command(ts, b"DPUB", b"t", b"%d" % (number * 150), body=b"body %d" % number)),
+                       ("P", _ok(ts + 0.0001))]
+        elif action == "http_pub":
+            defer = f"&defer={number * 100}" if number % 2 else ""
+            events.append((HTTP, (ts, f"/pub?topic=t{defer}", 200, b"body %d" % number, b"OK")))
+        elif action in ("pause", "unpause", "empty"):
+            events.append((HTTP, (ts, f"/channel/{action}?topic=t&channel={'c' if conn == 'A' else 'd'}", 200, b"",
+                                  b"")))
+        elif action in ("topic_pause", "topic_empty"):
+            events.append((HTTP, (ts, f"/topic/{action[6:]}?topic=t", 200, b"", b"")))
+        elif action == "stats":
+            delivered = sum(1 for _, event in events if isinstance(event, monitors.Observed) and event.kind == MESSAGE)
+            events.append((HTTP, (ts, "/stats?format=json", 200, b"", _stats(number, delivered))))
+        elif action == "sub_b" and not b_subscribed:
+            b_subscribed = True
+            events += _consumer("B", ts, b"d", 0)
+    return events
+
+
+def judged(events, runs: bool) -> monitors.Judge:
+    """``events`` through a judge (the topic's whole life in them), each connection's consecutive message frames or
+    FINs as runs where ``runs``; HTTP requests as a capture's feeder gives them."""
+    judge = monitors.new_judge(timing=True, http_seen=True, release=(1, 3, 0), runs=runs, fresh=lambda topic: True)
+    for conn, address in ADDRESSES.items():
+        judge.open(conn, T0 - 0.001, True, client=address, server="127.0.0.1:4150")
+    pending: list[tuple[str, monitors.Observed]] = []
+
+    def hand_over():
+        if pending:
+            first = pending[0][1]
+            key = MESSAGES if first.kind == MESSAGE else FINS
+            judge.observe_run(pending[0][0], Run(
+                key, [e.ts for _, e in pending], [e.msg_id for _, e in pending],
+                [e.attempts for _, e in pending] if key == MESSAGES else [],
+                [e.bodies[0] for _, e in pending] if key == MESSAGES else [],
+                [e.msg_ts_ns for _, e in pending] if key == MESSAGES else [], first.params, first.crlf))
+            pending.clear()
+
+    for conn, event in events:
+        if conn == HTTP:
+            hand_over()
+            ts, target, status, body, answer = event
+            request = Request("GET" if target.startswith("/stats") else "POST", target, body)
+            judge.http_exchange(HttpExchange(ts, request, Response(status, answer), ts + 0.002))
+            action = monitors.http_action(ts, request, status)
+            if action is not None:
+                judge.http(action)
+            continue
+        bulk = event.kind == MESSAGE or event.kind == COMMAND and event.name == FINS
+        if pending and (not bulk or conn != pending[0][0] or event.kind != pending[0][1].kind
+                        or event.msg_id in {e.msg_id for _, e in pending}):
+            hand_over()
+        if bulk and event.msg_id is not None:
+            pending.append((conn, event))
+        else:
+            judge.observe(conn, event)
+    hand_over()
+    judge.finish(max(event.ts if isinstance(event, monitors.Observed) else event[0] for _, event in events) + 5.0)
+    return judge
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps, st.sampled_from((0, 10)))
+def test_runs_are_judged_as_their_events_one_by_one(plan, sample_rate):
+    events = traffic(plan, sample_rate)
+    assert verdicts(judged(events, runs=True)) == verdicts(judged(events, runs=False))
+
+
+def test_the_rules_fire_inside_runs():
+    """Each rule these monitors judge on a run's events breaks, or says "not judged", somewhere in such traffic: the
+    equality above is not that of traffic they all ignore."""
+    plan = [(0.01, "A", "messages", 12, 0), (0.6, "A", "fins", 4, 0), (0.01, "A", "empty", 1, 0),
+            (0.2, "A", "fins", 4, 0), (0.7, "A", "fins", 4, 0), (0.01, "A", "dpub", 1, 25),
+            (0.01, "A", "messages", 6, 25), (0.01, "A", "messages", 12, 1), (0.01, "A", "pause", 1, 0),
+            (1.5, "A", "messages", 3, 41), (0.01, "A", "stats", 1, 0), (0.01, "B", "sub_b", 1, 0),
+            (0.01, "B", "messages", 8, 0), (0.01, "A", "stats", 1, 1)]
+    judge = judged(traffic(plan, sample_rate=10), runs=True)
+    fired = {violation.item for violation in judge.violations} | {item for item, _ in judge.not_judged}
+    assert fired & ITEMS >= {"P-DPUB-04", "C-09", "D-60", "D-63", "D-45", "D-37", "H-STATS-11", "H-STATS-09",
+                             "H-STATS-12"}
