@@ -71,15 +71,13 @@ class EmptiedStaysEmpty(Monitor):
                 self._delivered(judge, connection, event)
 
     def observe_run(self, judge, connection, run):
-        """Only a FIN of a message emptied, and a delivery on a channel or topic emptied, is judged; a FIN's wait for
-        its E_FIN_FAILED may fall due within the run: its tick comes between the FINs, as the judge would give it."""
+        """Only a FIN of a message emptied, and a delivery on a channel or topic emptied, is judged. A FIN's wait for
+        its E_FIN_FAILED may fall due within the run: the judge ticks it there, with the later FINs' waits queued
+        behind it already, which the tick does not read."""
         subscription, emptied = connection.subscription, self._emptied_ids.get(connection.name)
         if run.key == FINS:
             if emptied and not emptied.keys().isdisjoint(run.msg_ids):
                 for event in run.events():
-                    if event.ts >= self.due:
-                        self.due = float("inf")
-                        self.tick(judge, event.ts)
                     self._settle(judge, connection, event)
             return
         if subscription is None:
