@@ -12,7 +12,7 @@ from heapq import heappop, heappush
 from itertools import repeat
 
 from nsq_protocol.monitors.channels_known import UNKNOWN, KnownChannels
-from nsq_protocol.monitors.events import BROKER, COMMAND, LET_GO, MESSAGE, MESSAGES, RESPONSE
+from nsq_protocol.monitors.events import BROKER, COMMAND, FINS, LET_GO, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.judge import http_action
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.publishing import DUE_S, EARLY_SLACK_S, IDLE_S, REFRESH_S, SCAN_S, SELECTION
@@ -40,7 +40,7 @@ class FirstChannelGetsHeld(Monitor):
 
     ITEMS = ("D-36", "D-31")
     KINDS = frozenset({COMMAND, RESPONSE, MESSAGE})
-    RUNS = frozenset({MESSAGES})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -76,7 +76,9 @@ class FirstChannelGetsHeld(Monitor):
                 self._published(answered.topic, answered.ts, answered.bodies, delay)
 
     def observe_run(self, judge, connection, run):
-        if connection.subscription in self._watched:  # only a watched channel's deliveries count
+        if run.key == FINS:
+            self.known.command(judge, next(run.events()))  # a FIN makes no channel: its topic's first mention at most
+        elif connection.subscription in self._watched:  # only a watched channel's deliveries count
             for event in run.events():
                 self.observe(judge, connection, event, None)
 
@@ -247,7 +249,7 @@ class LaterChannelGetsLater(Monitor):
 
     ITEMS = ("D-37",)
     KINDS = frozenset({COMMAND, RESPONSE, MESSAGE})
-    RUNS = frozenset({MESSAGES})
+    RUNS = frozenset({MESSAGES, FINS})
 
     def __init__(self):
         super().__init__()
@@ -288,6 +290,9 @@ class LaterChannelGetsLater(Monitor):
 
     def observe_run(self, judge, connection, run):
         """A run of IDs none delivered on the topic before only records where each came first."""
+        if run.key == FINS:
+            self.known.command(judge, next(run.events()))  # a FIN makes no channel: its topic's first mention at most
+            return
         topic = connection.topic
         if topic not in self.known.topics:
             return
