@@ -98,7 +98,9 @@ def traffic(plan, sample_rate: int) -> list[tuple[str, object]]:
         elif action == "fins":
             ids = held[conn][:count] or [_id(number)]
             del held[conn][:count]
-            events += [(conn, _command(ts + offset * 1e-6, b"FIN", msg_id)) for offset, msg_id in enumerate(ids)]
+            # a capture's decoder names a FIN's topic: its subscription's
+            events += [(conn, _command(ts + offset * 1e-6, b"FIN", msg_id)._replace(topic="t"))
+                       for offset, msg_id in enumerate(ids)]
         elif action == "req" and held[conn]:
             events.append((conn, _command(ts, b"REQ", held[conn].pop(0), b"%d" % (number % 2))))
         elif action == "rdy":
@@ -146,7 +148,8 @@ def judged(events, runs: bool, whole: bool = True) -> monitors.Judge:
                 key, [e.ts for _, e in pending], [e.msg_id for _, e in pending],
                 [e.attempts for _, e in pending] if key == MESSAGES else [],
                 [e.bodies[0] for _, e in pending] if key == MESSAGES else [],
-                [e.msg_ts_ns for _, e in pending] if key == MESSAGES else [], first.params, first.crlf))
+                [e.msg_ts_ns for _, e in pending] if key == MESSAGES else [], first.params, first.crlf,
+                first.topic))
             pending.clear()
 
     for conn, event in events:
