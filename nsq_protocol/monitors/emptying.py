@@ -72,8 +72,8 @@ class EmptiedStaysEmpty(Monitor):
 
     def observe_run(self, judge, connection, run):
         """Only a FIN of a message emptied, and a delivery on a channel or topic emptied, is judged. A FIN's wait for
-        its E_FIN_FAILED may fall due within the run, and be ticked only once the run is all taken: judged alike, as
-        the tick reads nothing the later FINs change, and their waits fall due after it."""
+        its E_FIN_FAILED may fall due within the run, ticked there once the run is all taken: judged alike, as the
+        tick reads nothing the later FINs change, and their waits fall due after it."""
         subscription, emptied = connection.subscription, self._emptied_ids.get(connection.name)
         if run.key == FINS:
             if emptied and not emptied.keys().isdisjoint(run.msg_ids):

@@ -131,7 +131,7 @@ class DeliveredAsPublished(Monitor):
         if not self._judged(judge, topic):
             stamped = len(run.msg_ts_ns) - run.msg_ts_ns.count(None)
             if stamped:
-                self.not_judged["C-09", UNPUBLISHED] += stamped
+                self.skip("C-09", UNPUBLISHED, stamped)
             return
         if self._refused or self._known_since or not self._bodies.get(topic, {}).keys() >= set(run.bodies):
             for event in run.events():
