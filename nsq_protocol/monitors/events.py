@@ -97,6 +97,17 @@ class Run(NamedTuple):
     crlf: bool | None = None  # FINs: each line ended in CRLF (C-14), the same for all
     topic: str | None = None  # FINs: the topic a capture's decoder names for each (its subscription's), the same
 
+    @classmethod
+    def of(cls, events: list[Observed]) -> Run:
+        """The run of ``events``: one connection's consecutive message frames, or FINs of one line shape and topic,
+        no ID twice."""
+        first = events[0]
+        ts, ids = [event.ts for event in events], [event.msg_id for event in events]
+        if first.kind == MESSAGE:
+            return cls(MESSAGES, ts, ids, [event.attempts for event in events], [event.bodies[0] for event in events],
+                       [event.msg_ts_ns for event in events])
+        return cls(FINS, ts, ids, [], [], [], first.params, first.crlf, first.topic)
+
     def events(self):
         if self.key == FINS:
             return (Observed(ts, COMMAND, FINS, msg_id=msg_id, topic=self.topic, params=self.params, crlf=self.crlf)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nsq_protocol import monitors, wire
-from nsq_protocol.monitors.events import COMMAND, FINS, MESSAGE, MESSAGES, Run
+from nsq_protocol.monitors.events import COMMAND, FINS, MESSAGE, Run
 
 T0 = 1_800_000_000.0
 NS = 1_000_000_000
@@ -92,6 +92,36 @@ def traffic(plan) -> list[tuple[str, monitors.Observed]]:
     return events
 
 
+class Feeder:
+    """Feeds a judge as a capture's analysis does: each connection's consecutive message frames, or FINs of one line
+    shape and topic, no ID twice, as one run (events.Run); every other event as it comes."""
+
+    def __init__(self, judge: monitors.Judge):
+        self.judge, self.conn, self.pending, self.ids = judge, "", [], set()
+
+    def observe(self, conn: str, event: monitors.Observed) -> None:
+        bulk = event.msg_id is not None and (event.kind == MESSAGE or event.kind == COMMAND and event.name == FINS)
+        if self.pending and not (bulk and conn == self.conn and event.msg_id not in self.ids and _shape(event) ==
+                                 _shape(self.pending[0])):
+            self.hand_over()
+        if bulk:
+            self.conn = conn
+            self.pending.append(event)
+            self.ids.add(event.msg_id)
+        else:
+            self.judge.observe(conn, event)
+
+    def hand_over(self) -> None:
+        """What the feeder holds goes to the judge: before anything else it is told (an HTTP request, a close)."""
+        if self.pending:
+            self.judge.observe_run(self.conn, Run.of(self.pending))
+            self.pending, self.ids = [], set()
+
+
+def _shape(event: monitors.Observed) -> tuple:
+    return event.kind, event.params, event.crlf, event.topic
+
+
 def judged(events, runs: bool, chosen: tuple[type[monitors.Monitor], ...] | None = None) -> monitors.Judge:
     """``events`` through a judge (of every monitor, or those ``chosen``): with ``runs``, each connection's
     consecutive message frames or FINs as runs, as a capture's analysis hands them over."""
@@ -99,30 +129,10 @@ def judged(events, runs: bool, chosen: tuple[type[monitors.Monitor], ...] | None
         monitors.Judge([monitor() for monitor in chosen], timing=True, http_seen=True, release=(1, 3, 0), runs=runs)
     for conn in ("P", *CONSUMERS):
         judge.open(conn, T0 - 0.001, True)
-    pending: list[tuple[str, monitors.Observed]] = []
-
-    def hand_over():
-        if pending:
-            first = pending[0][1]
-            key = MESSAGES if first.kind == MESSAGE else FINS
-            judge.observe_run(pending[0][0], Run(
-                key, [e.ts for _, e in pending], [e.msg_id for _, e in pending],
-                [e.attempts for _, e in pending] if key == MESSAGES else [],
-                [e.bodies[0] for _, e in pending] if key == MESSAGES else [],
-                [e.msg_ts_ns for _, e in pending] if key == MESSAGES else [], first.params, first.crlf,
-                first.topic))
-            pending.clear()
-
+    feeder = Feeder(judge)
     for conn, event in events:
-        bulk = event.kind == MESSAGE or event.kind == COMMAND and event.name == FINS
-        if pending and (not bulk or conn != pending[0][0] or event.kind != pending[0][1].kind
-                        or event.msg_id in {e.msg_id for _, e in pending}):
-            hand_over()
-        if bulk and event.msg_id is not None:
-            pending.append((conn, event))
-        else:
-            judge.observe(conn, event)
-    hand_over()
+        feeder.observe(conn, event)
+    feeder.hand_over()
     judge.finish(events[-1][1].ts + 5.0)
     return judge
 

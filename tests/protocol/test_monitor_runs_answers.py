@@ -24,13 +24,12 @@ from nsq_protocol.monitors.events import (
     HEARTBEAT,
     JSON,
     MESSAGE,
-    MESSAGES,
     RESPONSE,
     Observed,
-    Run,
     failed_id,
 )
 from nsq_protocol.monitors.expected import SUBSCRIBED, Session
+from tests.protocol.test_monitor_runs import Feeder
 
 T0 = 1_800_000_000.0
 NS = 1_000_000_000
@@ -111,30 +110,10 @@ def judged(started: bool, events: list[Observed], ending: str | None, runs: bool
     judge = monitors.Judge([AnswersAsNsqd()], timing=True, http_seen=True, wording=wording, release=(1, 3, 0),
                            runs=runs)
     judge.open("A", T0 - 0.001, started)
-    pending: list[Observed] = []
-
-    def hand_over():
-        if pending:
-            first = pending[0]
-            key = MESSAGES if first.kind == MESSAGE else FINS
-            judge.observe_run("A", Run(
-                key, [e.ts for e in pending], [e.msg_id for e in pending],
-                [e.attempts for e in pending] if key == MESSAGES else [],
-                [e.bodies[0] for e in pending] if key == MESSAGES else [],
-                [e.msg_ts_ns for e in pending] if key == MESSAGES else [], first.params, first.crlf, first.topic))
-            pending.clear()
-
+    feeder = Feeder(judge)
     for event in events:
-        bulk = event.kind == MESSAGE or event.kind == COMMAND and event.name == FINS
-        if pending and (not bulk or event.kind != pending[0].kind or event.msg_id in {e.msg_id for e in pending}
-                        or (event.params, event.crlf, event.topic) != (pending[0].params, pending[0].crlf,
-                                                                        pending[0].topic)):
-            hand_over()
-        if bulk:
-            pending.append(event)
-        else:
-            judge.observe("A", event)
-    hand_over()
+        feeder.observe("A", event)
+    feeder.hand_over()
     end = events[-1].ts + 0.5 if events else T0
     if ending is not None:
         judge.close("A", end, ending)

@@ -19,16 +19,11 @@ from nsq_protocol.monitors.buffering import FlushedAtOnce
 from nsq_protocol.monitors.events import (
     BROKER,
     CLIENT,
-    COMMAND,
-    FINS,
     MAGIC,
-    MESSAGE,
-    MESSAGES,
     STREAM,
     UNREADABLE,
-    Run,
 )
-from tests.protocol.test_monitor_runs import ANSWER, NS, T0, _command, _frame, _id, verdicts
+from tests.protocol.test_monitor_runs import ANSWER, NS, T0, Feeder, _command, _frame, _id, verdicts
 
 # A, B, C consume topic t (A and B on channels of their own, C on A's or B's); M is seen from its middle; U sends
 # nothing before its unreadable bytes; T only identifies before its FINs; P publishes
@@ -171,38 +166,18 @@ def judged(seen: Traffic, runs: bool, chosen: tuple) -> monitors.Judge:
                            runs=runs)
     for conn in seen.opened:
         judge.open(conn, T0 - 0.001, conn != "M")
-    pending: list[tuple[str, monitors.Observed]] = []
-
-    def hand_over():
-        if pending:
-            first = pending[0][1]
-            key = MESSAGES if first.kind == MESSAGE else FINS
-            judge.observe_run(pending[0][0], Run(
-                key, [e.ts for _, e in pending], [e.msg_id for _, e in pending],
-                [e.attempts for _, e in pending] if key == MESSAGES else [],
-                [e.bodies[0] for _, e in pending] if key == MESSAGES else [],
-                [e.msg_ts_ns for _, e in pending] if key == MESSAGES else [], first.params, first.crlf))
-            pending.clear()
-
+    feeder = Feeder(judge)
     for item in seen.items:
         if item[0] != "event":
-            hand_over()
+            feeder.hand_over()
             if item[0] == "close":
                 judge.close(item[1], item[2], item[3])
             else:
                 judge.http_exchange(item[1])
                 judge.http(monitors.http_action(item[1].ts, item[1].request, item[1].response.status))
             continue
-        _, conn, event = item
-        bulk = event.kind == MESSAGE or event.kind == COMMAND and event.name == FINS
-        if pending and (not bulk or conn != pending[0][0] or event.kind != pending[0][1].kind
-                        or event.msg_id in {e.msg_id for _, e in pending}):
-            hand_over()
-        if bulk:
-            pending.append((conn, event))
-        else:
-            judge.observe(conn, event)
-    hand_over()
+        feeder.observe(item[1], item[2])
+    feeder.hand_over()
     judge.finish(seen.ts + 100.0)
     return judge
 

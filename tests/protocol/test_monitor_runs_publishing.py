@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from nsq_protocol import monitors, wire
 from nsq_protocol.http import HttpExchange, Request, Response
-from nsq_protocol.monitors.events import COMMAND, FINS, MESSAGE, MESSAGES, Run
-from tests.protocol.test_monitor_runs import ANSWER, NS, T0, verdicts
+from nsq_protocol.monitors.events import MESSAGE
+from tests.protocol.test_monitor_runs import ANSWER, NS, T0, Feeder, _command, _frame, _id, verdicts
 
 HTTP = "HTTP"
 ADDRESSES = {"P": "127.0.0.1:40000", "A": "127.0.0.1:40001", "B": "127.0.0.1:40002"}
@@ -22,18 +22,6 @@ MONITORS = ("ReadyConsumerFed", "DeferredWaits", "DeliveredAsPublished", "Publis
             "FirstChannelGetsHeld", "LaterChannelGetsLater", "PausedHoldsBack", "EmptiedStaysEmpty", "SampledShare",
             "CountersNeverBehind", "CountedByLocality", "ClientsAsConnected")
 ITEMS = frozenset(item for monitor in monitors.MONITORS if monitor.__name__ in MONITORS for item in monitor.ITEMS)
-
-
-def _id(number: int) -> bytes:
-    return f"{number:016x}".encode()
-
-
-def _command(ts: float, name: bytes, *params: bytes, body: bytes | None = None) -> monitors.Observed:
-    return monitors.from_command(ts, wire.Command(name, params, body))
-
-
-def _frame(ts: float, frame_type: int, data: bytes) -> monitors.Observed:
-    return monitors.from_frame(ts, wire.Frame(frame_type, data))
 
 
 def _ok(ts: float) -> monitors.Observed:
@@ -138,23 +126,10 @@ def judged(events, runs: bool, whole: bool = True) -> monitors.Judge:
     judge = monitors.new_judge(timing=True, http_seen=True, release=(1, 3, 0), runs=runs, fresh=lambda topic: True)
     for conn, address in ADDRESSES.items():
         judge.open(conn, T0 - 0.001, whole or conn != "P", client=address, server="127.0.0.1:4150")
-    pending: list[tuple[str, monitors.Observed]] = []
-
-    def hand_over():
-        if pending:
-            first = pending[0][1]
-            key = MESSAGES if first.kind == MESSAGE else FINS
-            judge.observe_run(pending[0][0], Run(
-                key, [e.ts for _, e in pending], [e.msg_id for _, e in pending],
-                [e.attempts for _, e in pending] if key == MESSAGES else [],
-                [e.bodies[0] for _, e in pending] if key == MESSAGES else [],
-                [e.msg_ts_ns for _, e in pending] if key == MESSAGES else [], first.params, first.crlf,
-                first.topic))
-            pending.clear()
-
+    feeder = Feeder(judge)
     for conn, event in events:
         if conn == HTTP:
-            hand_over()
+            feeder.hand_over()
             ts, target, status, body, answer = event
             request = Request("GET" if target.startswith("/stats") else "POST", target, body)
             judge.http_exchange(HttpExchange(ts, request, Response(status, answer), ts + 0.002))
@@ -162,15 +137,8 @@ def judged(events, runs: bool, whole: bool = True) -> monitors.Judge:
             if action is not None:
                 judge.http(action)
             continue
-        bulk = event.kind == MESSAGE or event.kind == COMMAND and event.name == FINS
-        if pending and (not bulk or conn != pending[0][0] or event.kind != pending[0][1].kind
-                        or event.msg_id in {e.msg_id for _, e in pending}):
-            hand_over()
-        if bulk and event.msg_id is not None:
-            pending.append((conn, event))
-        else:
-            judge.observe(conn, event)
-    hand_over()
+        feeder.observe(conn, event)
+    feeder.hand_over()
     judge.finish(max(event.ts if isinstance(event, monitors.Observed) else event[0] for _, event in events) + 5.0)
     return judge
 
