@@ -95,7 +95,7 @@ class Run(NamedTuple):
     msg_ts_ns: list[int | None]  # message frames (C-09); FINs: empty
     params: int | None = None  # FINs: the parameters on each line (C-17), the same for all
     crlf: bool | None = None  # FINs: each line ended in CRLF (C-14), the same for all
-    topic: str | None = None  # FINs: the topic a capture's decoder names for each (its subscription's), the same
+    topic: str | None = None  # FINs: the topic the capture's decoder names for each (its subscription's), for all
 
     @classmethod
     def of(cls, events: list[Observed]) -> Run:
