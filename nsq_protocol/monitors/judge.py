@@ -365,7 +365,7 @@ class Judge(Judging):
             self._due = min(self._due, monitor.due)
 
     def _ledger_run(self, connection: Connection, run: Run) -> None:
-        """``_ledger`` of each of ``run``'s events, in turn."""
+        """``_ledger`` of each of ``run``'s events, in turn: a delivery is in flight to its connection alone."""
         in_flight, messages = connection.in_flight, self.messages
         if run.key == FINS:
             for ts, msg_id in zip(run.ts, run.msg_ids, strict=True):
@@ -384,7 +384,9 @@ class Judge(Judging):
             before = messages.get(key)
             if before is not None and before.settled is None:
                 delivery.timed_out_on = before.connection
-                if before.connection != name:  # D-12: as _ledger
+                if before.connection != name:
+                    # D-12: a channel's message is in flight to one consumer at a time; delivered again, the one
+                    # before had timed out (a capture does not show it)
                     earlier = self.connections[before.connection].in_flight
                     if earlier.get(msg_id) is before:
                         del earlier[msg_id]
@@ -393,25 +395,7 @@ class Judge(Judging):
     def _ledger(self, connection: Connection, event: Observed) -> None:
         kind = event.kind
         if kind == MESSAGE and event.msg_id is not None:
-            timeout = connection.msg_timeout_ms
-            margin = buffered_margin(connection)
-            delivery = Delivery(
-                connection.name, event.ts, event.attempts,
-                event.ts + timeout / 1000 - margin if timeout else event.ts + MIN_MSG_TIMEOUT_MS / 1000 - margin,
-                event.ts + timeout / 1000 if timeout else None)
-            connection.in_flight.pop(event.msg_id, None)
-            connection.in_flight[event.msg_id] = delivery
-            key = self.message_key(connection, event.msg_id)
-            before = self.messages.get(key)
-            if before is not None and before.settled is None:
-                delivery.timed_out_on = before.connection
-            if before is not None and before.connection != connection.name and before.settled is None:
-                # D-12: a channel's message is in flight to one consumer at a time; delivered again, the one before
-                # had timed out (a capture does not show it)
-                earlier = self.connections[before.connection].in_flight
-                if earlier.get(event.msg_id) is before:
-                    del earlier[event.msg_id]
-            self.messages[key] = delivery
+            self._ledger_run(connection, Run(MESSAGES, [event.ts], [event.msg_id], [event.attempts], [], []))
             if len(self.messages) > self._keep:
                 self._let_go(event.ts)
         elif kind == COMMAND and event.name in ("FIN", "REQ", "TOUCH") and event.msg_id is not None:

@@ -339,17 +339,14 @@ class ServerJudging:
         """The nsqd's next rows, in order: the bulk (a connection's message frames or FINs, a publish's bodies) taken
         column by column, every other row one by one."""
         for start, end, key in _stretches(rows):
-            if key is None:
-                for row in rows.slice(start, end - start).to_pylist():
-                    self._take(row)
+            if key in (MESSAGES, FINS):
+                self._take_bulk(key, _Bulk(rows.slice(start, end - start), key))
             elif key == Kind.PUBLISH and self._pending is not None \
                     and self._pending[0] == rows["conn_id"][start].as_py():
                 self._pending[2].extend(rows["body_hash"].slice(start, end - start).to_pylist())
-            elif key == Kind.PUBLISH:  # bodies of no publish command the judge holds: as _take has them
+            else:  # any other row, and bodies of no publish command the judge holds, as _take has them
                 for row in rows.slice(start, end - start).to_pylist():
                     self._take(row)
-            else:
-                self._take_bulk(key, _Bulk(rows.slice(start, end - start), key))
 
     def _take_bulk(self, key: str, bulk: _Bulk) -> None:
         """A stretch of one connection's message frames or FINs, as ``_take`` would take them row by row: each
