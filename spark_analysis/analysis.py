@@ -327,7 +327,7 @@ def run_analysis(
     step("deriving tables")
     # before the lifecycles' job: its tasks take how connections ended, and the IDs E_FIN_FAILED named, from them
     tallied = Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage)
-    step("judging (the catalogue's monitors, one task per nsqd)")
+    step("judging (the catalogue's monitors: a task per nsqd, or per share of its monitors where cores are idle)")
     connections = tallied.connections()
     judged = judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
                            bool(http_ports), storage, lookupd_servers(connections, nsq_ports),

@@ -1,11 +1,14 @@
 """The judging job: every nsqd's traffic through the catalogue's monitors, inside Spark tasks.
 
 The decoding tasks left each V2 connection's observed rows in the exchange (judge/monitoring.py ``observed_rows``),
-and each nsqlookupd connection's bytes (judge/lookupd.py ``V1Rows``). Spark shuffles them by server and sorts them by
-time (spilling to disk, so a long capture's rows need not fit in memory); one task per server streams them through
-its judging (``ServerJudging`` for an nsqd, ``LookupdJudging`` for an nsqlookupd), writes the violations it finds
-into the ``violations`` table (item, side, connection, time, expected vs observed, the frames that show it) and hands
-the driver their counts, and what the rules could not judge and why.
+and each nsqlookupd connection's bytes (judge/lookupd.py ``V1Rows``), each server's into its own directory. A task
+per server sorts them by time with Arrow (spilling to local disk, so a long capture's rows need not fit in memory:
+judge/ordering.py) and streams them through its judging (``ServerJudging`` for an nsqd, ``LookupdJudging`` for an
+nsqlookupd), writes the violations it finds into the ``violations`` table (item, side, connection, time, expected vs
+observed, the frames that show it) and hands the driver their counts, and what the rules could not judge and why.
+Where there are fewer nsqds than cores, each nsqd's monitors are spread over several tasks (``monitor_shares``),
+each judging the same rows with its share of them: one nsqd's rows are one ordered stream, and its judge's work,
+mostly the monitors', would otherwise keep one core busy while the others idle.
 """
 
 from __future__ import annotations
@@ -13,22 +16,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_analysis.derive import lifecycle
 from spark_analysis.derive.connection_tables import TableWriter, prepare_directories
-from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_HTTP, LOOKUPD_SCHEMA, LookupdJudging, lookupd_exchanges
+from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_HTTP, LookupdJudging, lookupd_exchanges
 from spark_analysis.judge.monitoring import (
     HTTP,
     NAMES,
     NAMES_SCHEMA,
     NS,
     OBSERVED,
-    OBSERVED_SCHEMA,
     VIOLATIONS,
     VIOLATIONS_SCHEMA,
     Opening,
@@ -36,10 +36,11 @@ from spark_analysis.judge.monitoring import (
     http_actions,
     http_actions_of,
 )
+from spark_analysis.judge.ordering import in_judging_order
 from spark_analysis.memory import without_cycle_collection
-from spark_analysis.read.parquet_source import read_table
-from spark_analysis.read.storage import LOCAL, Storage, join
+from spark_analysis.read.storage import LOCAL, Storage
 
+MAX_SHARES = 4
 # what a judging task tells the driver: per nsqd, violations counted by item and side, rules not judged by item and why
 COUNTS_SCHEMA = pa.schema([("server", pa.string()), ("what", pa.string()), ("item", pa.string()),
                            ("detail", pa.string()), ("count", pa.int64())])
@@ -78,37 +79,48 @@ def judge_traffic(spark: SparkSession, exchange_dir: str, tables_dir: str, by_se
     prepare_directories(exchange_dir, {NAMES: NAMES_SCHEMA}, storage)
     judged = Judged()
     if by_server:
-        def nsqd_judgings() -> Callable[[str], ServerJudging]:
+        shares = monitor_shares(spark.sparkContext.defaultParallelism, len(by_server))
+
+        def nsqd_judgings() -> Callable[[str, int], ServerJudging]:
             http = http_actions(lifecycle.exchanged(exchange_dir, HTTP, storage=storage)) if http_read else None
             hosts = [name.split(" ")[0] for name in by_server]
-            return lambda name: ServerJudging(by_server.get(name, ()), http_actions_of(name, hosts, http))
+            return lambda name, share: ServerJudging(by_server.get(name, ()), http_actions_of(name, hosts, http),
+                                                     share=(share, shares))
 
         # before the lookupds' job: its judges take the changes this one writes
-        judged.add(_judged(spark, exchange_dir, tables_dir, OBSERVED, OBSERVED_SCHEMA, len(by_server), nsqd_judgings,
+        judged.add(_judged(spark, exchange_dir, tables_dir, OBSERVED, sorted(by_server), shares, nsqd_judgings,
                            storage))
     if lookupds:
-        def lookupd_judgings() -> Callable[[str], LookupdJudging]:
+        def lookupd_judgings() -> Callable[[str, int], LookupdJudging]:
             http = lookupd_exchanges(lifecycle.exchanged(exchange_dir, LOOKUPD_HTTP, storage=storage)) \
                 if lookupd_http_read else None
             hosts = [name.split(" ")[0] for name in lookupds]
             changes = lifecycle.exchanged(exchange_dir, NAMES, storage=storage).to_pylist() if nsqd_clients else []
 
-            def judging(name: str) -> LookupdJudging:
+            def judging(name: str, _share: int) -> LookupdJudging:  # nsqlookupd's few monitors: one share
                 made = LookupdJudging(http_actions_of(name, hosts, http), nsqd_clients=nsqd_clients)
                 made.add_changes(changes)
                 return made
 
             return judging
 
-        judged.add(_judged(spark, exchange_dir, tables_dir, LOOKUPD, LOOKUPD_SCHEMA, len(lookupds), lookupd_judgings,
-                           storage))
+        judged.add(_judged(spark, exchange_dir, tables_dir, LOOKUPD, sorted(lookupds), 1, lookupd_judgings, storage))
     return judged
 
 
-def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str, schema: pa.Schema, servers: int,
-            judgings: Callable[[], Callable[[str], ServerJudging | LookupdJudging]], storage: Storage) -> list[dict]:
-    """One job: ``table``'s rows of the exchange shuffled by server, each server's through the judging that
-    ``judgings()`` (called in the task: it may read what the task needs) makes for it."""
+def monitor_shares(cores: int, servers: int) -> int:
+    """In how many shares each nsqd's monitors are judged, each share a task: as many as leave no core idle, up to
+    ``MAX_SHARES`` (each share repeats the judge's own work: the connections, the messages in flight)."""
+    return max(1, min(MAX_SHARES, cores // servers))
+
+
+def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str, servers: list[str], shares: int,
+            judgings: Callable[[], Callable[[str, int], ServerJudging | LookupdJudging]], storage: Storage
+            ) -> list[dict]:
+    """One job, a task per server of ``servers`` and share of its monitors (``shares`` of them): the server's rows of
+    ``table``, which the decoding tasks wrote into its own directory of the exchange, in the judge's order
+    (judge/ordering.py), through the judging that ``judgings()`` (called in the task: it may read what the task
+    needs) makes for it and the share. A server without rows is not judged."""
 
     def judge_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -116,36 +128,25 @@ def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str,
         part = f"{table}-{TaskContext.get().partitionId():05d}"
         new_judging = judgings()
         counts: list[dict] = []
-        judging = None
-        server = None
         # a judge holds up to MESSAGES_KEPT messages, none in a reference cycle: the cycle collector's passes over
         # them would grow with the capture (spark_analysis/memory.py)
         with TableWriter(tables_dir, part, {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer, \
                 TableWriter(exchange_dir, part, {NAMES: NAMES_SCHEMA}, storage) as told, \
                 without_cycle_collection():
             for batch in batches:
-                if not batch.num_rows:
-                    continue
-                names = batch.column("server")
-                # rows are sorted by server first: each server's stretch of the batch goes to its judging
-                starts = [0, *(np.flatnonzero(pc.not_equal(names[1:], names[:-1]).to_numpy(zero_copy_only=False))
-                               + 1).tolist(), batch.num_rows]
-                for start, end in zip(starts, starts[1:], strict=False):
-                    name = names[start].as_py()
-                    if name != server:
-                        if judging is not None:
-                            counts += _finished(server, judging, writer, told)
-                        server, judging = name, new_judging(name)
-                    judging.feed(batch.slice(start, end - start))
-            if judging is not None:
-                counts += _finished(server, judging, writer, told)
+                for index in batch.column("id").to_pylist():
+                    server, share, judging = servers[index // shares], index % shares, None
+                    for rows in in_judging_order(lifecycle.server_rows(exchange_dir, table, server, storage)):
+                        if judging is None:
+                            judging = new_judging(server, share)
+                        judging.feed(rows)
+                    if judging is not None:
+                        counts += _finished(server, judging, writer, told)
         yield pa.RecordBatch.from_pylist(counts, schema=COUNTS_SCHEMA)
 
-    rows = read_table(spark, join(exchange_dir, table), schema, storage)
-    return [row.asDict() for row in (rows.repartition(servers, "server")
-                                     .sortWithinPartitions("server", "ts_ns", "conn_id", "seq")
-                                     .mapInArrow(judge_partition, from_arrow_schema(COUNTS_SCHEMA))
-                                     .collect())]
+    tasks = len(servers) * shares
+    return [row.asDict() for row in spark.range(tasks, numPartitions=max(1, tasks))
+            .mapInArrow(judge_partition, from_arrow_schema(COUNTS_SCHEMA)).collect()]
 
 
 def _finished(server: str, judging: ServerJudging | LookupdJudging, writer: TableWriter, told: TableWriter

@@ -27,6 +27,7 @@ from spark_analysis.judge.monitoring import (
     http_actions_of,
     judge_capture,
 )
+from spark_analysis.judge.ordering import JUDGING_ORDER
 from spark_analysis.read.pcapfile import ByteRange, read_range
 from spark_analysis.read.reassembly import Connection, Gap, reassemble
 
@@ -223,7 +224,6 @@ def judge_lookupd_capture(path: str, tcp_ports: frozenset[int], http_ports: froz
     for server, server_rows in rows.items():
         judging = LookupdJudging(http_actions_of(server, hosts, http), whole=whole, nsqd_clients=nsqd_clients)
         judging.add_changes(told)
-        judging.feed(pa.concat_tables(server_rows).sort_by([("ts_ns", "ascending"), ("conn_id", "ascending"),
-                                                            ("seq", "ascending")]))
+        judging.feed(pa.concat_tables(server_rows).sort_by(JUDGING_ORDER))
         judges[server] = judging.finish()
     return judges

@@ -55,6 +55,7 @@ from spark_analysis.decode.kinds import (
     Status,
 )
 from spark_analysis.decode.v2 import decode_connection
+from spark_analysis.judge.ordering import JUDGING_ORDER
 from spark_analysis.memory import without_cycle_collection
 from spark_analysis.read.pcapfile import ByteRange, read_range
 from spark_analysis.read.reassembly import reassemble
@@ -244,9 +245,11 @@ class ServerJudging:
     not known) come in time order among the rows. Its ``NamesChanged`` reader gathers the topics and channels
     nsqd created and deleted, for the judges of the nsqlookupds it registers with (``new_changes``)."""
 
-    def __init__(self, connections: Iterable[Opening], actions: list[tuple] | None, runs: bool = True):
+    def __init__(self, connections: Iterable[Opening], actions: list[tuple] | None, runs: bool = True,
+                 share: tuple[int, int] = (0, 1)):
         self.names = NamesChanged(self._changed, self._knows)
-        self.judge = monitors.new_judge(timing=True, http_seen=actions is not None, readers=(self.names,), runs=runs)
+        self.judge = monitors.new_judge(timing=True, http_seen=actions is not None, runs=runs, share=share,
+                                        readers=(self.names,) if share[0] == 0 else ())
         self.openings: dict[str, Opening] = {}
         self._unread: dict[str, Opening] = {}  # the connections the capture does not hold whole (mid-way, TLS, gaps)
         self._changes: list[NameChange] = []  # what the nsqd's lookupds are told, until ``new_changes`` takes them
@@ -589,16 +592,17 @@ def _frame(row: dict) -> Observed:
 
 def sorted_rows(observed: pa.Table) -> pa.Table:
     """One nsqd's observed rows in the order the judge takes them."""
-    return observed.sort_by([("ts_ns", "ascending"), ("conn_id", "ascending"), ("seq", "ascending")])
+    return observed.sort_by(JUDGING_ORDER)
 
 
 # ---- a small capture, in this process ---------------------------------------------------------------------------
 def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[int] = frozenset(),
-                  changes: list[pa.Table] | None = None, runs: bool = True) -> dict[str, monitors.Judge]:
+                  changes: list[pa.Table] | None = None, runs: bool = True, share: tuple[int, int] = (0, 1)
+                  ) -> dict[str, monitors.Judge]:
     """A small capture judged without Spark: its segments by flow, each connection reassembled whole; the V2 ones
     decoded, the HTTP ones (to ``http_ports``, the brokers' HTTP APIs) read for the requests that change delivery;
     then each nsqd's rows through a ``ServerJudging``; ``changes`` gets each nsqd's ``NAMES`` rows; ``runs``: as
-    Judge's."""
+    Judge's; ``share``: as new_judge's."""
     from spark_analysis.derive import tallies
 
     flows: dict[str, list] = {}
@@ -625,11 +629,12 @@ def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[in
     http = http_actions(pa.Table.from_pylist(http_rows, schema=HTTP_SCHEMA)) if http_ports else None
     return judge_servers(openings(connections, undecoded), http,
                          lambda server: sorted_rows(observed.filter(pc.equal(observed["server"], server))), changes,
-                         runs)
+                         runs, share)
 
 
 def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | None] | None, rows_of,
-                  changes: list[pa.Table] | None = None, runs: bool = True) -> dict[str, monitors.Judge]:
+                  changes: list[pa.Table] | None = None, runs: bool = True, share: tuple[int, int] = (0, 1)
+                  ) -> dict[str, monitors.Judge]:
     """Each nsqd's judge: ``rows_of(server)`` its observed rows in order; ``http``: the HTTP requests that change
     delivery by the broker's host (None: not read; a host without any had none); ``changes`` gets each nsqd's
     ``NAMES`` rows."""
@@ -637,7 +642,7 @@ def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | No
     judges = {}
     with without_cycle_collection():
         for server, connections in by_server.items():
-            judging = ServerJudging(connections, http_actions_of(server, hosts, http), runs)
+            judging = ServerJudging(connections, http_actions_of(server, hosts, http), runs, share)
             judging.feed(rows_of(server))
             judges[server] = judging.finish()
             if changes is not None:

@@ -17,8 +17,9 @@ the ``violations`` table as the batch's part; the counts are of every violation 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
@@ -48,8 +49,8 @@ from spark_analysis.judge.monitoring import (
     http_actions,
     http_actions_of,
     openings,
-    sorted_rows,
 )
+from spark_analysis.judge.ordering import JUDGING_ORDER
 from spark_analysis.memory import without_cycle_collection
 from spark_analysis.read.storage import LOCAL, Storage, join
 from spark_analysis.watch.increments import CARRIED_NS, OPEN, part_name, part_prefix
@@ -73,11 +74,15 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
     lookupds = sorted(lookupd_servers(connections, nsq_ports))
     schemas = {OBSERVED: OBSERVED_SCHEMA, LOOKUPD: LOOKUPD_SCHEMA}
 
-    def batch_parts(table: str, prefix: str = "") -> list[str]:
-        return [url for url in storage.files(join(exchange_dir, table), ".parquet")
+    def batch_parts(directory: str, prefix: str = "") -> list[str]:
+        return [url for url in storage.files(join(exchange_dir, directory), ".parquet")
                 if url.rsplit("/", 1)[-1].startswith(prefix + part_prefix(batch_id))]
 
-    files = {table: (batch_parts(table), batch_parts(table, OPEN)) for table in schemas}
+    def servers_parts(table: str, servers: Iterable[str], prefix: str = "") -> list[str]:
+        return [url for server in servers for url in batch_parts(lifecycle.server_table(table, server), prefix)]
+
+    files = {table: (servers_parts(table, servers), servers_parts(table, servers, OPEN))
+             for table, servers in ((OBSERVED, by_server), (LOOKUPD, lookupds))}
     http_files, lookupd_http_files = batch_parts(HTTP), batch_parts(LOOKUPD_HTTP)
     hosts = [server.split(" ")[0] for server in by_server]
     lookupd_hosts = [server.split(" ")[0] for server in lookupds]
@@ -100,7 +105,9 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
                 final_rows = pa.concat_tables([waiting[table], lifecycle.read_parts(final_parts, schema, storage)])
                 waiting[table] = final_rows.filter(pc.greater_equal(final_rows["ts_ns"], until))
                 rows = pa.concat_tables([final_rows, lifecycle.read_parts(open_parts, schema, storage)])
-                ready[table] = rows.filter(pc.less(rows["ts_ns"], until))
+                # by server, then in the judge's order: each server's rows one slice, sorted once
+                ready[table] = rows.filter(pc.less(rows["ts_ns"], until)).sort_by(
+                    [("server", "ascending"), *JUDGING_ORDER])
             observed, lookupd_rows = ready[OBSERVED], ready[LOOKUPD]
             http = http_actions(lifecycle.read_parts(http_files, HTTP_SCHEMA, storage)) if http_read else None
             lookupd_http = lookupd_exchanges(lifecycle.read_parts(lookupd_http_files, HTTP_SCHEMA, storage)) \
@@ -114,7 +121,7 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
                     judging.add(connections)
                     if http_read:
                         judging.add_actions(http_actions_of(server, hosts, http))
-                    judging.feed(fed.new(sorted_rows(observed.filter(pc.equal(observed["server"], server)))))
+                    judging.feed(fed.new(_of_server(observed, server)))
                     judging.advance(until / NS)
                     counts += written_counts(server, judging, writer)
                     changes += judging.new_changes(server).to_pylist() if nsqd_clients else []
@@ -126,7 +133,7 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
                     if lookupd_http_read:
                         judging.add_exchanges(http_actions_of(server, lookupd_hosts, lookupd_http))
                     judging.add_changes(changes)
-                    judging.feed(fed.new(sorted_rows(lookupd_rows.filter(pc.equal(lookupd_rows["server"], server)))))
+                    judging.feed(fed.new(_of_server(lookupd_rows, server)))
                     counts += written_counts(server, judging, writer)
             storage.make_directory(join(state_dir, f"{batch_id:010d}"))
             with storage.open_output(kept) as sink:
@@ -137,6 +144,12 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
     return Judged().add([row.asDict() for row in rows])
 
 
+def _of_server(rows: pa.Table, server: str) -> pa.Table:
+    """``server``'s rows of ``rows`` (sorted by server first)."""
+    start = pc.index(rows["server"], server).as_py()
+    return rows.slice(max(start, 0), pc.sum(pc.equal(rows["server"], server)).as_py() or 0)
+
+
 class Fed:
     """Each connection's rows the judges took: the time of the last one and how many at that time, so that an open
     row taken in one batch is known when it comes again, final, in a later one (in the same order)."""
@@ -145,20 +158,24 @@ class Fed:
         self.last: dict[str, list[int]] = {}  # conn_id -> [ts_ns, rows taken at that time]
 
     def new(self, rows: pa.Table) -> pa.Table:
-        """``rows`` (sorted) but those taken in an earlier call."""
-        before = {conn_id: tuple(last) for conn_id, last in self.last.items()}
-        again: dict[str, int] = {}  # rows at a connection's time of ``before`` seen again
-        taken = []
-        for conn_id, ts_ns in zip(rows["conn_id"].to_pylist(), rows["ts_ns"].to_pylist(), strict=True):
-            taken_until, taken_there = before.get(conn_id, (-1, 0))
-            if ts_ns < taken_until or (ts_ns == taken_until and again.get(conn_id, 0) < taken_there):
-                again[conn_id] = again.get(conn_id, 0) + (ts_ns == taken_until)
-                taken.append(False)
-                continue
-            last = self.last.get(conn_id)
-            if last is not None and last[0] == ts_ns:
-                last[1] += 1
-            else:
-                self.last[conn_id] = [ts_ns, 1]
-            taken.append(True)
-        return rows.filter(pa.array(taken, pa.bool_()))
+        """``rows`` (each connection's in time order) but those taken in an earlier call: column by column, each
+        connection's rows one stretch of them."""
+        if not rows.num_rows:
+            return rows
+        connections = rows["conn_id"].combine_chunks().dictionary_encode()
+        codes = connections.indices.to_numpy()
+        order = np.argsort(codes, kind="stable")
+        times = rows["ts_ns"].to_numpy()[order]
+        bounds = np.searchsorted(codes[order], np.arange(len(connections.dictionary) + 1)).tolist()
+        taken = np.ones(rows.num_rows, bool)
+        for conn_id, start, end in zip(connections.dictionary.to_pylist(), bounds, bounds[1:], strict=False):
+            mine = times[start:end]
+            taken_until, taken_there = self.last.get(conn_id, (-1, 0))
+            before = int(mine.searchsorted(taken_until, "left"))  # rows before the last time taken: taken
+            again = before + min(taken_there, int(mine.searchsorted(taken_until, "right")) - before)
+            taken[order[start:start + again]] = False
+            if again < len(mine):
+                last = int(mine[-1])
+                there = len(mine) - max(again, int(mine.searchsorted(last, "left")))
+                self.last[conn_id] = [last, there + (taken_there if last == taken_until else 0)]
+        return rows if taken.all() else rows.filter(pa.array(taken))

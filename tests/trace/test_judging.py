@@ -8,6 +8,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_monitoring import Exchange
 from trace_helpers import PCAPS
 
@@ -22,17 +24,25 @@ def found_by_spark(out) -> list[tuple]:
     return sorted(zip(*(table[name].to_pylist() for name in ("item", "side", "conn_id", "ts_ns")), strict=True))
 
 
-def found_in_process(path, http_ports) -> list[tuple]:
-    return sorted((v.item, v.side, v.connection, round(v.ts * 1e9)) for judge in
-                  judge_capture(path, frozenset({PORT}), frozenset(http_ports)).values() for v in judge.violations)
+def found_in_process(path, http_ports) -> tuple[list[tuple], dict[str, dict[str, int]]]:
+    """The violations, and what was not judged (item -> why -> count), as the summary has it."""
+    judges = judge_capture(path, frozenset({PORT}), frozenset(http_ports)).values()
+    not_judged: dict[str, dict[str, int]] = {}
+    for judge in judges:
+        for (item, why), count in judge.not_judged.items():
+            not_judged.setdefault(item, {}).setdefault(why, 0)
+            not_judged[item][why] += count
+    return sorted((v.item, v.side, v.connection, round(v.ts * 1e9)) for judge in judges for v in judge.violations), \
+        not_judged
 
 
 @pytest.mark.parametrize(("capture", "http_ports"), [("workload-small", ()), ("transcripts", (PORT + 1,))])
 def test_analyze_finds_what_the_monitors_find_without_spark(spark, tmp_path, capture, http_ports):
     summary = run_analysis(spark, [str(PCAPS / f"{capture}.pcap")], str(tmp_path), frozenset({PORT}), report=False,
                            http_ports=frozenset(http_ports))
-    in_process = found_in_process(PCAPS / f"{capture}.pcap", http_ports)
+    in_process, not_judged = found_in_process(PCAPS / f"{capture}.pcap", http_ports)
     assert found_by_spark(tmp_path) == in_process
+    assert summary["not_judged"] == not_judged and not_judged  # the judging tasks' shares counted once each
     assert all(side == "client" for _, side, _, _ in in_process)  # the real nsqd breaks no rule
     counted = {}
     for item, side, _, _ in in_process:
@@ -71,6 +81,48 @@ def test_watch_takes_each_row_once_across_batches():
     assert list(zip(taken["conn_id"].to_pylist(), taken["ts_ns"].to_pylist(), strict=True)) == [
         ("A", 2), ("A", 3), ("B", 1)]
     assert fed.new(rows(3)).num_rows == 0
+
+
+class RowByRow:
+    """What ``Fed`` does, one row at a time: the oracle its column-wise ``new`` is held to."""
+
+    def __init__(self):
+        self.last: dict[str, list[int]] = {}
+
+    def new(self, rows: list[tuple[str, int]]) -> list[bool]:
+        before = {conn_id: tuple(last) for conn_id, last in self.last.items()}
+        again: dict[str, int] = {}
+        taken = []
+        for conn_id, ts_ns in rows:
+            taken_until, taken_there = before.get(conn_id, (-1, 0))
+            if ts_ns < taken_until or (ts_ns == taken_until and again.get(conn_id, 0) < taken_there):
+                again[conn_id] = again.get(conn_id, 0) + (ts_ns == taken_until)
+                taken.append(False)
+                continue
+            last = self.last.get(conn_id)
+            if last is not None and last[0] == ts_ns:
+                last[1] += 1
+            else:
+                self.last[conn_id] = [ts_ns, 1]
+            taken.append(True)
+        return taken
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from("ABC"), st.integers(0, 8)), max_size=30), max_size=6))
+def test_watch_takes_each_row_once_as_row_by_row(batches):
+    """Batch after batch, each connection's rows in time order (the rows of a batch overlap the last ones of the
+    batch before, as open rows come again final), Fed keeps what the row-by-row reading keeps."""
+    from spark_analysis.watch.judging import Fed
+
+    fed, oracle = Fed(), RowByRow()
+    for batch in batches:
+        rows = sorted(batch, key=lambda row: row[1])
+        table = pa.table({"conn_id": pa.array([conn for conn, _ in rows], pa.string()),
+                          "ts_ns": pa.array([ts for _, ts in rows], pa.int64()), "n": list(range(len(rows)))})
+        kept = oracle.new(rows)
+        assert fed.new(table)["n"].to_pylist() == [n for n, taken in enumerate(kept) if taken]
+        assert fed.last == oracle.last
 
 
 def test_analyze_judges_the_command_lines_shape_and_body_sizes(spark, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import ssl
 import struct
+from collections import Counter
 
 import pytest
 
@@ -32,6 +33,25 @@ def test_the_real_nsqd_breaks_no_rule_in_its_captures(capture):
     broker_side = [v.describe() for judge in judges.values() for v in judge.violations if v.side == "broker"]
     assert judges and not broker_side, broker_side
     assert sum(len(judge.connections) for judge in judges.values()) >= 3
+
+
+@pytest.mark.parametrize("capture", sorted(RECORDED))
+def test_monitors_judged_in_shares_find_together_what_one_judge_finds(capture):
+    """`analyze` spreads one nsqd's monitors over as many tasks as cores (judge/job.py): every violation, every
+    "not judged" count, once."""
+    def verdicts(share):
+        judges = judge_capture(PCAPS / f"{capture}.pcap", frozenset({RECORDED[capture]}),
+                               frozenset({RECORDED[capture] + 1}), share=share)
+        return ([v.as_dict() for judge in judges.values() for v in judge.violations],
+                Counter({key: count for judge in judges.values() for key, count in judge.not_judged.items()}))
+
+    whole_violations, whole_not_judged = verdicts((0, 1))
+    assert whole_violations or capture != "transcripts"
+    for count in (2, 3):
+        shares = [verdicts((index, count)) for index in range(count)]
+        assert sorted(map(repr, (v for violations, _ in shares for v in violations))) == \
+            sorted(map(repr, whole_violations))
+        assert sum((not_judged for _, not_judged in shares), Counter()) == whole_not_judged
 
 
 def test_the_recordings_clients_rule_breaking_is_named_as_the_clients():
