@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from nsq_protocol.monitors.events import BROKER, CLIENT, COMMAND, ERROR, FINS, LET_GO, MESSAGE, MESSAGES
 from nsq_protocol.monitors.judge import buffered_margin
-from nsq_protocol.monitors.ledger_runs import delivered, message_keys, settled
+from nsq_protocol.monitors.ledger_runs import delivered, message_keys, run_keys, settled
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.waits import Waits, before_a_tick
 
@@ -208,7 +208,7 @@ class SettledOrTimedOutComesBack(Monitor):
         timeout_s = connection.msg_timeout_ms / 1000
         dues = [ts + timeout_s + COMES_BACK_S for ts in run.ts[start:]]
         stop = start + before_a_tick(run.ts[start:], dues, self.due)
-        self._wait(judge, dues[:stop - start], message_keys(connection, run)[start:stop], run.ts[start:stop])
+        self._wait(judge, dues[:stop - start], run_keys(connection, run, start, stop), run.ts[start:stop])
         self._rest = (connection, run, stop) if stop < len(run.ts) else None
 
     def observe(self, judge, connection, event, answered):

@@ -8,6 +8,8 @@ from __future__ import annotations
 from itertools import repeat
 from operator import attrgetter
 
+from nsq_protocol.monitors.waits import RunKeys
+
 settled = attrgetter("settled")
 earliest_timeout = attrgetter("earliest_timeout")
 timed_out_on = attrgetter("timed_out_on")
@@ -17,6 +19,11 @@ def message_keys(connection, run) -> list[tuple]:
     """Judge.message_key of each of ``run``'s messages on ``connection``, the run's."""
     first, second = connection.subscription or ("", connection.name)
     return list(zip(repeat(first), repeat(second), run.msg_ids))
+
+
+def run_keys(connection, run, start: int, stop: int) -> RunKeys:
+    """``message_keys(connection, run)[start:stop]``, held as the run's IDs."""
+    return RunKeys(tuple(connection.subscription or ("", connection.name)), run.msg_ids[start:stop])
 
 
 def delivered(judge, connection, run) -> list:

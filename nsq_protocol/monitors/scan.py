@@ -6,7 +6,7 @@ output buffer (D-40)."""
 from __future__ import annotations
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, FINS, MESSAGE, MESSAGES
-from nsq_protocol.monitors.ledger_runs import message_keys
+from nsq_protocol.monitors.ledger_runs import run_keys
 from nsq_protocol.monitors.monitor import Monitor
 from nsq_protocol.monitors.waits import Waits, before_a_tick
 
@@ -54,7 +54,7 @@ class TimedOutInTime(Monitor):
         if judge.timing and timeout and made is not None:
             dues = _dues(made, run.ts[start:], timeout / 1000, connection)
             stop = start + before_a_tick(run.ts[start:], dues, self.due)
-            self._wait(judge, dues[:stop - start], message_keys(connection, run)[start:stop],
+            self._wait(judge, dues[:stop - start], run_keys(connection, run, start, stop),
                        run.ts[start:stop])
         self._last_delivery[subscription] = run.ts[stop - 1]
         self._rest = (connection, run, stop) if stop < len(run.ts) else None

@@ -4,9 +4,37 @@ entry, rather than one heap push per message over a capture's millions."""
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
 from itertools import islice
 from operator import le
+
+from nsq_protocol.wire import MESSAGE_ID_SIZE
+
+
+class RunKeys:
+    """A run's message keys (ledger_runs.message_keys) held as what they share and their IDs, each key made when
+    asked: a key tuple for each of a capture's millions of waits would take more memory than the rest. IDs of the
+    wire's length are held as one string of them all."""
+
+    __slots__ = ("shared", "ids", "width")
+
+    def __init__(self, shared: tuple, msg_ids: list[str]):
+        self.shared = shared
+        fixed = all(len(msg_id) == MESSAGE_ID_SIZE for msg_id in msg_ids)
+        self.ids, self.width = ("".join(msg_ids), MESSAGE_ID_SIZE) if fixed else (msg_ids, 0)
+
+    def __len__(self) -> int:
+        return len(self.ids) // self.width if self.width else len(self.ids)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return RunKeys(self.shared, [self._id(at) for at in range(len(self))[index]])
+        return (*self.shared, self._id(index))
+
+    def _id(self, index: int) -> str:
+        return self.ids[index * self.width:(index + 1) * self.width] if self.width else self.ids[index]
 
 
 class Waits:
@@ -24,9 +52,11 @@ class Waits:
         """The earliest due; inf when none waits."""
         return self._heap[0][0] if self._heap else float("inf")
 
-    def add(self, dues: list[float], keys: list, delivered: list[float]) -> None:
-        """``keys`` (message keys), due at ``dues``, of the deliveries at ``delivered`` (lists it keeps): an entry
-        for each stretch whose dues do not decrease (a run's, unless its times do)."""
+    def add(self, dues: list[float], keys: Sequence, delivered: list[float]) -> None:
+        """``keys`` (message keys: a list, or a run's ``RunKeys``, which it keeps), due at ``dues``, of the deliveries
+        at ``delivered``: an entry for each stretch whose dues do not decrease (a run's, unless its times do). The
+        times are kept as arrays: a capture's waits are every message delivered within a timeout."""
+        dues, delivered = array("d", dues), array("d", delivered)
         sequences = range(self._sequence, self._sequence + len(dues))
         self._sequence += len(dues)
         if all(map(le, dues, islice(dues, 1, None))):
