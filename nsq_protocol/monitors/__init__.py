@@ -154,7 +154,7 @@ def new_judge(*, timing: bool, http_seen: bool, wording: bool = True, client_lib
     that take runs whole get them (Judge); ``share``: (index, count): this judge runs the index-th of count shares of
     the monitors, so that count judges of one traffic, each on a core of its own, find together what one judge
     would. A share is a stretch of the monitors' order, which groups them by area: on the bench trace the halves
-    cost alike (0.42 and 0.37 s where all cost 0.67 s; every other monitor, 0.32 and 0.50 s)."""
+    cost alike (0.43 and 0.37 s where all cost 0.67 s; every other monitor, 0.32 and 0.50 s)."""
     chosen = (*MONITORS, *CLIENT_MONITORS) if client_library else MONITORS
     index, count = share
     chosen = chosen[len(chosen) * index // count:len(chosen) * (index + 1) // count]
