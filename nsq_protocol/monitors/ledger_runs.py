@@ -17,13 +17,18 @@ timed_out_on = attrgetter("timed_out_on")
 
 def message_keys(connection, run) -> list[tuple]:
     """Judge.message_key of each of ``run``'s messages on ``connection``, the run's."""
-    first, second = connection.subscription or ("", connection.name)
+    first, second = _channel(connection)
     return list(zip(repeat(first), repeat(second), run.msg_ids))
 
 
 def run_keys(connection, run, start: int, stop: int) -> RunKeys:
     """``message_keys(connection, run)[start:stop]``, held as the run's IDs."""
-    return RunKeys(tuple(connection.subscription or ("", connection.name)), run.msg_ids[start:stop])
+    return RunKeys(_channel(connection), run.msg_ids[start:stop])
+
+
+def _channel(connection) -> tuple:
+    """What Judge.message_key puts before the ID: the subscription, else the connection's own."""
+    return tuple(connection.subscription or ("", connection.name))
 
 
 def delivered(judge, connection, run) -> list:
