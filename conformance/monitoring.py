@@ -124,7 +124,8 @@ def judge_registration(transcript: Transcript, lookupd: FakeLookupd, nsqd: str, 
     "host:port" of the target's TCP side. The fake logged each command on arrival, on the transcript's clock
     (time.monotonic)."""
     changes: list[NameChange] = []
-    nsqd_judge = judge(transcript, version, (NamesChanged(changes.append, lambda topic: topic.startswith(own_names)),))
+    names = NamesChanged(changes.append, lambda judge, topic: topic.startswith(own_names))
+    nsqd_judge = judge(transcript, version, (names,))
     changes.extend(NameChange(transcript.wall_time(event), transcript.wall_time(event), RESTARTED, "")
                    for event in transcript.events if event.direction == NOTE and event.lines[0].startswith(_RESTARTS))
     changes.sort(key=lambda change: change.ts)

@@ -16,6 +16,7 @@ CREATED, DELETED, LEFT = "created", "deleted", "left"
 # not a name's change: nsqd's list of lookupds replaced (R-11), nsqd restarted (it then has what it restored: R-09)
 LOOKUPDS, RESTARTED = "lookupds", "restarted"
 EPHEMERAL = "#ephemeral"
+TOLD = ("R-03", "R-04", "R-05", "R-06", "R-07")  # the lookupds' items judged with what nsqd's traffic tells of
 PUBLISHES = frozenset({"PUB", "MPUB", "DPUB"})
 # nsqd's HTTP routes that make a topic (GetTopic) or a channel (GetChannel) exist, when answered 200
 _HTTP_CREATES = frozenset({"/pub", "/mpub", "/topic/create", "/channel/create"})
@@ -38,20 +39,26 @@ class NameChange(NamedTuple):
 
 
 class NamesChanged(Monitor):
-    """Not a rule: reads nsqd's traffic for the changes of its topics and channels. ``knows(topic)``: every
-    connection and HTTP request that touches the topic is in the traffic (so a consumer's leaving is known to be
-    the last, and no unseen deletion races a creation); only those topics' changes are told."""
+    """Not a rule: reads nsqd's traffic for the changes of its topics and channels. ``knows(judge, topic)``: every
+    connection and HTTP request that touches the topic is in the traffic ``judge`` reads (so a consumer's leaving is
+    known to be the last, and no unseen deletion races a creation); only those topics' changes are told. Another
+    topic's change, where ``unknown`` says why it is not known, leaves the ``TOLD`` items not judged.
+
+    Neither callable may hold the judge: the judge holds this monitor, and a judge in a reference cycle is left to
+    the cycle collector, whose passes over its millions of objects cost a fifth of the judging."""
 
     KINDS = frozenset({RESPONSE})
 
-    def __init__(self, tell: Callable[[NameChange], None], knows: Callable[[str], bool]):
+    def __init__(self, tell: Callable[[NameChange], None], knows: Callable[[object, str], bool],
+                 unknown: str | None = None):
         super().__init__()
         self._tell = tell
         self._knows = knows
+        self._unknown = unknown
         self._consumers: dict[tuple[str, str], set[str]] = {}  # ephemeral channel -> connections its SUB OK'd
 
     def observe(self, judge, connection, event: Observed, answered: Observed | None) -> None:
-        if answered is None or event.name != "OK" or not answered.topic or not self._knows(answered.topic):
+        if answered is None or event.name != "OK" or not answered.topic or not self._known(judge, answered.topic):
             return
         if answered.name in PUBLISHES:
             self._tell(NameChange(answered.ts, event.ts, CREATED, answered.topic))
@@ -59,6 +66,14 @@ class NamesChanged(Monitor):
             self._tell(NameChange(answered.ts, event.ts, CREATED, answered.topic, answered.channel))
             if answered.channel.endswith(EPHEMERAL):
                 self._consumers.setdefault((answered.topic, answered.channel), set()).add(connection.name)
+
+    def _known(self, judge, topic: str) -> bool:
+        if self._knows(judge, topic):
+            return True
+        if self._unknown is not None:
+            for item in TOLD:
+                self.skip(item, self._unknown)
+        return False
 
     def closed(self, judge, connection) -> None:
         subscription = connection.subscription
@@ -77,7 +92,7 @@ class NamesChanged(Monitor):
             self._tell(NameChange(exchange.ts, exchange.answered, LOOKUPDS, ""))
             return
         topic, channel = request.query("topic"), request.query("channel")
-        if exchange.response.status != 200 or request.method != "POST" or not topic or not self._knows(topic):
+        if exchange.response.status != 200 or request.method != "POST" or not topic or not self._known(judge, topic):
             return
         path = request.path
         named = channel if path.startswith("/channel/") else None

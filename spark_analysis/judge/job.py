@@ -135,13 +135,9 @@ def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str,
                 without_cycle_collection():
             for batch in batches:
                 for index in batch.column("id").to_pylist():
-                    server, share, judging = servers[index // shares], index % shares, None
-                    for rows in in_judging_order(lifecycle.server_rows(exchange_dir, table, server, storage)):
-                        if judging is None:
-                            judging = new_judging(server, share)
-                        judging.feed(rows)
-                    if judging is not None:
-                        counts += _finished(server, judging, writer, told)
+                    server = servers[index // shares]
+                    counts += _judge_server(server, new_judging, index % shares, exchange_dir, table, storage,
+                                            writer, told)
         yield pa.RecordBatch.from_pylist(counts, schema=COUNTS_SCHEMA)
 
     tasks = len(servers) * shares
@@ -149,8 +145,19 @@ def _judged(spark: SparkSession, exchange_dir: str, tables_dir: str, table: str,
             .mapInArrow(judge_partition, from_arrow_schema(COUNTS_SCHEMA)).collect()]
 
 
-def _finished(server: str, judging: ServerJudging | LookupdJudging, writer: TableWriter, told: TableWriter
-              ) -> list[dict]:
+def _judge_server(server: str, new_judging: Callable[[str, int], ServerJudging | LookupdJudging], share: int,
+                  exchange_dir: str, table: str, storage: Storage, writer: TableWriter, told: TableWriter
+                  ) -> list[dict]:
+    """``server``'s share ``share`` judged (a server without rows is not); its counts. The judge is freed on
+    return, by reference counting, while the cycle collector is still off: alive when it comes on, its millions of
+    objects would be walked by the collector's first pass."""
+    judging = None
+    for rows in in_judging_order(lifecycle.server_rows(exchange_dir, table, server, storage)):
+        if judging is None:
+            judging = new_judging(server, share)
+        judging.feed(rows)
+    if judging is None:
+        return []
     judging.finish()
     if isinstance(judging, ServerJudging):
         told.add(NAMES, judging.new_changes(server))

@@ -93,7 +93,6 @@ NAMES_SCHEMA = pa.schema([
 ])
 # what the lookupds' judges are not told of an nsqd whose HTTP API the capture does not hold: its deletions
 NAMES_UNKNOWN = "nsqd's HTTP API is not in the traffic (--http-port): the topics and channels it deletes are unknown"
-ANNOUNCED = ("R-03", "R-04", "R-05", "R-06", "R-07")
 HTTP = "http"  # the exchange's table of the requests to the brokers' HTTP APIs and their answers
 HTTP_SCHEMA = pa.schema([
     ("host", pa.string()),
@@ -238,6 +237,40 @@ def openings(connections: pa.Table, undecoded: set[str], whole_capture: bool = T
     return by_server
 
 
+def _every_change_read(judge: monitors.Judge, topic: str) -> bool:
+    """Every change of a topic is in the traffic: nsqd's HTTP API is (deletions come only that way); a consumer the
+    capture does not read is allowed for in ``_Told``."""
+    return judge.http_seen
+
+
+class _Told:
+    """What one nsqd's lookupds are told of the changes its traffic shows (``changes``, until ``new_changes`` takes
+    them). ``unread``: the connections the capture does not hold whole."""
+
+    def __init__(self, unread: dict[str, Opening]):
+        self.changes: list[NameChange] = []
+        self._unread = unread
+        # (topic, channel) told created, none of the topic's changes since: telling it again changes nothing for the
+        # lookupds' judge, and a capture publishes millions
+        self._created: set[tuple[str, str | None]] = set()
+
+    def add(self, change: NameChange) -> None:
+        if change.change == CREATED:
+            key = (change.topic, change.channel)
+            if key in self._created:
+                return
+            self._created.add(key)
+        else:
+            self._created = {key for key in self._created if key[0] != change.topic}
+            # R-06: an ephemeral channel goes with its last consumer; a connection the capture does not read open
+            # then may be one
+            if change.change == LEFT and change.last and any(
+                    opening.ts <= change.ts and (opening.ended_at is None or opening.ended_at > change.ts)
+                    for opening in self._unread.values()):
+                change = change._replace(last=False)
+        self.changes.append(change)
+
+
 class ServerJudging:
     """One nsqd's judge, fed its connections' observed rows sorted by (ts_ns, conn_id, seq) in as many parts as
     come (``feed``), then ``finish``. Connections open and close at the times their ``Opening`` gives, the HTTP
@@ -247,14 +280,12 @@ class ServerJudging:
 
     def __init__(self, connections: Iterable[Opening], actions: list[tuple] | None, runs: bool = True,
                  share: tuple[int, int] = (0, 1)):
-        self.names = NamesChanged(self._changed, self._knows)
+        self._unread: dict[str, Opening] = {}  # the connections the capture does not hold whole (mid-way, TLS, gaps)
+        self._told = _Told(self._unread)
+        self.names = NamesChanged(self._told.add, _every_change_read, NAMES_UNKNOWN)
         self.judge = monitors.new_judge(timing=True, http_seen=actions is not None, runs=runs, share=share,
                                         readers=(self.names,) if share[0] == 0 else ())
         self.openings: dict[str, Opening] = {}
-        self._unread: dict[str, Opening] = {}  # the connections the capture does not hold whole (mid-way, TLS, gaps)
-        self._changes: list[NameChange] = []  # what the nsqd's lookupds are told, until ``new_changes`` takes them
-        self._told: set[tuple[str, str | None]] = set()  # (topic, channel) told created, none of the topic's
-        # changes since: telling it again changes nothing for the lookupds' judge, and a capture publishes millions
         self._answers: dict[str, dict | None] = {}
         # (ts, order, n, what): order 0 opens, 1 an HTTP request, 2 closes: at one instant a connection opens before
         # its rows and closes after them; n, unique, keeps the heap from comparing what
@@ -296,35 +327,10 @@ class ServerJudging:
         self._entries += 1
         heapq.heappush(self._scheduled, (ts, order, self._entries, what))
 
-    def _knows(self, topic: str) -> bool:
-        """Every change of ``topic`` is in the traffic: nsqd's HTTP API is (deletions come only that way); a
-        consumer the capture does not read is allowed for in ``_changed``."""
-        if self.judge.http_seen:
-            return True
-        for item in ANNOUNCED:
-            self.names.skip(item, NAMES_UNKNOWN)
-        return False
-
-    def _changed(self, change: NameChange) -> None:
-        if change.change == CREATED:
-            key = (change.topic, change.channel)
-            if key in self._told:
-                return
-            self._told.add(key)
-        else:
-            self._told = {key for key in self._told if key[0] != change.topic}
-            # R-06: an ephemeral channel goes with its last consumer; a connection the capture does not read open
-            # then may be one
-            if change.change == LEFT and change.last and any(
-                    opening.ts <= change.ts and (opening.ended_at is None or opening.ended_at > change.ts)
-                    for opening in self._unread.values()):
-                change = change._replace(last=False)
-        self._changes.append(change)
-
     def new_changes(self, server: str) -> pa.Table:
         """The changes of the topics and channels the traffic showed since the last call, as ``NAMES`` rows of the
         nsqd ``server``."""
-        new, self._changes = self._changes, []
+        new, self._told.changes = self._told.changes, []
         return pa.Table.from_pylist([
             {"server": server, "since_ns": round(change.since * NS), "ts_ns": round(change.ts * NS),
              "change": change.change, "topic": change.topic, "channel": change.channel, "last": change.last}

@@ -89,55 +89,60 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
     carried = None if previous is None else join(state_dir, f"{previous:010d}", JUDGES)
     kept = join(state_dir, f"{batch_id:010d}", JUDGES)
 
+    def judged() -> list[dict]:
+        """The judges of batch ``previous`` read back, fed this batch's rows and written out; their counts."""
+        judgings: dict[str, ServerJudging | LookupdJudging] = {}
+        waiting, fed = {table: schema.empty_table() for table, schema in schemas.items()}, Fed()
+        if carried is not None and storage.is_file(carried):
+            with storage.open_input(carried) as source:
+                judgings, waiting, fed = pickle.loads(source.read())
+        until = last_ts_ns - CARRIED_NS
+        ready = {}
+        for table, schema in schemas.items():
+            final_parts, open_parts = files[table]
+            final_rows = pa.concat_tables([waiting[table], lifecycle.read_parts(final_parts, schema, storage)])
+            waiting[table] = final_rows.filter(pc.greater_equal(final_rows["ts_ns"], until))
+            rows = pa.concat_tables([final_rows, lifecycle.read_parts(open_parts, schema, storage)])
+            # by server, then in the judge's order: each server's rows one slice, sorted once
+            ready[table] = rows.filter(pc.less(rows["ts_ns"], until)).sort_by(
+                [("server", "ascending"), *JUDGING_ORDER])
+        observed, lookupd_rows = ready[OBSERVED], ready[LOOKUPD]
+        http = http_actions(lifecycle.read_parts(http_files, HTTP_SCHEMA, storage)) if http_read else None
+        lookupd_http = lookupd_exchanges(lifecycle.read_parts(lookupd_http_files, HTTP_SCHEMA, storage)) \
+            if lookupd_http_read else None
+        counts, changes = [], []
+        with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
+            for server, connections in by_server.items():
+                judging = judgings.get(server)
+                if judging is None:
+                    judging = judgings[server] = ServerJudging(connections, [] if http_read else None)
+                judging.add(connections)
+                if http_read:
+                    judging.add_actions(http_actions_of(server, hosts, http))
+                judging.feed(fed.new(_of_server(observed, server)))
+                judging.advance(until / NS)
+                counts += written_counts(server, judging, writer)
+                changes += judging.new_changes(server).to_pylist() if nsqd_clients else []
+            for server in lookupds:
+                judging = judgings.get(server)
+                if judging is None:
+                    judging = judgings[server] = LookupdJudging([] if lookupd_http_read else None,
+                                                                nsqd_clients=nsqd_clients)
+                if lookupd_http_read:
+                    judging.add_exchanges(http_actions_of(server, lookupd_hosts, lookupd_http))
+                judging.add_changes(changes)
+                judging.feed(fed.new(_of_server(lookupd_rows, server)))
+                counts += written_counts(server, judging, writer)
+        storage.make_directory(join(state_dir, f"{batch_id:010d}"))
+        with storage.open_output(kept) as sink:
+            sink.write(pickle.dumps((judgings, waiting, fed), protocol=pickle.HIGHEST_PROTOCOL))
+        return counts
+
     def judge(_: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # the judges are millions of objects: read back, fed and written out without the cycle collector's passes
-        # over them, which would grow with their number (spark_analysis/memory.py)
+        # the judges are millions of objects: read back, fed, written out and freed (as ``judged`` returns) without
+        # the cycle collector's passes over them, which would grow with their number (spark_analysis/memory.py)
         with without_cycle_collection():
-            judgings: dict[str, ServerJudging | LookupdJudging] = {}
-            waiting, fed = {table: schema.empty_table() for table, schema in schemas.items()}, Fed()
-            if carried is not None and storage.is_file(carried):
-                with storage.open_input(carried) as source:
-                    judgings, waiting, fed = pickle.loads(source.read())
-            until = last_ts_ns - CARRIED_NS
-            ready = {}
-            for table, schema in schemas.items():
-                final_parts, open_parts = files[table]
-                final_rows = pa.concat_tables([waiting[table], lifecycle.read_parts(final_parts, schema, storage)])
-                waiting[table] = final_rows.filter(pc.greater_equal(final_rows["ts_ns"], until))
-                rows = pa.concat_tables([final_rows, lifecycle.read_parts(open_parts, schema, storage)])
-                # by server, then in the judge's order: each server's rows one slice, sorted once
-                ready[table] = rows.filter(pc.less(rows["ts_ns"], until)).sort_by(
-                    [("server", "ascending"), *JUDGING_ORDER])
-            observed, lookupd_rows = ready[OBSERVED], ready[LOOKUPD]
-            http = http_actions(lifecycle.read_parts(http_files, HTTP_SCHEMA, storage)) if http_read else None
-            lookupd_http = lookupd_exchanges(lifecycle.read_parts(lookupd_http_files, HTTP_SCHEMA, storage)) \
-                if lookupd_http_read else None
-            counts, changes = [], []
-            with TableWriter(tables_dir, part_name(batch_id, 0), {VIOLATIONS: VIOLATIONS_SCHEMA}, storage) as writer:
-                for server, connections in by_server.items():
-                    judging = judgings.get(server)
-                    if judging is None:
-                        judging = judgings[server] = ServerJudging(connections, [] if http_read else None)
-                    judging.add(connections)
-                    if http_read:
-                        judging.add_actions(http_actions_of(server, hosts, http))
-                    judging.feed(fed.new(_of_server(observed, server)))
-                    judging.advance(until / NS)
-                    counts += written_counts(server, judging, writer)
-                    changes += judging.new_changes(server).to_pylist() if nsqd_clients else []
-                for server in lookupds:
-                    judging = judgings.get(server)
-                    if judging is None:
-                        judging = judgings[server] = LookupdJudging([] if lookupd_http_read else None,
-                                                                    nsqd_clients=nsqd_clients)
-                    if lookupd_http_read:
-                        judging.add_exchanges(http_actions_of(server, lookupd_hosts, lookupd_http))
-                    judging.add_changes(changes)
-                    judging.feed(fed.new(_of_server(lookupd_rows, server)))
-                    counts += written_counts(server, judging, writer)
-            storage.make_directory(join(state_dir, f"{batch_id:010d}"))
-            with storage.open_output(kept) as sink:
-                sink.write(pickle.dumps((judgings, waiting, fed), protocol=pickle.HIGHEST_PROTOCOL))
+            counts = judged()
         yield pa.RecordBatch.from_pylist(counts, schema=COUNTS_SCHEMA)
 
     rows = spark.range(1, numPartitions=1).mapInArrow(judge, from_arrow_schema(COUNTS_SCHEMA)).collect()

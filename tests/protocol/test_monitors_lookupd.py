@@ -558,7 +558,7 @@ class NsqdTraffic:
     topics and channels nsqd created and deleted, which the lookupd judge is told of (R-03 to R-07)."""
 
     def __init__(self, lookupd: monitors.LookupdJudge, address: str):
-        names = NamesChanged(lambda change: lookupd.nsqd_changed(address, change), lambda topic: True)
+        names = NamesChanged(lambda change: lookupd.nsqd_changed(address, change), lambda judge, topic: True)
         self.judge = monitors.Judge([names], timing=True, http_seen=True)
         self._decoders: dict[str, wire.CommandDecoder] = {}
 

@@ -23,7 +23,7 @@ ANSWER = b'{"broadcast_address":"lk","hostname":"lk","http_port":4161,"tcp_port"
 class Cluster:
     """One nsqd registered with one nsqlookupd (its V1 connection "L"), in the order the traffic crossed the wire."""
 
-    def __init__(self, tcp_port: int = 4150, knows=lambda topic: True, nsqd_clients: bool = True):
+    def __init__(self, tcp_port: int = 4150, knows=lambda judge, topic: True, nsqd_clients: bool = True):
         self.lookupd = monitors.new_lookupd_judge(http_seen=False, timing=True, nsqd_clients=nsqd_clients)
         names = NamesChanged(lambda change: self.lookupd.nsqd_changed(NSQD, change), knows)
         self.nsqd = monitors.Judge([names], timing=True, http_seen=True)
@@ -98,7 +98,7 @@ def test_r_03_not_judged_when_the_traffic_ends_first_or_on_another_nsqd():
     assert short.found() == [] and short.not_judged("R-03")
     other = Cluster(tcp_port=5150).v2("A", "PUB", "t").later(ANNOUNCE_S + 1)
     assert other.found() == []
-    unknown = Cluster(knows=lambda topic: False).v2("A", "PUB", "t").later(ANNOUNCE_S + 1)
+    unknown = Cluster(knows=lambda judge, topic: False).v2("A", "PUB", "t").later(ANNOUNCE_S + 1)
     assert unknown.found() == []
 
 
@@ -152,7 +152,8 @@ def test_an_ephemeral_channel_unregistered_when_its_last_consumer_leaves_r_06():
     kept = ephemeral().leaves("A").later(ANNOUNCE_S + 1).leaves("B").told("UNREGISTER", "t", "e#ephemeral")
     assert kept.later(ANNOUNCE_S + 1).found() == []
     assert ephemeral().leaves("A").leaves("B").later(ANNOUNCE_S + 1).found() == [("R-06", BROKER)]
-    unseen = Cluster(knows=lambda topic: False).v2("A", "SUB", "t", "e#ephemeral").told("REGISTER", "t", "e#ephemeral")
+    unseen = Cluster(knows=lambda judge, topic: False).v2("A", "SUB", "t", "e#ephemeral")
+    unseen.told("REGISTER", "t", "e#ephemeral")
     assert unseen.leaves("A").later(ANNOUNCE_S + 1).found() == []
     short = ephemeral().leaves("A").leaves("B")
     assert short.found() == [] and short.not_judged("R-06")
