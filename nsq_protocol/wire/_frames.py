@@ -226,7 +226,8 @@ class _StreamDecoder:
     def __init__(self, pause_at_upgrade: bool = False):
         self._buffer = bytearray()
         self._consumed = 0
-        self._failure: ProtocolViolation | None = None
+        # (reason, offset) of the violation that stopped it: not the exception, whose traceback holds this decoder
+        self._failure: tuple[str, int] | None = None
         self._pause_at_upgrade = pause_at_upgrade
         self.paused = False  # stopped at a protocol switch; feed() only holds bytes until the caller decides
 
@@ -251,11 +252,12 @@ class _StreamDecoder:
 
     def _check_not_failed(self) -> None:
         if self._failure is not None:
-            raise ProtocolViolation(f"decoder already failed: {self._failure.reason}", self._failure.offset)
+            reason, offset = self._failure
+            raise ProtocolViolation(f"decoder already failed: {reason}", offset)
 
     def _fail(self, reason: str, position: int, decoded: list) -> ProtocolViolation:
-        self._failure = ProtocolViolation(reason, self._consumed + position, decoded)
-        return self._failure
+        self._failure = (reason, self._consumed + position)
+        return ProtocolViolation(reason, self._consumed + position, decoded)
 
 
 class FrameDecoder(_StreamDecoder):

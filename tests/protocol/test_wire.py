@@ -1,7 +1,9 @@
 """``nsq_protocol.wire`` against bytes the real nsqd produced: the compressed capture's three connections
 (snappy, deflate, plain) decode to exactly the counts in its ground truth, snappy checksums verified."""
 
+import gc
 import json
+import weakref
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -88,6 +90,30 @@ def test_undecodable_frames_raise():
     with pytest.raises(wire.ProtocolViolation) as caught:
         wire.FrameDecoder().feed(wire.encode_frame(0, b"OK") + b"\x00\x00\x00\x02\x00\x00\x00\x00")
     assert [frame.data for frame in caught.value.frames] == [b"OK"]
+
+
+def test_a_failed_decoder_refuses_more_and_is_freed_without_the_cycle_collector():
+    """A decoder keeps the reason and offset of the violation that stopped it, not the exception: the exception's
+    traceback holds the decoder, and a capture decodes millions of rows with the cycle collector off."""
+
+    def violation(decoder: wire.FrameDecoder, data: bytes) -> tuple[str, int]:
+        try:
+            decoder.feed(data)
+        except wire.ProtocolViolation as exc:
+            return exc.reason, exc.offset
+        raise AssertionError("no violation")
+
+    decoder = wire.FrameDecoder()
+    ok = wire.encode_frame(0, b"OK")
+    assert violation(decoder, ok + b"\x00\x00\x00\x02\x00\x00\x00\x00") == ("frame size 2 out of range", 10)
+    assert violation(decoder, ok) == ("decoder already failed: frame size 2 out of range", 10)
+    freed = weakref.ref(decoder)
+    gc.disable()
+    try:
+        del decoder
+        assert freed() is None
+    finally:
+        gc.enable()
 
 
 def test_decoders_pause_at_the_upgrade_and_hand_back_the_rest():
