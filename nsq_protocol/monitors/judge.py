@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 
 from nsq_protocol.http import HttpExchange, Request
 from nsq_protocol.monitors.application import Application
@@ -45,6 +46,14 @@ class Delivery:
     touched: bool = False
     # D-12: the connection whose delivery before this one the ledger last saw unsettled: the message timed out there
     timed_out_on: str | None = None
+
+    def __reduce__(self):
+        # `watch` pickles every delivery a judge holds, each micro-batch: as the tuple of its fields, in two thirds
+        # of the time of a slotted dataclass's own state and half the time to read back
+        return Delivery, _DELIVERY_FIELDS(self)
+
+
+_DELIVERY_FIELDS = attrgetter(*(field.name for field in fields(Delivery)))
 
 
 @dataclass(frozen=True)

@@ -103,9 +103,8 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
             final_rows = pa.concat_tables([waiting[table], lifecycle.read_parts(final_parts, schema, storage)])
             waiting[table] = final_rows.filter(pc.greater_equal(final_rows["ts_ns"], until))
             rows = pa.concat_tables([final_rows, lifecycle.read_parts(open_parts, schema, storage)])
-            # by server, then in the judge's order: each server's rows one slice, sorted once
-            ready[table] = rows.filter(pc.less(rows["ts_ns"], until)).sort_by(
-                [("server", "ascending"), *JUDGING_ORDER])
+            # in the judge's order, sorted once for every server (a string key first would cost four times as much)
+            ready[table] = rows.filter(pc.less(rows["ts_ns"], until)).sort_by(JUDGING_ORDER)
         observed, lookupd_rows = ready[OBSERVED], ready[LOOKUPD]
         http = http_actions(lifecycle.read_parts(http_files, HTTP_SCHEMA, storage)) if http_read else None
         lookupd_http = lookupd_exchanges(lifecycle.read_parts(lookupd_http_files, HTTP_SCHEMA, storage)) \
@@ -150,9 +149,8 @@ def judge_batch(spark: SparkSession, batch_id: int, previous: int | None, last_t
 
 
 def _of_server(rows: pa.Table, server: str) -> pa.Table:
-    """``server``'s rows of ``rows`` (sorted by server first)."""
-    start = pc.index(rows["server"], server).as_py()
-    return rows.slice(max(start, 0), pc.sum(pc.equal(rows["server"], server)).as_py() or 0)
+    """``server``'s rows of ``rows``, in their order."""
+    return rows.filter(pc.equal(rows["server"], server))
 
 
 class Fed:

@@ -581,3 +581,14 @@ def test_the_judge_lets_go_of_settled_messages_past_its_bound_and_still_judges_t
     # in flight: still judged; the refusal of the owner's FIN 0.43 s after it is D-10's
     assert traffic.violations(at + 1) == [("C-12", "broker"), ("D-10", "broker")]
     assert judge.not_judged["P-FIN-04", monitors.events.LET_GO] == 1  # its delivery let go of: not guessed
+
+
+def test_a_delivery_pickled_as_its_fields_comes_back_equal():
+    """`watch` carries the ledger's deliveries from batch to batch pickled (Delivery.__reduce__): every field kept."""
+    import pickle
+
+    from nsq_protocol.monitors.judge import Delivery
+
+    delivery = Delivery("A", 1.5, 2, 61.5, 62.0, "REQ", 3.25, 100, True, True, "B")
+    assert pickle.loads(pickle.dumps(delivery, protocol=pickle.HIGHEST_PROTOCOL)) == delivery
+    assert pickle.loads(pickle.dumps(Delivery("A", 1.5, None, None, None))) == Delivery("A", 1.5, None, None, None)
