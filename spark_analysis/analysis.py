@@ -27,8 +27,6 @@ import json
 import time
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
 import pyarrow as pa
 from pyspark import StorageLevel
@@ -53,7 +51,6 @@ from spark_analysis.read.pcapfile import PACKET_DDL, read_payloads
 from spark_analysis.read.reassembly import Connection, FlowReassembly
 from spark_analysis.read.storage import LOCAL, Storage, is_local, join
 
-T = TypeVar("T")
 DEFAULT_NSQ_PORTS = frozenset({4150})
 # a segment as reassembly takes it; the ACK number last (older tuples without it stay valid)
 SEGMENT_COLUMNS = ["ts_ns", "src", "dst", "sport", "dport", "seq", "flags", "payload", "ack"]
@@ -330,15 +327,13 @@ def run_analysis(
     step("deriving tables")
     # before the lifecycles' job: its tasks take how connections ended, and the IDs E_FIN_FAILED named, from them
     tallied = Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage)
-    step("judging (the catalogue's monitors: a task per nsqd, or per share of its monitors where cores are idle) "
-         "and the messages' lifecycles")
+    step("judging (the catalogue's monitors: a task per nsqd, or per share of its monitors where cores are idle)")
     connections = tallied.connections()
-    judged, lifecycles = alongside(
-        lambda: judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
-                              bool(http_ports), storage, lookupd_servers(connections, nsq_ports),
-                              bool(lookupd_http_ports), nsqd_clients),
-        lambda: lifecycle.tables(spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(),
-                                 tallied.fin_failed_ids(), storage))
+    judged = judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
+                           bool(http_ports), storage, lookupd_servers(connections, nsq_ports),
+                           bool(lookupd_http_ports), nsqd_clients)
+    lifecycles = lifecycle.tables(spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(),
+                                  tallied.fin_failed_ids(), storage)
     tables, totals, result = derive(spark, tables_dir, lifecycles, tallied, judged, storage, step)
     storage.delete_directory(exchange_dir)
     result["input"] = {
@@ -359,16 +354,6 @@ def payload_kind(files: list[str]) -> str:
     """``reference``: the decoder reads payloads back from the (local) files; ``bytes``: they travel with the
     segments."""
     return "reference" if all(is_local(path) for path in files) else "bytes"
-
-
-def alongside(judging: Callable[[], Judged], lifecycles: Callable[[], T]) -> tuple[Judged, T]:
-    """The judging job and the lifecycles' job at once, the judging's from a thread of its own: the scheduler gives
-    the lifecycles' tasks the cores the judging leaves idle (a single nsqd's judge is one task, its shares end
-    unevenly)."""
-    with ThreadPoolExecutor(1, thread_name_prefix="judging") as pool:
-        judged = pool.submit(judging)
-        derived = lifecycles()
-        return judged.result(), derived
 
 
 def derive(spark: SparkSession, tables_dir: str, lifecycles: tuple[Mapping[str, DataFrame], lifecycle.Totals],

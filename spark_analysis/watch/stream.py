@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes
 
-from spark_analysis.analysis import alongside, derive
+from spark_analysis.analysis import derive
 from spark_analysis.derive.connection_tables import TableWriter
 from spark_analysis.derive.lifecycle import MINUTE_COUNTS, NS_PER_MINUTE, Totals
 from spark_analysis.derive.quantiles import EMPTY
@@ -185,13 +185,12 @@ class Watcher:
         tables_dir = self.increments.tables_dir
         self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
         final, tallied = self._tallies(batch_id, before.tallies)
-        self.step(f"batch {batch_id}: judging (the catalogue's monitors) and the messages' lifecycles")
-        judged, lifecycles = alongside(
-            lambda: judge_batch(self.spark, batch_id, carried["previous"], carried["last_ts_ns"], final, tallied,
-                                self.increments.exchange_dir, tables_dir, self.increments.state_dir,
-                                bool(self.increments.http_ports), self.increments.ports, self.storage,
-                                bool(self.increments.lookupd_http_ports), self.nsqd_clients),
-            lambda: self.lifecycles.tables(batch_id, carried, final))
+        self.step(f"batch {batch_id}: judging (the catalogue's monitors)")
+        judged = judge_batch(self.spark, batch_id, carried["previous"], carried["last_ts_ns"], final, tallied,
+                             self.increments.exchange_dir, tables_dir, self.increments.state_dir,
+                             bool(self.increments.http_ports), self.increments.ports, self.storage,
+                             bool(self.increments.lookupd_http_ports), self.nsqd_clients)
+        lifecycles = self.lifecycles.tables(batch_id, carried, final)
         this_batch = part_prefix(batch_id)
         judged_part = functools.partial(Tallies.plus, name=VIOLATIONS, directories=self.directories,
                                         storage=self.storage, chosen=lambda name: name.startswith(this_batch))
