@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 
 SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
@@ -201,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     return capture(args.port or [4150], args.output, command, interface=args.interface)
 
 
-def _progress():
-    """A console on stderr and a ``step(message)`` printing the seconds since now before each message."""
+def _progress() -> Callable[[str], None]:
+    """``step(message)``, printing on stderr the seconds since now before each message."""
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -211,7 +212,7 @@ def _progress():
     def step(message: str):
         console.print(f"[bold cyan]{time.monotonic() - started:6.1f}s[/] {message}")
 
-    return console, step
+    return step
 
 
 def _master(args) -> tuple[str | None, bool]:
@@ -239,7 +240,7 @@ def _analyze(parser, args) -> int:
         storage.make_directory(args.out)  # a missing bucket or a read-only place fails here, before Spark starts
     except (StorageError, OSError) as exc:
         parser.error(str(exc).splitlines()[0])
-    _, step = _progress()
+    step = _progress()
     master, local = _master(args)
     step(
         f"starting Spark ({master or 'from spark-submit'}) for {len(files)} file(s), "
@@ -291,7 +292,7 @@ def _watch(parser, args) -> int:
         storage.make_directory(args.out)
     except (StorageError, OSError) as exc:
         parser.error(str(exc).splitlines()[0])
-    console, step = _progress()
+    step = _progress()
     master, local = _master(args)
     step(f"starting Spark ({master or 'from spark-submit'}), watching {args.source}")
     options = {
@@ -308,7 +309,7 @@ def _watch(parser, args) -> int:
             run_watch(spark, args.source, local_path(args.out), options, storage, args.settle_seconds,
                       args.trigger_seconds, args.until_idle, step)
         except WatchError as exc:
-            console.print(f"nsq-trace watch: {exc}")
+            print(f"nsq-trace watch: {exc}", file=sys.stderr)  # one line, as it is: not wrapped, no markup
             return 1
     return 0
 
@@ -324,7 +325,7 @@ def _prepare() -> int:
         with console.status("preparing") as status:
             archive = prepare(lambda message: status.update(f"{message} ({time.monotonic() - started:.0f}s)"))
     except RuntimeError as exc:
-        console.print(f"nsq-trace prepare: {exc}")
+        print(f"nsq-trace prepare: {exc}", file=sys.stderr)
         return 1
     size_mb = os.path.getsize(archive) / 1e6
     console.print(f"wrote {archive} ({size_mb:,.0f} MB) in {time.monotonic() - started:.0f}s")

@@ -24,6 +24,9 @@ so far. A flow whose connection closed (RST, or a FIN each way) ``CLOSED_HORIZON
 latest capture time of the batches before is ended for good and carried no more: a segment of it after that starts
 it anew (the one way a watch can differ from the batch analysis).
 
+A state is carried on from only by the code that wrote it (``state_format``, in its index): another version's
+pickles may not read back as they were written, or at all.
+
 Replays: batch N reads the state of the last whole batch before it, after deleting whatever a batch >= N left (a
 stop cut it short). A batch's state is deleted only in a later batch's run, when Spark has committed the batch
 after it.
@@ -31,9 +34,13 @@ after it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
+import sys
 from collections.abc import Callable, Iterable, Iterator
+from functools import cache
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -85,6 +92,20 @@ def batch_of(file_name: str) -> int | None:
     return int(name[1:11]) if name.startswith("b") and name[1:11].isdigit() else None
 
 
+@cache
+def state_format() -> str:
+    """The code a watch's state is pickled by: a digest of the source of the packages whose objects it holds."""
+    import nsq_protocol
+    import spark_analysis
+
+    digest = hashlib.blake2s(digest_size=8)
+    for package in (nsq_protocol, spark_analysis):
+        root = Path(package.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 class Increments:
     """Each micro-batch's new files decoded into ``out_dir``'s tables with the flows carried from the batch before."""
 
@@ -131,7 +152,13 @@ class Increments:
 
     def commit(self, batch_id: int, index: dict) -> None:
         """Batch ``batch_id``'s state made whole, once everything carried from it is written."""
-        self.storage.write_text(join(self.state_dir, f"{batch_id:010d}", "index.json"), json.dumps(index))
+        self.storage.write_text(join(self.state_dir, f"{batch_id:010d}", "index.json"),
+                                json.dumps({**index, "format": state_format()}))
+
+    def foreign_state(self) -> int | None:
+        """The batch of the latest whole state, where other code wrote it (its ``format`` is not ``state_format``)."""
+        latest = self._last_whole_state(sys.maxsize)
+        return latest if latest is not None and self._index(latest).get("format") != state_format() else None
 
     def _stand_ins(self, frame, carried_flows: dict):
         """One row per carried flow, that brings the flow to its task."""

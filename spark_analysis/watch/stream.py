@@ -160,6 +160,10 @@ class Watcher:
         self.nsqd_clients = analysis_options.get("nsqd_clients", True)
         self.increments = Increments(spark, out_dir, storage, **{
             name: value for name, value in analysis_options.items() if name not in ("report", "nsqd_clients")})
+        foreign = self.increments.foreign_state()
+        if foreign is not None:
+            raise WatchError(f"{out_dir} holds the state of a watch (batch {foreign}) by another version of nsq-trace, "
+                             "which cannot carry on from it: watch into a fresh --out")
         self.lifecycles = LifecycleIncrements(spark, self.increments.tables_dir, self.increments.exchange_dir,
                                               self.increments.state_dir, WATCH_BUCKETS, storage)
         self.batches_dir = join(out_dir, "watch", "batches")

@@ -171,6 +171,27 @@ def test_watch_refuses_bad_arguments_in_one_line(arguments, error, tmp_path):
     assert result.stderr.strip().splitlines() == [f"nsq-trace: error: {error.format(tmp=tmp_path)}"]
 
 
+def test_watch_refuses_in_one_line_to_carry_on_from_another_versions_state(tmp_path):
+    """A state pickled by other code may not read back as it was written: its index says which code wrote it
+    (state_format), and a watch of other code refuses it, before any batch, and leaves it as it was."""
+    source, out = tmp_path / "captures", tmp_path / "live"
+    source.mkdir()
+    arrive(source, 0, records(PCAPS / "compressed.pcap"))
+    state = out / "watch" / "state" / f"{3:010d}"
+    state.mkdir(parents=True)
+    index = json.dumps({"flows": {}, "last_ts_ns": 0, "previous": 2, "format": "written-by-other-code"})
+    (state / "index.json").write_text(index)
+    result = subprocess.run(
+        [sys.executable, "-m", "spark_analysis", "watch", str(source), "--out", str(out), "--until-idle", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=WAIT_SECONDS)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"nsq-trace watch: {out} holds the state of a watch (batch 3) by another version of nsq-trace, which "
+        "cannot carry on from it: watch into a fresh --out")
+    assert "Traceback" not in result.stderr
+    assert (state / "index.json").read_text() == index and not (out / "latest.json").exists()
+
+
 def test_watch_stopped_by_sigterm_finishes_its_micro_batch_first(tmp_path):
     source, out = tmp_path / "captures", tmp_path / "live"
     source.mkdir()
