@@ -596,11 +596,6 @@ def _frame(row: dict) -> Observed:
     return Observed(ts, kind, text if kind == RESPONSE else "")
 
 
-def sorted_rows(observed: pa.Table) -> pa.Table:
-    """One nsqd's observed rows in the order the judge takes them."""
-    return observed.sort_by(JUDGING_ORDER)
-
-
 # ---- a small capture, in this process ---------------------------------------------------------------------------
 def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[int] = frozenset(),
                   changes: list[pa.Table] | None = None, runs: bool = True, share: tuple[int, int] = (0, 1)
@@ -633,9 +628,8 @@ def judge_capture(path: str, nsq_ports: frozenset[int], http_ports: frozenset[in
     undecoded = tallies.undecoded(events)
     observed = observed_rows(events, 0)
     http = http_actions(pa.Table.from_pylist(http_rows, schema=HTTP_SCHEMA)) if http_ports else None
-    return judge_servers(openings(connections, undecoded), http,
-                         lambda server: sorted_rows(observed.filter(pc.equal(observed["server"], server))), changes,
-                         runs, share)
+    return judge_servers(openings(connections, undecoded), http, lambda server: observed.filter(
+        pc.equal(observed["server"], server)).sort_by(JUDGING_ORDER), changes, runs, share)
 
 
 def judge_servers(by_server: dict[str, list[Opening]], http: dict[str, list | None] | None, rows_of,
