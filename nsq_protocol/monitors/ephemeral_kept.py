@@ -11,7 +11,7 @@ from urllib.parse import unquote
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER, COMMAND, FINS
 from nsq_protocol.monitors.monitor import Monitor
-from nsq_protocol.monitors.stats_counters import stats_document
+from nsq_protocol.monitors.stats_counters import stats_channels, stats_document, stats_topics
 
 HTTP = "HTTP"
 EPHEMERAL = "#ephemeral"
@@ -66,9 +66,8 @@ class EphemeralKept(Monitor):
         document = stats_document(exchange)
         if document is None:
             return
-        listed = {entry.get("topic_name"): {one.get("channel_name") for one in entry.get("channels") or ()
-                                            if isinstance(one, dict)}
-                  for entry in document["topics"] if isinstance(entry, dict)}
+        listed = {topic["topic_name"]: {channel["channel_name"] for channel in stats_channels(topic)}
+                  for topic in stats_topics(document)}
         params = exchange.request.params()  # a stats_document's request parses
         wanted_topic, wanted_channel = params.get("topic", ""), params.get("channel", "")
         if document.get("start_time") != self._start_time or not judge.http_seen:
@@ -107,6 +106,5 @@ class EphemeralKept(Monitor):
         if wanted_channel:
             return
         for topic, channels in listed.items():
-            if isinstance(topic, str) and topic.endswith(EPHEMERAL) and \
-                    any(isinstance(name, str) and not name.endswith(EPHEMERAL) for name in channels):
+            if topic.endswith(EPHEMERAL) and any(not name.endswith(EPHEMERAL) for name in channels):
                 self._kept.add(topic)

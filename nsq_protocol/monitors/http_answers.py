@@ -27,6 +27,7 @@ from nsq_protocol.monitors.http_expected import (
     names_allowed,
 )
 from nsq_protocol.monitors.monitor import Monitor
+from nsq_protocol.monitors.stats_counters import stats_channels, stats_topics
 
 JSON_TYPE = "application/json; charset=utf-8"
 NSQ_TYPE = "nsq; version=1.0"
@@ -221,7 +222,7 @@ class HttpAnswersAsNsqd(Monitor):
         params = exchange.request.params() or {}
         if not isinstance(document, dict) or params.get("channel") or not isinstance(document.get("topics"), list):
             return
-        listed = {entry.get("topic_name"): entry for entry in document["topics"] if isinstance(entry, dict)}
+        listed = {entry["topic_name"]: entry for entry in stats_topics(document)}
         wanted, at = params.get("topic"), exchange.ts
         for key in self._exists:
             if len(key) == 1 and self._known(key, at) and wanted in (None, "", key[0]) and key[0] not in listed:
@@ -231,8 +232,7 @@ class HttpAnswersAsNsqd(Monitor):
             entry = listed.get(key[0]) if since < at and self._started is not None and self._started + 1 < since \
                 else None
             if entry is not None and len(key) == 2:
-                entry = next((channel for channel in entry.get("channels") or () if isinstance(channel, dict)
-                              and channel.get("channel_name") == key[1]), None)
+                entry = next((channel for channel in stats_channels(entry) if channel["channel_name"] == key[1]), None)
             if isinstance(entry, dict) and "paused" in entry and entry["paused"] is not paused:
                 item = "H-TOPIC-04" if len(key) == 1 else "H-CHANNEL-04"
                 self.report(item, BROKER, at, HTTP, f"{'/'.join(key)} paused: {paused}",
@@ -243,7 +243,8 @@ def _misnamed(request, response: Response, answers: tuple[HttpAnswer, ...]) -> s
     """D-39, where a wrong answer breaks the name rule: a name the rule allows refused as invalid, or one it refuses
     taken."""
     refusal = _json(response) if response.status == 400 else None
-    if isinstance(refusal, dict) and refusal.get("message") in NAME_REFUSALS and names_allowed(request):
+    if isinstance(refusal, dict) and isinstance(refusal.get("message"), str) and \
+            refusal["message"] in NAME_REFUSALS and names_allowed(request):
         return "D-39"
     if 200 <= response.status < 300 and answers[0].code in NAME_REFUSALS:
         return "D-39"

@@ -282,8 +282,7 @@ class RegistrationsAnswered(Monitor):
                         if judge.knows(key[1]))
         for key, producers in expected.items():
             entries = [entry for entry in document.get(":".join(key), []) if isinstance(entry, dict)]
-            by_peer = {(entry.get("broadcast_address"), entry.get("tcp_port"), entry.get("http_port")): entry
-                       for entry in entries}
+            by_peer = {_peer(entry): entry for entry in entries}
             for name, tombstoned_at in producers.items():
                 producer = self._producers.get(name)
                 if producer is None or producer.left_at is not None:
@@ -319,8 +318,7 @@ class RegistrationsAnswered(Monitor):
             return
         entries: dict[tuple, list[dict]] = {}
         for entry in listed:
-            entries.setdefault((entry.get("broadcast_address"), entry.get("tcp_port"), entry.get("http_port")),
-                               []).append(entry)
+            entries.setdefault(_peer(entry), []).append(entry)
         by_peer: dict[tuple, list[str]] = {}
         for name, producer in self._producers.items():
             by_peer.setdefault(producer.peer, []).append(name)
@@ -394,8 +392,7 @@ class RegistrationsAnswered(Monitor):
                 bounds[2] = why
         seen: dict[tuple, int] = {}
         for entry in listed:
-            peer = (entry.get("broadcast_address"), entry.get("tcp_port"), entry.get("http_port")) \
-                if isinstance(entry, dict) else None
+            peer = _peer(entry) if isinstance(entry, dict) else None
             seen[peer] = seen.get(peer, 0) + 1
             if peer is not None:
                 self._named(exchange, peer, entry)
@@ -489,6 +486,13 @@ def _argument_error(path: str, topic: str | None, channel: str | None, node: str
         if not valid_name(channel):
             return item, "INVALID_ARG_CHANNEL"
     return None
+
+
+def _peer(entry: dict) -> tuple:
+    """A listed producer's (broadcast_address, tcp_port, http_port); a list or an object in place of one (a broken
+    lookupd's) as None, which no registered peer has."""
+    return tuple(None if isinstance(value, (list, dict)) else value
+                 for value in (entry.get("broadcast_address"), entry.get("tcp_port"), entry.get("http_port")))
 
 
 def _document(exchange: HttpExchange) -> dict | None:

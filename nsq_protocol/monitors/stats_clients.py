@@ -211,10 +211,10 @@ class ClientsAsConnected(Monitor):
         if not _BOOL.get(params.get("include_clients", ""), True):
             return
         entries = [(entry, False) for topic in document["topics"] if isinstance(topic, dict)
-                   for channel in topic.get("channels") or () if isinstance(channel, dict)
-                   for entry in channel.get("clients") or ()]
+                   for channel in _listed(topic, "channels") if isinstance(channel, dict)
+                   for entry in _listed(channel, "clients")]
         producers = document.get("producers")
-        entries += [(entry, True) for entry in producers or ()] if isinstance(producers, list) else []
+        entries += [(entry, True) for entry in producers] if isinstance(producers, list) else []
         living = {connection.client: connection for connection in judge.connections.values()
                   if connection.client is not None and connection.opened_at is not None
                   and connection.opened_at < exchange.ts
@@ -228,7 +228,8 @@ class ClientsAsConnected(Monitor):
             if not isinstance(entry, dict):
                 continue
             self._keys(exchange, entry)
-            connection = living.get(entry.get("remote_address"))
+            address = entry.get("remote_address")
+            connection = living.get(address) if isinstance(address, str) else None
             if connection is None:
                 continue
             self._direct.add(connection.server)
@@ -427,3 +428,9 @@ def _sample_rate(identify: list) -> int | None:
 
 def _number(value) -> float:
     return value if isinstance(value, int) and not isinstance(value, bool) else float("inf")
+
+
+def _listed(entry: dict, name: str) -> list:
+    """A list a /stats entry holds under ``name``; a broken broker's value of another type lists nothing."""
+    value = entry.get(name)
+    return value if isinstance(value, list) else []

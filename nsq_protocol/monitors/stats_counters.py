@@ -258,5 +258,7 @@ def stats_topics(document: dict) -> Iterator[dict]:
 
 def stats_channels(topic: dict) -> Iterator[dict]:
     """A topic entry's channel entries that name their channel."""
-    return (channel for channel in topic.get("channels") or ()
-            if isinstance(channel, dict) and isinstance(channel.get("channel_name"), str))
+    channels = topic.get("channels")
+    if isinstance(channels, list):
+        yield from (channel for channel in channels
+                    if isinstance(channel, dict) and isinstance(channel.get("channel_name"), str))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from nsq_protocol.http import HttpExchange
 from nsq_protocol.monitors.events import BROKER, ERROR
 from nsq_protocol.monitors.monitor import Monitor
-from nsq_protocol.monitors.stats_counters import stats_document
+from nsq_protocol.monitors.stats_counters import stats_document, stats_topics
 
 HTTP = "HTTP"
 EPHEMERAL = "#ephemeral"
@@ -53,7 +53,7 @@ class RefusedMpubMadeTopic(Monitor):
         params = request.params() or {}
         if params.get("channel"):
             return  # a channel filter leaves out the topics without it (H-STATS-05)
-        listed = {entry.get("topic_name") for entry in document["topics"] if isinstance(entry, dict)}
+        listed = {entry["topic_name"] for entry in stats_topics(document)}
         for topic, made in self._made.items():
             if made >= exchange.ts or params.get("topic", "") not in ("", topic):
                 continue

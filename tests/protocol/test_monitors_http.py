@@ -8,11 +8,13 @@ import json
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conformance import monitoring
 from conformance.transcript import SERVER_TO_CLIENT, Transcript
 from conformance.versions import NsqVersion
-from nsq_protocol import monitors
+from nsq_protocol import monitors, wire
 from nsq_protocol.http import HttpDecoder, HttpExchange, Request, Response
 from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
 from nsq_protocol.monitors.http_documents import DocumentsAsNsqd
@@ -181,6 +183,60 @@ def test_the_real_nsqds_answers_break_no_rule():
 ])
 def test_an_answer_nsqd_would_not_give_is_named(exchange, item):
     assert named(judged(exchange)) == {(item, "broker")}
+
+
+def test_an_error_code_of_another_type_than_text_is_named():
+    for code in ({"INVALID_TOPIC": 1}, ["INVALID_TOPIC"], None, 400):
+        refused = Response(400, json.dumps({"message": code}).encode(), JSON)
+        assert named(judged(("POST", "/pub?topic=t", b"x", refused))) == {("H-PUB-07", "broker")}
+
+
+# a broken broker's answer: any JSON value (in nsqd's documents, in place of a field, or alone) under any status
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=12), children, max_size=3),
+    max_leaves=10)
+CLIENT = {"client_id": "c", "hostname": "h", "version": "V2", "remote_address": "127.0.0.1:40000", "state": 3,
+          "ready_count": 1, "in_flight_count": 0, "message_count": 0, "finish_count": 0, "requeue_count": 0,
+          "connect_ts": int(T0), "sample_rate": 0, "deflate": False, "snappy": False, "user_agent": "", "tls": False}
+FIELDS = sorted({*INFO, *stats(), *TOPIC, *CHANNEL, *CLIENT, "message", "https_port"})
+# a /stats that lists the consumer the judge saw connect, so that the monitors of client entries read it
+WITH_CLIENT = ("GET", "/stats?format=json", b"", document(stats(topics=[{**TOPIC, "channels": [
+    {**CHANNEL, "client_count": 1, "clients": [CLIENT]}]}], producers=[CLIENT])))
+
+
+@st.composite
+def hostile_answers(draw) -> tuple:
+    method, target, body, honest = draw(st.sampled_from([*NSQD, WITH_CLIENT]))
+    document = json.loads(honest.body) if honest.body.startswith((b"{", b"[")) else draw(JSON_VALUES)
+    status = draw(st.sampled_from([honest.status, 200, 400, 403, 404, 413, 500]))
+    return method, target, body, Response(status, json.dumps(_damaged(draw, document)).encode(), honest.headers)
+
+
+def _damaged(draw, value):
+    """``value`` with fields at every depth (the document's, a topic's, a channel's) replaced by any JSON value."""
+    if isinstance(value, list):
+        return [_damaged(draw, item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    damaged = {key: _damaged(draw, item) for key, item in value.items()}
+    for field in draw(st.lists(st.sampled_from(FIELDS), max_size=2)):
+        damaged[field] = draw(JSON_VALUES)
+    return damaged
+
+
+@settings(max_examples=300, deadline=None)
+@given(exchanges=st.lists(hostile_answers(), min_size=1, max_size=6))
+def test_no_monitor_raises_on_any_json_answer(exchanges):
+    # what a hostile broker made the suite's monitors raise on (an unhashable "message"): caught by a monitor
+    # that raised, which the suite would report as its own ERROR
+    judge = monitors.new_judge(timing=True, http_seen=True, release=(1, 3, 0))
+    judge.open("A", T0 - 1, started=True, server="127.0.0.1:4150", client=CLIENT["remote_address"])
+    judge.observe("A", monitors.from_command(T0 - 0.9, wire.Command(b"SUB", (b"t", b"c"))))
+    for index, (method, target, body, response) in enumerate(exchanges):
+        judge.http_exchange(HttpExchange(T0 + index, Request(method, target, body, {}), response, T0 + index + 0.5))
+    judge.finish(T0 + len(exchanges))
+    assert judge.failures == []
 
 
 def test_wording_of_an_error_body_is_judged_only_where_asked():

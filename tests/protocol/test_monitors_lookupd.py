@@ -9,6 +9,8 @@ import json
 import pathlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nsq_protocol import monitors, wire, wire_v1
 from nsq_protocol.http import HttpExchange, Request, Response
@@ -275,6 +277,45 @@ def test_lookup_answered_from_the_registrations_breaks_nothing():
                .http("GET", "/lookup?topic=t", 404, b'{"message":"TOPIC_NOT_FOUND"}')
                .http("POST", "/channel/delete?topic=t&channel=c", 404, b'{"message":"CHANNEL_NOT_FOUND"}'))
     assert traffic.violations() == []
+
+
+# a broken lookupd's answers: its documents with fields at any depth replaced by any JSON value, under any status
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=12), children, max_size=3),
+    max_leaves=10)
+LOOKUPD_ANSWERS = [("/lookup?topic=t", json.loads(lookup_answer(["c"]))), ("/channels?topic=t", {"channels": ["c"]}),
+                   ("/topics", {"topics": ["t"]}), ("/info", json.loads(ANSWER)),
+                   ("/nodes", {"producers": [{**ENTRY, "topics": ["t"], "tombstones": [False]}]}),
+                   ("/lookup?topic=nope", {"message": "TOPIC_NOT_FOUND"})]
+FIELDS = sorted({*ENTRY, "channels", "producers", "topics", "tombstones", "message", "version"})
+
+
+@st.composite
+def hostile_lookupd_answers(draw) -> tuple[str, int, bytes]:
+    target, document = draw(st.sampled_from(LOOKUPD_ANSWERS))
+    return target, draw(st.sampled_from([200, 404, 500])), json.dumps(_damaged(draw, document)).encode()
+
+
+def _damaged(draw, value):
+    if isinstance(value, list):
+        return [_damaged(draw, item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    damaged = {key: _damaged(draw, item) for key, item in value.items()}
+    for name in draw(st.lists(st.sampled_from(FIELDS), max_size=2)):
+        damaged[name] = draw(JSON_VALUES)
+    return damaged
+
+
+@settings(max_examples=300, deadline=None)
+@given(answers=st.lists(hostile_lookupd_answers(), min_size=1, max_size=5))
+def test_no_monitor_raises_on_any_json_answer(answers):
+    traffic = registered()
+    for target, status, body in answers:
+        traffic.http("GET", target, status, body)
+    traffic.violations()
+    assert traffic.judge.failures == []
 
 
 @pytest.mark.parametrize(("then", "answer", "item"), [
