@@ -43,7 +43,11 @@ def graded(verdict: str, message: str, findings) -> tuple[str, str]:
     """The case's verdict with what the monitors found in its traffic (conformance/clients/monitoring.py): a rule the
     fake nsqd broke is the harness's bug, an ERROR; a client-side rule broken counts as the case's own difference at
     the rule's level (a MUST, or a MAY the client uses, FAILs; a SHOULD is NON-STRICT). A case that could not judge
-    the client (UNSUPPORTED, ERROR) keeps its verdict."""
+    the client (UNSUPPORTED, ERROR) keeps its verdict. A monitor that raised is the toolkit's bug: an ERROR too,
+    never a rule quietly not judged."""
+    if findings.failures:
+        return ERROR, "\n".join([*(f"a monitor raised on the case's traffic (the toolkit's own bug): {failure}"
+                                   for failure in findings.failures), message]).strip()
     if findings.broker:
         return ERROR, "\n".join([*(f"the fake nsqd broke {violation.describe()} (the harness's bug, not the client's)"
                                    for violation in findings.broker), message]).strip()

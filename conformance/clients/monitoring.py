@@ -14,7 +14,7 @@ nsqd broke a rule of nsqd's: the harness's bug, an ERROR. The fake nsqd departs 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from conformance.clients.fake_nsqd import CLOSED_BY_BROKER, CLOSED_BY_CLIENT, REFUSED, RESET_BY_CLIENT
 from conformance.clients.fake_nsqlookupd import QUERY_RESET
@@ -40,6 +40,8 @@ class Findings:
     client: list  # Violation: the library's
     declared: list  # Violation: the library's, provoked by the case on purpose
     broker: list  # Violation: the fake nsqd's
+    # "<monitor>: <exception>" of the monitors that raised on the traffic: the toolkit's bug
+    failures: list[str] = field(default_factory=list)
 
     def as_dicts(self) -> list[dict]:
         return ([{**violation.as_dict(), "declared": False} for violation in self.client + self.broker]
@@ -88,8 +90,8 @@ def _lookupd_query(judge: monitors.Judge, transcript: Transcript, lookupd: str, 
 
 def findings(transcript: Transcript, declared: set[str], application: monitors.Application | None = None,
              dialed: Mapping[str, str] | None = None) -> Findings:
-    violations = judge(transcript, application, dialed).violations
-    departs = [v for v in violations if v.side != CLIENT and v.item not in FAKE_NSQD_DEPARTS]
-    client = [v for v in violations if v.side == CLIENT]
+    judged = judge(transcript, application, dialed)
+    departs = [v for v in judged.violations if v.side != CLIENT and v.item not in FAKE_NSQD_DEPARTS]
+    client = [v for v in judged.violations if v.side == CLIENT]
     return Findings([v for v in client if v.item not in declared], [v for v in client if v.item in declared],
-                    departs)
+                    departs, judged.failures)

@@ -248,6 +248,8 @@ def _as_another_release(item, case: Case | LookupdCase, judged: Judged) -> Judge
         try:
             excinfo = _run_again(item, case, other)
             passes = _verdict(item, other, excinfo, _monitored(item, other)).verdict == PASS
+        except monitoring.MonitorFailed as failure:
+            return _monitor_failed(failure)
         finally:
             other.close()
         asked |= other.asked
@@ -296,8 +298,12 @@ def pytest_runtest_makereport(item, call):
     if call.when == "teardown" or (call.when == "setup" and call.excinfo is None):
         return report
     case: Case | None = item.stash.get(CASE, None)
-    found = _monitored(item, case)
-    judged, death = _after_target_check(item, case, _verdict(item, case, call.excinfo, found))
+    try:
+        found = _monitored(item, case)
+        judged = _verdict(item, case, call.excinfo, found)
+    except monitoring.MonitorFailed as failure:
+        found, judged = [], _monitor_failed(failure)
+    judged, death = _after_target_check(item, case, judged)
     if call.when == "call" and death is None and judged.verdict in (FAIL, NON_STRICT) and case is not None:
         judged = _as_another_release(item, case, judged)
     verdict, message = judged.verdict, judged.message
@@ -374,6 +380,13 @@ def _monitored(item, case) -> list:
                                    own_names="" if case.profile.setup.get("create_topic") else case.name_prefix)]
     return [violation for judge in judged for violation in judge.violations
             if violation.side == monitors.BROKER and violation.item not in expected and case.has(violation.item)]
+
+
+def _monitor_failed(failure: monitoring.MonitorFailed) -> Judged:
+    """A monitor that raised on a case's traffic is the toolkit's bug, whatever the target sent: the case's ERROR,
+    loud, rather than an INTERNALERROR that ends the run (or, under pytest-xdist, the worker)."""
+    message = f"a monitor raised on the case's traffic (the toolkit's own bug): {failure}"
+    return Judged(ERROR, message, cause_of(failure, message))
 
 
 def _target_label(item, settings) -> str:

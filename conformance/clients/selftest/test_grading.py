@@ -1,5 +1,6 @@
 """The monitors' findings in a case's verdict (judge.graded): a client-side rule broken counts at its item's level,
-a rule the fake nsqd broke is the harness's ERROR, and a case that could not judge the client keeps its verdict."""
+a rule the fake nsqd broke or a monitor that raised is the harness's ERROR, and a case that could not judge the client
+keeps its verdict."""
 from conformance.clients.judge import graded
 from conformance.clients.monitoring import Findings
 from conformance.verdicts import ERROR, FAIL, NON_STRICT, PASS, UNSUPPORTED
@@ -23,3 +24,11 @@ def test_the_fake_nsqds_finding_is_an_error_and_an_unjudged_case_keeps_its_verdi
     verdict, message = graded(PASS, "", Findings([], [], [_found("C-10", BROKER)]))
     assert verdict == ERROR and "the fake nsqd broke C-10" in message
     assert graded(UNSUPPORTED, "lacks it", Findings([_found("NSQC-HB-001")], [], [])) == (UNSUPPORTED, "lacks it")
+
+
+def test_a_monitor_that_raised_is_an_error_whatever_else_was_found():
+    failed = Findings([_found("NSQC-CLS-001")], [], [], ["ClientSettles: TypeError('x')"])
+    for verdict in (PASS, FAIL, UNSUPPORTED):
+        assert graded(verdict, "the case's own", failed) == (
+            ERROR, "a monitor raised on the case's traffic (the toolkit's own bug): ClientSettles: TypeError('x')\n"
+                   "the case's own")
