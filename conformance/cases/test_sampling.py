@@ -27,6 +27,8 @@ def test_sample_rate_keeps_about_that_share(nsq):
     deadline = time.monotonic() + nsq.seconds(1.5)
     while time.monotonic() < deadline:
         for frame in consumer.poll(deadline - time.monotonic()):
+            nsq.verify.that("only message frames arrive", frame.frame_type == wire.FRAME_MESSAGE, "MESSAGE",
+                            frame.describe())
             deliveries.append(frame)
             consumer.command("FIN", frame.id_text)
     nsq.verify.that("sampled share of 300 messages at sample_rate 10 (D-45: 33 expected)",
