@@ -59,7 +59,7 @@ def drain(nsq, topic: str, channel: str, count: int) -> list[bytes]:
     delivered = []
     while len(delivered) < count:
         for message in conn.expect_messages(min(ready, count - len(delivered)), timeout=5):
-            conn.command("FIN", message.message_id.decode())
+            conn.command("FIN", message.id_text)
             delivered.append(message.body)
     conn.expect_silence(0.3, "no message more than the channel had")
     return delivered
@@ -213,7 +213,7 @@ def test_a_sigkill_before_the_sync_leaves_a_working_queue(crashable):
     delivered = []
     while not set(fresh) <= set(delivered) and len(delivered) < most:
         message = conn.expect_message(timeout=3)
-        conn.command("FIN", message.message_id.decode())
+        conn.command("FIN", message.id_text)
         delivered.append(message.body)
     nsq.verify.equal("the new messages after the SIGKILL, each once", fresh,
                      sorted(body for body in delivered if body.startswith(b"new-")))
@@ -249,7 +249,7 @@ def test_messages_from_disk_keep_to_rdy(crashable):
             deferred_after = nsq.elapsed_since(subscribed)
         conn.expect_silence(0.1, "RDY 1: nothing more before the FIN")
         delivered.append(message.body)
-        conn.command("FIN", message.message_id.decode())
+        conn.command("FIN", message.id_text)
     conn.expect_silence(0.3, "no message more than were published")
     nsq.verify.equal("every message once, from memory and disk", sorted(published), sorted(delivered))
     nsq.verify.soft_equal("the DPUB 3000 that went to disk comes without its deferral (D-32): < 2.5 s after the "

@@ -329,9 +329,9 @@ def test_client_counters_add_up(nsq, http):
     for body in (b"k1", b"k2", b"k3"):
         conn.publish(topic, body)
     messages = conn.expect_messages(3)
-    conn.command("FIN", messages[0].message_id.decode())
-    conn.command("FIN", messages[1].message_id.decode())
-    conn.command("REQ", messages[2].message_id.decode(), 0)
+    conn.command("FIN", messages[0].id_text)
+    conn.command("FIN", messages[1].id_text)
+    conn.command("REQ", messages[2].id_text, 0)
     conn.expect_message(b"k3", attempts=2)
 
     def counters():

@@ -176,7 +176,7 @@ class ChannelMachine(RuleBasedStateMachine):
         self.topic = topic
         self.ready = self.previous_ready = 0
         self.pending: dict[bytes, int] = {}  # body -> attempts so far
-        self.in_flight: dict[bytes, tuple[bytes, int]] = {}  # id -> (body, attempts)
+        self.in_flight: dict[str, tuple[bytes, int]] = {}  # id (as FIN carries it) -> (body, attempts)
         self.finished: set[bytes] = set()
         self.counter = 0
 
@@ -189,7 +189,7 @@ class ChannelMachine(RuleBasedStateMachine):
             self.nsq.verify.that("a delivered message is pending in the model (not finished, not in flight)",
                                  body in self.pending, f"one of {sorted(self.pending)[:5]}", body)
             self.nsq.verify.equal(f"attempts of {body!r} (C-12)", self.pending.pop(body) + 1, frame.attempts)
-            self.in_flight[frame.message_id] = (body, frame.attempts)
+            self.in_flight[frame.id_text] = (body, frame.attempts)
             allowed = max(self.ready, self.previous_ready)
             self.nsq.verify.that("in flight <= RDY (D-01)", len(self.in_flight) <= allowed,
                                  f"<= {allowed}", len(self.in_flight))
@@ -218,7 +218,7 @@ class ChannelMachine(RuleBasedStateMachine):
     def settle(self, data, verb):
         message_id = data.draw(st.sampled_from(sorted(self.in_flight)))
         body, attempts = self.in_flight[message_id]
-        self.consumer.command(verb, message_id.decode(), *([0] if verb == "REQ" else []))
+        self.consumer.command(verb, message_id, *([0] if verb == "REQ" else []))
         if verb == "FIN":
             del self.in_flight[message_id]
             self.finished.add(body)
@@ -237,7 +237,7 @@ class ChannelMachine(RuleBasedStateMachine):
         """Drain: FIN whatever is in flight, then RDY high until every pending message arrived."""
         try:
             for message_id in list(self.in_flight):
-                self.consumer.command("FIN", message_id.decode())
+                self.consumer.command("FIN", message_id)
                 self.finished.add(self.in_flight.pop(message_id)[0])
             self.previous_ready = self.ready = 10
             self.consumer.command("RDY", 10)
@@ -245,7 +245,7 @@ class ChannelMachine(RuleBasedStateMachine):
             while self.pending and time.monotonic() < deadline:
                 self.receive(0.2)
                 for message_id in list(self.in_flight):
-                    self.consumer.command("FIN", message_id.decode())
+                    self.consumer.command("FIN", message_id)
                     self.finished.add(self.in_flight.pop(message_id)[0])
             self.nsq.verify.equal("messages never delivered (lost)", [], sorted(self.pending))
         finally:
