@@ -18,6 +18,7 @@ from nsq_protocol import monitors, wire
 from nsq_protocol.http import HttpDecoder, HttpExchange, Request, Response
 from nsq_protocol.monitors.http_answers import HttpAnswersAsNsqd
 from nsq_protocol.monitors.http_documents import DocumentsAsNsqd
+from tests.protocol.hostile_json import JSON_VALUES, damaged
 
 T0 = 1_800_000_000.0
 NSQ = {"x-nsq-content-type": "nsq; version=1.0"}
@@ -191,14 +192,10 @@ def test_an_error_code_of_another_type_than_text_is_named():
         assert named(judged(("POST", "/pub?topic=t", b"x", refused))) == {("H-PUB-07", "broker")}
 
 
-# a broken broker's answer: any JSON value (in nsqd's documents, in place of a field, or alone) under any status
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=12), children, max_size=3),
-    max_leaves=10)
 CLIENT = {"client_id": "c", "hostname": "h", "version": "V2", "remote_address": "127.0.0.1:40000", "state": 3,
           "ready_count": 1, "in_flight_count": 0, "message_count": 0, "finish_count": 0, "requeue_count": 0,
           "connect_ts": int(T0), "sample_rate": 0, "deflate": False, "snappy": False, "user_agent": "", "tls": False}
+# a broken broker's answers: nsqd's documents damaged at any depth (or any JSON value alone) under any status
 FIELDS = sorted({*INFO, *stats(), *TOPIC, *CHANNEL, *CLIENT, "message", "https_port"})
 # a /stats that lists the consumer the judge saw connect, so that the monitors of client entries read it
 WITH_CLIENT = ("GET", "/stats?format=json", b"", document(stats(topics=[{**TOPIC, "channels": [
@@ -210,19 +207,7 @@ def hostile_answers(draw) -> tuple:
     method, target, body, honest = draw(st.sampled_from([*NSQD, WITH_CLIENT]))
     document = json.loads(honest.body) if honest.body.startswith((b"{", b"[")) else draw(JSON_VALUES)
     status = draw(st.sampled_from([honest.status, 200, 400, 403, 404, 413, 500]))
-    return method, target, body, Response(status, json.dumps(_damaged(draw, document)).encode(), honest.headers)
-
-
-def _damaged(draw, value):
-    """``value`` with fields at every depth (the document's, a topic's, a channel's) replaced by any JSON value."""
-    if isinstance(value, list):
-        return [_damaged(draw, item) for item in value]
-    if not isinstance(value, dict):
-        return value
-    damaged = {key: _damaged(draw, item) for key, item in value.items()}
-    for field in draw(st.lists(st.sampled_from(FIELDS), max_size=2)):
-        damaged[field] = draw(JSON_VALUES)
-    return damaged
+    return method, target, body, Response(status, json.dumps(damaged(draw, document, FIELDS)).encode(), honest.headers)
 
 
 @settings(max_examples=300, deadline=None)
