@@ -184,6 +184,9 @@ class ReplyList(list):
         except IndexError:
             raise Mismatch(f"the broker's JSON list has an item {index}", f"at least {index + 1} item(s)"
                            if isinstance(index, int) and index >= 0 else "an item", f"{len(self)} item(s)") from None
+        except TypeError:  # read as an object: the broker answered a list where one was due
+            raise Mismatch(f"the broker's JSON object has {index!r}", f"an object with {index!r}",
+                           f"a list of {len(self)} item(s)") from None
 
 
 def _reply(value):
