@@ -14,6 +14,7 @@ UNSUPPORTED, NOT_RUN, ERROR = "UNSUPPORTED", "NOT RUN", "ERROR"
 VERDICTS = (PASS, FAIL, NON_STRICT, PRECONDITION, UNSUPPORTED, NOT_RUN, ERROR)
 FAILING = (FAIL, PRECONDITION, ERROR)  # the gate fails on these unless the baseline lists the case
 TARGET_DIED = "the target died"
+MONITOR_RAISED = "a monitor raised on the case's traffic (the toolkit's own bug)"  # an ERROR in both suites
 LEVEL_ORDER = ("MUST", "MAY", "SHOULD")  # strongest first: a broken MUST, or a MAY capability offered but wrong, FAILs
 
 _CASE_TOPIC = re.compile(r"(?:cf|lk)\d+-\d+-\d+-[A-Za-z0-9_.#-]*")  # case.NAME_PREFIX and the rest of the name

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from conformance.spec import behaviours
-from conformance.verdicts import ERROR, FAIL, NON_STRICT, PASS, UNSUPPORTED
+from conformance.verdicts import ERROR, FAIL, MONITOR_RAISED, NON_STRICT, PASS, UNSUPPORTED
 from nsq_protocol.wire import ProtocolViolation
 
 MUST, SHOULD, MAY = "MUST", "SHOULD", "MAY"
@@ -46,7 +46,7 @@ def graded(verdict: str, message: str, findings) -> tuple[str, str]:
     the client (UNSUPPORTED, ERROR) keeps its verdict. A monitor that raised is the toolkit's bug: an ERROR too,
     never a rule quietly not judged."""
     if findings.failures:
-        return ERROR, "\n".join([*(f"a monitor raised on the case's traffic (the toolkit's own bug): {failure}"
+        return ERROR, "\n".join([*(f"{MONITOR_RAISED}: {failure}"
                                    for failure in findings.failures), message]).strip()
     if findings.broker:
         return ERROR, "\n".join([*(f"the fake nsqd broke {violation.describe()} (the harness's bug, not the client's)"

@@ -30,6 +30,7 @@ from conformance.verdicts import (
     ERROR,
     FAIL,
     LEVEL_ORDER,
+    MONITOR_RAISED,
     NON_STRICT,
     NOT_RUN,
     PASS,
@@ -385,7 +386,7 @@ def _monitored(item, case) -> list:
 def _monitor_failed(failure: monitoring.MonitorFailed) -> Judged:
     """A monitor that raised on a case's traffic is the toolkit's bug, whatever the target sent: the case's ERROR,
     loud, rather than an INTERNALERROR that ends the run (or, under pytest-xdist, the worker)."""
-    message = f"a monitor raised on the case's traffic (the toolkit's own bug): {failure}"
+    message = f"{MONITOR_RAISED}: {failure}"
     return Judged(ERROR, message, cause_of(failure, message))
 
 
