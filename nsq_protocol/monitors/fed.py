@@ -27,45 +27,88 @@ PUBLISHES = frozenset({"PUB", "MPUB", "DPUB"})
 
 
 class Backlog:
-    """What a channel holds that no consumer was seen to get: each message published to it once a consumer had
-    subscribed (by its body's hash, an int), and each REQ'd with no delay (by its ID, a str), oldest first, each with
-    when the broker had it (a publish's answer: infinity until then, as the broker may deliver it before its answer
-    crosses the wire)."""
+    """What a channel holds that no consumer was seen to get: the messages of each publish to it once a consumer had
+    subscribed (by their bodies' hashes, ints), and each message REQ'd with no delay (by its ID, a str), oldest first,
+    each publish's as one block with when the broker had them (its answer: infinity until then, as the broker may
+    deliver them before the answer crosses the wire). A delivery takes the oldest message held with its key."""
 
     def __init__(self, subscription: tuple):
         self.subscription = subscription
-        self.entries: OrderedDict = OrderedDict()  # sequence -> (accepted at, key)
-        self._by_key: dict[int | str, deque] = {}  # body hash or message ID -> their sequences, oldest first
+        self.blocks: OrderedDict[int, Block] = OrderedDict()  # sequence -> a block with messages left, oldest first
+        self.held = 0  # messages left in all blocks
+        # key -> its block, or a deque of its blocks (oldest first; a block once per message) where more than one
+        # message has the key: bodies are mostly unique, so a publish's keys go in at once
+        self._by_key: dict[int | str, Block | deque] = {}
 
-    def add(self, sequence: int, at: float, key: int | str) -> None:
-        self.entries[sequence] = [at, key]
-        self._by_key.setdefault(key, deque()).append(sequence)
+    def add(self, sequence: int, at: float, keys: tuple | list) -> None:
+        block = self.blocks[sequence] = Block(sequence, at, keys)
+        self.held += len(keys)
+        by_key = self._by_key
+        if by_key.keys().isdisjoint(keys):
+            new = dict.fromkeys(keys, block)
+            if len(new) == len(keys):
+                by_key.update(new)
+                return
+        for key in keys:
+            found = by_key.get(key)
+            if found is None:
+                by_key[key] = block
+            elif type(found) is deque:
+                found.append(block)
+            else:
+                by_key[key] = deque((found, block))
 
     def take(self, key: int | str) -> bool:
-        sequences = self._by_key.get(key)
-        if not sequences:
+        found = self._by_key.pop(key, None)
+        if found is None:
             return False
-        del self.entries[sequences.popleft()]
-        if not sequences:
-            del self._by_key[key]
+        if type(found) is deque:
+            block = found.popleft()
+            self._by_key[key] = found if len(found) > 1 else found[0]
+        else:
+            block = found
+        block.left -= 1
+        self.held -= 1
+        if not block.left:
+            del self.blocks[block.sequence]
         return True
 
     def accepted(self, sequence: int, at: float) -> None:
-        entry = self.entries.get(sequence)
-        if entry is not None:
-            entry[0] = at
+        block = self.blocks.get(sequence)
+        if block is not None:
+            block.at = at
 
     def refused(self, sequence: int) -> None:
-        entry = self.entries.pop(sequence, None)
-        if entry is not None:
-            sequences = self._by_key[entry[1]]
-            sequences.remove(sequence)
-            if not sequences:
-                del self._by_key[entry[1]]
+        block = self.blocks.pop(sequence, None)
+        if block is None:
+            return
+        self.held -= block.left
+        by_key = self._by_key
+        for key in block.keys:
+            found = by_key.get(key)
+            if found is block:
+                del by_key[key]
+            elif type(found) is deque:
+                kept = [other for other in found if other is not block]
+                if len(kept) > 1:
+                    by_key[key] = deque(kept)
+                elif kept:
+                    by_key[key] = kept[0]
+                else:
+                    del by_key[key]
 
     def oldest(self) -> float | None:
         """When the broker had the oldest message it holds; past those whose publish is not answered (yet)."""
-        return next((at for at, _ in self.entries.values() if at != INFINITY), None)
+        return next((block.at for block in self.blocks.values() if block.at != INFINITY), None)
+
+
+class Block:
+    """A publish's messages to one channel (one REQ'd message), as a backlog holds them: compared by identity."""
+
+    __slots__ = ("sequence", "at", "keys", "left")
+
+    def __init__(self, sequence: int, at: float, keys: tuple | list):
+        self.sequence, self.at, self.keys, self.left = sequence, at, keys, len(keys)
 
 
 class ReadyConsumerFed(Monitor):
@@ -118,7 +161,7 @@ class ReadyConsumerFed(Monitor):
             if verb in ("FIN", "REQ") and event.msg_id is not None:
                 held = event.msg_id in connection.in_flight
                 if verb == "REQ" and held and event.number == 0 and connection.subscription in self._consumers:
-                    backlog, _ = self._add(connection.subscription, event.ts, event.msg_id)  # D-05
+                    backlog, _ = self._add(connection.subscription, event.ts, (event.msg_id,))  # D-05
                     self._held(judge, backlog, event.ts)
                 self._room(judge, connection, event.ts, len(connection.in_flight) - held, verb)
             elif verb in PUBLISHES and event.topic is not None and (verb != "DPUB" or not event.number):
@@ -163,7 +206,7 @@ class ReadyConsumerFed(Monitor):
             self._one_by_one(judge, connection, run, counts, why)
             return
         backlog = self._backlogs.get(subscription) if fed else None
-        if backlog is not None and backlog.entries:
+        if backlog is not None and backlog.held:
             for msg_id, body in zip(run.msg_ids, run.bodies, strict=True):
                 if not backlog.take(msg_id):
                     backlog.take(body)
@@ -237,7 +280,7 @@ class ReadyConsumerFed(Monitor):
         # since (a restart ends them all)
         channels = [channel for channel in self._channels.get(topic, ())
                     if any(at < sent for at in self._consumers[topic, channel].values())]
-        return [self._add((topic, channel), INFINITY, body) for body in bodies for channel in channels]
+        return [self._add((topic, channel), INFINITY, bodies) for channel in channels] if bodies else []
 
     def _accepted(self, judge, entries: list[tuple], at: float) -> None:
         """The broker had the messages of ``entries`` (_published) at ``at``."""
@@ -246,12 +289,12 @@ class ReadyConsumerFed(Monitor):
         for backlog in dict.fromkeys(backlog for backlog, _ in entries):
             self._held(judge, backlog, at)
 
-    def _add(self, subscription: tuple, at: float, key: tuple) -> tuple:
+    def _add(self, subscription: tuple, at: float, keys: tuple | list) -> tuple:
         self._sequence += 1
         backlog = self._backlogs.get(subscription)
         if backlog is None:
             backlog = self._backlogs[subscription] = Backlog(subscription)
-        backlog.add(self._sequence, at, key)
+        backlog.add(self._sequence, at, keys)
         return backlog, self._sequence
 
     def _held(self, judge, backlog: Backlog, at: float) -> None:
@@ -301,7 +344,7 @@ class ReadyConsumerFed(Monitor):
         connection = judge.connections[name]
         subscription = connection.subscription
         backlog = self._backlogs.get(subscription)
-        if idle is None or backlog is None or not backlog.entries or name not in self._consumers.get(subscription, ()):
+        if idle is None or backlog is None or not backlog.held or name not in self._consumers.get(subscription, ()):
             return
         oldest = backlog.oldest()
         if oldest is None or connection.opened_at is None or oldest <= connection.opened_at:
@@ -324,7 +367,7 @@ class ReadyConsumerFed(Monitor):
         if not (judge.all_started and judge.http_seen):
             self.skip(item, UNSEEN)
             return
-        self.report(item, BROKER, now, name, f"a message of channel {channel} ({len(backlog.entries)} held, none "
+        self.report(item, BROKER, now, name, f"a message of channel {channel} ({backlog.held} held, none "
                     f"delivered) sent within {due - start:.2f} s of room ({why}, RDY {connection.rdy}, "
                     f"{len(connection.in_flight)} in flight)", f"nothing for {now - start:.2f} s")
         del self._backlogs[subscription]  # one report for what it held

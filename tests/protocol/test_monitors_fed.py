@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
 from nsq_protocol import monitors, wire
 from nsq_protocol.http import HttpExchange, Request, Response
 from nsq_protocol.monitors import BROKER, http_action
+from nsq_protocol.monitors.fed import INFINITY, Backlog
 from tests.protocol.test_monitors import ID1, ID2, ID3, T0, Traffic, consumer
 from tests.protocol.test_monitors_delivery_http import not_judged
 
@@ -195,3 +200,56 @@ def test_a_body_only_a_refused_mpub_carried_delivered_breaks_p_mpub_03():
         return [item for item, _ in traffic.violations(2.0) if item in ("P-MPUB-03", "C-09")]
     assert run(also_published=False) == ["P-MPUB-03"]
     assert run(also_published=True) == []
+
+
+# ---- the backlog: a publish's messages as one block ----------------------------------------------------------------
+KEYS = st.one_of(st.integers(0, 5), st.sampled_from(["0000000000000001", "0000000000000002"]))
+
+
+class BacklogAsMessages(RuleBasedStateMachine):
+    """A Backlog holds what a list of its messages, one by one and oldest first, holds: a delivery takes the oldest
+    with its key, whatever block it is in and however keys repeat within and across blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.backlog = Backlog(("t", "c"))
+        self.messages: list[list] = []  # [sequence, when the broker had it, key], oldest first
+        self.sequence = 0
+
+    @rule(keys=st.lists(KEYS, min_size=1, max_size=6), answered=st.booleans())
+    def add(self, keys, answered):
+        self.sequence += 1
+        at = float(self.sequence) if answered else INFINITY
+        self.backlog.add(self.sequence, at, tuple(keys))
+        self.messages += [[self.sequence, at, key] for key in keys]
+
+    @rule(key=KEYS)
+    def take(self, key):
+        held = next((message for message in self.messages if message[2] == key), None)
+        if held is not None:
+            self.messages.remove(held)
+        assert self.backlog.take(key) is (held is not None)
+
+    @rule(data=st.data())
+    def accepted(self, data):
+        sequence = data.draw(st.integers(1, self.sequence + 1))
+        self.backlog.accepted(sequence, sequence + 0.5)
+        for message in self.messages:
+            if message[0] == sequence:
+                message[1] = sequence + 0.5
+
+    @rule(data=st.data())
+    def refused(self, data):
+        sequence = data.draw(st.integers(1, self.sequence + 1))
+        self.backlog.refused(sequence)
+        self.messages = [message for message in self.messages if message[0] != sequence]
+
+    @invariant()
+    def holds_the_same(self):
+        assert self.backlog.held == len(self.messages)
+        assert bool(self.backlog.blocks) == bool(self.messages)
+        assert self.backlog.oldest() == next((at for _, at, _ in self.messages if at != INFINITY), None)
+
+
+TestBacklogAsMessages = BacklogAsMessages.TestCase
+TestBacklogAsMessages.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
