@@ -103,7 +103,7 @@ class Backlog:
 
 
 class Block:
-    """A publish's messages to one channel (one REQ'd message), as a backlog holds them: compared by identity."""
+    """A publish's messages to one channel (or one REQ'd message), as a backlog holds them."""
 
     __slots__ = ("sequence", "at", "keys", "left")
 
