@@ -123,8 +123,9 @@ def _one_by_one(args, passthrough: list[str]) -> int:
 
 
 def _in_parallel(args, argv: list[str]) -> int:
-    """One process per driver, ``--jobs`` at a time; each one's output goes to its reports folder and is shown
-    whole when it ends, with one line of progress per driver."""
+    """One process per driver, ``--jobs`` at a time; each one's output goes to its reports folder. It is shown whole
+    only when that driver's verdicts differ from its baseline or its run broke: a CI log then shows what changed,
+    not the failures every baseline expects. One line of progress per driver."""
     own = [arg for arg in (argv[:argv.index("--")] if "--" in argv else argv) if arg not in args.drivers]
     rest = argv[argv.index("--"):] if "--" in argv else []
     pending, running, worst = list(args.drivers), {}, 0
@@ -146,11 +147,18 @@ def _in_parallel(args, argv: list[str]) -> int:
             del running[driver]
             code = process.returncode
             worst = max(worst, code if code in (0, 1) else 2)
-            print(output.read_text(), end="")
-            print(f"[{time.monotonic() - started:5.0f} s] {driver}: "
-                  + ("every verdict as its baseline" if code == 0 else "verdicts differ from the baseline" if code == 1
-                     else f"exit {code}"), flush=True)
+            if code != 0:
+                print(output.read_text(), end="")
+            verdict = (f"every verdict as its baseline (pytest: {_last_line(output)}; whole output: {output})"
+                       if code == 0 else "verdicts differ from the baseline" if code == 1 else f"exit {code}")
+            print(f"[{time.monotonic() - started:5.0f} s] {driver}: {verdict}", flush=True)
     return worst
+
+
+def _last_line(output: Path) -> str:
+    """pytest's closing line, its counts: ``== 30 failed, 12 passed in 2.1s ==``, without the rulers."""
+    lines = [line for line in output.read_text().splitlines() if line.strip()]
+    return lines[-1].strip("= ") if lines else "no output"
 
 
 if __name__ == "__main__":
