@@ -332,6 +332,7 @@ def run_analysis(
     judged = judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
                            bool(http_ports), storage, lookupd_servers(connections, nsq_ports),
                            bool(lookupd_http_ports), nsqd_clients)
+    step("message lifecycles (a task per bucket of bodies)")
     lifecycles = lifecycle.tables(spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(),
                                   tallied.fin_failed_ids(), storage)
     tables, totals, result = derive(spark, tables_dir, lifecycles, tallied, judged, storage, step)
