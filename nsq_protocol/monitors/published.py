@@ -4,6 +4,9 @@ command's or request's sending, whatever its answer: a refused one only makes th
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import is_
+
 from nsq_protocol.monitors.events import COMMAND
 
 PUBLISHES = frozenset({"PUB", "MPUB", "DPUB"})
@@ -13,10 +16,14 @@ CLOCKS_S = 1.0  # between the broker's clock (a message's timestamp, C-09) and t
 class PublishTimes:
     """(topic, body hash) -> the first and last time a publish of it was sent, and the last answer to one. Where a
     publish's bodies are not known (an MPUB that does not parse, a text /mpub) its topic is ``unknown``: no rule can
-    tell its messages apart."""
+    tell its messages apart.
+
+    A publish's bodies are almost always new and answered together: they share one record, made and answered at once
+    for all of them, and a body whose times part from the others' (published or answered again on its own) gets a
+    copy of its own first."""
 
     def __init__(self):
-        self._times: dict[tuple, list] = {}
+        self._by_topic: dict[str, dict[int, list]] = {}  # topic -> body hash -> its record (_record)
         self.unknown: set[str] = set()
         self.known_since = 0.0  # publishes before it were let go of (judge.MESSAGES_KEPT)
 
@@ -39,18 +46,34 @@ class PublishTimes:
         if bodies is None:
             self.unknown.add(topic)
             return
+        table = self._by_topic.setdefault(topic, {})
+        if table.keys().isdisjoint(bodies) and len(set(bodies)) == len(bodies):
+            table.update(dict.fromkeys(bodies, _record(ts, len(bodies))))
+            return
         for body in bodies:
-            times = self._times.get((topic, body))
+            times = table.get(body)
             if times is None:
-                self._times[topic, body] = [ts, ts, 1, 0, None]  # first, last, how many sent, answered, last answer
+                table[body] = _record(ts, 1)
             else:
+                times = _own(table, body, times)
                 times[1] = ts
                 times[2] += 1
 
     def _answer(self, ts: float, topic: str, bodies) -> None:
+        table = self._by_topic.get(topic)
+        if table is None or not bodies:
+            return
+        first = table.get(bodies[0])
+        # the answer to the publish whose record its bodies share, and only theirs
+        if first is not None and first[5] == len(bodies) and len(set(bodies)) == len(bodies) \
+                and all(map(is_, map(table.get, bodies), repeat(first))):
+            first[3] += 1
+            first[4] = ts
+            return
         for body in bodies:
-            times = self._times.get((topic, body))
+            times = table.get(body)
             if times is not None:
+                times = _own(table, body, times)
                 times[3] += 1
                 times[4] = ts
 
@@ -65,11 +88,26 @@ class PublishTimes:
         since = max(judge.started_at or 0.0, self.known_since)
         if event.msg_ts_ns < (since + CLOCKS_S) * 1e9:
             return None
-        times = self._times.get((topic, event.bodies[0]))
+        times = self._by_topic.get(topic, {}).get(event.bodies[0])
         if times is None:
             return None
-        first, last, sent, answered, answer = times
+        first, last, sent, answered, answer, _ = times
         return first, last, answer if answered >= sent else None
 
     def forget(self, now: float) -> None:
-        self._times, self.known_since = {}, now
+        self._by_topic, self.known_since = {}, now
+
+
+def _record(ts: float, bodies: int) -> list:
+    """A publish's record: first and last sent, how many sent, how many answered, the last answer; and how many
+    bodies of the topic share it."""
+    return [ts, ts, 1, 0, None, bodies]
+
+
+def _own(table: dict[int, list], body: int, times: list) -> list:
+    """``body``'s record, made its own (a copy) where other bodies share it."""
+    if times[5] == 1:
+        return times
+    times[5] -= 1
+    table[body] = own = [*times[:5], 1]
+    return own
