@@ -47,7 +47,7 @@ class PublishTimes:
             self.unknown.add(topic)
             return
         table = self._by_topic.setdefault(topic, {})
-        if table.keys().isdisjoint(bodies) and len(set(bodies)) == len(bodies):
+        if new_bodies(table, bodies):
             table.update(dict.fromkeys(bodies, _record(ts, len(bodies))))
             return
         for body in bodies:
@@ -96,6 +96,11 @@ class PublishTimes:
 
     def forget(self, now: float) -> None:
         self._by_topic, self.known_since = {}, now
+
+
+def new_bodies(table: dict, bodies) -> bool:
+    """None of ``bodies`` is in ``table``, nor twice in them: a publish's bodies go in at once."""
+    return table.keys().isdisjoint(bodies) and len(set(bodies)) == len(bodies)
 
 
 def _record(ts: float, bodies: int) -> list:

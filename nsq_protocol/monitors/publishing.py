@@ -7,6 +7,7 @@ from heapq import heapify, heappop, heappush
 
 from nsq_protocol.monitors.events import BROKER, COMMAND, ERROR, FINS, LET_GO, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.monitor import Monitor
+from nsq_protocol.monitors.published import new_bodies
 
 UNPUBLISHED = "some publishes to this nsqd may not be in the traffic"
 EARLY_SLACK_S = 0.02  # the broker starts a DPUB's delay after it read the command, later than the wire showed it
@@ -28,7 +29,8 @@ class DeferredWaits(Monitor):
 
     def __init__(self):
         super().__init__()
-        self._publishes: dict[tuple, list] = {}  # (topic, body hash) -> [(ts, delay ms or 0)]
+        # topic -> body hash -> (ts, delay ms or 0) of its one publish; None: published more than once
+        self._publishes: dict[str, dict[int, tuple | None]] = {}
         self._deferred: dict[str, set] = {}  # topic -> the bodies a deferred publish carried
         self._known_since = 0.0  # publishes before it were let go of (judge.MESSAGES_KEPT)
 
@@ -43,13 +45,13 @@ class DeferredWaits(Monitor):
         if event.kind == COMMAND and event.name in ("PUB", "MPUB", "DPUB") and event.topic is not None:
             self._published(event.topic, event.ts, event.bodies, (event.number or 0) if event.name == "DPUB" else 0)
         elif event.kind == MESSAGE and event.attempts == 1 and connection.topic is not None and event.bodies:
-            publishes = self._publishes.get((connection.topic, event.bodies[0]))
-            if not publishes or len(publishes) != 1 or publishes[0][1] == 0:
+            publish = self._publishes.get(connection.topic, {}).get(event.bodies[0])
+            if publish is None or publish[1] == 0:
                 return
             if not judge.timing:
                 self.skip("P-DPUB-04", "the times are when the client read the frames")
                 return
-            sent, delay = publishes[0]
+            sent, delay = publish
             if _published_before(event, self._known_since):
                 self.skip("P-DPUB-04", LET_GO)  # a copy published before, its publish let go of
                 return
@@ -66,8 +68,12 @@ class DeferredWaits(Monitor):
             self._published(action.topic, action.ts, action.bodies or (), action.defer_ms)
 
     def _published(self, topic: str, ts: float, bodies, delay: int) -> None:
-        for body in bodies:
-            self._publishes.setdefault((topic, body), []).append((ts, delay))
+        publishes = self._publishes.setdefault(topic, {})
+        if new_bodies(publishes, bodies):
+            publishes.update(dict.fromkeys(bodies, (ts, delay)))
+        else:
+            for body in bodies:
+                publishes[body] = None if body in publishes else (ts, delay)
         if delay:
             self._deferred.setdefault(topic, set()).update(bodies)
 
@@ -149,6 +155,9 @@ class DeliveredAsPublished(Monitor):
 
     def _carried(self, topic: str, bodies) -> None:
         counts = self._bodies.setdefault(topic, {})
+        if new_bodies(counts, bodies):
+            counts.update(dict.fromkeys(bodies, 1))
+            return
         for body in bodies:
             counts[body] = counts.get(body, 0) + 1
 
@@ -179,10 +188,10 @@ class PublishedIsDelivered(Monitor):
 
     def __init__(self):
         super().__init__()
-        self._published: list = []  # heap of (due, sequence, topic, body, item, channels expected, published at)
+        self._published: list = []  # heap of (due, sequence, topic, bodies, item, channels expected, published at)
         self._sequence = 0
         self._delivered: dict[tuple, dict] = {}  # (topic, channel) -> {body: message IDs delivered}
-        self._count: dict[tuple, int] = {}  # (topic, channel, body) -> messages published to it, due so far
+        self._count: dict[tuple, dict] = {}  # (topic, channel) -> {body: messages published to it, due so far}
         self._last_delivery: dict[str, float] = {}
         self._made: set[tuple] = set()  # (topic, channel) subscribed to in the traffic and not deleted since
         self._paused_at: dict[str, float] = {}  # topic -> its latest /topic/pause
@@ -250,20 +259,28 @@ class PublishedIsDelivered(Monitor):
         # D-30: the scan releases it once its delay is past and its channel on the scan's list (a new one, within
         # REFRESH_S)
         due = ts + (defer_ms / 1000 + REFRESH_S + SCAN_S if defer_ms else 0.0) + DUE_S
-        for body in bodies:
+        if bodies:
             self._sequence += 1
-            heappush(self._published, (due, self._sequence, topic, body, item, frozenset(channels), ts))
+            heappush(self._published, (due, self._sequence, topic, tuple(bodies), item, frozenset(channels), ts))
         self.due = min(self.due, due)
         judge.want_tick(due)
 
     def tick(self, judge, now):
         while self._published and self._published[0][0] <= now:
-            due, _, topic, body, item, channels, _ = heappop(self._published)
-            for channel in channels:
-                key = (topic, channel, body)
-                self._count[key] = self._count.get(key, 0) + 1
-                if len(self._delivered.get((topic, channel), {}).get(body, ())) < self._count[key]:
-                    self._judge(judge, now, topic, channel, item)
+            due, _, topic, bodies, item, channels, _ = heappop(self._published)
+            counts = [self._count.setdefault((topic, channel), {}) for channel in channels]
+            delivered = [self._delivered.get((topic, channel), {}) for channel in channels]
+            # almost always: bodies due on each channel for the first time, each delivered there: all kept
+            if all(new_bodies(counted, bodies) and got.keys() >= set(bodies)
+                   for counted, got in zip(counts, delivered, strict=True)):
+                for counted in counts:
+                    counted.update(dict.fromkeys(bodies, 1))
+                continue
+            for body in bodies:
+                for channel, counted, got in zip(channels, counts, delivered, strict=True):
+                    counted[body] = counted.get(body, 0) + 1
+                    if len(got.get(body, ())) < counted[body]:
+                        self._judge(judge, now, topic, channel, item)
         self.due = self._published[0][0] if self._published else float("inf")
         judge.want_tick(self.due)
 
@@ -272,7 +289,7 @@ class PublishedIsDelivered(Monitor):
 
     def forget(self, judge, now):
         for entry in self._published:
-            self.skip(entry[4], LET_GO)  # its deliveries may be among those let go of
+            self.skip(entry[4], LET_GO, len(entry[3]))  # their deliveries may be among those let go of
         self._published, self._delivered, self._count = [], {}, {}
         self.due = float("inf")
 

@@ -202,6 +202,49 @@ def test_a_body_only_a_refused_mpub_carried_delivered_breaks_p_mpub_03():
     assert run(also_published=True) == []
 
 
+
+def test_a_body_published_twice_is_not_judged_by_p_dpub_04():
+    """Either publish may be the one delivered: a body a PUB and then a DPUB carried is not held to the DPUB's delay."""
+    def run(pub_too: bool) -> list:
+        traffic = subscribed(rdy=5)
+        if pub_too:
+            traffic.send(0.1, b"PUB", "t", body=b"twice", conn="P").ok(0.105, conn="P")
+        traffic.send(0.2, b"DPUB", "t", 5000, body=b"twice", conn="P").ok(0.21, conn="P")
+        traffic.message(0.3, ID1, body=b"twice")
+        return [item for item, _ in traffic.violations(1.0) if item == "P-DPUB-04"]
+    assert run(pub_too=False) == ["P-DPUB-04"]
+    assert run(pub_too=True) == []
+
+
+def test_a_body_twice_in_a_refused_mpub_then_published_once_is_a_copy_not_refused():
+    """P-MPUB-03: a refused MPUB that carried a body twice, then a PUB of it: one copy was not refused."""
+    def run(published_after: bool) -> list:
+        traffic = subscribed(rdy=5).send(0.1, b"MPUB", "t", body=wire.mpub_body([b"ok", b"ok", b"x" * 10]),
+                                         conn="P")
+        traffic.error(0.11, b"E_BAD_MESSAGE MPUB message too big 10 > 5", conn="P").close(0.12, BROKER, conn="P")
+        if published_after:
+            traffic.connect("Q", 1.4).send(1.4, b"PUB", "t", body=b"ok", conn="Q").ok(1.41, conn="Q")
+        traffic.message(1.6, ID1, body=b"ok", published=1.5)
+        return [item for item, _ in traffic.violations(2.0) if item in ("P-MPUB-03", "C-09")]
+    assert run(published_after=False) == ["P-MPUB-03"]
+    assert run(published_after=True) == []
+
+
+def test_publishes_let_go_of_before_they_are_due_are_each_not_judged(monkeypatch):
+    """PublishedIsDelivered: an MPUB's messages not yet due when the judge lets go of its messages (MESSAGES_KEPT)
+    are each counted as not judged."""
+    monkeypatch.setattr(monitors.judge, "MESSAGES_KEPT", 10)
+    traffic = subscribed(rdy=2).send(0.05, b"MPUB", "t", body=wire.mpub_body([b"a", b"b", b"c"]), conn="P")
+    traffic.ok(0.06, conn="P")
+    at = 0.1
+    for number in range(40):
+        msg_id = b"%016x" % (number + 16)
+        traffic.message(at, msg_id).send(at + 0.001, b"FIN", msg_id.decode())
+        at += 0.01
+    traffic.violations(at)
+    assert traffic.judge.let_go_at is not None
+    assert traffic.judge.not_judged["P-MPUB-06", monitors.events.LET_GO] == 3
+
 # ---- the backlog: a publish's messages as one block ----------------------------------------------------------------
 KEYS = st.one_of(st.integers(0, 5), st.sampled_from(["0000000000000001", "0000000000000002"]))
 
