@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import replace
 from heapq import heappop, heappush
-from itertools import repeat
+from itertools import compress, islice, repeat
 from typing import NamedTuple
 
 from nsq_protocol.monitors.connection import TAIL_LOST
@@ -144,14 +145,11 @@ class AnswersAsNsqd(Monitor):
 
     def _match(self, judge, connection, session, pending, event):
         fin_failed = event.kind == ERROR and event.name == "E_FIN_FAILED"  # P-FIN-04: it may answer a run's FIN
-        for index, entry in enumerate(pending):
-            if len(entry) == 3 and not fin_failed:
-                continue  # a run's FIN: it may be silent, and only its E_FIN_FAILED answers it
+        for index, entry in enumerate(pending) if fin_failed else _commands(pending):
             command, expected = entry if len(entry) == 2 else entry[2].awaiting(entry[0], entry[1])
             answer = expected.fitting(event, judge.wording)
             if answer is not None:
-                for _ in range(index):  # nsqd handles commands in order: those before it were silent
-                    _passed(session, pending.popleft())
+                _pass(session, pending, index)  # nsqd handles commands in order: those before it were silent
                 pending.popleft()
                 session.answered(command, answer)
                 if command.name == "IDENTIFY" and event.name == JSON and event.fields:
@@ -280,6 +278,29 @@ def _materialize(pending: deque) -> None:
     entries = [entry if len(entry) == 2 else entry[2].awaiting(entry[0], entry[1]) for entry in pending]
     pending.clear()
     pending.extend(entries)
+
+
+def _commands(pending: deque) -> Iterator[tuple[int, tuple]]:
+    """(index, entry) of each command ``pending`` holds but a run's FIN, which may be silent, and which only its own
+    E_FIN_FAILED answers: passed over at C speed, as a consumer's FINs awaiting their answer may be thousands."""
+    lengths = list(map(len, pending))
+    index = -1
+    while True:
+        try:
+            index = lengths.index(2, index + 1)
+        except ValueError:
+            return
+        yield index, pending[index]
+
+
+def _pass(session: Session, pending: deque, count: int) -> None:
+    """The first ``count`` entries of ``pending`` let pass in silence (``_passed``), taken off at once."""
+    head = list(islice(pending, count))
+    rest = list(islice(pending, count, None))
+    pending.clear()
+    pending.extend(rest)
+    for entry in compress(head, map((2).__eq__, map(len, head))):
+        session.answered(entry[0], None)
 
 
 def _passed(session: Session, entry: tuple) -> None:
