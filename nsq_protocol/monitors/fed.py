@@ -17,6 +17,7 @@ from operator import not_, sub
 from nsq_protocol.monitors.events import BROKER, COMMAND, FINS, MESSAGE, MESSAGES, RESPONSE
 from nsq_protocol.monitors.judge import http_action
 from nsq_protocol.monitors.monitor import Monitor
+from nsq_protocol.monitors.published import new_bodies
 
 LATE_S = 0.5  # the broker's own latency, between its pump taking a message and the wire, beyond the buffer's flush
 DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS = 250  # nsqd's --output-buffer-timeout, where no IDENTIFY answer shows it
@@ -44,11 +45,9 @@ class Backlog:
         block = self.blocks[sequence] = Block(sequence, at, keys)
         self.held += len(keys)
         by_key = self._by_key
-        if by_key.keys().isdisjoint(keys):
-            new = dict.fromkeys(keys, block)
-            if len(new) == len(keys):
-                by_key.update(new)
-                return
+        if new_bodies(by_key, keys):
+            by_key.update(dict.fromkeys(keys, block))
+            return
         for key in keys:
             found = by_key.get(key)
             if found is None:

@@ -99,7 +99,7 @@ class PublishTimes:
 
 
 def new_bodies(table: dict, bodies) -> bool:
-    """None of ``bodies`` is in ``table``, nor twice in them: a publish's bodies go in at once."""
+    """None of ``bodies`` (or message keys) is in ``table``, nor twice in them: a publish's go in at once."""
     return table.keys().isdisjoint(bodies) and len(set(bodies)) == len(bodies)
 
 
