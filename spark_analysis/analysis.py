@@ -44,6 +44,7 @@ from spark_analysis.derive.tallies import SUMMARY_TALLIES, Tallies
 from spark_analysis.judge.job import Judged, judge_traffic
 from spark_analysis.judge.lookupd import LOOKUPD, LOOKUPD_HTTP, LookupdHttpReading, V1Rows, lookupd_servers
 from spark_analysis.judge.monitoring import HTTP, HTTP_SCHEMA, OBSERVED, HttpReading, observed_rows, openings
+from spark_analysis.judge.progress import progress_shown
 from spark_analysis.memory import return_freed_memory, without_cycle_collection
 from spark_analysis.read.datasource import DEFAULT_SPLIT_BYTES, NsqPcapDataSource
 from spark_analysis.read.parquet_source import WrittenTables
@@ -329,9 +330,10 @@ def run_analysis(
     tallied = Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage)
     step("judging (the catalogue's monitors: a task per nsqd, or per share of its monitors where cores are idle)")
     connections = tallied.connections()
-    judged = judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
-                           bool(http_ports), storage, lookupd_servers(connections, nsq_ports),
-                           bool(lookupd_http_ports), nsqd_clients)
+    with progress_shown(exchange_dir, step, storage):
+        judged = judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
+                               bool(http_ports), storage, lookupd_servers(connections, nsq_ports),
+                               bool(lookupd_http_ports), nsqd_clients)
     step("message lifecycles (a task per bucket of bodies)")
     lifecycles = lifecycle.tables(spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(),
                                   tallied.fin_failed_ids(), storage)

@@ -198,11 +198,16 @@ def server_table(name: str, server: str) -> str:
     return f"{name}-{hashlib.blake2s(server.encode(), digest_size=8).hexdigest()}"
 
 
-def server_rows(directory: str, name: str, server: str, storage: Storage = LOCAL) -> Iterator[pa.RecordBatch]:
-    """Every decoding task's rows of table ``name`` of ``server``, a batch at a time: file after file, where a
+def server_files(directory: str, name: str, server: str, storage: Storage = LOCAL) -> list[str]:
+    """Every decoding task's file of table ``name``'s rows of ``server``."""
+    return storage.files(join(directory, server_table(name, server)), ".parquet")
+
+
+def server_rows(files: list[str], server: str, storage: Storage = LOCAL) -> Iterator[pa.RecordBatch]:
+    """The rows of ``server`` in its ``files`` (``server_files``), a batch at a time: file after file, where a
     dataset's scan reads ahead (~500 MB more of a worker's memory for the bench trace's 2.2 M rows), in batches of
     ``SERVER_BATCH_ROWS`` (a row group whole takes ~3x their memory)."""
-    for url in storage.files(join(directory, server_table(name, server)), ".parquet"):
+    for url in files:
         with storage.open_input(url) as source:
             for batch in pq.ParquetFile(source).iter_batches(batch_size=SERVER_BATCH_ROWS):
                 yield batch.filter(pc.equal(batch["server"], server))

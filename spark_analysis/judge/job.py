@@ -37,6 +37,7 @@ from spark_analysis.judge.monitoring import (
     http_actions_of,
 )
 from spark_analysis.judge.ordering import in_judging_order
+from spark_analysis.judge.progress import task_progress
 from spark_analysis.memory import without_cycle_collection
 from spark_analysis.read.storage import LOCAL, Storage
 
@@ -151,13 +152,17 @@ def _judge_server(server: str, new_judging: Callable[[str, int], ServerJudging |
     """``server``'s share ``share`` judged (a server without rows is not); its counts. The judge is freed on
     return, by reference counting, while the cycle collector is still off: alive when it comes on, its millions of
     objects would be walked by the collector's first pass."""
+    files = lifecycle.server_files(exchange_dir, table, server, storage)
+    progress = task_progress(exchange_dir, f"{lifecycle.server_table(table, server)}-{share}", server, files, storage)
     judging = None
-    for rows in in_judging_order(lifecycle.server_rows(exchange_dir, table, server, storage)):
+    for rows in in_judging_order(lifecycle.server_rows(files, server, storage)):
         if judging is None:
             judging = new_judging(server, share)
         judging.feed(rows)
+        progress.add(rows.num_rows)
     if judging is None:
         return []
+    progress.write()
     judging.finish()
     if isinstance(judging, ServerJudging):
         told.add(NAMES, judging.new_changes(server))
