@@ -307,6 +307,7 @@ def _in_a_process_of_its_own(workload: str, size: int, args, workdir: str) -> di
 def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
     """Generate or record, count with the plain-Python baseline, analyse with Spark, parse with dpkt and scapy."""
     from spark_analysis.analysis import run_analysis
+    from spark_analysis.judge import progress
     from spark_analysis.read.storage import LOCAL
     from spark_analysis.report.summary import message_events
     from spark_analysis.session import spark_session
@@ -339,7 +340,8 @@ def _run_workload(workload: str, size: int, args, workdir: str) -> dict:
             phases: list[tuple[str, float]] = []
 
             def step(message: str):
-                phases.append((message, time.perf_counter()))
+                if not message.startswith(progress.LINE_START):
+                    phases.append((message, time.perf_counter()))
                 print(f"  {message}", flush=True)
 
             summary, analysis_seconds = timed(

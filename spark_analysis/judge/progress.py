@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from spark_analysis.read.storage import LOCAL, Storage, join
 
 PROGRESS = "progress"  # the exchange's directory of the tasks' files
+LINE_START = "judging: "  # a progress line's: not a step of its own (the benchmark's phases leave them out)
 WRITTEN_EVERY_S = 2.0
 SHOWN_EVERY_S = 10.0
 
@@ -63,7 +64,7 @@ def progress_line(reports: list[dict]) -> str | None:
     total = sum(report["total"] for report in slowest.values())
     if not fed or not total:
         return None
-    return f"judging: {fed:,} of {total:,} rows ({100 * fed // total} %) of {len(slowest)} server(s)"
+    return f"{LINE_START}{fed:,} of {total:,} rows ({100 * fed // total} %) of {len(slowest)} server(s)"
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from spark_analysis.analysis import run_analysis
 from spark_analysis.judge import monitoring, progress
 from spark_analysis.judge.progress import TaskProgress, progress_line, progress_shown
 
-LINE = re.compile(r"judging: ([\d,]+) of ([\d,]+) rows \((\d+) %\) of (\d+) server\(s\)")
+LINE = re.compile(progress.LINE_START + r"([\d,]+) of ([\d,]+) rows \((\d+) %\) of (\d+) server\(s\)")
 
 
 def _numbers(line: str) -> tuple[int, int, int, int]:
@@ -75,7 +75,7 @@ def test_analyze_shows_how_far_its_judging_is(spark, tmp_path, monkeypatch):
     monitoring.judge_capture(capture, frozenset({4150}))
     steps = []
     run_analysis(spark, [str(capture)], str(tmp_path / "out"), report=False, step=steps.append)
-    lines = [_numbers(line) for line in steps if line.startswith("judging: ")]
+    lines = [_numbers(line) for line in steps if line.startswith(progress.LINE_START)]
     assert lines, steps
     assert lines[-1] == (sum(rows_taken), sum(rows_taken), 100, 1) and sum(rows_taken) > 0
     assert all(fed <= total == sum(rows_taken) for fed, total, _, _ in lines)
