@@ -97,8 +97,14 @@ def _show(directory: str, step: Callable[[str], None], storage: Storage) -> None
 
 
 def _reports(directory: str, storage: Storage) -> Iterator[dict]:
-    for url in storage.files(directory, ".json"):
+    """The tasks' files as read now: one being replaced, or a store that does not answer, is read the next time (the
+    judging goes on either way)."""
+    try:
+        urls = storage.files(directory, ".json")
+    except OSError:
+        return
+    for url in urls:
         try:
             yield json.loads(storage.read_text(url))
-        except (OSError, ValueError):  # replaced while listed: its next version is read the next time
+        except (OSError, ValueError):
             continue

@@ -12,6 +12,7 @@ from test_monitoring import Exchange
 from spark_analysis.analysis import run_analysis
 from spark_analysis.judge import monitoring, progress
 from spark_analysis.judge.progress import TaskProgress, progress_line, progress_shown
+from spark_analysis.read.storage import Storage
 
 LINE = re.compile(progress.LINE_START + r"([\d,]+) of ([\d,]+) rows \((\d+) %\) of (\d+) server\(s\)")
 
@@ -38,6 +39,15 @@ def test_a_file_replaced_while_read_is_read_the_next_time(tmp_path):
         reports = list(progress._reports(str(tmp_path / progress.PROGRESS), progress.LOCAL))
     assert reports == [{"server": "a 4150", "fed": 0, "total": 10}]
     assert shown == []  # shorter than SHOWN_EVERY_S
+
+
+class Unanswering(Storage):
+    def files(self, directory: str, suffix: str = "") -> list[str]:
+        raise OSError("the store did not answer")
+
+
+def test_a_store_that_does_not_answer_is_read_the_next_time(tmp_path):
+    assert list(progress._reports(str(tmp_path), Unanswering())) == []
 
 
 def test_a_task_writes_as_it_feeds_and_the_driver_shows_it(tmp_path, monkeypatch):
