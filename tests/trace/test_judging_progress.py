@@ -45,9 +45,16 @@ class Unanswering(Storage):
     def files(self, directory: str, suffix: str = "") -> list[str]:
         raise OSError("the store did not answer")
 
+    def replace_text(self, url: str, text: str) -> None:
+        raise OSError("the store did not answer")
 
-def test_a_store_that_does_not_answer_is_read_the_next_time(tmp_path):
+
+def test_a_store_that_does_not_answer_is_read_and_written_the_next_time(tmp_path, monkeypatch):
     assert list(progress._reports(str(tmp_path), Unanswering())) == []
+    monkeypatch.setattr(progress, "WRITTEN_EVERY_S", 0.0)
+    task = TaskProgress(str(tmp_path / "a.json"), "a 4150", 10, Unanswering())
+    task.add(3)  # the judging goes on
+    assert task.fed == 3
 
 
 def test_a_task_writes_as_it_feeds_and_the_driver_shows_it(tmp_path, monkeypatch):
