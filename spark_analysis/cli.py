@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+CLEAR_LINE = "\r\x1b[2K"  # back to the line's start, and erase it (ANSI)
 
 
 def parse_size(text: str) -> int:
@@ -210,6 +211,8 @@ def _progress() -> Callable[[str], None]:
     started = time.monotonic()
 
     def step(message: str):
+        if console.is_terminal:  # a line from within a job starts over Spark's progress bar, drawn again below it
+            console.file.write(CLEAR_LINE)
         console.print(f"[bold cyan]{time.monotonic() - started:6.1f}s[/] {message}")
 
     return step

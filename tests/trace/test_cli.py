@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
 import subprocess
 import sys
@@ -82,3 +84,33 @@ def test_report_names_violations_by_item_and_side(spark, tmp_path):
     assert examples.count("<pre>&lt; E_FIN_FAILED id=") == 2, examples[:2000]
     violations = pq.read_table(tmp_path / "tables" / "violations")
     assert violations.num_rows == 2 and set(violations["item"].to_pylist()) == {"P-FIN-04"}
+
+
+def _step_output(stderr_is_terminal: bool) -> bytes:
+    """What `nsq-trace`'s step line writes on stderr, a terminal's or a pipe's."""
+    code = "from spark_analysis.cli import _progress; _progress()('judging: 1 of 2 rows')"
+    if not stderr_is_terminal:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=REPO, timeout=60).stderr
+    main, terminal = pty.openpty()
+    with subprocess.Popen([sys.executable, "-c", code], stderr=terminal, cwd=REPO) as child:
+        os.close(terminal)
+        assert child.wait(timeout=60) == 0
+    written = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the terminal's other end closed: all read
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(main)
+    return written
+
+
+def test_a_step_line_on_a_terminal_starts_over_sparks_progress_bar():
+    """Spark's progress bar stays on its line (no newline) while a job runs; a judging progress line printed then
+    erases it first, and Spark draws it again below."""
+    on_terminal, on_pipe = _step_output(True), _step_output(False)
+    assert on_terminal.startswith(b"\r\x1b[2K") and b"judging: " in on_terminal  # the numbers in colour
+    assert not on_pipe.startswith(b"\r") and b"judging: 1 of 2 rows" in on_pipe
