@@ -10,7 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import pyarrow.parquet as pq
 
@@ -37,11 +37,9 @@ class TaskProgress:
 
     def write(self) -> None:
         """Where the store does not take it, the judging goes on: the next write tells the driver."""
-        try:
+        with suppress(OSError):
             self.storage.replace_text(self.url, json.dumps({"server": self.server, "fed": self.fed,
                                                             "total": self.total}))
-        except OSError:
-            pass
         self._written_at = time.monotonic()
 
 
