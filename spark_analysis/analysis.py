@@ -9,8 +9,9 @@ Data flows one way:
          (decode/v2.py) and per-connection checks (judge/violations.py) carrying their state from window to window ->
          the events and the tables each connection makes alone (derive/connection_tables.py), written as Parquet by the
          task itself, window by window, and its deliveries and publishes into the lifecycles' buckets by body hash
-      -> in the driver, the connections table and the small sums of the decoding tasks' tables (derive/tallies.py); one
-         task per bucket: message lifecycles and their totals (derive/lifecycle.py); summary.json from them
+      -> in the driver, the connections table and the small sums of the decoding tasks' tables (derive/tallies.py);
+         the judging, a task per nsqd or share of its monitors (judge/job.py), and beside it, on the cores it leaves
+         idle, one task per bucket: message lifecycles and their totals (derive/lifecycle.py); summary.json from them
          (report/summary.py)
 
 Connections spanning several files meet in the shuffle: the reader keeps no state across files.
@@ -27,6 +28,8 @@ import json
 import time
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import pyarrow as pa
 from pyspark import StorageLevel
@@ -60,6 +63,8 @@ _PAYLOAD = SEGMENT_COLUMNS.index("payload")
 FOR_THE_JUDGE = frozenset({OBSERVED, HTTP, LOOKUPD, LOOKUPD_HTTP})
 # A connection's bytes decoded at a time: what its decoding holds is a few windows' worth, however long it lives.
 DEFAULT_WINDOW_BYTES = 16 << 20
+STARTED_POLL_S = 0.05  # how often side_by_side looks whether its first job runs yet
+First, Then = TypeVar("First"), TypeVar("Then")
 
 
 def packets(
@@ -328,15 +333,21 @@ def run_analysis(
     step("deriving tables")
     # before the lifecycles' job: its tasks take how connections ended, and the IDs E_FIN_FAILED named, from them
     tallied = Tallies(SUMMARY_TALLIES).read({"tables": tables_dir, "exchange": exchange_dir}, storage)
-    step("judging (the catalogue's monitors: a task per nsqd, or per share of its monitors where cores are idle)")
+    step("judging (the catalogue's monitors: a task per nsqd, or per share of its monitors) and message lifecycles "
+         "beside it (a task per bucket of bodies)")
     connections = tallied.connections()
+
+    def judging() -> Judged:
+        return judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
+                             bool(http_ports), storage, lookupd_servers(connections, nsq_ports),
+                             bool(lookupd_http_ports), nsqd_clients)
+
+    def message_lifecycles() -> tuple[Mapping[str, DataFrame], lifecycle.Totals]:
+        return lifecycle.tables(spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(),
+                                tallied.fin_failed_ids(), storage)
+
     with progress_shown(exchange_dir, step, storage):
-        judged = judge_traffic(spark, exchange_dir, tables_dir, openings(connections, tallied.undecoded()),
-                               bool(http_ports), storage, lookupd_servers(connections, nsq_ports),
-                               bool(lookupd_http_ports), nsqd_clients)
-    step("message lifecycles (a task per bucket of bodies)")
-    lifecycles = lifecycle.tables(spark, tables_dir, exchange_dir, buckets, tallied.connection_ends(),
-                                  tallied.fin_failed_ids(), storage)
+        judged, lifecycles = side_by_side(spark, judging, message_lifecycles)
     tables, totals, result = derive(spark, tables_dir, lifecycles, tallied, judged, storage, step)
     storage.delete_directory(exchange_dir)
     result["input"] = {
@@ -351,6 +362,19 @@ def run_analysis(
         step("writing report")
         html.write(tables, totals, result, out_dir, storage)
     return result
+
+
+def side_by_side(spark: SparkSession, first: Callable[[], First], then: Callable[[], Then]) -> tuple[First, Then]:
+    """``first`` and ``then``, each running Spark jobs, at once: ``then`` from when a job of ``first`` runs. Spark
+    offers a free core to the job that came first, so ``then``'s tasks take only the cores ``first``'s leave idle
+    (the judging's shares of one nsqd's monitors do not end together)."""
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(first)
+        tracker = spark.sparkContext.statusTracker()
+        while not tracker.getActiveJobsIds() and not running.done():
+            time.sleep(STARTED_POLL_S)
+        second = then()
+        return running.result(), second
 
 
 def payload_kind(files: list[str]) -> str:

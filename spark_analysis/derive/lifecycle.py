@@ -203,14 +203,13 @@ def server_files(directory: str, name: str, server: str, storage: Storage = LOCA
     return storage.files(join(directory, server_table(name, server)), ".parquet")
 
 
-def server_rows(files: list[str], server: str, storage: Storage = LOCAL) -> Iterator[pa.RecordBatch]:
-    """The rows of ``server`` in its ``files`` (``server_files``), a batch at a time: file after file, where a
-    dataset's scan reads ahead (~500 MB more of a worker's memory for the bench trace's 2.2 M rows), in batches of
-    ``SERVER_BATCH_ROWS`` (a row group whole takes ~3x their memory)."""
+def server_rows(files: list[str], storage: Storage = LOCAL) -> Iterator[pa.RecordBatch]:
+    """The rows in a server's ``files`` (``server_files``: its directory holds its rows alone), a batch at a time:
+    file after file, where a dataset's scan reads ahead (~500 MB more of a worker's memory for the bench trace's
+    2.2 M rows), in batches of ``SERVER_BATCH_ROWS`` (a row group whole takes ~3x their memory)."""
     for url in files:
         with storage.open_input(url) as source:
-            for batch in pq.ParquetFile(source).iter_batches(batch_size=SERVER_BATCH_ROWS):
-                yield batch.filter(pc.equal(batch["server"], server))
+            yield from pq.ParquetFile(source).iter_batches(batch_size=SERVER_BATCH_ROWS)
 
 
 def exchanged(directory: str, name: str, bucket: int | None = None, storage: Storage = LOCAL,

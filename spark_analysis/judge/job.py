@@ -155,7 +155,7 @@ def _judge_server(server: str, new_judging: Callable[[str, int], ServerJudging |
     files = lifecycle.server_files(exchange_dir, table, server, storage)
     progress = task_progress(exchange_dir, f"{lifecycle.server_table(table, server)}-{share}", server, files, storage)
     judging = None
-    for rows in in_judging_order(lifecycle.server_rows(files, server, storage)):
+    for rows in in_judging_order(lifecycle.server_rows(files, storage)):
         if judging is None:
             judging = new_judging(server, share)
         judging.feed(rows)
