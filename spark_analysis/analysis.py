@@ -367,7 +367,7 @@ def run_analysis(
 def side_by_side(spark: SparkSession, first: Callable[[], First], then: Callable[[], Then]) -> tuple[First, Then]:
     """``first`` and ``then``, each running Spark jobs, at once: ``then`` from when a job of ``first`` runs. Spark
     offers a free core to the job that came first, so ``then``'s tasks take only the cores ``first``'s leave idle
-    (the judging's shares of one nsqd's monitors do not end together)."""
+    (the judging's tasks do not end together; ``watch`` judges a batch in one task)."""
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(first)
         tracker = spark.sparkContext.statusTracker()

@@ -5,12 +5,13 @@
          (offsets logged before a micro-batch runs, committed after) hands each file to exactly one micro-batch,
          and a micro-batch replayed after a stop gets the same files again
       -> foreachBatch: the batch's files and their bytes written down under its id (``watch/batches/<id>.json``), its
-         new files decoded with the connections carried from the batch before (watch/increments.py), the lifecycles of
-         its new deliveries ordered with the messages still open (watch/lifecycle_increments.py), the batch's final
-         parts added to the tallies of the final parts before it and its open parts to a copy (derive/tallies.py: the
-         connections table, the summary's counts, the violations by minute), per-minute metrics from the lifecycles'
-         totals and the violations' tally, the batch's state committed, and ``summary.json``, ``minutes.json``, a
-         self-refreshing ``report.html`` and, last, ``latest.json`` replaced
+         new files decoded with the connections carried from the batch before (watch/increments.py), its rows judged
+         (watch/judging.py) and beside that the lifecycles of its new deliveries ordered with the messages still open
+         (watch/lifecycle_increments.py), the batch's final parts added to the tallies of the final parts before it
+         and its open parts to a copy (derive/tallies.py: the connections table, the summary's counts, the violations
+         by minute), per-minute metrics from the lifecycles' totals and the violations' tally, the batch's state
+         committed, and ``summary.json``, ``minutes.json``, a self-refreshing ``report.html`` and, last,
+         ``latest.json`` replaced
 
 Whatever moment the watcher stops at, the published results are those of the batch analysis of a prefix of the
 files, none read twice.
@@ -33,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes
 
-from spark_analysis.analysis import derive
+from spark_analysis.analysis import derive, side_by_side
 from spark_analysis.derive.connection_tables import TableWriter
 from spark_analysis.derive.lifecycle import MINUTE_COUNTS, NS_PER_MINUTE, Totals
 from spark_analysis.derive.quantiles import EMPTY
@@ -189,12 +190,12 @@ class Watcher:
         tables_dir = self.increments.tables_dir
         self.step(f"batch {batch_id}: deriving tables ({len(carried['flows'])} connection(s) carried on)")
         final, tallied = self._tallies(batch_id, before.tallies)
-        self.step(f"batch {batch_id}: judging (the catalogue's monitors)")
-        judged = judge_batch(self.spark, batch_id, carried["previous"], carried["last_ts_ns"], final, tallied,
-                             self.increments.exchange_dir, tables_dir, self.increments.state_dir,
-                             bool(self.increments.http_ports), self.increments.ports, self.storage,
-                             bool(self.increments.lookupd_http_ports), self.nsqd_clients)
-        lifecycles = self.lifecycles.tables(batch_id, carried, final)
+        self.step(f"batch {batch_id}: judging (the catalogue's monitors) and message lifecycles beside it")
+        judged, lifecycles = side_by_side(self.spark, lambda: judge_batch(
+            self.spark, batch_id, carried["previous"], carried["last_ts_ns"], final, tallied,
+            self.increments.exchange_dir, tables_dir, self.increments.state_dir, bool(self.increments.http_ports),
+            self.increments.ports, self.storage, bool(self.increments.lookupd_http_ports), self.nsqd_clients),
+            lambda: self.lifecycles.tables(batch_id, carried, final))
         this_batch = part_prefix(batch_id)
         judged_part = functools.partial(Tallies.plus, name=VIOLATIONS, directories=self.directories,
                                         storage=self.storage, chosen=lambda name: name.startswith(this_batch))
