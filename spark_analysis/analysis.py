@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import uuid
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -368,12 +369,21 @@ def side_by_side(spark: SparkSession, first: Callable[[], First], then: Callable
     """``first`` and ``then``, each running Spark jobs, at once: ``then`` from when a job of ``first`` runs. Spark
     offers a free core to the job that came first, so ``then``'s tasks take only the cores ``first``'s leave idle
     (the judging's tasks do not end together; ``watch`` judges a batch in one task)."""
+    context, group = spark.sparkContext, f"first of side_by_side {uuid.uuid4()}"
+
+    def first_in_group() -> First:
+        context.setJobGroup(group, "run beside another job", interruptOnCancel=True)
+        return first()
+
     with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(first)
-        tracker = spark.sparkContext.statusTracker()
-        while not tracker.getActiveJobsIds() and not running.done():
-            time.sleep(STARTED_POLL_S)
-        second = then()
+        running = pool.submit(first_in_group)
+        try:
+            while not context.statusTracker().getJobIdsForGroup(group) and not running.done():
+                time.sleep(STARTED_POLL_S)
+            second = then()
+        except BaseException:
+            context.cancelJobGroup(group)  # not left running to its end: its jobs fail, and this error is raised
+            raise
         return running.result(), second
 
 

@@ -7,6 +7,7 @@ import os
 import time
 
 import pyarrow as pa
+import pytest
 
 from spark_analysis.analysis import side_by_side
 
@@ -58,3 +59,20 @@ def test_the_second_job_takes_only_the_core_the_first_leaves_idle(spark, tmp_pat
     assert "second-ran" in first["1"]
     # on the core the first's short task had left, once both of the first's tasks had theirs
     assert {"first-0-done", "first-1-started"} <= set(second["0"])
+
+
+def test_a_failing_second_job_cancels_the_first_instead_of_waiting_for_its_end(spark):
+    """A first job that would run for ``LONG_S`` ends with the second's error, at once."""
+    LONG_S = 120
+
+    def long_task(_index: int) -> list[str]:
+        time.sleep(LONG_S)
+        return []
+
+    def failing() -> None:
+        raise ValueError("the second job broke")
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="the second job broke"):
+        side_by_side(spark, lambda: _job(spark, 1, long_task), failing)
+    assert time.monotonic() - started < LONG_S / 2  # cancelled: a second or two; left to its end, LONG_S
