@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 
 SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-CLEAR_LINE = "\r\x1b[2K"  # back to the line's start, and erase it (ANSI)
 
 
 def parse_size(text: str) -> int:
@@ -206,13 +205,15 @@ def main(argv: list[str] | None = None) -> int:
 def _progress() -> Callable[[str], None]:
     """``step(message)``, printing on stderr the seconds since now before each message."""
     from rich.console import Console
+    from rich.control import Control, ControlType
 
     console = Console(stderr=True)
     started = time.monotonic()
+    # a line from within a job starts over Spark's progress bar, drawn again below it (written on a terminal only)
+    line_start = Control((ControlType.CARRIAGE_RETURN,), (ControlType.ERASE_IN_LINE, 2))
 
     def step(message: str):
-        if console.is_terminal:  # a line from within a job starts over Spark's progress bar, drawn again below it
-            console.file.write(CLEAR_LINE)
+        console.control(line_start)
         console.print(f"[bold cyan]{time.monotonic() - started:6.1f}s[/] {message}")
 
     return step
