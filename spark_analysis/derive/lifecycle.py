@@ -157,8 +157,9 @@ class MessageExchange:
             else:
                 tables_of = [f"{name}-{index:05d}" for index in range(self.buckets)]
                 bucket = np.mod(rows["body_hash"].to_numpy(), self.buckets)
-            order = np.argsort(bucket, kind="stable")
-            rows, bucket = rows.take(order), bucket[order]
+            if np.any(bucket[1:] < bucket[:-1]):  # a task's rows of one server are in order: no copy of them
+                order = np.argsort(bucket, kind="stable")
+                rows, bucket = rows.take(order), bucket[order]
             bounds = np.searchsorted(bucket, np.arange(len(tables_of) + 1))
             for table, start, stop in zip(tables_of, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
                 if start < stop:
